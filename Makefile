@@ -1,0 +1,48 @@
+# README's entry points. Each one installs what is missing first.
+JOBS       ?= $(shell nproc)
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+DEMO_STORE ?= $(BUILD)/demo-store
+ANNEAL      = $(BUILD)/cli/anneal
+FMNIST      = /usr/share/datasets/fashion-mnist
+
+.PHONY: all deps build demo test test-sanitize bench clean
+
+all: build
+
+deps:
+	@packaging/install-deps
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The main job end to end on Fashion-MNIST, in a store under build/.
+demo:
+	@packaging/install-deps demo
+	@$(MAKE) --no-print-directory build
+	rm -rf $(DEMO_STORE)
+	$(ANNEAL) --store $(DEMO_STORE) init
+	$(ANNEAL) --store $(DEMO_STORE) data import fmnist $(FMNIST)/train-images-idx3-ubyte.gz \
+	    --labels $(FMNIST)/train-labels-idx1-ubyte.gz \
+	    --test $(FMNIST)/t10k-images-idx3-ubyte.gz --test-labels $(FMNIST)/t10k-labels-idx1-ubyte.gz
+	$(ANNEAL) --store $(DEMO_STORE) data show fmnist@latest
+
+test: build
+	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure
+
+test-sanitize: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DANNEAL_SANITIZE=ON
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	    ctest -j $(JOBS) --output-on-failure
+
+bench:
+	@packaging/install-deps bench
+	@$(MAKE) --no-print-directory build
+	bench/run $(ANNEAL)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,8 @@
+#include <iostream>
+
+#include "anneal/version.h"
+
+int main() {
+  std::cout << "anneal " << anneal::version() << "\n";
+  return 0;
+}

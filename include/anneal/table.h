@@ -1,0 +1,63 @@
+// Table: a dataset parsed into float32 arrays, plus the schema that says what
+// each column was. This is what every format parser produces and what the
+// store keeps as a version's parsed form.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace anneal {
+
+enum class ColumnType {
+  kNumeric,      // values are numbers; missing values are NaN
+  kCategorical,  // values are codes 0..categories.size()-1; missing is NaN
+};
+
+const char* column_type_name(ColumnType type);  // "numeric" / "categorical"
+
+// One column of the source. For image formats (IDX) a whole image is one
+// column with a shape such as {1, 28, 28}; tabular columns have an empty shape
+// (a scalar).
+struct ColumnSchema {
+  std::string name;
+  ColumnType type = ColumnType::kNumeric;
+  std::vector<std::int64_t> shape;       // empty: one scalar per row
+  std::vector<std::string> categories;   // kCategorical: code -> string, first-seen order
+  std::uint64_t missing = 0;             // missing cells (empty, NA, NaN)
+  std::uint64_t count = 0;               // non-missing scalar values seen
+  // Over the non-missing values (numeric columns and image columns). For
+  // categorical columns these describe the codes and are informational only.
+  double min = 0, max = 0, mean = 0, std = 0;
+
+  std::int64_t width() const;  // scalars per row: product of shape, 1 if empty
+};
+
+// A parsed dataset part (train or test). The label column is one of
+// `columns`; `features` holds every other column, in source order.
+struct Table {
+  std::vector<ColumnSchema> columns;     // every source column, in source order
+  std::size_t label_column = 0;          // index into columns
+  std::uint64_t rows = 0;
+  // Per-row feature shape: {F} for tabular data (F = sum of feature widths),
+  // {C, H, W} for images.
+  std::vector<std::int64_t> sample_shape;
+  // rows x prod(sample_shape) floats, row-major (row i is contiguous).
+  // Categorical features hold their code; missing cells hold NaN.
+  std::vector<float> features;
+  std::vector<float> labels;             // rows floats: the value or the category code
+
+  std::int64_t sample_width() const;     // prod(sample_shape)
+};
+
+// Running statistics: merge() combines two parts with Chan et al.'s parallel
+// update, so parsing blocks in parallel and merging gives the same schema.
+struct ColumnStats {
+  std::uint64_t count = 0, missing = 0;
+  double min = 0, max = 0, mean = 0, m2 = 0;
+  void add(double value);      // NaN counts as missing
+  void merge(const ColumnStats& other);
+  void store_into(ColumnSchema& column) const;  // fills count/missing/min/max/mean/std
+};
+
+}  // namespace anneal

@@ -1,0 +1,10 @@
+#include "anneal/version.h"
+
+#include "anneal/build_info.h"
+
+namespace anneal {
+
+std::string version() { return build::kVersion; }
+std::string git_commit() { return build::kGitCommit; }
+
+}  // namespace anneal
