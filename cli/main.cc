@@ -1,8 +1,212 @@
+// anneal's entry point: global flags, command dispatch, help, and the one
+// place where errors become messages and exit codes.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <sstream>
 
+#include "anneal/error.h"
 #include "anneal/version.h"
+#include "command.h"
 
-int main() {
-  std::cout << "anneal " << anneal::version() << "\n";
-  return 0;
+namespace anneal::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kExitCodes =
+    "Exit codes:\n"
+    "  0   success (also: nothing to do, e.g. an import of identical content)\n"
+    "  1   failure (I/O, a damaged store, something not found)\n"
+    "  2   bad command line: unknown command or flag, bad flag value\n"
+    "  65  bad input data (the message gives file:line:column)\n"
+    "  75  busy: a lock is held by another anneal process\n";
+
+po::options_description global_options() {
+  po::options_description global("Global options");
+  global.add_options()
+      ("store", po::value<std::string>()->value_name("DIR"),
+       "the store directory (default: $ANNEAL_HOME, else $XDG_DATA_HOME/anneal, "
+       "else ~/.local/share/anneal)")
+      ("json", po::bool_switch(), "print one JSON document instead of text")
+      ("help,h", po::bool_switch(), "show help (anneal COMMAND --help for a command)")
+      ("version", po::bool_switch(), "show the version and the commit it was built from");
+  return global;
+}
+
+fs::path default_store() {
+  if (const char* home = std::getenv("ANNEAL_HOME"); home && *home) return home;
+  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg) return fs::path(xdg) / "anneal";
+  if (const char* home = std::getenv("HOME"); home && *home)
+    return fs::path(home) / ".local" / "share" / "anneal";
+  throw usage_error("--store: no store given and neither $ANNEAL_HOME nor $HOME is set");
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+void print_usage(std::ostream& out) {
+  out << "usage: anneal [--store DIR] [--json] COMMAND [ARGS...]\n\n"
+      << "Train machine-learning models on one server, from a versioned local store.\n\nCommands:\n";
+  std::vector<std::vector<std::string>> rows;
+  std::size_t width = 0;
+  for (const auto& c : commands()) width = std::max(width, c.name.size());
+  for (const auto& c : commands())
+    out << "  " << c.name << std::string(width - c.name.size() + 2, ' ') << c.summary << "\n";
+  out << "\n" << global_options() << "\n" << kExitCodes;
+}
+
+po::options_description command_options(const Command& command) {
+  po::options_description options("Options");
+  if (command.add_options) command.add_options(options);
+  options.add_options()("json", po::bool_switch(), "print one JSON document instead of text")
+      ("store", po::value<std::string>()->value_name("DIR"), "the store directory")
+      ("help,h", po::bool_switch(), "show this help");
+  return options;
+}
+
+void print_command_help(std::ostream& out, const Command& command) {
+  out << "usage: anneal " << command.name << " " << command.synopsis << "\n\n"
+      << command.summary << "\n";
+  if (!command.details.empty()) out << "\n" << command.details << "\n";
+  out << "\n" << command_options(command) << "\n" << kExitCodes;
+}
+
+// Finds the command named by the leading words of `words` ("data import").
+const Command* find_command(const std::vector<std::string>& words, std::size_t& used) {
+  const Command* best = nullptr;
+  for (const auto& c : commands()) {
+    std::istringstream parts(c.name);
+    std::string part;
+    std::size_t n = 0;
+    bool match = true;
+    while (parts >> part) {
+      if (n >= words.size() || words[n] != part) {
+        match = false;
+        break;
+      }
+      ++n;
+    }
+    if (match && (!best || n > used)) {
+      best = &c;
+      used = n;
+    }
+  }
+  return best;
+}
+
+[[noreturn]] void unknown_command(const std::vector<std::string>& words) {
+  std::string given = words.empty() ? "" : words[0];
+  if (words.size() > 1) given += " " + words[1];
+  std::string closest;
+  std::size_t best = 1000;
+  for (const auto& c : commands()) {
+    std::size_t d = std::min(edit_distance(given, c.name), edit_distance(words[0], c.name));
+    if (d < best) {
+      best = d;
+      closest = c.name;
+    }
+  }
+  std::string hint = best <= 3 ? " (did you mean '" + closest + "'?)" : "";
+  throw usage_error("unknown command '" + given + "'" + hint + "; see 'anneal --help'");
+}
+
+int run(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  // Global flags come before the command, as in git; --json and --store are
+  // also accepted after it.
+  std::size_t first_word = 0;
+  while (first_word < args.size() && args[first_word].starts_with("-")) {
+    if (args[first_word] == "--store") ++first_word;
+    ++first_word;
+  }
+  po::variables_map global;
+  {
+    std::vector<std::string> leading(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(
+                                                        std::min(first_word, args.size())));
+    po::store(po::command_line_parser(leading).options(global_options()).run(), global);
+  }
+  if (global["version"].as<bool>()) {
+    std::cout << "anneal " << version() << " (commit " << git_commit() << ")\n";
+    return kExitOk;
+  }
+  std::vector<std::string> words(args.begin() + static_cast<std::ptrdiff_t>(std::min(first_word, args.size())),
+                                 args.end());
+  if (words.empty()) {
+    print_usage(global["help"].as<bool>() ? std::cout : std::cerr);
+    return global["help"].as<bool>() ? kExitOk : kExitUsage;
+  }
+  std::size_t used = 0;
+  const Command* command = find_command(words, used);
+  if (!command) unknown_command(words);
+
+  std::vector<std::string> rest(words.begin() + static_cast<std::ptrdiff_t>(used), words.end());
+  po::options_description options = command_options(*command);
+  po::positional_options_description positional;
+  po::options_description hidden;
+  for (const auto& name : command->positional) {
+    bool many = name.ends_with("...");
+    std::string key = many ? name.substr(0, name.size() - 3) : name;
+    if (many) {
+      hidden.add_options()(key.c_str(), po::value<std::vector<std::string>>());
+      positional.add(key.c_str(), -1);
+    } else {
+      hidden.add_options()(key.c_str(), po::value<std::string>());
+      positional.add(key.c_str(), 1);
+    }
+  }
+  po::options_description all;
+  all.add(options).add(hidden);
+  Invocation invocation;
+  po::store(po::command_line_parser(rest).options(all).positional(positional).run(), invocation.args);
+  if (global["help"].as<bool>() || invocation.args["help"].as<bool>()) {
+    print_command_help(std::cout, *command);
+    return kExitOk;
+  }
+  po::notify(invocation.args);
+  for (const auto& name : command->positional)
+    if (!name.ends_with("...") && !invocation.args.count(name))
+      throw usage_error("anneal " + command->name + ": missing argument " + name + " (usage: anneal " +
+                        command->name + " " + command->synopsis + ")");
+
+  invocation.global.json = global["json"].as<bool>() || invocation.args["json"].as<bool>();
+  if (invocation.args.count("store")) invocation.global.store = invocation.args["store"].as<std::string>();
+  else if (global.count("store")) invocation.global.store = global["store"].as<std::string>();
+  else invocation.global.store = default_store();
+  return command->run(invocation);
+}
+
+}  // namespace
+}  // namespace anneal::cli
+
+int main(int argc, char** argv) {
+  // Everything anneal creates in a store is owner-only.
+  ::umask(077);
+  try {
+    return anneal::cli::run(argc, argv);
+  } catch (const anneal::Error& e) {
+    std::cerr << "anneal: " << e.what() << "\n";
+    return anneal::exit_code(e.kind());
+  } catch (const boost::program_options::error& e) {
+    std::cerr << "anneal: " << e.what() << " (see 'anneal --help')\n";
+    return anneal::kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "anneal: internal error: " << e.what() << "\n";
+    return anneal::kExitFailure;
+  }
 }

@@ -1,0 +1,44 @@
+// The command table: every subcommand's name, help text, options and entry
+// point. `anneal --help`, `anneal COMMAND --help` (and later the man page)
+// are generated from this one table, so they cannot drift apart.
+#pragma once
+
+#include <boost/program_options.hpp>
+
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace anneal::cli {
+
+namespace po = boost::program_options;
+
+// Settings shared by every command, from the global flags.
+struct GlobalOptions {
+  std::filesystem::path store;  // resolved: --store, $ANNEAL_HOME, $XDG_DATA_HOME/anneal
+  bool json = false;
+};
+
+struct Invocation {
+  GlobalOptions global;
+  po::variables_map args;
+};
+
+struct Command {
+  std::string name;       // "data import"
+  std::string synopsis;   // "NAME FILE [options]"
+  std::string summary;    // one line for the command list
+  std::string details;    // paragraphs for COMMAND --help and the man page
+  std::function<void(po::options_description&)> add_options;
+  std::vector<std::string> positional;  // names of positional arguments in order; "..." suffix: many
+  std::function<int(const Invocation&)> run;
+};
+
+// All commands, in the order --help lists them.
+const std::vector<Command>& commands();
+
+// Command groups: defined in data_commands.cc (init, data, fsck, gc).
+void add_store_commands(std::vector<Command>& out);
+
+}  // namespace anneal::cli

@@ -1,0 +1,14 @@
+#include "command.h"
+
+namespace anneal::cli {
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> kCommands = [] {
+    std::vector<Command> all;
+    add_store_commands(all);
+    return all;
+  }();
+  return kCommands;
+}
+
+}  // namespace anneal::cli

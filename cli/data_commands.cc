@@ -1,0 +1,287 @@
+// init, data import/list/show/diff/export, fsck, gc: parse arguments, call
+// store/, print the result as text or JSON.
+#include <iostream>
+
+#include "anneal/datasets.h"
+#include "anneal/error.h"
+#include "anneal/maintenance.h"
+#include "anneal/store.h"
+#include "command.h"
+#include "output.h"
+
+namespace anneal::cli {
+namespace {
+
+using nlohmann::json;
+
+json stream_json(const DatasetStream& s) {
+  json j = {{"role", s.role}, {"blob", s.blob}, {"size", s.size}, {"chunks", s.chunks}};
+  if (!s.file_name.empty()) j["file_name"] = s.file_name;
+  if (!s.dtype.empty()) {
+    j["dtype"] = s.dtype;
+    j["shape"] = s.shape;
+  }
+  return j;
+}
+
+json version_json(const DatasetVersion& v) {
+  json streams = json::array();
+  for (const auto& s : v.streams) streams.push_back(stream_json(s));
+  return {{"ref", v.ref()},           {"name", v.name},
+          {"version", v.version},     {"created_at", v.created_at},
+          {"fingerprint", v.fingerprint}, {"format", v.format},
+          {"rows", v.rows},           {"train_rows", v.train_rows},
+          {"test_rows", v.test_rows}, {"label_column", v.label_column},
+          {"sample_shape", v.sample_shape}, {"columns", columns_to_json(v.columns)},
+          {"options", v.options},     {"streams", streams}};
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::vector<std::string> parts;
+  for (auto d : shape) parts.push_back(std::to_string(d));
+  return join(parts, "x");
+}
+
+std::string rows_text(const DatasetVersion& v) {
+  return std::to_string(v.rows) + " (train " + std::to_string(v.train_rows) + ", test " +
+         std::to_string(v.test_rows) + ")";
+}
+
+void print_version(const DatasetVersion& v) {
+  std::cout << v.ref() << "\n";
+  std::vector<std::vector<std::string>> info = {
+      {"  created", v.created_at},
+      {"  format", v.format},
+      {"  rows", rows_text(v)},
+      {"  label", v.label_column},
+      {"  features", shape_text(v.sample_shape) + " per row"}};
+  for (const auto& s : v.streams)
+    if (!s.file_name.empty())
+      info.push_back({"  " + s.role, s.file_name + "  " + human_bytes(s.size) + "  blake2b-256:" + s.blob});
+  print_table(std::cout, info);
+  std::cout << "\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"COLUMN", "TYPE", "MISSING", "MIN", "MAX", "MEAN", "STD", "CATEGORIES"}};
+  for (const auto& c : v.columns) {
+    std::string type = column_type_name(c.type);
+    if (!c.shape.empty()) type.append("[").append(shape_text(c.shape)).append("]");
+    if (c.name == v.label_column) type += " (label)";
+    std::string categories;
+    if (c.type == ColumnType::kCategorical) {
+      std::vector<std::string> shown(c.categories.begin(),
+                                     c.categories.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(c.categories.size(), 5)));
+      categories = std::to_string(c.categories.size()) + ": " + join(shown, ", ") +
+                   (c.categories.size() > 5 ? ", ..." : "");
+    }
+    bool numeric = c.type == ColumnType::kNumeric;
+    rows.push_back({c.name, type, std::to_string(c.missing), numeric ? format_double(c.min) : "",
+                    numeric ? format_double(c.max) : "", numeric ? format_double(c.mean) : "",
+                    numeric ? format_double(c.std) : "", categories});
+  }
+  print_table(std::cout, rows);
+}
+
+int run_init(const Invocation& inv) {
+  bool created = Store::init(inv.global.store);
+  if (inv.global.json)
+    print_json({{"store", inv.global.store.string()}, {"created", created},
+                {"schema_version", Store::schema_version()}});
+  else
+    std::cout << (created ? "created store " : "store already exists at ") << inv.global.store.string()
+              << "\n";
+  return kExitOk;
+}
+
+int run_import(const Invocation& inv) {
+  const auto& a = inv.args;
+  ImportRequest request;
+  request.dataset = a["NAME"].as<std::string>();
+  request.file = a["FILE"].as<std::string>();
+  if (a.count("labels")) request.labels = a["labels"].as<std::string>();
+  if (a.count("test")) request.test = a["test"].as<std::string>();
+  if (a.count("test-labels")) request.test_labels = a["test-labels"].as<std::string>();
+  if (a.count("format")) request.format = parse_format_name(a["format"].as<std::string>());
+  request.header = !a["no-header"].as<bool>();
+  if (a.count("label")) request.label = a["label"].as<std::string>();
+  if (a.count("categorical")) request.categorical = a["categorical"].as<std::vector<std::string>>();
+  request.split = a["split"].as<double>();
+  request.seed = a["seed"].as<std::uint64_t>();
+  if (request.test && !a["split"].defaulted())
+    throw usage_error("--split: a version with --test FILE takes its test split from that file");
+
+  Store store = Store::open(inv.global.store);
+  TerminalReporter reporter;
+  ImportResult result = import_dataset(store, request, reporter);
+  if (inv.global.json) {
+    print_json({{"created", result.created}, {"bytes_added", result.bytes_added},
+                {"source_bytes", result.source_bytes}, {"version", version_json(result.version)}});
+  } else if (result.created) {
+    std::cout << "imported " << result.version.ref() << ": " << rows_text(result.version) << " rows, "
+              << result.version.columns.size() << " columns; " << human_bytes(result.bytes_added)
+              << " new in the store\n";
+  } else {
+    std::cout << "unchanged: identical content and options are already " << result.version.ref()
+              << "\n";
+  }
+  return kExitOk;
+}
+
+int run_list(const Invocation& inv) {
+  Store store = Store::open(inv.global.store);
+  auto datasets = list_datasets(store);
+  if (inv.global.json) {
+    json out = json::array();
+    for (const auto& d : datasets)
+      out.push_back({{"name", d.name}, {"versions", d.versions}, {"latest", d.latest.ref()},
+                     {"rows", d.latest.rows}, {"format", d.latest.format},
+                     {"created_at", d.latest.created_at}});
+    print_json({{"datasets", out}});
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows = {{"NAME", "LATEST", "VERSIONS", "FORMAT", "ROWS", "CREATED"}};
+  for (const auto& d : datasets)
+    rows.push_back({d.name, d.latest.ref(), std::to_string(d.versions), d.latest.format,
+                    std::to_string(d.latest.rows), d.latest.created_at});
+  print_table(std::cout, rows);
+  return kExitOk;
+}
+
+int run_show(const Invocation& inv) {
+  Store store = Store::open(inv.global.store);
+  DatasetRef ref = parse_dataset_ref(inv.args["REF"].as<std::string>(), "REF");
+  DatasetVersion v = find_dataset(store, ref);
+  if (inv.global.json) print_json(version_json(v));
+  else print_version(v);
+  return kExitOk;
+}
+
+int run_diff(const Invocation& inv) {
+  Store store = Store::open(inv.global.store);
+  DatasetRef from = parse_dataset_ref(inv.args["FROM"].as<std::string>(), "FROM");
+  DatasetRef to = parse_dataset_ref(inv.args["TO"].as<std::string>(), "TO");
+  DatasetDiff diff = diff_datasets(store, from, to);
+  if (inv.global.json) {
+    print_json({{"from", diff.from.ref()}, {"to", diff.to.ref()},
+                {"rows", {{"from", diff.from.rows}, {"to", diff.to.rows}}},
+                {"schema_changes", diff.schema_changes},
+                {"bytes", {{"from", diff.from_bytes}, {"to", diff.to_bytes},
+                           {"shared", diff.shared_bytes}, {"source_shared", diff.source_shared_bytes}}}});
+    return kExitOk;
+  }
+  std::cout << diff.from.ref() << " -> " << diff.to.ref() << "\n";
+  long long delta = static_cast<long long>(diff.to.rows) - static_cast<long long>(diff.from.rows);
+  std::cout << "  rows: " << diff.from.rows << " -> " << diff.to.rows << " ("
+            << (delta >= 0 ? "+" : "") << delta << ")\n";
+  if (diff.schema_changes.empty()) std::cout << "  schema: unchanged\n";
+  for (const auto& change : diff.schema_changes) std::cout << "  schema: " << change << "\n";
+  double pct = diff.to_bytes ? 100.0 * static_cast<double>(diff.shared_bytes) / static_cast<double>(diff.to_bytes) : 0;
+  std::cout << "  bytes shared: " << human_bytes(diff.shared_bytes) << " of " << human_bytes(diff.to_bytes)
+            << " (" << format_double(pct, 3) << "%)\n";
+  return kExitOk;
+}
+
+int run_export(const Invocation& inv) {
+  if (!inv.args.count("output")) throw usage_error("-o: data export needs an output file (-o FILE)");
+  Store store = Store::open(inv.global.store);
+  DatasetRef ref = parse_dataset_ref(inv.args["REF"].as<std::string>(), "REF");
+  std::string out = inv.args["output"].as<std::string>();
+  export_dataset(store, ref, inv.args["part"].as<std::string>(), out, inv.args["force"].as<bool>());
+  if (inv.global.json) print_json({{"ref", ref.to_string()}, {"output", out}});
+  return kExitOk;
+}
+
+int run_fsck(const Invocation& inv) {
+  Store store = Store::open(inv.global.store);
+  TerminalReporter reporter;
+  FsckReport report = fsck(store, reporter);
+  if (inv.global.json) {
+    print_json({{"ok", report.ok()}, {"objects_checked", report.objects_checked},
+                {"blobs_checked", report.blobs_checked}, {"problems", report.problems},
+                {"unreferenced_objects", report.unreferenced_objects},
+                {"stale_temp_files", report.stale_temp_files}});
+  } else {
+    for (const auto& p : report.problems) std::cout << "BROKEN " << p << "\n";
+    std::cout << "checked " << report.objects_checked << " objects, " << report.blobs_checked << " streams: "
+              << (report.ok() ? "ok" : std::to_string(report.problems.size()) + " problems") << "\n";
+    if (report.unreferenced_objects || report.stale_temp_files)
+      std::cout << report.unreferenced_objects << " unreferenced objects and " << report.stale_temp_files
+                << " stale temporary files ('anneal gc' removes them)\n";
+  }
+  return report.ok() ? kExitOk : kExitFailure;
+}
+
+int run_gc(const Invocation& inv) {
+  Store store = Store::open(inv.global.store);
+  TerminalReporter reporter;
+  GcReport report = gc(store, inv.args["dry-run"].as<bool>(), reporter);
+  if (inv.global.json) {
+    print_json({{"dry_run", report.dry_run}, {"blobs_removed", report.blobs_removed},
+                {"objects_removed", report.objects_removed}, {"bytes_freed", report.bytes_freed},
+                {"temp_files_removed", report.temp_files_removed}});
+  } else {
+    std::cout << (report.dry_run ? "would remove " : "removed ") << report.objects_removed << " objects, "
+              << report.temp_files_removed << " temporary files (" << human_bytes(report.bytes_freed) << ")\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_store_commands(std::vector<Command>& out) {
+  out.push_back({"init", "", "create a store (or bring an existing one's catalog up to date)",
+                 "Creates catalog.db (SQLite) and objects/ under the store directory, owner-only "
+                 "(0700 directories, 0600 files).",
+                 nullptr, {}, run_init});
+  out.push_back(
+      {"data import", "NAME FILE [options]", "import a file as a new immutable version NAME@vN",
+       "Formats: CSV and TSV (RFC 4180 quoting, CRLF, UTF-8 BOM; empty, NA and NaN are missing; "
+       "string columns become categorical), IDX (MNIST style; --labels FILE), LIBSVM. .gz and .zst "
+       "input is decompressed. Without --test, a reproducible stratified split (--split, --seed) "
+       "holds out a test set. Importing identical content with the same options again creates no "
+       "version and names the existing one.",
+       [](po::options_description& o) {
+         o.add_options()
+             ("labels", po::value<std::string>()->value_name("FILE"), "IDX: the labels file of FILE")
+             ("test", po::value<std::string>()->value_name("FILE"), "a separate test split, same format")
+             ("test-labels", po::value<std::string>()->value_name("FILE"), "IDX: the labels of --test")
+             ("format", po::value<std::string>()->value_name("FMT"), "csv, tsv, idx or libsvm (default: from the name/content)")
+             ("no-header", po::bool_switch(), "CSV/TSV: the first line is data; columns are named col1..colN")
+             ("label", po::value<std::string>()->value_name("COL"), "label column: name or 0-based index (default: the last)")
+             ("categorical", po::value<std::vector<std::string>>()->multitoken()->value_name("COL"),
+              "treat these columns as categorical even if numeric")
+             ("split", po::value<double>()->default_value(0.2)->value_name("FRACTION"),
+              "fraction held out as the test split when no --test is given")
+             ("seed", po::value<std::uint64_t>()->default_value(0)->value_name("N"), "seed of the split");
+       },
+       {"NAME", "FILE"}, run_import});
+  out.push_back({"data list", "", "list datasets and their latest versions", "", nullptr, {}, run_list});
+  out.push_back({"data show", "REF", "show a version's sources, row counts and schema",
+                 "REF is NAME (the latest version), NAME@latest or NAME@vN.", nullptr, {"REF"}, run_show});
+  out.push_back({"data diff", "FROM TO", "compare two versions: schema, rows, bytes shared", "", nullptr,
+                 {"FROM", "TO"}, run_diff});
+  out.push_back({"data export", "REF -o FILE [--force] [--part PART]",
+                 "write a version's source file back out, bit-identical",
+                 "PART is source (default), source.labels, test.source or test.source.labels for the "
+                 "files as imported, or a parsed stream (features, labels, split, test.features, "
+                 "test.labels) as raw little-endian arrays.",
+                 [](po::options_description& o) {
+                   o.add_options()("output,o", po::value<std::string>()->value_name("FILE"), "where to write")
+                       ("force", po::bool_switch(), "replace FILE if it exists")
+                       ("part", po::value<std::string>()->default_value("source")->value_name("PART"),
+                        "which stored stream to export");
+                 },
+                 {"REF"}, run_export});
+  out.push_back({"fsck", "", "verify every object and catalog reference",
+                 "Re-hashes every object and checks that every catalog reference resolves. Lists what "
+                 "is broken and exits 1 when anything is.",
+                 nullptr, {}, run_fsck});
+  out.push_back({"gc", "[--dry-run]", "remove objects nothing references",
+                 "Waits for running imports, then removes unreferenced streams, objects and leftover "
+                 "temporary files.",
+                 [](po::options_description& o) {
+                   o.add_options()("dry-run", po::bool_switch(), "only report what would be removed");
+                 },
+                 {}, run_gc});
+}
+
+}  // namespace anneal::cli

@@ -1,0 +1,132 @@
+// Datasets: named, immutable versions of imported data.
+//
+// `import_dataset` turns input files into version NAME@vN: the exact source
+// bytes (chunked, so later versions share unchanged chunks), the schema, and
+// the parsed float32 form that training loads. Versions are never modified.
+// Every function here takes a Store used by one thread, throws anneal::Error
+// and prints nothing (progress goes to the Reporter).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "anneal/formats.h"
+#include "anneal/report.h"
+#include "anneal/store.h"
+#include "anneal/table.h"
+
+namespace anneal {
+
+// NAME (latest), NAME@latest or NAME@vN.
+struct DatasetRef {
+  std::string name;
+  std::optional<int> version;  // nullopt: the latest
+  std::string to_string() const;
+};
+// Throws kUsage naming `what` (e.g. "REF") when `text` is not a reference.
+DatasetRef parse_dataset_ref(std::string_view text, std::string_view what = "dataset reference");
+// Throws kUsage unless `name` is 1-128 of [A-Za-z0-9._-], starting with a letter or digit.
+void validate_dataset_name(std::string_view name);
+
+// One stored stream of a version: a source file or a parsed tensor.
+//   roles: source, source.labels, test.source, test.source.labels (the files
+//   as given), features, labels, split, test.features, test.labels (parsed).
+struct DatasetStream {
+  std::string role;
+  std::string blob;       // BLAKE2b-256 of the stream's bytes
+  std::uint64_t size = 0; // bytes
+  std::string file_name;  // sources: the file's base name
+  std::string dtype;      // tensors: "f32" or "u8"
+  std::vector<std::int64_t> shape;
+  std::uint64_t chunks = 0;
+};
+
+struct DatasetVersion {
+  std::string name;
+  int version = 0;
+  std::string created_at;   // ISO 8601 UTC
+  std::string fingerprint;  // identifies the content + import options
+  std::string format;       // csv, tsv, idx, libsvm
+  std::uint64_t rows = 0, train_rows = 0, test_rows = 0;
+  std::string label_column;
+  std::vector<ColumnSchema> columns;
+  std::vector<std::int64_t> sample_shape;
+  nlohmann::json options;   // the import options that shaped the parse
+  std::vector<DatasetStream> streams;
+
+  std::string ref() const { return name + "@v" + std::to_string(version); }
+  const DatasetStream* stream(std::string_view role) const;
+};
+
+struct ImportRequest {
+  std::string dataset;
+  std::filesystem::path file;
+  std::optional<std::filesystem::path> labels;       // IDX: the labels file
+  std::optional<std::filesystem::path> test;         // a separate test split
+  std::optional<std::filesystem::path> test_labels;  // IDX: its labels
+  Format format = Format::kAuto;
+  bool header = true;
+  std::string label;                     // column name or 0-based index; "" = last
+  std::vector<std::string> categorical;  // force these columns categorical
+  double split = 0.2;                    // test fraction when no --test is given
+  std::uint64_t seed = 0;
+};
+
+struct ImportResult {
+  DatasetVersion version;
+  bool created = false;           // false: identical content was already a version
+  std::uint64_t bytes_added = 0;  // compressed bytes this import added to objects/
+  std::uint64_t source_bytes = 0; // size of the input files
+};
+
+// Imports files as a new version of a dataset, or names the existing version
+// with the same content and options. Bad input throws kBadData before
+// anything is written; a failure at any moment leaves the catalog unchanged.
+// Safe to run in several processes at once on one store.
+ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter& reporter);
+
+struct DatasetSummary {
+  std::string name;
+  int versions = 0;
+  DatasetVersion latest;
+};
+std::vector<DatasetSummary> list_datasets(Store& store);
+// All versions of one dataset, oldest first. Throws kNotFound.
+std::vector<DatasetVersion> dataset_versions(Store& store, std::string_view name);
+// Throws kNotFound naming the dataset or version.
+DatasetVersion find_dataset(Store& store, const DatasetRef& ref);
+
+struct DatasetDiff {
+  DatasetVersion from, to;
+  std::vector<std::string> schema_changes;  // one human-readable line each
+  std::uint64_t from_bytes = 0, to_bytes = 0;  // distinct chunk bytes per version
+  std::uint64_t shared_bytes = 0;              // chunk bytes both versions hold
+  std::uint64_t source_shared_bytes = 0;       // of which, in source streams
+};
+DatasetDiff diff_datasets(Store& store, const DatasetRef& from, const DatasetRef& to);
+
+// Writes the stream `role` (default the source file) of a version to `out`,
+// bit-identical to what was imported. Refuses (kUsage) to replace an
+// existing file unless `force`.
+void export_dataset(Store& store, const DatasetRef& ref, const std::string& role,
+                    const std::filesystem::path& out, bool force);
+
+// The parsed form of a version, split into train and test (empty when the
+// version has none), for training and evaluation.
+struct LoadedDataset {
+  DatasetVersion version;
+  Table train, test;
+};
+LoadedDataset load_dataset(Store& store, const DatasetRef& ref);
+
+// Schema <-> JSON, as stored in the catalog and printed by --json.
+nlohmann::json columns_to_json(const std::vector<ColumnSchema>& columns);
+std::vector<ColumnSchema> columns_from_json(const nlohmann::json& json);
+
+}  // namespace anneal

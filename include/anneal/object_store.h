@@ -1,0 +1,76 @@
+// ObjectStore: immutable, content-addressed, zstd-compressed objects.
+//
+// An object's id is the BLAKE2b-256 hex digest of its uncompressed bytes. It
+// lives at objects/<first two hex digits>/<id> under the store root, written
+// once through a temporary file, fsync and an atomic link into place; writing
+// an object that already exists is a no-op. Every read decompresses and
+// re-hashes, so a damaged object is always caught. docs/STORE.md gives the
+// file format. All methods are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace anneal {
+
+// An object hashed and compressed in memory, not yet on disk. Preparing is
+// the expensive part (hash + compress) and runs in parallel; commit() then
+// only writes.
+struct PreparedObject {
+  std::string id;
+  std::uint64_t raw_size = 0;
+  std::string file_bytes;  // header + compressed payload; empty when already stored
+};
+
+class ObjectStore {
+ public:
+  // `root` is the store directory; objects/ and tmp/ must exist under it.
+  // `level` is the zstd compression level for new objects.
+  explicit ObjectStore(std::filesystem::path root, int level = 3);
+  ~ObjectStore();
+  ObjectStore(const ObjectStore&) = delete;
+  ObjectStore& operator=(const ObjectStore&) = delete;
+
+  // Hashes and compresses `raw`. When an object with that id is already
+  // stored, skips compression and leaves file_bytes empty.
+  PreparedObject prepare(std::string_view raw) const;
+  // Writes a prepared object durably unless it exists. Returns true when this
+  // call created the file. Does not fsync the containing directory: call
+  // sync_dirs() once after a batch of commits.
+  bool commit(const PreparedObject& object) const;
+  // fsyncs every objects/XX directory touched by commit() since the last call.
+  void sync_dirs() const;
+
+  // prepare + commit + sync for one object; returns its id.
+  std::string put(std::string_view raw) const;
+
+  // Reads and verifies an object. `owner` says what it belongs to ("dataset
+  // iris@v2, source") and appears in the error when the object is missing
+  // (kNotFound... reported as kCorrupt) or its hash does not match (kCorrupt).
+  std::string get(const std::string& id, std::string_view owner) const;
+
+  // Re-reads an object and returns a description of what is wrong with it,
+  // or nullopt when it is intact.
+  std::optional<std::string> check(const std::string& id) const;
+
+  bool contains(const std::string& id) const;
+  // Size of the object's file on disk; 0 when absent.
+  std::uint64_t stored_size(const std::string& id) const;
+  // Ids of every object file present, in no particular order.
+  std::vector<std::string> list() const;
+  // Deletes an object file (gc only). Missing files are not an error.
+  void remove(const std::string& id) const;
+
+  std::filesystem::path path_of(const std::string& id) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace anneal

@@ -1,0 +1,61 @@
+// Store: one anneal store on local disk, the SQLite catalog beside the object
+// store. See docs/STORE.md for the layout.
+//
+//   STORE/catalog.db   SQLite (WAL): datasets, versions, streams, chunks
+//   STORE/objects/     content-addressed objects (ObjectStore)
+//   STORE/tmp/         in-flight writes; anything here is garbage once no
+//                      anneal process holds STORE/locks/gc.lock
+//   STORE/locks/       advisory lock files
+//
+// A Store is used by one thread at a time (it owns one SQLite connection);
+// open one per thread or per process. Several processes may open the same
+// store at once.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+
+#include "anneal/fs.h"
+#include "anneal/object_store.h"
+
+namespace anneal {
+
+namespace sql {
+class Database;
+}
+
+class Store {
+ public:
+  // Creates a store at `root` (directories 0700, files 0600) or, when one is
+  // already there, brings its catalog schema up to date. Returns true when it
+  // created a new store.
+  static bool init(const std::filesystem::path& root);
+
+  // Opens an existing store, applying pending catalog migrations. Throws
+  // kNotFound when `root` holds no store.
+  static Store open(const std::filesystem::path& root);
+
+  ~Store();
+  Store(Store&&) noexcept;
+  Store& operator=(Store&&) = delete;
+
+  const std::filesystem::path& root() const;
+  const ObjectStore& objects() const;
+  sql::Database& db();
+
+  // Held (shared) by every writer of new objects from its first object write
+  // until its catalog commit; gc takes it exclusively, so gc never removes an
+  // object a concurrent import has written but not yet recorded.
+  FileLock writer_lock() const;
+  FileLock gc_lock() const;
+
+  // The catalog schema version this binary writes.
+  static int schema_version();
+
+ private:
+  struct Impl;
+  explicit Store(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace anneal

@@ -1,0 +1,662 @@
+#include "anneal/datasets.h"
+
+#include <tbb/parallel_invoke.h>
+#include <tbb/task_group.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "anneal/error.h"
+#include "anneal/fs.h"
+#include "anneal/hash.h"
+#include "sqlite.h"
+#include "streams.h"
+
+namespace anneal {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+static_assert(std::endian::native == std::endian::little,
+              "tensor streams are stored little-endian; add byte swapping for this host");
+
+// ---------------------------------------------------------------- references
+
+std::string DatasetRef::to_string() const {
+  return version ? name + "@v" + std::to_string(*version) : name + "@latest";
+}
+
+void validate_dataset_name(std::string_view name) {
+  bool ok = !name.empty() && name.size() <= 128 && std::isalnum(static_cast<unsigned char>(name[0]));
+  for (char c : name)
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
+  if (!ok)
+    throw usage_error("invalid dataset name '" + std::string(name) +
+                      "': expected 1-128 letters, digits, '.', '_' or '-', starting with a letter "
+                      "or digit");
+}
+
+DatasetRef parse_dataset_ref(std::string_view text, std::string_view what) {
+  DatasetRef ref;
+  std::size_t at = text.find('@');
+  ref.name = std::string(text.substr(0, at));
+  try {
+    validate_dataset_name(ref.name);
+  } catch (const Error&) {
+    throw usage_error(std::string(what) + " '" + std::string(text) +
+                      "': expected NAME, NAME@latest or NAME@vN");
+  }
+  if (at == std::string_view::npos) return ref;
+  std::string_view tag = text.substr(at + 1);
+  if (tag == "latest") return ref;
+  int number = 0;
+  bool ok = tag.size() >= 2 && tag.size() <= 10 && tag[0] == 'v';
+  for (std::size_t i = 1; ok && i < tag.size(); ++i) {
+    ok = std::isdigit(static_cast<unsigned char>(tag[i]));
+    if (ok) number = number * 10 + (tag[i] - '0');
+  }
+  if (!ok || number < 1)
+    throw usage_error(std::string(what) + " '" + std::string(text) +
+                      "': expected NAME, NAME@latest or NAME@vN with N >= 1");
+  ref.version = number;
+  return ref;
+}
+
+const DatasetStream* DatasetVersion::stream(std::string_view role) const {
+  for (const auto& s : streams)
+    if (s.role == role) return &s;
+  return nullptr;
+}
+
+// -------------------------------------------------------------- schema JSON
+
+json columns_to_json(const std::vector<ColumnSchema>& columns) {
+  json out = json::array();
+  for (const auto& c : columns) {
+    json j = {{"name", c.name},       {"type", column_type_name(c.type)},
+              {"missing", c.missing}, {"count", c.count},
+              {"min", c.min},         {"max", c.max},
+              {"mean", c.mean},       {"std", c.std}};
+    if (!c.shape.empty()) j["shape"] = c.shape;
+    if (c.type == ColumnType::kCategorical) j["categories"] = c.categories;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::vector<ColumnSchema> columns_from_json(const json& array) {
+  std::vector<ColumnSchema> columns;
+  for (const auto& j : array) {
+    ColumnSchema c;
+    c.name = j.at("name").get<std::string>();
+    c.type = j.at("type").get<std::string>() == "categorical" ? ColumnType::kCategorical
+                                                               : ColumnType::kNumeric;
+    c.missing = j.at("missing").get<std::uint64_t>();
+    c.count = j.at("count").get<std::uint64_t>();
+    c.min = j.at("min").get<double>();
+    c.max = j.at("max").get<double>();
+    c.mean = j.at("mean").get<double>();
+    c.std = j.at("std").get<double>();
+    if (j.contains("shape")) c.shape = j["shape"].get<std::vector<std::int64_t>>();
+    if (j.contains("categories")) c.categories = j["categories"].get<std::vector<std::string>>();
+    columns.push_back(std::move(c));
+  }
+  return columns;
+}
+
+namespace {
+
+std::string utc_now() {
+  auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+template <typename T>
+std::string_view as_bytes(const std::vector<T>& v) {
+  return {reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T)};
+}
+
+// Stats of two parts of one column (train and test files) combined.
+ColumnSchema merge_column(const ColumnSchema& train, const ColumnSchema& test) {
+  auto stats_of = [](const ColumnSchema& c) {
+    ColumnStats s;
+    s.count = c.count;
+    s.missing = c.missing;
+    s.min = c.min;
+    s.max = c.max;
+    s.mean = c.mean;
+    s.m2 = c.std * c.std * static_cast<double>(c.count);
+    return s;
+  };
+  ColumnStats merged = stats_of(train);
+  merged.merge(stats_of(test));
+  ColumnSchema out = test;  // the test part's dictionary extends the train one
+  merged.store_into(out);
+  return out;
+}
+
+// A reproducible stratified split: within each label class, rows ordered by
+// a hash of (seed, row index) and the first round(fraction * n) go to test.
+// Keys depend only on the row index, so appending rows moves few rows across.
+std::vector<std::uint8_t> stratified_split(const Table& table, double fraction,
+                                           std::uint64_t seed) {
+  std::vector<std::uint8_t> split(table.rows, 0);
+  if (fraction <= 0 || table.rows == 0) return split;
+  const ColumnSchema& label = table.columns[table.label_column];
+  // Regression targets (non-integer or very many values) form one stratum.
+  bool classes = label.type == ColumnType::kCategorical;
+  std::map<float, std::vector<std::uint64_t>> strata;
+  if (!classes) {
+    classes = true;
+    for (std::uint64_t i = 0; i < table.rows && classes; ++i) {
+      float y = table.labels[i];
+      classes = std::floor(y) == y && (strata.size() < 1000 || strata.count(y));
+      if (classes) strata[y];
+    }
+    strata.clear();
+  }
+  for (std::uint64_t i = 0; i < table.rows; ++i)
+    strata[classes ? table.labels[i] : 0.0f].push_back(i);
+  auto key = [seed](std::uint64_t row) {
+    std::uint64_t z = seed * 0x9e3779b97f4a7c15ULL + row + 0x632be59bd9b4e019ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  for (auto& [value, rows] : strata) {
+    std::sort(rows.begin(), rows.end(),
+              [&](std::uint64_t a, std::uint64_t b) { return key(a) < key(b); });
+    auto n_test = static_cast<std::size_t>(std::llround(fraction * static_cast<double>(rows.size())));
+    for (std::size_t k = 0; k < n_test && k < rows.size(); ++k) split[rows[k]] = 1;
+  }
+  return split;
+}
+
+struct SourceFile {
+  std::string role;
+  fs::path path;
+  MappedFile mapped;
+};
+
+std::string display_name(const fs::path& path) { return path.string(); }
+
+// Decompresses and parses every input into train (and test) tables.
+void parse_inputs(const ImportRequest& request, const std::vector<SourceFile>& sources,
+                  Format& format, Table& train, Table& test) {
+  auto bytes_of = [&](const std::string& role) -> std::string_view {
+    for (const auto& s : sources)
+      if (s.role == role) return s.mapped.bytes();
+    return {};
+  };
+  auto path_of = [&](const std::string& role) {
+    for (const auto& s : sources)
+      if (s.role == role) return display_name(s.path);
+    return std::string();
+  };
+  std::string main_text = decompress_input(bytes_of("source"), path_of("source"));
+  format = request.format == Format::kAuto ? detect_format(request.file.filename().string(), main_text)
+                                           : request.format;
+  const bool idx = format == Format::kIdx;
+  if (idx && !request.labels)
+    throw usage_error("--labels: IDX images need their labels file (--labels FILE)");
+  if (!idx && (request.labels || request.test_labels))
+    throw usage_error(std::string(request.labels ? "--labels" : "--test-labels") +
+                      ": only IDX data takes a separate labels file; this input is " +
+                      format_name(format));
+  if (idx && request.test && !request.test_labels)
+    throw usage_error("--test-labels: the IDX test images need their labels file");
+
+  auto parse_part = [&](const std::string& prefix, const std::string& text,
+                        const Table* reference) {
+    ParseOptions options;
+    options.display_name = path_of(prefix + "source");
+    options.header = request.header;
+    options.label = request.label;
+    options.categorical = request.categorical;
+    if (reference) {
+      options.reference = &reference->columns;
+      if (format == Format::kLibsvm) options.libsvm_features = reference->sample_width();
+    }
+    switch (format) {
+      case Format::kCsv: return parse_delimited(text, ',', options);
+      case Format::kTsv: return parse_delimited(text, '\t', options);
+      case Format::kLibsvm: return parse_libsvm(text, options);
+      case Format::kIdx: {
+        std::string labels_name = path_of(prefix + "source.labels");
+        std::string labels = decompress_input(bytes_of(prefix + "source.labels"), labels_name);
+        return parse_idx(text, labels, options, labels_name);
+      }
+      case Format::kAuto: break;
+    }
+    throw failure("unreachable: format not resolved");
+  };
+  train = parse_part("", main_text, nullptr);
+  main_text = std::string();  // release memory before the test part
+  if (request.test) {
+    std::string test_text = decompress_input(bytes_of("test.source"), path_of("test.source"));
+    test = parse_part("test.", test_text, &train);
+  }
+}
+
+json shape_json(const std::vector<std::int64_t>& shape) { return json(shape); }
+
+DatasetVersion read_version_row(sql::Statement& row, const std::string& name) {
+  DatasetVersion v;
+  v.name = name;
+  v.version = static_cast<int>(row.int64(1));
+  v.created_at = row.text(2);
+  v.fingerprint = row.text(3);
+  v.format = row.text(4);
+  v.rows = static_cast<std::uint64_t>(row.int64(5));
+  v.train_rows = static_cast<std::uint64_t>(row.int64(6));
+  v.test_rows = static_cast<std::uint64_t>(row.int64(7));
+  v.label_column = row.text(8);
+  json schema = json::parse(row.text(9));
+  v.columns = columns_from_json(schema.at("columns"));
+  v.sample_shape = schema.at("sample_shape").get<std::vector<std::int64_t>>();
+  v.options = json::parse(row.text(10));
+  return v;
+}
+
+constexpr const char* kVersionColumns =
+    "v.id, v.version, v.created_at, v.fingerprint, v.format, v.rows, v.train_rows, "
+    "v.test_rows, v.label_column, v.schema_json, v.options_json";
+
+void load_streams(sql::Database& db, std::int64_t version_id, DatasetVersion& v) {
+  auto stmt = db.prepare(
+      "SELECT s.role, s.blob, b.size, s.file_name, s.dtype, s.shape, "
+      "(SELECT count(*) FROM blob_chunks c WHERE c.blob = s.blob) "
+      "FROM dataset_streams s JOIN blobs b ON b.hash = s.blob WHERE s.version_id = ? "
+      "ORDER BY s.role");
+  stmt.bind(1, version_id);
+  while (stmt.step()) {
+    DatasetStream s;
+    s.role = stmt.text(0);
+    s.blob = stmt.text(1);
+    s.size = static_cast<std::uint64_t>(stmt.int64(2));
+    s.file_name = stmt.text(3);
+    s.dtype = stmt.text(4);
+    if (!stmt.is_null(5)) s.shape = json::parse(stmt.text(5)).get<std::vector<std::int64_t>>();
+    s.chunks = static_cast<std::uint64_t>(stmt.int64(6));
+    v.streams.push_back(std::move(s));
+  }
+}
+
+// Finds a version's row id; throws kNotFound naming what is missing.
+std::pair<std::int64_t, DatasetVersion> lookup(sql::Database& db, const DatasetRef& ref) {
+  auto ds = db.prepare("SELECT id FROM datasets WHERE name = ?");
+  ds.bind(1, ref.name);
+  if (!ds.step()) throw not_found("no dataset named '" + ref.name + "' (see 'anneal data list')");
+  std::int64_t dataset_id = ds.int64(0);
+  std::string sql = std::string("SELECT ") + kVersionColumns +
+                    " FROM dataset_versions v WHERE v.dataset_id = ? " +
+                    (ref.version ? "AND v.version = ?" : "ORDER BY v.version DESC LIMIT 1");
+  auto stmt = db.prepare(sql);
+  stmt.bind(1, dataset_id);
+  if (ref.version) stmt.bind(2, static_cast<std::int64_t>(*ref.version));
+  if (!stmt.step())
+    throw not_found("dataset '" + ref.name + "' has no version " +
+                    (ref.version ? "v" + std::to_string(*ref.version) : std::string("yet")));
+  std::int64_t id = stmt.int64(0);
+  DatasetVersion v = read_version_row(stmt, ref.name);
+  load_streams(db, id, v);
+  return {id, std::move(v)};
+}
+
+std::optional<int> version_with_fingerprint(sql::Database& db, const std::string& name,
+                                            const std::string& fingerprint) {
+  auto stmt = db.prepare(
+      "SELECT v.version FROM dataset_versions v JOIN datasets d ON d.id = v.dataset_id "
+      "WHERE d.name = ? AND v.fingerprint = ?");
+  stmt.bind(1, name).bind(2, fingerprint);
+  if (stmt.step()) return static_cast<int>(stmt.int64(0));
+  return std::nullopt;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------- import
+
+ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter& reporter) {
+  validate_dataset_name(request.dataset);
+  if (!(request.split >= 0 && request.split < 1))
+    throw usage_error("--split " + std::to_string(request.split) +
+                      ": expected a fraction in [0, 1)");
+
+  std::vector<SourceFile> sources;
+  auto add_source = [&](const std::string& role, const fs::path& path, const char* flag) {
+    try {
+      sources.push_back({role, path, MappedFile(path)});
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kNotFound)
+        throw usage_error(std::string(flag) + ": " + path.string() + ": no such file");
+      throw;
+    }
+  };
+  add_source("source", request.file, "FILE");
+  if (request.labels) add_source("source.labels", *request.labels, "--labels");
+  if (request.test) add_source("test.source", *request.test, "--test");
+  if (request.test_labels) add_source("test.source.labels", *request.test_labels, "--test-labels");
+
+  const ObjectStore& objects = store.objects();
+  ImportResult result;
+  for (const auto& s : sources) result.source_bytes += s.mapped.bytes().size();
+
+  // Chunk, hash and compress the sources while the parser runs: nothing is
+  // written until the parse has succeeded, so bad input leaves no trace.
+  reporter.note("reading " + std::to_string(result.source_bytes) + " bytes");
+  std::vector<PreparedStream> source_streams(sources.size());
+  Format format = Format::kAuto;
+  Table train, test;
+  tbb::task_group group;
+  for (std::size_t i = 0; i < sources.size(); ++i)
+    group.run([&, i] {
+      source_streams[i] = prepare_stream(objects, sources[i].mapped.bytes(), kSourceChunking);
+    });
+  group.run([&] { parse_inputs(request, sources, format, train, test); });
+  group.wait();
+
+  // The identity of this import: the source bytes and every option that
+  // shaped the parse. The same fingerprint again means the same version.
+  json options = {{"format", format_name(format)},
+                  {"label", train.columns[train.label_column].name},
+                  {"test", static_cast<bool>(request.test)}};
+  if (format == Format::kCsv || format == Format::kTsv) {
+    options["header"] = request.header;
+    options["categorical"] = request.categorical;
+  }
+  if (!request.test) {
+    options["split"] = request.split;
+    options["seed"] = request.seed;
+  }
+  json identity = {{"options", options}, {"sources", json::object()}};
+  for (std::size_t i = 0; i < sources.size(); ++i)
+    identity["sources"][sources[i].role] = source_streams[i].hash;
+  std::string fingerprint = to_hex(hash_bytes(identity.dump()));
+
+  auto existing = [&]() -> std::optional<ImportResult> {
+    if (auto v = version_with_fingerprint(store.db(), request.dataset, fingerprint)) {
+      ImportResult same;
+      same.version = find_dataset(store, {request.dataset, *v});
+      same.created = false;
+      same.source_bytes = result.source_bytes;
+      return same;
+    }
+    return std::nullopt;
+  };
+  if (auto same = existing()) return *same;
+
+  // The parsed form: features and labels in source row order (so appended
+  // rows append to these streams too), and a split mask or the test part.
+  std::vector<ColumnSchema> columns = train.columns;
+  std::vector<std::uint8_t> split;
+  if (request.test) {
+    for (std::size_t c = 0; c < columns.size(); ++c) columns[c] = merge_column(train.columns[c], test.columns[c]);
+    result.version.train_rows = train.rows;
+    result.version.test_rows = test.rows;
+  } else {
+    split = stratified_split(train, request.split, request.seed);
+    std::uint64_t test_rows = static_cast<std::uint64_t>(std::count(split.begin(), split.end(), 1));
+    result.version.train_rows = train.rows - test_rows;
+    result.version.test_rows = test_rows;
+  }
+  struct TensorStream {
+    std::string role;
+    std::string_view bytes;
+    std::string dtype;
+    std::vector<std::int64_t> shape;
+    PreparedStream prepared;
+  };
+  auto with_rows = [](std::uint64_t rows, const std::vector<std::int64_t>& sample) {
+    std::vector<std::int64_t> shape{static_cast<std::int64_t>(rows)};
+    shape.insert(shape.end(), sample.begin(), sample.end());
+    return shape;
+  };
+  std::vector<TensorStream> tensors;
+  tensors.push_back({"features", as_bytes(train.features), "f32", with_rows(train.rows, train.sample_shape), {}});
+  tensors.push_back({"labels", as_bytes(train.labels), "f32", {static_cast<std::int64_t>(train.rows)}, {}});
+  if (request.test) {
+    tensors.push_back({"test.features", as_bytes(test.features), "f32", with_rows(test.rows, test.sample_shape), {}});
+    tensors.push_back({"test.labels", as_bytes(test.labels), "f32", {static_cast<std::int64_t>(test.rows)}, {}});
+  } else if (request.split > 0) {
+    tensors.push_back({"split", as_bytes(split), "u8", {static_cast<std::int64_t>(split.size())}, {}});
+  }
+  for (auto& t : tensors) group.run([&t, &objects] { t.prepared = prepare_stream(objects, t.bytes, kTensorChunking); });
+  group.wait();
+
+  // From the first object written until the catalog commit, hold the writer
+  // lock so a concurrent gc cannot take objects that are not yet referenced.
+  FileLock writer = store.writer_lock();
+  reporter.note("writing objects");
+  for (const auto& s : source_streams) result.bytes_added += commit_stream(objects, s);
+  for (const auto& t : tensors) result.bytes_added += commit_stream(objects, t.prepared);
+
+  sql::Database& db = store.db();
+  int version_number = 0;
+  {
+    sql::Transaction txn(db);
+    if (auto same = existing()) return *same;  // a concurrent import got there first
+    std::string now = utc_now();
+    db.prepare("INSERT OR IGNORE INTO datasets(name, created_at) VALUES (?, ?)")
+        .bind(1, request.dataset).bind(2, now).run();
+    auto ds = db.prepare("SELECT id FROM datasets WHERE name = ?");
+    ds.bind(1, request.dataset);
+    ds.step();
+    std::int64_t dataset_id = ds.int64(0);
+    auto next = db.prepare("SELECT COALESCE(MAX(version), 0) + 1 FROM dataset_versions WHERE dataset_id = ?");
+    next.bind(1, dataset_id);
+    next.step();
+    version_number = static_cast<int>(next.int64(0));
+    json schema = {{"columns", columns_to_json(columns)}, {"sample_shape", train.sample_shape}};
+    db.prepare(
+          "INSERT INTO dataset_versions(dataset_id, version, created_at, fingerprint, format, rows, "
+          "train_rows, test_rows, label_column, schema_json, options_json) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        .bind(1, dataset_id)
+        .bind(2, static_cast<std::int64_t>(version_number))
+        .bind(3, now)
+        .bind(4, fingerprint)
+        .bind(5, format_name(format))
+        .bind(6, static_cast<std::int64_t>(train.rows + (request.test ? test.rows : 0)))
+        .bind(7, static_cast<std::int64_t>(result.version.train_rows))
+        .bind(8, static_cast<std::int64_t>(result.version.test_rows))
+        .bind(9, train.columns[train.label_column].name)
+        .bind(10, schema.dump())
+        .bind(11, options.dump())
+        .run();
+    std::int64_t version_id = db.last_insert_id();
+    auto insert_stream = db.prepare(
+        "INSERT INTO dataset_streams(version_id, role, blob, file_name, dtype, shape) "
+        "VALUES (?, ?, ?, ?, ?, ?)");
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      record_blob(db, source_streams[i]);
+      insert_stream.reset();
+      insert_stream.bind(1, version_id).bind(2, sources[i].role).bind(3, source_streams[i].hash)
+          .bind(4, sources[i].path.filename().string()).bind_null(5).bind_null(6).run();
+    }
+    for (const auto& t : tensors) {
+      record_blob(db, t.prepared);
+      insert_stream.reset();
+      insert_stream.bind(1, version_id).bind(2, t.role).bind(3, t.prepared.hash).bind_null(4)
+          .bind(5, t.dtype).bind(6, shape_json(t.shape).dump()).run();
+    }
+    txn.commit();
+  }
+  std::uint64_t added = result.bytes_added;
+  result.version = find_dataset(store, {request.dataset, version_number});
+  result.created = true;
+  result.bytes_added = added;
+  return result;
+}
+
+// ------------------------------------------------------------------ queries
+
+DatasetVersion find_dataset(Store& store, const DatasetRef& ref) {
+  return lookup(store.db(), ref).second;
+}
+
+std::vector<DatasetVersion> dataset_versions(Store& store, std::string_view name) {
+  sql::Database& db = store.db();
+  auto ds = db.prepare("SELECT id FROM datasets WHERE name = ?");
+  ds.bind(1, name);
+  if (!ds.step()) throw not_found("no dataset named '" + std::string(name) + "'");
+  auto stmt = db.prepare(std::string("SELECT ") + kVersionColumns +
+                         " FROM dataset_versions v WHERE v.dataset_id = ? ORDER BY v.version");
+  stmt.bind(1, ds.int64(0));
+  std::vector<DatasetVersion> versions;
+  while (stmt.step()) {
+    versions.push_back(read_version_row(stmt, std::string(name)));
+    load_streams(db, stmt.int64(0), versions.back());
+  }
+  return versions;
+}
+
+std::vector<DatasetSummary> list_datasets(Store& store) {
+  sql::Database& db = store.db();
+  auto stmt = db.prepare(
+      "SELECT d.name, count(v.id) FROM datasets d JOIN dataset_versions v ON v.dataset_id = d.id "
+      "GROUP BY d.id ORDER BY d.name");
+  std::vector<DatasetSummary> out;
+  while (stmt.step()) {
+    DatasetSummary s;
+    s.name = stmt.text(0);
+    s.versions = static_cast<int>(stmt.int64(1));
+    out.push_back(std::move(s));
+  }
+  for (auto& s : out) s.latest = find_dataset(store, {s.name, std::nullopt});
+  return out;
+}
+
+DatasetDiff diff_datasets(Store& store, const DatasetRef& from, const DatasetRef& to) {
+  DatasetDiff diff;
+  diff.from = find_dataset(store, from);
+  diff.to = find_dataset(store, to);
+  sql::Database& db = store.db();
+
+  // Schema: columns added, removed, retyped, with changed dictionaries.
+  std::map<std::string, const ColumnSchema*> before, after;
+  for (const auto& c : diff.from.columns) before[c.name] = &c;
+  for (const auto& c : diff.to.columns) after[c.name] = &c;
+  for (const auto& [name, c] : before)
+    if (!after.count(name)) diff.schema_changes.push_back("removed column '" + name + "'");
+  for (const auto& c : diff.to.columns) {
+    auto it = before.find(c.name);
+    if (it == before.end()) {
+      diff.schema_changes.push_back("added column '" + c.name + "' (" + column_type_name(c.type) + ")");
+      continue;
+    }
+    const ColumnSchema& old = *it->second;
+    if (old.type != c.type)
+      diff.schema_changes.push_back("column '" + c.name + "' changed type " +
+                                    column_type_name(old.type) + " -> " + column_type_name(c.type));
+    else if (c.type == ColumnType::kCategorical && old.categories != c.categories) {
+      std::set<std::string> was(old.categories.begin(), old.categories.end());
+      std::size_t added = 0;
+      for (const auto& cat : c.categories) added += !was.count(cat);
+      diff.schema_changes.push_back("column '" + c.name + "': " + std::to_string(added) +
+                                    " new categories");
+    }
+    if (old.shape != c.shape) diff.schema_changes.push_back("column '" + c.name + "' changed shape");
+  }
+  if (diff.from.label_column != diff.to.label_column)
+    diff.schema_changes.push_back("label column '" + diff.from.label_column + "' -> '" +
+                                  diff.to.label_column + "'");
+
+  // Bytes: distinct chunk objects of each version, and those both hold.
+  auto chunk_set = [&](const DatasetVersion& v, bool sources_only) {
+    std::unordered_map<std::string, std::uint64_t> set;
+    for (const auto& s : v.streams) {
+      if (sources_only && s.role.find("source") == std::string::npos) continue;
+      for (const auto& c : blob_chunks(db, s.blob)) set.emplace(c.object, c.length);
+    }
+    return set;
+  };
+  auto a = chunk_set(diff.from, false), b = chunk_set(diff.to, false);
+  for (const auto& [id, len] : a) diff.from_bytes += len;
+  for (const auto& [id, len] : b) {
+    diff.to_bytes += len;
+    if (a.count(id)) diff.shared_bytes += len;
+  }
+  auto sa = chunk_set(diff.from, true), sb = chunk_set(diff.to, true);
+  for (const auto& [id, len] : sb)
+    if (sa.count(id)) diff.source_shared_bytes += len;
+  return diff;
+}
+
+void export_dataset(Store& store, const DatasetRef& ref, const std::string& role,
+                    const fs::path& out, bool force) {
+  DatasetVersion v = find_dataset(store, ref);
+  const DatasetStream* stream = v.stream(role);
+  if (!stream) {
+    std::string roles;
+    for (const auto& s : v.streams) roles += (roles.empty() ? "" : ", ") + s.role;
+    throw usage_error("--part " + role + ": " + v.ref() + " has no such part (parts: " + roles + ")");
+  }
+  if (!force && fs::exists(out))
+    throw usage_error("-o " + out.string() + ": file exists (pass --force to replace it)");
+  std::string bytes = read_blob(store.db(), store.objects(), stream->blob,
+                                "dataset " + v.ref() + ", " + role);
+  fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  if (!write_file_atomic(out, bytes, dir, /*replace=*/force))
+    throw usage_error("-o " + out.string() + ": file exists (pass --force to replace it)");
+}
+
+LoadedDataset load_dataset(Store& store, const DatasetRef& ref) {
+  LoadedDataset loaded;
+  loaded.version = find_dataset(store, ref);
+  const DatasetVersion& v = loaded.version;
+  auto read_f32 = [&](const std::string& role) {
+    const DatasetStream* s = v.stream(role);
+    if (!s) throw corrupt("dataset " + v.ref() + " has no '" + role + "' stream; run 'anneal fsck'");
+    std::string bytes = read_blob(store.db(), store.objects(), s->blob, "dataset " + v.ref() + ", " + role);
+    std::vector<float> out(bytes.size() / sizeof(float));
+    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+    return out;
+  };
+  auto shell = [&](Table& t) {
+    t.columns = v.columns;
+    t.sample_shape = v.sample_shape;
+    for (std::size_t c = 0; c < v.columns.size(); ++c)
+      if (v.columns[c].name == v.label_column) t.label_column = c;
+  };
+  shell(loaded.train);
+  shell(loaded.test);
+  std::vector<float> features = read_f32("features"), labels = read_f32("labels");
+  const std::size_t width = static_cast<std::size_t>(loaded.train.sample_width());
+  if (v.stream("test.features")) {
+    loaded.train.features = std::move(features);
+    loaded.train.labels = std::move(labels);
+    loaded.train.rows = loaded.train.labels.size();
+    loaded.test.features = read_f32("test.features");
+    loaded.test.labels = read_f32("test.labels");
+    loaded.test.rows = loaded.test.labels.size();
+    return loaded;
+  }
+  std::vector<std::uint8_t> split(labels.size(), 0);
+  if (const DatasetStream* s = v.stream("split")) {
+    std::string bytes = read_blob(store.db(), store.objects(), s->blob, "dataset " + v.ref() + ", split");
+    if (bytes.size() != split.size()) throw corrupt("dataset " + v.ref() + ": split mask has the wrong length");
+    std::memcpy(split.data(), bytes.data(), split.size());
+  }
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    Table& part = split[i] ? loaded.test : loaded.train;
+    part.features.insert(part.features.end(), features.begin() + static_cast<std::ptrdiff_t>(i * width),
+                         features.begin() + static_cast<std::ptrdiff_t>((i + 1) * width));
+    part.labels.push_back(labels[i]);
+    ++part.rows;
+  }
+  return loaded;
+}
+
+}  // namespace anneal

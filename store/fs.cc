@@ -1,0 +1,170 @@
+#include "anneal/fs.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include "anneal/error.h"
+
+namespace anneal {
+namespace fs = std::filesystem;
+
+std::string errno_message(const fs::path& path, std::string_view what) {
+  return path.string() + ": " + std::string(what) + ": " + std::strerror(errno);
+}
+
+namespace {
+
+// Closes a descriptor on scope exit.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+void write_all(int fd, std::string_view bytes, const fs::path& path) {
+  while (!bytes.empty()) {
+    ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw failure(errno_message(path, "write failed"));
+    }
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+std::string unique_suffix() {
+  // Unique among concurrent writers in this and other processes: pid plus a
+  // per-process random stream seeded from the OS.
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return std::to_string(::getpid()) + "-" + std::to_string(rng());
+}
+
+}  // namespace
+
+MappedFile::MappedFile(const fs::path& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    if (errno == ENOENT) throw not_found(path.string() + ": no such file");
+    throw failure(errno_message(path, "cannot open"));
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) throw failure(errno_message(path, "cannot stat"));
+  if (S_ISDIR(st.st_mode)) throw failure(path.string() + ": is a directory, expected a file");
+  size_ = static_cast<std::size_t>(st.st_size);
+  if (size_ == 0) return;
+  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (p == MAP_FAILED) throw failure(errno_message(path, "cannot map"));
+  ::madvise(p, size_, MADV_SEQUENTIAL);
+  data_ = static_cast<const char*>(p);
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<char*>(data_), size_);
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    if (data_) ::munmap(const_cast<char*>(data_), size_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+void make_private_dir(const fs::path& dir) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) return;
+  make_private_dir(dir.parent_path());
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    throw failure(errno_message(dir, "cannot create directory"));
+}
+
+void sync_dir(const fs::path& dir) {
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) throw failure(errno_message(dir, "cannot open directory"));
+  if (::fsync(fd.get()) != 0) throw failure(errno_message(dir, "fsync failed"));
+}
+
+bool write_file_atomic(const fs::path& path, std::string_view bytes, const fs::path& tmp_dir,
+                       bool replace) {
+  if (!replace && ::access(path.c_str(), F_OK) == 0) return false;
+  fs::path tmp = tmp_dir / (path.filename().string() + "." + unique_suffix() + ".tmp");
+  {
+    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (fd.get() < 0) throw failure(errno_message(tmp, "cannot create"));
+    try {
+      write_all(fd.get(), bytes, tmp);
+      if (::fsync(fd.get()) != 0) throw failure(errno_message(tmp, "fsync failed"));
+    } catch (...) {
+      ::unlink(tmp.c_str());
+      throw;
+    }
+  }
+  int rc = replace ? ::rename(tmp.c_str(), path.c_str())
+                   // link() fails with EEXIST instead of replacing: a concurrent
+                   // writer of the same path wins and we keep its file.
+                   : ::link(tmp.c_str(), path.c_str());
+  int saved_errno = errno;
+  if (!replace) ::unlink(tmp.c_str());
+  if (rc != 0) {
+    if (replace) ::unlink(tmp.c_str());
+    errno = saved_errno;
+    if (!replace && errno == EEXIST) return false;
+    throw failure(errno_message(path, replace ? "rename failed" : "link failed"));
+  }
+  sync_dir(path.parent_path().empty() ? fs::path(".") : path.parent_path());
+  return true;
+}
+
+FileLock::FileLock(const fs::path& path, Mode mode) {
+  Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (fd.get() < 0) throw failure(errno_message(path, "cannot open lock file"));
+  int op = mode == Mode::kShared ? LOCK_SH : LOCK_EX;
+  while (::flock(fd.get(), op) != 0) {
+    if (errno != EINTR) throw failure(errno_message(path, "cannot lock"));
+  }
+  fd_ = fd.release();
+}
+
+FileLock FileLock::try_lock(const fs::path& path, Mode mode) {
+  Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (fd.get() < 0) throw failure(errno_message(path, "cannot open lock file"));
+  int op = (mode == Mode::kShared ? LOCK_SH : LOCK_EX) | LOCK_NB;
+  FileLock lock;
+  while (::flock(fd.get(), op) != 0) {
+    if (errno == EWOULDBLOCK) return lock;
+    if (errno != EINTR) throw failure(errno_message(path, "cannot lock"));
+  }
+  lock.fd_ = fd.release();
+  return lock;
+}
+
+FileLock::~FileLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the flock
+}
+
+FileLock::FileLock(FileLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+
+}  // namespace anneal

@@ -1,0 +1,202 @@
+#include "anneal/object_store.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include <tbb/enumerable_thread_specific.h>
+
+#include "anneal/error.h"
+#include "anneal/fs.h"
+#include "anneal/hash.h"
+
+namespace anneal {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Object file header (docs/STORE.md, "Objects"): 16 bytes, little-endian.
+constexpr char kMagic[4] = {'A', 'N', 'O', 'B'};
+constexpr std::uint8_t kFormatVersion = 1;
+constexpr std::uint8_t kCodecZstd = 1;
+constexpr std::size_t kHeaderSize = 16;
+
+void put_u64le(char* out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+std::uint64_t get_u64le(const char* in) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= std::uint64_t(static_cast<unsigned char>(in[i])) << (8 * i);
+  return v;
+}
+
+struct CCtxDeleter {
+  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+};
+struct DCtxDeleter {
+  void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
+};
+
+// Decodes an object file into its raw bytes, or returns an error description.
+std::optional<std::string> decode(std::string_view file, ZSTD_DCtx* dctx, std::string& raw) {
+  if (file.size() < kHeaderSize || std::memcmp(file.data(), kMagic, 4) != 0)
+    return "not an anneal object (bad header)";
+  if (static_cast<std::uint8_t>(file[4]) != kFormatVersion)
+    return "unsupported object format version " + std::to_string(std::uint8_t(file[4]));
+  if (static_cast<std::uint8_t>(file[5]) != kCodecZstd)
+    return "unsupported codec " + std::to_string(std::uint8_t(file[5]));
+  std::uint64_t raw_size = get_u64le(file.data() + 8);
+  // A corrupt header must not make us allocate terabytes.
+  if (raw_size > (std::uint64_t(1) << 40)) return "implausible size in header";
+  raw.resize(raw_size);
+  std::size_t n = ZSTD_decompressDCtx(dctx, raw.data(), raw.size(), file.data() + kHeaderSize,
+                                      file.size() - kHeaderSize);
+  if (ZSTD_isError(n)) return std::string("cannot decompress: ") + ZSTD_getErrorName(n);
+  if (n != raw_size) return "decompressed size does not match the header";
+  return std::nullopt;
+}
+
+}  // namespace
+
+struct ObjectStore::Impl {
+  fs::path root;
+  fs::path objects;
+  fs::path tmp;
+  int level;
+  mutable tbb::enumerable_thread_specific<std::unique_ptr<ZSTD_CCtx, CCtxDeleter>> cctx{
+      [] { return std::unique_ptr<ZSTD_CCtx, CCtxDeleter>(ZSTD_createCCtx()); }};
+  mutable tbb::enumerable_thread_specific<std::unique_ptr<ZSTD_DCtx, DCtxDeleter>> dctx{
+      [] { return std::unique_ptr<ZSTD_DCtx, DCtxDeleter>(ZSTD_createDCtx()); }};
+  mutable std::mutex dirty_mutex;
+  mutable std::set<fs::path> dirty_dirs;
+};
+
+ObjectStore::ObjectStore(fs::path root, int level) : impl_(std::make_unique<Impl>()) {
+  impl_->root = std::move(root);
+  impl_->objects = impl_->root / "objects";
+  impl_->tmp = impl_->root / "tmp";
+  impl_->level = level;
+}
+
+ObjectStore::~ObjectStore() = default;
+
+fs::path ObjectStore::path_of(const std::string& id) const {
+  return impl_->objects / id.substr(0, 2) / id;
+}
+
+bool ObjectStore::contains(const std::string& id) const {
+  return ::access(path_of(id).c_str(), F_OK) == 0;
+}
+
+PreparedObject ObjectStore::prepare(std::string_view raw) const {
+  PreparedObject object;
+  object.id = to_hex(hash_bytes(raw));
+  object.raw_size = raw.size();
+  if (contains(object.id)) return object;
+  std::string& file = object.file_bytes;
+  file.resize(kHeaderSize + ZSTD_compressBound(raw.size()));
+  std::memcpy(file.data(), kMagic, 4);
+  file[4] = static_cast<char>(kFormatVersion);
+  file[5] = static_cast<char>(kCodecZstd);
+  file[6] = file[7] = 0;
+  put_u64le(file.data() + 8, raw.size());
+  ZSTD_CCtx* cctx = impl_->cctx.local().get();
+  std::size_t n = ZSTD_compressCCtx(cctx, file.data() + kHeaderSize, file.size() - kHeaderSize,
+                                    raw.data(), raw.size(), impl_->level);
+  if (ZSTD_isError(n)) throw failure(std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
+  file.resize(kHeaderSize + n);
+  return object;
+}
+
+bool ObjectStore::commit(const PreparedObject& object) const {
+  if (object.file_bytes.empty()) return false;
+  fs::path dir = impl_->objects / object.id.substr(0, 2);
+  make_private_dir(dir);
+  fs::path path = dir / object.id;
+  bool created = write_file_atomic(path, object.file_bytes, impl_->tmp, /*replace=*/false);
+  if (created) {
+    std::lock_guard lock(impl_->dirty_mutex);
+    impl_->dirty_dirs.insert(dir);
+  }
+  return created;
+}
+
+void ObjectStore::sync_dirs() const {
+  std::set<fs::path> dirs;
+  {
+    std::lock_guard lock(impl_->dirty_mutex);
+    dirs.swap(impl_->dirty_dirs);
+  }
+  for (const auto& dir : dirs) sync_dir(dir);
+  if (!dirs.empty()) sync_dir(impl_->objects);
+}
+
+std::string ObjectStore::put(std::string_view raw) const {
+  PreparedObject object = prepare(raw);
+  commit(object);
+  sync_dirs();
+  return object.id;
+}
+
+std::string ObjectStore::get(const std::string& id, std::string_view owner) const {
+  std::string raw;
+  std::optional<std::string> problem;
+  try {
+    MappedFile file(path_of(id));
+    problem = decode(file.bytes(), impl_->dctx.local().get(), raw);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kNotFound) throw;
+    problem = "missing";
+  }
+  if (!problem && to_hex(hash_bytes(raw)) != id) problem = "content does not match its hash";
+  if (problem)
+    throw corrupt("object " + id + " (" + std::string(owner) + "): " + *problem +
+                  "; the store is damaged, run 'anneal fsck'");
+  return raw;
+}
+
+std::optional<std::string> ObjectStore::check(const std::string& id) const {
+  std::string raw;
+  std::optional<std::string> problem;
+  try {
+    MappedFile file(path_of(id));
+    problem = decode(file.bytes(), impl_->dctx.local().get(), raw);
+  } catch (const Error& e) {
+    problem = e.kind() == ErrorKind::kNotFound ? std::string("missing") : std::string(e.what());
+  }
+  if (!problem && to_hex(hash_bytes(raw)) != id) problem = "content does not match its hash";
+  return problem;
+}
+
+std::uint64_t ObjectStore::stored_size(const std::string& id) const {
+  struct stat st;
+  if (::stat(path_of(id).c_str(), &st) != 0) return 0;
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+std::vector<std::string> ObjectStore::list() const {
+  std::vector<std::string> ids;
+  std::error_code ec;
+  for (const auto& dir : fs::directory_iterator(impl_->objects, ec)) {
+    if (!dir.is_directory()) continue;
+    for (const auto& entry : fs::directory_iterator(dir.path(), ec)) {
+      std::string name = entry.path().filename().string();
+      if (is_hex_digest(name) && name.compare(0, 2, dir.path().filename().string()) == 0)
+        ids.push_back(std::move(name));
+    }
+  }
+  if (ec) throw failure(impl_->objects.string() + ": cannot list objects: " + ec.message());
+  return ids;
+}
+
+void ObjectStore::remove(const std::string& id) const {
+  fs::path path = path_of(id);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    throw failure(errno_message(path, "cannot remove object"));
+}
+
+}  // namespace anneal

@@ -1,0 +1,134 @@
+#include "sqlite.h"
+
+#include <utility>
+
+#include "anneal/error.h"
+
+namespace anneal::sql {
+namespace {
+
+[[noreturn]] void raise(sqlite3* db, int rc, std::string_view what) {
+  std::string message = "catalog: " + std::string(what) + ": " +
+                        (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+  if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)
+    throw busy(message + " (another anneal process holds the catalog)");
+  throw failure(message);
+}
+
+}  // namespace
+
+Database::Database(const std::filesystem::path& path, bool create) {
+  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
+  int rc = sqlite3_open_v2(path.c_str(), &db_, flags, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string message = path.string() + ": cannot open catalog: " +
+                          (db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw failure(message);
+  }
+  sqlite3_extended_result_codes(db_, 1);
+  // Concurrent importers and workers wait for each other's short write
+  // transactions instead of failing.
+  sqlite3_busy_timeout(db_, 60000);
+  exec("PRAGMA journal_mode=WAL");
+  exec("PRAGMA synchronous=FULL");
+  exec("PRAGMA foreign_keys=ON");
+}
+
+Database::~Database() { sqlite3_close_v2(db_); }
+
+void Database::exec(std::string_view sql) {
+  std::string text(sql);
+  char* err = nullptr;
+  int rc = sqlite3_exec(db_, text.c_str(), nullptr, nullptr, &err);
+  if (rc != SQLITE_OK) {
+    std::string message = err ? err : sqlite3_errstr(rc);
+    sqlite3_free(err);
+    if ((rc & 0xff) == SQLITE_BUSY) throw busy("catalog: " + message);
+    throw failure("catalog: " + message);
+  }
+}
+
+Statement Database::prepare(std::string_view sql) { return Statement(db_, sql); }
+
+std::int64_t Database::last_insert_id() const { return sqlite3_last_insert_rowid(db_); }
+
+Statement::Statement(sqlite3* db, std::string_view sql) : db_(db) {
+  int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt_, nullptr);
+  if (rc != SQLITE_OK) raise(db_, rc, "prepare '" + std::string(sql.substr(0, 60)) + "'");
+}
+
+Statement::~Statement() { sqlite3_finalize(stmt_); }
+
+Statement::Statement(Statement&& other) noexcept
+    : db_(other.db_), stmt_(std::exchange(other.stmt_, nullptr)) {}
+
+Statement& Statement::bind(int index, std::int64_t value) {
+  int rc = sqlite3_bind_int64(stmt_, index, value);
+  if (rc != SQLITE_OK) raise(db_, rc, "bind");
+  return *this;
+}
+
+Statement& Statement::bind(int index, double value) {
+  int rc = sqlite3_bind_double(stmt_, index, value);
+  if (rc != SQLITE_OK) raise(db_, rc, "bind");
+  return *this;
+}
+
+Statement& Statement::bind(int index, std::string_view value) {
+  int rc = sqlite3_bind_text64(stmt_, index, value.data(), value.size(), SQLITE_TRANSIENT,
+                               SQLITE_UTF8);
+  if (rc != SQLITE_OK) raise(db_, rc, "bind");
+  return *this;
+}
+
+Statement& Statement::bind_null(int index) {
+  int rc = sqlite3_bind_null(stmt_, index);
+  if (rc != SQLITE_OK) raise(db_, rc, "bind");
+  return *this;
+}
+
+bool Statement::step() {
+  int rc = sqlite3_step(stmt_);
+  if (rc == SQLITE_ROW) return true;
+  if (rc == SQLITE_DONE) return false;
+  raise(db_, rc, "step");
+}
+
+void Statement::reset() {
+  sqlite3_reset(stmt_);
+  sqlite3_clear_bindings(stmt_);
+}
+
+std::int64_t Statement::int64(int column) const { return sqlite3_column_int64(stmt_, column); }
+double Statement::real(int column) const { return sqlite3_column_double(stmt_, column); }
+std::string Statement::text(int column) const {
+  const unsigned char* p = sqlite3_column_text(stmt_, column);
+  return p ? std::string(reinterpret_cast<const char*>(p),
+                         static_cast<std::size_t>(sqlite3_column_bytes(stmt_, column)))
+           : std::string();
+}
+bool Statement::is_null(int column) const {
+  return sqlite3_column_type(stmt_, column) == SQLITE_NULL;
+}
+
+Transaction::Transaction(Database& db) : db_(db) { db_.exec("BEGIN IMMEDIATE"); }
+
+Transaction::~Transaction() {
+  if (!done_) {
+    try {
+      db_.exec("ROLLBACK");
+    } catch (...) {
+      // A failed rollback leaves SQLite to roll back when the connection
+      // closes; there is nothing better to do in a destructor.
+    }
+  }
+}
+
+void Transaction::commit() {
+  db_.exec("COMMIT");
+  done_ = true;
+}
+
+}  // namespace anneal::sql

@@ -1,0 +1,148 @@
+#include "anneal/store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "anneal/error.h"
+#include "sqlite.h"
+
+namespace anneal {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Forward-only catalog migrations. Migration i brings user_version from i to
+// i + 1; each runs in its own transaction. Never edit a released migration:
+// append a new one. docs/STORE.md documents the resulting schema.
+const std::vector<const char*>& migrations() {
+  static const std::vector<const char*> kMigrations = {
+      // 1: datasets, their immutable versions and the chunked streams they own.
+      R"sql(
+      CREATE TABLE datasets (
+        id          INTEGER PRIMARY KEY,
+        name        TEXT NOT NULL UNIQUE,
+        created_at  TEXT NOT NULL
+      );
+      CREATE TABLE dataset_versions (
+        id           INTEGER PRIMARY KEY,
+        dataset_id   INTEGER NOT NULL REFERENCES datasets(id),
+        version      INTEGER NOT NULL CHECK (version >= 1),
+        created_at   TEXT NOT NULL,
+        fingerprint  TEXT NOT NULL,
+        format       TEXT NOT NULL,
+        rows         INTEGER NOT NULL,
+        train_rows   INTEGER NOT NULL,
+        test_rows    INTEGER NOT NULL,
+        label_column TEXT NOT NULL,
+        schema_json  TEXT NOT NULL,
+        options_json TEXT NOT NULL,
+        UNIQUE (dataset_id, version),
+        UNIQUE (dataset_id, fingerprint)
+      );
+      CREATE TABLE blobs (
+        hash  TEXT PRIMARY KEY,
+        size  INTEGER NOT NULL
+      ) WITHOUT ROWID;
+      CREATE TABLE blob_chunks (
+        blob    TEXT NOT NULL REFERENCES blobs(hash) ON DELETE CASCADE,
+        seq     INTEGER NOT NULL,
+        object  TEXT NOT NULL,
+        length  INTEGER NOT NULL,
+        PRIMARY KEY (blob, seq)
+      ) WITHOUT ROWID;
+      CREATE INDEX blob_chunks_by_object ON blob_chunks(object);
+      CREATE TABLE dataset_streams (
+        version_id  INTEGER NOT NULL REFERENCES dataset_versions(id),
+        role        TEXT NOT NULL,
+        blob        TEXT NOT NULL REFERENCES blobs(hash),
+        file_name   TEXT,
+        dtype       TEXT,
+        shape       TEXT,
+        PRIMARY KEY (version_id, role)
+      );
+      CREATE INDEX dataset_streams_by_blob ON dataset_streams(blob);
+      -- Every owner of blobs; gc keeps exactly these. Later migrations that
+      -- add owners (models, checkpoints) recreate this view.
+      CREATE VIEW referenced_blobs AS SELECT blob FROM dataset_streams;
+      )sql",
+  };
+  return kMigrations;
+}
+
+void migrate(sql::Database& db, const fs::path& root) {
+  for (;;) {
+    sql::Transaction txn(db);
+    auto stmt = db.prepare("PRAGMA user_version");
+    stmt.step();
+    int current = static_cast<int>(stmt.int64(0));
+    int latest = static_cast<int>(migrations().size());
+    if (current > latest)
+      throw failure((root / "catalog.db").string() + ": catalog schema version " +
+                    std::to_string(current) + " is newer than this anneal understands (" +
+                    std::to_string(latest) + "); upgrade anneal");
+    if (current == latest) return;  // the transaction rolls back: nothing was changed
+    db.exec(migrations()[static_cast<std::size_t>(current)]);
+    db.exec("PRAGMA user_version = " + std::to_string(current + 1));
+    txn.commit();
+  }
+}
+
+void create_private_file(const fs::path& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) throw failure(errno_message(path, "cannot create"));
+  ::close(fd);
+}
+
+}  // namespace
+
+struct Store::Impl {
+  Impl(fs::path r, bool create) : root(std::move(r)), db(root / "catalog.db", create), objects(root) {}
+  fs::path root;
+  sql::Database db;
+  ObjectStore objects;
+};
+
+Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Store::~Store() = default;
+Store::Store(Store&&) noexcept = default;
+
+int Store::schema_version() { return static_cast<int>(migrations().size()); }
+
+bool Store::init(const fs::path& root) {
+  bool existed = fs::exists(root / "catalog.db");
+  make_private_dir(root);
+  for (const char* sub : {"objects", "tmp", "locks"}) make_private_dir(root / sub);
+  // SQLite gives its -wal and -shm files the permissions of the database
+  // file, so creating that 0600 first keeps the whole catalog owner-only.
+  if (!existed) create_private_file(root / "catalog.db");
+  Impl impl(root, /*create=*/true);
+  migrate(impl.db, root);
+  sync_dir(root);
+  return !existed;
+}
+
+Store Store::open(const fs::path& root) {
+  if (!fs::exists(root / "catalog.db"))
+    throw not_found("no anneal store at " + root.string() + " (create one with 'anneal init')");
+  for (const char* sub : {"objects", "tmp", "locks"}) make_private_dir(root / sub);
+  auto impl = std::make_unique<Impl>(root, /*create=*/false);
+  migrate(impl->db, root);
+  return Store(std::move(impl));
+}
+
+const fs::path& Store::root() const { return impl_->root; }
+const ObjectStore& Store::objects() const { return impl_->objects; }
+sql::Database& Store::db() { return impl_->db; }
+
+FileLock Store::writer_lock() const {
+  return FileLock(impl_->root / "locks" / "gc.lock", FileLock::Mode::kShared);
+}
+
+FileLock Store::gc_lock() const {
+  return FileLock(impl_->root / "locks" / "gc.lock", FileLock::Mode::kExclusive);
+}
+
+}  // namespace anneal

@@ -1,0 +1,95 @@
+#include "streams.h"
+
+#include <tbb/parallel_for.h>
+#include <tbb/parallel_invoke.h>
+
+#include <atomic>
+
+#include "anneal/error.h"
+#include "anneal/hash.h"
+#include "sqlite.h"
+
+namespace anneal {
+
+PreparedStream prepare_stream(const ObjectStore& objects, std::string_view bytes,
+                              const ChunkParams& params) {
+  PreparedStream stream;
+  stream.size = bytes.size();
+  std::vector<std::size_t> ends;
+  // The whole-stream hash is sequential; it runs beside the chunk work.
+  tbb::parallel_invoke(
+      [&] { stream.hash = to_hex(hash_bytes(bytes)); },
+      [&] {
+        ends = chunk_ends(bytes, params);
+        stream.chunks.resize(ends.size());
+        tbb::parallel_for(std::size_t(0), ends.size(), [&](std::size_t i) {
+          std::size_t begin = i == 0 ? 0 : ends[i - 1];
+          stream.chunks[i] = objects.prepare(bytes.substr(begin, ends[i] - begin));
+        });
+      });
+  return stream;
+}
+
+std::uint64_t commit_stream(const ObjectStore& objects, const PreparedStream& stream) {
+  std::atomic<std::uint64_t> added{0};
+  tbb::parallel_for(std::size_t(0), stream.chunks.size(), [&](std::size_t i) {
+    if (objects.commit(stream.chunks[i])) added += stream.chunks[i].file_bytes.size();
+  });
+  objects.sync_dirs();
+  return added;
+}
+
+void record_blob(sql::Database& db, const PreparedStream& stream) {
+  auto insert_blob = db.prepare("INSERT OR IGNORE INTO blobs(hash, size) VALUES (?, ?)");
+  insert_blob.bind(1, stream.hash).bind(2, static_cast<std::int64_t>(stream.size)).run();
+  if (sqlite3_changes(db.handle()) == 0) return;  // known blob: its chunks are recorded
+  auto insert_chunk =
+      db.prepare("INSERT INTO blob_chunks(blob, seq, object, length) VALUES (?, ?, ?, ?)");
+  for (std::size_t i = 0; i < stream.chunks.size(); ++i) {
+    insert_chunk.reset();
+    insert_chunk.bind(1, stream.hash)
+        .bind(2, static_cast<std::int64_t>(i))
+        .bind(3, stream.chunks[i].id)
+        .bind(4, static_cast<std::int64_t>(stream.chunks[i].raw_size))
+        .run();
+  }
+}
+
+std::vector<BlobChunk> blob_chunks(sql::Database& db, const std::string& blob) {
+  auto stmt = db.prepare("SELECT object, length FROM blob_chunks WHERE blob = ? ORDER BY seq");
+  stmt.bind(1, blob);
+  std::vector<BlobChunk> chunks;
+  while (stmt.step())
+    chunks.push_back({stmt.text(0), static_cast<std::uint64_t>(stmt.int64(1))});
+  return chunks;
+}
+
+std::string read_blob(sql::Database& db, const ObjectStore& objects, const std::string& blob,
+                      std::string_view owner) {
+  auto size_stmt = db.prepare("SELECT size FROM blobs WHERE hash = ?");
+  size_stmt.bind(1, blob);
+  if (!size_stmt.step())
+    throw corrupt("catalog: " + std::string(owner) + " refers to unknown blob " + blob +
+                  "; run 'anneal fsck'");
+  std::uint64_t size = static_cast<std::uint64_t>(size_stmt.int64(0));
+  std::vector<BlobChunk> chunks = blob_chunks(db, blob);
+  std::vector<std::uint64_t> offsets(chunks.size() + 1, 0);
+  for (std::size_t i = 0; i < chunks.size(); ++i) offsets[i + 1] = offsets[i] + chunks[i].length;
+  if (offsets.back() != size)
+    throw corrupt("catalog: " + std::string(owner) + ": chunk lengths of blob " + blob +
+                  " do not add up to its size; run 'anneal fsck'");
+  std::string bytes(size, '\0');
+  tbb::parallel_for(std::size_t(0), chunks.size(), [&](std::size_t i) {
+    std::string raw = objects.get(chunks[i].object, owner);
+    if (raw.size() != chunks[i].length)
+      throw corrupt("object " + chunks[i].object + " (" + std::string(owner) +
+                    "): length differs from the catalog; run 'anneal fsck'");
+    std::copy(raw.begin(), raw.end(), bytes.begin() + static_cast<std::ptrdiff_t>(offsets[i]));
+  });
+  if (to_hex(hash_bytes(bytes)) != blob)
+    throw corrupt(std::string(owner) + ": reassembled stream does not match its hash " + blob +
+                  "; run 'anneal fsck'");
+  return bytes;
+}
+
+}  // namespace anneal

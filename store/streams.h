@@ -1,0 +1,50 @@
+// Streams: byte sequences (source files, parsed tensors) stored as lists of
+// content-defined chunks, each chunk one object. A stream is recorded in the
+// catalog as a blob (its hash and size) with its ordered chunk list; blobs
+// are shared between every version that holds the same bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "anneal/chunker.h"
+#include "anneal/object_store.h"
+
+namespace anneal {
+
+namespace sql {
+class Database;
+}
+
+struct PreparedStream {
+  std::string hash;  // BLAKE2b-256 of the whole stream
+  std::uint64_t size = 0;
+  std::vector<PreparedObject> chunks;
+};
+
+// Chunks, hashes and compresses `bytes` in parallel (oneTBB). Writes nothing.
+PreparedStream prepare_stream(const ObjectStore& objects, std::string_view bytes,
+                              const ChunkParams& params);
+
+// Writes the chunks not yet stored, in parallel, and syncs their directories.
+// Returns the compressed bytes this call added to the store.
+std::uint64_t commit_stream(const ObjectStore& objects, const PreparedStream& stream);
+
+// Records the blob and its chunk list (a no-op when the blob is known).
+// Call inside the transaction that records what owns the blob.
+void record_blob(sql::Database& db, const PreparedStream& stream);
+
+struct BlobChunk {
+  std::string object;
+  std::uint64_t length;
+};
+std::vector<BlobChunk> blob_chunks(sql::Database& db, const std::string& blob);
+
+// Reassembles a blob from its chunks, verifying every object and the whole
+// stream's hash. `owner` names what the blob belongs to for error messages.
+std::string read_blob(sql::Database& db, const ObjectStore& objects, const std::string& blob,
+                      std::string_view owner);
+
+}  // namespace anneal

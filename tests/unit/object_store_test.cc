@@ -1,0 +1,95 @@
+#include "anneal/object_store.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "anneal/error.h"
+#include "anneal/hash.h"
+#include "test_util.h"
+
+namespace anneal {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ObjectStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::create_directories(dir_.path() / "objects");
+    fs::create_directories(dir_.path() / "tmp");
+  }
+  test::TempDir dir_;
+  ObjectStore store_{dir_.path()};
+};
+
+TEST_F(ObjectStoreTest, RoundTripsAndNamesObjectsByContentHash) {
+  std::string bytes(100000, 'x');
+  std::string id = store_.put(bytes);
+  EXPECT_EQ(id, to_hex(hash_bytes(bytes)));
+  EXPECT_TRUE(store_.contains(id));
+  EXPECT_EQ(store_.get(id, "test"), bytes);
+  // Compressed: 100000 identical bytes take far less space.
+  EXPECT_LT(store_.stored_size(id), 1000u);
+  EXPECT_TRUE(fs::is_empty(dir_.path() / "tmp"));
+}
+
+TEST_F(ObjectStoreTest, FilesAreOwnerOnly) {
+  std::string id = store_.put("private");
+  struct stat st;
+  ASSERT_EQ(::stat(store_.path_of(id).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST_F(ObjectStoreTest, WritingAnExistingObjectIsANoOp) {
+  std::string id = store_.put("same bytes");
+  auto before = fs::last_write_time(store_.path_of(id));
+  PreparedObject again = store_.prepare("same bytes");
+  EXPECT_TRUE(again.file_bytes.empty()) << "an existing object is not compressed again";
+  EXPECT_FALSE(store_.commit(again));
+  EXPECT_EQ(fs::last_write_time(store_.path_of(id)), before);
+  EXPECT_EQ(store_.list().size(), 1u);
+}
+
+TEST_F(ObjectStoreTest, FlippedByteAnywhereIsCaughtOnReadAndCheck) {
+  std::string bytes;
+  for (int i = 0; i < 5000; ++i) bytes += std::to_string(i * 7919) + ",";
+  std::string id = store_.put(bytes);
+  fs::path path = store_.path_of(id);
+  std::string original = test::read_file(path);
+  for (std::size_t offset = 0; offset < original.size(); offset += std::max<std::size_t>(1, original.size() / 37)) {
+    std::string damaged = original;
+    damaged[offset] = static_cast<char>(damaged[offset] ^ 0x10);
+    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+    test::write_file(path, damaged);
+    EXPECT_TRUE(store_.check(id).has_value()) << "flip at offset " << offset;
+    try {
+      store_.get(id, "dataset demo@v1, source");
+      ADD_FAILURE() << "flip at offset " << offset << " was not caught";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kCorrupt);
+      EXPECT_NE(std::string(e.what()).find(id), std::string::npos);
+      EXPECT_NE(std::string(e.what()).find("demo@v1"), std::string::npos);
+    }
+  }
+  test::write_file(path, original);
+  EXPECT_FALSE(store_.check(id).has_value());
+}
+
+TEST_F(ObjectStoreTest, MissingObjectIsReported) {
+  std::string id = to_hex(hash_bytes("never stored"));
+  EXPECT_EQ(store_.check(id).value_or(""), "missing");
+  EXPECT_THROW(store_.get(id, "test"), Error);
+}
+
+TEST_F(ObjectStoreTest, RemoveDeletes) {
+  std::string id = store_.put("garbage");
+  store_.remove(id);
+  EXPECT_FALSE(store_.contains(id));
+  store_.remove(id);  // absent: not an error
+}
+
+}  // namespace
+}  // namespace anneal

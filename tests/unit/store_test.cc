@@ -1,0 +1,216 @@
+// The dataset store end to end through its C++ API: import, dedup across
+// versions, export, damage detection, gc.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+#include <sstream>
+
+#include "anneal/datasets.h"
+#include "anneal/error.h"
+#include "anneal/maintenance.h"
+#include "anneal/store.h"
+#include "test_util.h"
+
+namespace anneal {
+namespace {
+
+namespace fs = std::filesystem;
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Store::init(root()); }
+  fs::path root() const { return dir_.path() / "store"; }
+  ImportResult import(const std::string& name, const fs::path& file) {
+    Store store = Store::open(root());
+    ImportRequest request;
+    request.dataset = name;
+    request.file = file;
+    return import_dataset(store, request, reporter_);
+  }
+  test::TempDir dir_;
+  NullReporter reporter_;
+};
+
+// A numeric CSV of `rows` rows: 10 features with 6 decimals and a class label.
+std::string numeric_csv_rows(std::size_t first, std::size_t rows) {
+  std::mt19937_64 rng(first * 7 + 1);
+  std::uniform_real_distribution<double> value(-100, 100);
+  std::string out;
+  char buf[32];
+  for (std::size_t i = first; i < first + rows; ++i) {
+    for (int c = 0; c < 10; ++c) {
+      int n = std::snprintf(buf, sizeof buf, "%.6f,", value(rng));
+      out.append(buf, static_cast<std::size_t>(n));
+    }
+    out += std::to_string(i % 4) + "\n";
+  }
+  return out;
+}
+
+const char* kHeader = "f0,f1,f2,f3,f4,f5,f6,f7,f8,f9,label\n";
+
+TEST_F(StoreTest, ImportsRealCsvsWithTheirSchema) {
+  struct Case { const char* file; std::uint64_t rows; std::size_t columns; const char* label; };
+  for (Case c : {Case{"iris.csv", 150, 5, "species"}, Case{"wine.csv", 178, 14, "cultivar"},
+                 Case{"digits.csv", 1797, 65, "digit"}, Case{"breast_cancer.csv", 569, 31, "diagnosis"}}) {
+    ImportResult r = import(fs::path(c.file).stem().string(), test::data_file(c.file));
+    EXPECT_TRUE(r.created);
+    EXPECT_EQ(r.version.version, 1);
+    EXPECT_EQ(r.version.rows, c.rows) << c.file;
+    EXPECT_EQ(r.version.columns.size(), c.columns) << c.file;
+    EXPECT_EQ(r.version.label_column, c.label) << c.file;
+    EXPECT_EQ(r.version.train_rows + r.version.test_rows, c.rows);
+    EXPECT_NEAR(static_cast<double>(r.version.test_rows), 0.2 * static_cast<double>(c.rows), 3);
+  }
+  Store store = Store::open(root());
+  LoadedDataset digits = load_dataset(store, parse_dataset_ref("digits"));
+  EXPECT_EQ(digits.train.rows + digits.test.rows, 1797u);
+  EXPECT_EQ(digits.train.features.size(), digits.train.rows * 64);
+  EXPECT_EQ(digits.version.columns[0].type, ColumnType::kNumeric);
+  EXPECT_EQ(digits.version.columns[0].max, 0);  // the first pixel column is always blank
+}
+
+TEST_F(StoreTest, SplitIsStratifiedAndReproducible) {
+  ImportResult r = import("iris", test::data_file("iris.csv"));
+  Store store = Store::open(root());
+  LoadedDataset d = load_dataset(store, parse_dataset_ref("iris"));
+  std::map<float, int> per_class;
+  for (float y : d.test.labels) ++per_class[y];
+  ASSERT_EQ(per_class.size(), 3u);
+  for (auto [label, n] : per_class) EXPECT_EQ(n, 10) << "class " << label;
+  // Same seed in another store: the same rows.
+  fs::path other = dir_.path() / "other";
+  Store::init(other);
+  Store store2 = Store::open(other);
+  ImportRequest request;
+  request.dataset = "iris";
+  request.file = test::data_file("iris.csv");
+  import_dataset(store2, request, reporter_);
+  EXPECT_EQ(load_dataset(store2, parse_dataset_ref("iris")).test.features, d.test.features);
+}
+
+TEST_F(StoreTest, IdenticalContentCreatesNoVersion) {
+  ImportResult first = import("iris", test::data_file("iris.csv"));
+  ImportResult again = import("iris", test::data_file("iris.csv"));
+  EXPECT_FALSE(again.created);
+  EXPECT_EQ(again.version.ref(), "iris@v1");
+  EXPECT_EQ(again.bytes_added, 0u);
+  Store store = Store::open(root());
+  EXPECT_EQ(dataset_versions(store, "iris").size(), 1u);
+}
+
+TEST_F(StoreTest, AppendingOnePercentOfRowsStoresUnderThreePercentNewBytes) {
+  // ~50 MB: 500k rows of ~100 bytes.
+  const std::size_t rows = 500000;
+  std::string v1 = kHeader + numeric_csv_rows(0, rows);
+  std::string v2 = v1 + numeric_csv_rows(rows, rows / 100);
+  test::write_file(dir_.path() / "v1.csv", v1);
+  test::write_file(dir_.path() / "v2.csv", v2);
+  ImportResult first = import("big", dir_.path() / "v1.csv");
+  ImportResult second = import("big", dir_.path() / "v2.csv");
+  ASSERT_TRUE(second.created);
+  EXPECT_EQ(second.version.rows, rows + rows / 100);
+  double new_fraction_of_file = static_cast<double>(second.bytes_added) / static_cast<double>(v2.size());
+  double new_fraction_of_stored = static_cast<double>(second.bytes_added) / static_cast<double>(first.bytes_added);
+  std::cout << "file " << v1.size() << " B; v1 stored " << first.bytes_added << " B; v2 (+1% rows) added "
+            << second.bytes_added << " B = " << 100 * new_fraction_of_file << "% of the file, "
+            << 100 * new_fraction_of_stored << "% of v1's stored bytes\n";
+  EXPECT_LT(new_fraction_of_file, 0.03);
+  EXPECT_LT(new_fraction_of_stored, 0.03);
+
+  Store store = Store::open(root());
+  DatasetDiff diff = diff_datasets(store, parse_dataset_ref("big@v1"), parse_dataset_ref("big@v2"));
+  EXPECT_GT(static_cast<double>(diff.source_shared_bytes), 0.95 * static_cast<double>(v1.size()));
+}
+
+TEST_F(StoreTest, InsertionNearTheStartSharesAllButACoupleOfSourceChunks) {
+  std::string body = numeric_csv_rows(0, 300000);
+  std::string v1 = kHeader + body;
+  std::size_t cut = v1.find('\n', 5000) + 1;
+  std::string v2 = v1.substr(0, cut) + numeric_csv_rows(900000, 3) + v1.substr(cut);
+  test::write_file(dir_.path() / "v1.csv", v1);
+  test::write_file(dir_.path() / "v2.csv", v2);
+  import("ins", dir_.path() / "v1.csv");
+  import("ins", dir_.path() / "v2.csv");
+  Store store = Store::open(root());
+  DatasetVersion a = find_dataset(store, parse_dataset_ref("ins@v1"));
+  DatasetVersion b = find_dataset(store, parse_dataset_ref("ins@v2"));
+  DatasetDiff diff = diff_datasets(store, parse_dataset_ref("ins@v1"), parse_dataset_ref("ins@v2"));
+  std::uint64_t source_chunks = b.stream("source")->chunks;
+  EXPECT_GE(source_chunks, 20u);
+  // Unshared source bytes: at most two chunks' worth (each at most 4 MiB,
+  // about 1 MiB on average).
+  std::uint64_t unshared = b.stream("source")->size - diff.source_shared_bytes;
+  EXPECT_LT(unshared, 2 * kSourceChunking.avg_size + 2 * kSourceChunking.min_size)
+      << "of " << source_chunks << " chunks";
+  (void)a;
+}
+
+TEST_F(StoreTest, ExportIsBitIdentical) {
+  import("wine", test::data_file("wine.csv"));
+  Store store = Store::open(root());
+  export_dataset(store, parse_dataset_ref("wine@v1"), "source", dir_.path() / "out.csv", false);
+  EXPECT_EQ(test::read_file(dir_.path() / "out.csv"), test::read_file(test::data_file("wine.csv")));
+  EXPECT_THROW(export_dataset(store, parse_dataset_ref("wine@v1"), "source", dir_.path() / "out.csv", false),
+               Error);
+}
+
+TEST_F(StoreTest, FlippedByteInAnyObjectIsCaughtOnReadAndByFsck) {
+  import("iris", test::data_file("iris.csv"));
+  Store store = Store::open(root());
+  std::vector<std::string> ids = store.objects().list();
+  ASSERT_GE(ids.size(), 3u);  // source, features, labels, split
+  EXPECT_TRUE(fsck(store, reporter_).ok());
+  for (const auto& id : ids) {
+    fs::path path = store.objects().path_of(id);
+    std::string original = test::read_file(path);
+    std::string damaged = original;
+    damaged[damaged.size() / 2] ^= 0x01;
+    test::write_file(path, damaged);
+    FsckReport report = fsck(store, reporter_);
+    ASSERT_EQ(report.problems.size(), 1u) << id;
+    EXPECT_NE(report.problems[0].find(id), std::string::npos);
+    EXPECT_NE(report.problems[0].find("iris@v1"), std::string::npos) << report.problems[0];
+    EXPECT_THROW(load_dataset(store, parse_dataset_ref("iris")), Error);
+    test::write_file(path, original);
+  }
+  EXPECT_TRUE(fsck(store, reporter_).ok());
+  EXPECT_EQ(load_dataset(store, parse_dataset_ref("iris")).train.rows, 120u);
+}
+
+TEST_F(StoreTest, GcRemovesOnlyUnreferencedObjects) {
+  import("iris", test::data_file("iris.csv"));
+  Store store = Store::open(root());
+  std::size_t live = store.objects().list().size();
+  std::string orphan = store.objects().put("an object nothing references");
+  GcReport dry = gc(store, /*dry_run=*/true, reporter_);
+  EXPECT_EQ(dry.objects_removed, 1u);
+  EXPECT_TRUE(store.objects().contains(orphan));
+  GcReport real = gc(store, /*dry_run=*/false, reporter_);
+  EXPECT_EQ(real.objects_removed, 1u);
+  EXPECT_FALSE(store.objects().contains(orphan));
+  EXPECT_EQ(store.objects().list().size(), live);
+  EXPECT_TRUE(fsck(store, reporter_).ok());
+}
+
+TEST_F(StoreTest, ReferencesParse) {
+  EXPECT_EQ(parse_dataset_ref("a").to_string(), "a@latest");
+  EXPECT_EQ(parse_dataset_ref("a@latest").to_string(), "a@latest");
+  EXPECT_EQ(*parse_dataset_ref("my-data.v2@v12").version, 12);
+  for (const char* bad : {"", "@v1", "a@", "a@v0", "a@x1", "a@v", "a b", "a@v1x"})
+    EXPECT_THROW(parse_dataset_ref(bad), Error) << bad;
+}
+
+TEST_F(StoreTest, OpeningAMissingStoreSaysHowToCreateOne) {
+  try {
+    Store::open(dir_.path() / "nowhere");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kNotFound);
+    EXPECT_NE(std::string(e.what()).find("anneal init"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace anneal
