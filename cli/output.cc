@@ -23,6 +23,7 @@ void print_table(std::ostream& out, const std::vector<std::vector<std::string>>&
       line += row[i];
       if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
     }
+    line.erase(line.find_last_not_of(' ') + 1);
     out << line << "\n";
   }
 }

@@ -6,7 +6,7 @@ expect_rc 0 init
 expect_rc 0 data import iris "$TEST_DATA/iris.csv"
 expect_contains "$OUT" "imported iris@v1" "first import is v1"
 expect_rc 0 --json data show iris
-expect_eq "$(json_get 'j["rows"], j["train_rows"], j["test_rows"]')" "(150, 120, 30)" "iris rows and stratified split"
+expect_eq "$(json_get 'j["rows"], j["train_rows"], j["test_rows"]')" "150 120 30" "iris rows and stratified split"
 expect_eq "$(json_get 'j["label_column"]')" "species" "label defaults to the last column"
 expect_eq "$(json_get '[c["type"] for c in j["columns"]].count("numeric")')" "4" "four numeric features"
 expect_eq "$(json_get 'j["columns"][4]["categories"]')" "['setosa', 'versicolor', 'virginica']" "label dictionary"
@@ -50,13 +50,13 @@ expect_eq "$(json_get 'j["rows"]')" "178" "gzip CSV rows"
 zstd -q -c "$TEST_DATA/breast_cancer.csv" > "$WORK/bc.csv.zst"
 expect_rc 0 data import bc "$WORK/bc.csv.zst" --seed 7 --split 0.25
 expect_rc 0 --json data show bc
-expect_eq "$(json_get 'j["rows"], j["test_rows"]')" "(569, 142)" "zstd CSV with --split 0.25"
+expect_eq "$(json_get 'j["rows"], j["test_rows"]')" "569 142" "zstd CSV with --split 0.25"
 expect_rc 0 data export bc -o "$WORK/bc.out.zst"
 cmp -s "$WORK/bc.out.zst" "$WORK/bc.csv.zst" && pass || fail "compressed source exported as imported"
 tr ',' '\t' < "$TEST_DATA/iris.csv" > "$WORK/iris.tsv"
 expect_rc 0 data import iristsv "$WORK/iris.tsv" --label 0
 expect_rc 0 --json data show iristsv
-expect_eq "$(json_get 'j["label_column"]')" "sepal length (cm)" "--label by index"
+expect_eq "$(json_get 'j["label_column"]')" "sepal_length_(cm)" "--label by index"
 tail -n +2 "$TEST_DATA/iris.csv" > "$WORK/noheader.csv"
 expect_rc 0 data import nohdr "$WORK/noheader.csv" --no-header
 expect_rc 0 --json data show nohdr
@@ -67,13 +67,13 @@ head -n 121 "$TEST_DATA/iris.csv" > "$WORK/train.csv"
 ( head -n 1 "$TEST_DATA/iris.csv"; tail -n 30 "$TEST_DATA/iris.csv" ) > "$WORK/test.csv"
 expect_rc 0 data import split "$WORK/train.csv" --test "$WORK/test.csv"
 expect_rc 0 --json data show split
-expect_eq "$(json_get 'j["train_rows"], j["test_rows"]')" "(120, 30)" "--test rows"
+expect_eq "$(json_get 'j["train_rows"], j["test_rows"]')" "120 30" "--test rows"
 
 # LIBSVM.
 printf '1 1:0.5 3:2\n0 2:1.5\n1 1:1 2:1 3:1\n0 3:4\n1 1:2\n' > "$WORK/small.svm"
 expect_rc 0 data import svm "$WORK/small.svm" --split 0
 expect_rc 0 --json data show svm
-expect_eq "$(json_get 'j["format"], j["sample_shape"], j["rows"]')" "('libsvm', [3], 5)" "LIBSVM densified"
+expect_eq "$(json_get 'j["format"], j["sample_shape"], j["rows"]')" "libsvm [3] 5" "LIBSVM densified"
 
 expect_rc 0 data list
 expect_contains "$OUT" "iris@v2" "list shows the latest version"

@@ -36,7 +36,9 @@ TEST(Chunker, CoversInputWithinBounds) {
   std::size_t begin = 0;
   for (std::size_t i = 0; i < ends.size(); ++i) {
     std::size_t size = ends[i] - begin;
-    if (i + 1 < ends.size()) EXPECT_GE(size, kSourceChunking.min_size);
+    if (i + 1 < ends.size()) {
+      EXPECT_GE(size, kSourceChunking.min_size);
+    }
     EXPECT_LE(size, kSourceChunking.max_size);
     begin = ends[i];
   }

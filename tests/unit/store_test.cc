@@ -6,6 +6,7 @@
 #include <random>
 #include <sstream>
 
+#include "anneal/chunker.h"
 #include "anneal/datasets.h"
 #include "anneal/error.h"
 #include "anneal/maintenance.h"
@@ -172,7 +173,13 @@ TEST_F(StoreTest, FlippedByteInAnyObjectIsCaughtOnReadAndByFsck) {
     ASSERT_EQ(report.problems.size(), 1u) << id;
     EXPECT_NE(report.problems[0].find(id), std::string::npos);
     EXPECT_NE(report.problems[0].find("iris@v1"), std::string::npos) << report.problems[0];
-    EXPECT_THROW(load_dataset(store, parse_dataset_ref("iris")), Error);
+    // Reading every stream (the parsed form, then the source) must fail.
+    EXPECT_THROW(
+        {
+          load_dataset(store, parse_dataset_ref("iris"));
+          export_dataset(store, parse_dataset_ref("iris"), "source", dir_.path() / "x.csv", true);
+        },
+        Error);
     test::write_file(path, original);
   }
   EXPECT_TRUE(fsck(store, reporter_).ok());
