@@ -1,0 +1,264 @@
+// Backend: the one seam between the training engine and the hardware.
+//
+// Every compute-heavy operation a layer, a loss or an optimizer performs goes
+// through a Backend: tensor memory, host transfers, the layer ops (dense,
+// conv, pooling, eltwise, normalization, softmax) forward and backward, the
+// loss, and the optimizer's elementwise updates. Layers, optimizers and the
+// Trainer see only this interface, so a CUDA backend (cuBLAS/cuDNN) can slot
+// in by implementing it; nothing above it touches tensor bytes.
+//
+// Ops are objects: a layer asks the backend once, at build time, for an op of
+// a fixed per-sample shape (e.g. Backend::dense()), and calls it every step.
+// An op caches whatever the hardware library needs per batch size (the CPU
+// backend: oneDNN primitives, memory objects, reorders, scratchpads), so a
+// steady-state step creates and allocates nothing. Output tensors are owned
+// by the caller and shaped by the op (dims and layout are the op's choice).
+//
+// Layout rule: a gradient always has the layout and dtype of the tensor it is
+// the gradient of (dx mirrors x, dy mirrors y). Ops convert mismatching inputs
+// themselves, which only happens at the edges (the fp32 network input under
+// bf16 compute, the loss).
+//
+// Thread-safety: a Backend and its ops are used by one thread at a time. The
+// CPU backend runs each op on the calling thread's OpenMP team, so the caller
+// bounds its threads with omp_set_num_threads (Trainer does).
+//
+// Errors: anneal::Error kFailure when the library refuses a shape or runs out
+// of memory; kUsage when a spec cannot be honoured (e.g. a kernel larger than
+// the image).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "anneal/loss.h"
+#include "anneal/tensor.h"
+
+namespace anneal {
+
+enum class Activation : std::uint8_t { kNone, kRelu, kGelu, kTanh, kSigmoid };
+const char* activation_name(Activation activation);
+
+// ---- Layer ops -----------------------------------------------------------
+// In the comments: N batch, I/O input/output features, C channels, H/W
+// height/width. Every tensor argument of a forward call must stay alive and
+// unmodified until the matching backward calls have run.
+
+// Elementwise activation y = f(x).
+struct EltwiseSpec {
+  Activation kind = Activation::kRelu;
+  DType compute = DType::kF32;
+};
+class EltwiseOp {
+ public:
+  virtual ~EltwiseOp() = default;
+  // y (x's dims and layout) = f(x).
+  virtual void forward(const Tensor& x, Tensor& y) = 0;
+  // dx = dy ⊙ f'(x). `x` is the forward input.
+  virtual void backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  // dx = dy ⊙ f'(x) computed from the forward *output* y = f(x): how a
+  // dense/conv with the activation fused into its forward differentiates it.
+  // Only relu, tanh and sigmoid (whose derivative is a function of y).
+  virtual void backward_from_output(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+};
+
+// Fully connected: y(N,O) = act(x(N,I...) · W(O,I...)ᵀ + b(O)). The input may
+// be flat (N,F) or an image (N,C,H,W); an image is flattened implicitly in
+// C,H,W order, and W then has dims (O,C,H,W).
+struct DenseSpec {
+  Dims in;                            // per-sample input dims
+  std::int64_t out = 0;               // O
+  DType compute = DType::kF32;
+  Activation fused = Activation::kNone;  // relu/tanh/sigmoid may be fused
+  std::int64_t batch = 128;  // expected batch size: picks the weights' layout
+};
+class DenseOp {
+ public:
+  virtual ~DenseOp() = default;
+  // Shapes fp32 master parameters: weights (O, I...) and bias (O). The
+  // weights' layout is the backend's choice (the one its backward pass
+  // writes gradients in), so steps need no layout conversion; checkpoints
+  // see plain values through copy_to_host.
+  virtual void shape_parameters(Tensor& weights, Tensor& bias) = 0;
+  virtual void forward(const Tensor& x, const Tensor& weights, const Tensor& bias, Tensor& y) = 0;
+  // dx(N,I...) = dy(N,O) · W. dy here is the gradient before any fused
+  // activation (see EltwiseOp::backward_from_output).
+  virtual void backward_data(const Tensor& dy, const Tensor& weights, Tensor& dx) = 0;
+  // dW(O,I...) = dyᵀ · x, db(O) = Σ_n dy; added to dW/db instead of
+  // overwriting them when `accumulate` (gradient accumulation).
+  virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweights,
+                                Tensor& dbias, bool accumulate) = 0;
+};
+
+// 2-D convolution, square kernel, symmetric zero padding:
+// y(N,O,Ho,Wo) = act(conv(x(N,C,H,W), W(O,C,K,K), stride, pad) + b(O)),
+// Ho = (H + 2·pad − K)/stride + 1.
+struct ConvSpec {
+  Dims in;  // (C, H, W)
+  std::int64_t out_channels = 0, kernel = 0, stride = 1, pad = 0;
+  DType compute = DType::kF32;
+  Activation fused = Activation::kNone;
+  std::int64_t batch = 128;  // expected batch size: picks the weights' layout
+};
+class ConvOp {
+ public:
+  virtual ~ConvOp() = default;
+  // Shapes fp32 master parameters: weights (O, C, K, K) and bias (O).
+  virtual void shape_parameters(Tensor& weights, Tensor& bias) = 0;
+  virtual void forward(const Tensor& x, const Tensor& weights, const Tensor& bias, Tensor& y) = 0;
+  virtual void backward_data(const Tensor& dy, const Tensor& weights, Tensor& dx) = 0;
+  virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweights,
+                                Tensor& dbias, bool accumulate) = 0;
+};
+
+// Max or average pooling over K×K windows (average excludes nothing: no
+// padding is used). Ho = (H − K)/stride + 1.
+struct PoolSpec {
+  Dims in;  // (C, H, W)
+  std::int64_t kernel = 2, stride = 2;
+  bool max = true;
+  DType compute = DType::kF32;
+};
+class PoolOp {
+ public:
+  virtual ~PoolOp() = default;
+  // y(N,C,Ho,Wo). The op keeps what backward needs (the argmax positions of
+  // max pooling) until the next forward with the same batch size.
+  virtual void forward(const Tensor& x, Tensor& y) = 0;
+  // dx(N,C,H,W) from dy(N,C,Ho,Wo), for the latest forward of x.
+  virtual void backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+};
+
+// Normalization with a learned scale γ and shift β.
+// Batch norm: statistics per channel (per feature for flat input) over the
+// batch (and H, W). Layer norm: statistics per sample over the last dim
+// (flat input only).
+struct NormSpec {
+  Dims in;  // per-sample dims: (F) or, batch norm only, (C, H, W)
+  float epsilon = 1e-5f;
+  DType compute = DType::kF32;
+};
+class NormOp {
+ public:
+  virtual ~NormOp() = default;
+  // Shapes fp32 scale and shift (C or F values each).
+  virtual void shape_parameters(Tensor& scale, Tensor& shift) = 0;
+  // y = γ·(x − μ)/√(σ² + ε) + β with the batch's statistics, written to
+  // mean/variance (shaped by the op; batch norm: (C); layer norm: (N)).
+  virtual void forward_training(const Tensor& x, const Tensor& scale, const Tensor& shift,
+                                Tensor& y, Tensor& mean, Tensor& variance) = 0;
+  // Batch norm: normalizes with the given (running) mean/variance. Layer
+  // norm ignores them and uses each sample's own statistics.
+  virtual void forward_inference(const Tensor& x, const Tensor& scale, const Tensor& shift,
+                                 const Tensor& mean, const Tensor& variance, Tensor& y) = 0;
+  // dx, dγ, dβ from dy and the statistics forward_training wrote. dγ/dβ are
+  // added to instead of overwritten when `accumulate`.
+  virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& scale,
+                        const Tensor& mean, const Tensor& variance, Tensor& dx,
+                        Tensor& dscale, Tensor& dshift, bool accumulate) = 0;
+};
+
+// A loss over the network output pred(N, K) and labels(N) (fp32, plain).
+class LossOp {
+ public:
+  virtual ~LossOp() = default;
+  // Scores the batch and returns its totals. When `dpred` is non-null, also
+  // writes ∂(Σ loss)/∂pred · grad_scale into it (pred's dims and layout);
+  // grad_scale = 1/(samples in the optimizer step) gives the mean's gradient.
+  // softmax_ce: log-softmax then −log p[label]; bce: log(1+e^z) − y·z.
+  virtual LossTotals forward_backward(const Tensor& pred, const Tensor& labels, Tensor* dpred,
+                                      float grad_scale) = 0;
+  // The prediction for each sample on the host, rows x K floats:
+  // softmax_ce class probabilities, bce P(label 1), mse/mae the value.
+  virtual void predict(const Tensor& pred, float* out) = 0;
+};
+
+// ---- Optimizer updates ---------------------------------------------------
+// All apply to a parameter w, its gradient g and state tensors of w's
+// layout, elementwise, with the gradient first multiplied by grad_scale
+// (global-norm clipping).
+
+struct AdamUpdate {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+  float weight_decay = 0.0f;
+  bool decoupled_weight_decay = false;  // AdamW: w −= lr·wd·w, not g += wd·w
+  std::int64_t step = 1;                // t, 1-based, for bias correction
+  float grad_scale = 1.0f;
+};
+
+struct SgdUpdate {
+  float lr = 1e-2f, momentum = 0.0f, weight_decay = 0.0f;
+  bool nesterov = false;
+  float grad_scale = 1.0f;
+};
+
+// ---- The backend ---------------------------------------------------------
+
+class Backend : public MemoryAllocator {
+ public:
+  ~Backend() override = default;
+
+  virtual const char* name() const = 0;  // "cpu-onednn"
+
+  // Shapes `t` as a dense row-major tensor of the given dims and dtype.
+  virtual void shape_plain(Tensor& t, const Dims& dims, DType dtype) = 0;
+  // Shapes `t` with `like`'s dims and layout but element type `dtype`.
+  virtual void shape_like(Tensor& t, const Tensor& like, DType dtype) = 0;
+
+  // Copies t.elements() row-major floats from the host into `t`, converting
+  // to its layout and dtype. Marks t modified.
+  virtual void copy_from_host(const float* host, Tensor& t) = 0;
+  // Copies `t` out to the host as t.elements() row-major floats.
+  virtual void copy_to_host(const Tensor& t, float* host) = 0;
+  // The tensor's storage as host floats when it is plain fp32 and directly
+  // addressable by the host (the CPU backend), else null: lets a batch
+  // pipeline gather straight into it instead of staging and copying.
+  virtual float* host_view(Tensor& t) = 0;
+
+  // dst (N, F) = src (N, ...) read in row-major order: the flatten of an
+  // image batch for layers that need flat input. dst is plain, src's dtype.
+  virtual void flatten(const Tensor& src, Tensor& dst) = 0;
+  // The inverse for gradients: dst gets `like`'s dims, layout and dtype and
+  // src's values, src being plain row-major with like.elements() elements.
+  virtual void unflatten(const Tensor& src, const Tensor& like, Tensor& dst) = 0;
+
+  virtual void fill_zero(Tensor& t) = 0;
+  // Σ t², summed in a fixed order (bitwise reproducible for any thread count).
+  virtual double sum_squares(const Tensor& t) = 0;
+  // running = (1 − momentum)·running + momentum·scale·batch (fp32 tensors of
+  // one layout): the batch-norm running statistics.
+  virtual void update_running_stat(Tensor& running, const Tensor& batch, float momentum,
+                                   float scale) = 0;
+
+  // Inverted dropout: y = x·mask/(1 − p), mask ~ Bernoulli(1 − p) drawn from a
+  // counter-based generator keyed by (seed, stream), so the mask is a pure
+  // function of the key: backward recomputes it, resume reproduces it.
+  virtual void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed,
+                               std::uint64_t stream) = 0;
+  virtual void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed,
+                                std::uint64_t stream) = 0;
+
+  virtual void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v,
+                           const AdamUpdate& update) = 0;
+  virtual void sgd_update(Tensor& w, const Tensor& g, Tensor& velocity,
+                          const SgdUpdate& update) = 0;
+
+  // Op factories; called while a network is built. Throw kUsage/kFailure
+  // when the shape cannot be supported.
+  virtual std::unique_ptr<EltwiseOp> eltwise(const EltwiseSpec& spec) = 0;
+  virtual std::unique_ptr<DenseOp> dense(const DenseSpec& spec) = 0;
+  virtual std::unique_ptr<ConvOp> conv(const ConvSpec& spec) = 0;
+  virtual std::unique_ptr<PoolOp> pool(const PoolSpec& spec) = 0;
+  virtual std::unique_ptr<NormOp> batch_norm(const NormSpec& spec) = 0;
+  virtual std::unique_ptr<NormOp> layer_norm(const NormSpec& spec) = 0;
+  virtual std::unique_ptr<LossOp> loss(LossKind kind, std::int64_t outputs) = 0;
+};
+
+// The CPU backend: oneDNN primitives (fp32, and bf16 on CPUs with AVX512_BF16
+// or AMX). Throws anneal::Error kFailure when oneDNN has no CPU engine.
+std::unique_ptr<Backend> make_cpu_backend();
+
+// True when this CPU can run bf16 compute at speed (AVX512_BF16 or AMX).
+bool cpu_supports_bf16();
+
+}  // namespace anneal

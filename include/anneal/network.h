@@ -1,0 +1,94 @@
+// Network: a layer spec parsed and built into a chain of layers.
+//
+// Spec grammar: layers separated by whitespace; each is a name with optional
+// arguments in parentheses, positional first, then key=value:
+//   dense(256) relu dense(128) relu dense(10)
+//   conv(32,3,pad=1) relu maxpool(2) conv(64,3,pad=1) relu maxpool(2) flatten dense(128) relu dense(10)
+// Layers: dense(W), conv(C,K[,stride=S][,pad=P]), maxpool(K[,stride=S]),
+// avgpool(K[,stride=S]), flatten, relu, gelu, tanh, sigmoid, dropout(P),
+// batchnorm, layernorm. Pool stride defaults to K; conv stride 1, pad 0.
+// A dense layer on an image input flattens it implicitly.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "anneal/backend.h"
+#include "anneal/layers.h"
+#include "anneal/tensor.h"
+
+namespace anneal {
+
+// One layer as written in a spec.
+struct LayerSpec {
+  std::string name;                 // "conv"
+  std::vector<double> args;         // positional arguments, in order
+  std::vector<std::pair<std::string, double>> options;  // key=value arguments
+  std::string text;                 // as written: "conv(32,3,pad=1)"
+  int position = 0;                 // 1-based index in the spec
+};
+
+// Splits a spec into layers, checking only syntax and layer names. Throws
+// anneal::Error kUsage with a one-line message: an unknown layer (naming the
+// closest known one), unbalanced parentheses, a malformed number.
+std::vector<LayerSpec> parse_layer_spec(std::string_view spec);
+
+// The layer names parse_layer_spec() accepts.
+const std::vector<std::string>& known_layer_names();
+
+struct NetworkOptions {
+  Dims input_shape;                // per sample: {F} or {C, H, W}
+  std::int64_t outputs = 0;        // width the last layer must have (0: unchecked)
+  std::string output_meaning;      // for the width error: "10 classes"
+  DType compute = DType::kF32;     // activations and working weights
+  std::uint64_t seed = 0;          // weight initialisation
+  bool input_gradient = false;     // compute ∂L/∂input (gradient checks)
+  std::int64_t batch = 128;        // expected batch size (lets the backend pick layouts)
+};
+
+class Network {
+ public:
+  // Parses and builds `spec`, checking every shape: throws anneal::Error
+  // kUsage for bad arguments, a layer that does not fit its input (conv on a
+  // flat input, a kernel larger than the image, layernorm on an image) or a
+  // last layer whose width is not options.outputs. Weights are initialised
+  // as PyTorch does by default (U(±1/√fan_in)) from options.seed.
+  // `backend` must outlive the network; it is used from one thread at a time.
+  Network(std::string_view spec, const NetworkOptions& options, Backend& backend);
+  ~Network();
+  Network(const Network&) = delete;
+  Network& operator=(const Network&) = delete;
+
+  // Logits/values (N, outputs) for x (N, input_shape...). The result is owned
+  // by the network, valid until the next forward(). x must stay alive until
+  // backward() has run.
+  const Tensor& forward(const Tensor& x, const PassContext& ctx);
+  // Backpropagates dloss = ∂L/∂output of the latest training forward,
+  // filling every parameter's grad (adding to it with ctx.accumulate).
+  void backward(const Tensor& dloss, const PassContext& ctx);
+  // ∂L/∂input of the latest backward; only with options.input_gradient.
+  const Tensor& input_gradient() const;
+
+  const std::vector<Parameter*>& parameters() const { return parameters_; }
+  const std::vector<StateBuffer>& buffers() const { return buffers_; }
+  std::int64_t parameter_count() const;  // scalars over all parameters
+  const Dims& output_shape() const;
+  // One line per layer: "dense(128) relu  {784} -> {128}  100480 params".
+  std::vector<std::string> summary() const;
+  // The spec as built, fused activations included.
+  std::string describe() const;
+
+ private:
+  Backend& backend_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<Parameter*> parameters_;
+  std::vector<StateBuffer> buffers_;
+  Dims input_shape_;
+  bool input_gradient_ = false;
+  const Tensor* input_grad_ = nullptr;
+};
+
+}  // namespace anneal

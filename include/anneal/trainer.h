@@ -1,0 +1,143 @@
+// Trainer: trains a network built from a layer spec on in-memory data.
+//
+//   anneal::TrainerConfig config;
+//   config.layers = "dense(256) relu dense(128) relu dense(10)";
+//   config.classes = 10;
+//   anneal::DataView train{features, labels, {784}};
+//   anneal::Trainer trainer(config, train, validation, reporter);
+//   trainer.train();                       // all epochs (or early stop)
+//   for (const auto& m : trainer.history()) ... m.train_loss, m.val_accuracy
+//   std::string hash = trainer.weights_hash();
+//
+// Determinism: the same config, data, seed and thread count give bitwise
+// identical weights. Training N steps, save_state(), load_state() into a new
+// Trainer and training on gives the same bits as never stopping.
+//
+// Threads: every thread the trainer starts is bounded by config.threads: the
+// OpenMP team oneDNN computes on (omp_set_num_threads, restored on return)
+// and the TBB arena that prepares the next batch while the current one
+// computes.
+//
+// Thread-safety: one thread at a time may call a Trainer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "anneal/loss.h"
+#include "anneal/network.h"
+#include "anneal/optimizer.h"
+#include "anneal/report.h"
+
+namespace anneal {
+
+enum class Precision : std::uint8_t {
+  kFp32,  // fp32 everywhere
+  kBf16,  // bf16 activations and working weights; fp32 master weights, gradients, optimizer
+};
+// "fp32" | "bf16"; throws kUsage otherwise.
+Precision parse_precision(std::string_view name);
+const char* precision_name(Precision precision);
+
+enum class EarlyStopMetric : std::uint8_t { kNone, kValLoss, kValAccuracy, kTrainLoss };
+// "none" | "val_loss" | "val_accuracy" | "train_loss"; throws kUsage otherwise.
+EarlyStopMetric parse_early_stop_metric(std::string_view name);
+const char* early_stop_metric_name(EarlyStopMetric metric);
+
+struct TrainerConfig {
+  std::string layers;                 // layer spec, see network.h
+  LossKind loss = LossKind::kSoftmaxCrossEntropy;
+  std::int64_t classes = 0;           // softmax_ce: number of classes (>= 2)
+  OptimizerConfig optimizer;
+  std::int64_t batch = 128;
+  std::int64_t epochs = 10;
+  std::int64_t grad_accum = 1;        // micro-batches per optimizer step
+  std::uint64_t seed = 0;             // init, shuffling and dropout
+  int threads = 1;
+  Precision precision = Precision::kFp32;
+  EarlyStopMetric early_stop = EarlyStopMetric::kNone;
+  int patience = 0;                   // epochs without improvement before stopping
+};
+
+// Borrowed in-memory data; must outlive every Trainer call that uses it.
+struct DataView {
+  std::span<const float> features;    // rows x prod(sample_shape), row-major
+  std::span<const float> labels;      // rows: class index (classification) or value
+  std::vector<std::int64_t> sample_shape;  // {F} or {C, H, W}
+};
+
+struct EpochMetrics {
+  std::int64_t epoch = 0;             // 1-based
+  std::int64_t steps = 0;             // optimizer steps done when the epoch ended
+  double train_loss = 0, train_accuracy = 0;  // over the epoch's training batches
+  bool has_validation = false;
+  double val_loss = 0, val_accuracy = 0;
+  float lr = 0;                       // learning rate of the epoch's last step
+  double seconds = 0;                 // wall time of the epoch (not part of determinism)
+};
+
+struct Evaluation {
+  double loss = 0;       // mean per-sample loss
+  double accuracy = 0;   // classification only, else 0
+  std::uint64_t rows = 0;
+};
+
+class Trainer {
+ public:
+  // Validates config and data (kUsage for the config, kBadData for the data:
+  // sizes, labels outside 0..classes-1, NaN features) and builds the network,
+  // raising spec errors (kUsage) before anything trains. `train_data`,
+  // `validation` and `reporter` must outlive the Trainer.
+  Trainer(TrainerConfig config, DataView train_data, std::optional<DataView> validation,
+          Reporter& reporter);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains until every epoch has run, early stopping fired, or `max_steps`
+  // more optimizer steps have run. Reports each epoch's metrics through the
+  // Reporter. Returns finished().
+  bool train(std::uint64_t max_steps = ~std::uint64_t{0});
+  bool finished() const;
+  bool stopped_early() const;
+  std::int64_t step() const;           // optimizer steps done
+  std::int64_t epoch() const;          // epochs completed
+  std::int64_t steps_per_epoch() const;
+  std::int64_t total_steps() const;    // steps_per_epoch() x epochs
+  const std::vector<EpochMetrics>& history() const;
+
+  // Loss and accuracy of the current weights on `data` (inference mode).
+  Evaluation evaluate(const DataView& data);
+  // rows x outputs() predictions for `features` (rows x sample size):
+  // softmax_ce class probabilities, bce P(1), mse/mae the value.
+  std::vector<float> predict(std::span<const float> features);
+  std::int64_t outputs() const;
+
+  // BLAKE2b-256 (hex) of every parameter and state buffer in fp32, with
+  // names and dims: identical weights give identical hashes.
+  std::string weights_hash();
+
+  // Everything needed to resume exactly: weights, optimizer state, batch-norm
+  // statistics, data order position, step, epoch, partial-epoch metric sums,
+  // early-stopping state and metric history.
+  std::vector<std::uint8_t> save_state();
+  // Restores save_state() output into this Trainer, which must have been
+  // built with the same layers, loss, optimizer kind, precision, batch, grad
+  // accumulation, seed and training row count (kUsage otherwise; kCorrupt
+  // for truncated or damaged bytes).
+  void load_state(std::span<const std::uint8_t> bytes);
+
+  const Network& network() const;
+  const TrainerConfig& config() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace anneal

@@ -1,0 +1,315 @@
+// The CPU backend: host memory, oneDNN ops (cpu_ops.cc, cpu_weighted_ops.cc,
+// cpu_loss.cc) and the elementwise vector work of optimizers, dropout and
+// running statistics. Loops are OpenMP `schedule(static)` over independent
+// elements, so their results do not depend on the thread count; the one
+// reduction (sum_squares) adds fixed-size blocks in a fixed order.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "anneal/backend.h"
+#include "anneal/error.h"
+#include "engine/cpu/cpu_common.h"
+#include "engine/cpu/cpu_kernels.h"
+#include "engine/cpu/cpu_ops.h"
+
+namespace anneal {
+
+const char* activation_name(Activation activation) {
+  switch (activation) {
+    case Activation::kNone: return "none";
+    case Activation::kRelu: return "relu";
+    case Activation::kGelu: return "gelu";
+    case Activation::kTanh: return "tanh";
+    case Activation::kSigmoid: return "sigmoid";
+  }
+  return "?";
+}
+
+bool cpu_supports_bf16() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;
+}
+
+namespace cpu {
+namespace {
+
+// Small loops are not worth waking the OpenMP team for.
+constexpr std::int64_t kParallelThreshold = 1 << 15;
+
+float* f32_data(Tensor& t, const char* what) {
+  if (t.dtype() != DType::kF32) throw failure(std::string(what) + ": expects an f32 tensor");
+  return static_cast<float*>(t.data());
+}
+const float* f32_data(const Tensor& t, const char* what) {
+  if (t.dtype() != DType::kF32) throw failure(std::string(what) + ": expects an f32 tensor");
+  return static_cast<const float*>(t.data());
+}
+std::int64_t stored_elements(const Tensor& t) {
+  return static_cast<std::int64_t>(t.bytes() / dtype_size(t.dtype()));
+}
+void check_same_layout(const Tensor& a, const Tensor& b, const char* what) {
+  if (!a.layout() || !b.layout() || !a.layout()->same_as(*b.layout()))
+    throw failure(std::string(what) + ": tensors differ in layout");
+}
+
+// Runs fn(begin, count) over [0, n) in fixed chunks on the OpenMP team; the
+// chunking depends only on n, so elementwise results do not depend on the
+// thread count.
+template <typename Fn>
+void for_chunks(std::int64_t n, Fn fn) {
+  constexpr std::int64_t kChunk = 16384;
+  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
+  for (std::int64_t c = 0; c < chunks; ++c) fn(c * kChunk, std::min(kChunk, n - c * kChunk));
+}
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Dropout's keep/drop decision for element i under a key: a pure function.
+struct DropoutMask {
+  DropoutMask(float p, std::uint64_t seed, std::uint64_t stream)
+      : key(splitmix64(seed ^ splitmix64(stream))),
+        threshold(static_cast<std::uint32_t>(std::min(double(p) * 4294967296.0, 4294967295.0))),
+        scale(p < 1.0f ? 1.0f / (1.0f - p) : 0.0f) {}
+  float operator()(std::int64_t i) const {
+    const auto u = static_cast<std::uint32_t>(splitmix64(key + std::uint64_t(i)) >> 32);
+    return u >= threshold ? scale : 0.0f;
+  }
+  std::uint64_t key;
+  std::uint32_t threshold;
+  float scale;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() {
+    try {
+      ctx_.engine = dnnl::engine(dnnl::engine::kind::cpu, 0);
+      ctx_.stream = dnnl::stream(ctx_.engine);
+    } catch (const dnnl::error& e) {
+      rethrow_dnnl(e, "creating the oneDNN CPU engine");
+    }
+    ctx_.allocator = this;
+  }
+
+  const char* name() const override { return "cpu-onednn"; }
+
+  void* allocate(std::size_t bytes) override {
+    const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (p == nullptr) throw failure("cpu backend: out of memory allocating " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void deallocate(void* data) noexcept override { std::free(data); }
+
+  void shape_plain(Tensor& t, const Dims& dims, DType dtype) override {
+    const MemDesc md = plain_md(dims, dtype);
+    if (!t.empty() && t.dims() == dims && t.dtype() == dtype && md_of(t) == md) return;
+    t.reshape(dims, dtype, make_layout(md), *this);
+  }
+
+  void shape_like(Tensor& t, const Tensor& like, DType dtype) override {
+    const MemDesc md = with_dtype(md_of(like), dtype);
+    if (dtype == like.dtype()) {
+      t.reshape(like.dims(), dtype, like.shared_layout(), *this);
+    } else {
+      t.reshape(like.dims(), dtype, make_layout(md), *this);
+    }
+  }
+
+  void copy_from_host(const float* host, Tensor& t) override {
+    const MemDesc host_md = plain_md(t.dims(), DType::kF32);
+    if (md_of(t) == host_md) {
+      std::memcpy(t.data(), host, host_md.get_size());
+    } else {
+      // Blocked layouts may carry padding that must be zero.
+      std::memset(t.data(), 0, t.bytes());
+      edge_reorders_.run(ctx_, host_md, host, md_of(t), t.data());
+    }
+    t.mark_modified();
+  }
+
+  void copy_to_host(const Tensor& t, float* host) override {
+    const MemDesc host_md = plain_md(t.dims(), DType::kF32);
+    if (md_of(t) == host_md) {
+      std::memcpy(host, t.data(), host_md.get_size());
+    } else {
+      edge_reorders_.run(ctx_, md_of(t), t.data(), host_md, host);
+    }
+  }
+
+  float* host_view(Tensor& t) override {
+    if (t.empty() || t.dtype() != DType::kF32 || !t.layout()->is_plain()) return nullptr;
+    return static_cast<float*>(t.data());
+  }
+
+  void flatten(const Tensor& src, Tensor& dst) override {
+    const Dims flat{src.batch(), src.elements() / std::max<std::int64_t>(src.batch(), 1)};
+    shape_plain(dst, flat, src.dtype());
+    const MemDesc& src_md = md_of(src);
+    const MemDesc src_plain = plain_md(src.dims(), src.dtype());
+    if (src_md == src_plain) {
+      std::memcpy(dst.data(), src.data(), src_plain.get_size());
+    } else {
+      edge_reorders_.run(ctx_, src_md, src.data(), src_plain, dst.data());
+    }
+  }
+
+  void unflatten(const Tensor& src, const Tensor& like, Tensor& dst) override {
+    shape_like(dst, like, like.dtype());
+    const MemDesc like_plain = plain_md(like.dims(), like.dtype());
+    if (md_of(src).get_size() != like_plain.get_size() || src.dtype() != like.dtype())
+      throw failure("unflatten: gradient does not match the flattened tensor");
+    if (md_of(like) == like_plain) {
+      std::memcpy(dst.data(), src.data(), like_plain.get_size());
+    } else {
+      edge_reorders_.run(ctx_, like_plain, src.data(), md_of(like), dst.data());
+    }
+  }
+
+  void fill_zero(Tensor& t) override {
+    std::memset(t.data(), 0, t.bytes());
+    t.mark_modified();
+  }
+
+  double sum_squares(const Tensor& t) override {
+    const float* x = f32_data(t, "sum_squares");
+    const std::int64_t n = stored_elements(t);
+    constexpr std::int64_t kBlock = 8192;
+    const std::int64_t blocks = (n + kBlock - 1) / kBlock;
+    auto* partial = static_cast<double*>(
+        partials_.ensure(static_cast<std::size_t>(std::max<std::int64_t>(blocks, 1)) * sizeof(double), *this));
+#pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      const std::int64_t begin = b * kBlock, end = std::min(n, begin + kBlock);
+      std::int64_t i = begin;
+      for (; i + 8 <= end; i += 8)
+        for (int j = 0; j < 8; ++j) lane[j] += double(x[i + j]) * double(x[i + j]);
+      for (; i < end; ++i) lane[0] += double(x[i]) * double(x[i]);
+      partial[b] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    }
+    double total = 0;
+    for (std::int64_t b = 0; b < blocks; ++b) total += partial[b];
+    return total;
+  }
+
+  void update_running_stat(Tensor& running, const Tensor& batch, float momentum,
+                           float scale) override {
+    check_same_layout(running, batch, "update_running_stat");
+    float* r = f32_data(running, "update_running_stat");
+    const float* b = f32_data(batch, "update_running_stat");
+    const std::int64_t n = stored_elements(running);
+    for (std::int64_t i = 0; i < n; ++i) r[i] = (1.0f - momentum) * r[i] + momentum * scale * b[i];
+    running.mark_modified();
+  }
+
+  void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed,
+                       std::uint64_t stream) override {
+    shape_like(y, x, x.dtype());
+    apply_mask(x, y, DropoutMask(p, seed, stream));
+  }
+
+  void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed,
+                        std::uint64_t stream) override {
+    shape_like(dx, dy, dy.dtype());
+    apply_mask(dy, dx, DropoutMask(p, seed, stream));
+  }
+
+  void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v,
+                   const AdamUpdate& u) override {
+    check_same_layout(w, g, "adam");
+    check_same_layout(w, m, "adam");
+    check_same_layout(w, v, "adam");
+    float* wp = f32_data(w, "adam");
+    const float* gp = f32_data(g, "adam");
+    float* mp = f32_data(m, "adam");
+    float* vp = f32_data(v, "adam");
+    const std::int64_t n = stored_elements(w);
+    AdamKernelArgs args;
+    args.step_size = u.lr / (1.0f - std::pow(u.beta1, float(u.step)));
+    args.inv_sqrt_bc2 = 1.0f / std::sqrt(1.0f - std::pow(u.beta2, float(u.step)));
+    args.beta1 = u.beta1;
+    args.beta2 = u.beta2;
+    args.epsilon = u.epsilon;
+    args.l2 = u.decoupled_weight_decay ? 0.0f : u.weight_decay;
+    args.decay = u.decoupled_weight_decay ? 1.0f - u.lr * u.weight_decay : 1.0f;
+    args.grad_scale = u.grad_scale;
+    for_chunks(n, [&](std::int64_t begin, std::int64_t count) {
+      adam_kernel(wp + begin, gp + begin, mp + begin, vp + begin, count, args);
+    });
+    w.mark_modified();
+  }
+
+  void sgd_update(Tensor& w, const Tensor& g, Tensor& velocity, const SgdUpdate& u) override {
+    check_same_layout(w, g, "sgd");
+    float* wp = f32_data(w, "sgd");
+    const float* gp = f32_data(g, "sgd");
+    const std::int64_t n = stored_elements(w);
+    float* vp = nullptr;
+    if (u.momentum != 0.0f) {
+      check_same_layout(w, velocity, "sgd");
+      vp = f32_data(velocity, "sgd");
+    }
+    const SgdKernelArgs args{u.lr, u.momentum, u.weight_decay, u.grad_scale, u.nesterov};
+    for_chunks(n, [&](std::int64_t begin, std::int64_t count) {
+      sgd_kernel(wp + begin, gp + begin, vp ? vp + begin : nullptr, count, args);
+    });
+    w.mark_modified();
+  }
+
+  std::unique_ptr<EltwiseOp> eltwise(const EltwiseSpec& spec) override {
+    return make_eltwise_op(ctx_, spec);
+  }
+  std::unique_ptr<DenseOp> dense(const DenseSpec& spec) override {
+    return make_dense_op(ctx_, spec);
+  }
+  std::unique_ptr<ConvOp> conv(const ConvSpec& spec) override { return make_conv_op(ctx_, spec); }
+  std::unique_ptr<PoolOp> pool(const PoolSpec& spec) override { return make_pool_op(ctx_, spec); }
+  std::unique_ptr<NormOp> batch_norm(const NormSpec& spec) override {
+    return make_batch_norm_op(ctx_, spec);
+  }
+  std::unique_ptr<NormOp> layer_norm(const NormSpec& spec) override {
+    return make_layer_norm_op(ctx_, spec);
+  }
+  std::unique_ptr<LossOp> loss(LossKind kind, std::int64_t outputs) override {
+    return make_loss_op(ctx_, kind, outputs);
+  }
+
+ private:
+  void apply_mask(const Tensor& in, Tensor& out, const DropoutMask& mask) {
+    const std::int64_t n = stored_elements(in);
+    if (in.dtype() == DType::kF32) {
+      const float* a = static_cast<const float*>(in.data());
+      float* b = static_cast<float*>(out.data());
+#pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
+      for (std::int64_t i = 0; i < n; ++i) b[i] = a[i] * mask(i);
+    } else {
+      const auto* a = static_cast<const std::uint16_t*>(in.data());
+      auto* b = static_cast<std::uint16_t*>(out.data());
+#pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
+      for (std::int64_t i = 0; i < n; ++i) b[i] = f32_to_bf16(bf16_to_f32(a[i]) * mask(i));
+    }
+  }
+
+  CpuContext ctx_;
+  Reorders edge_reorders_;
+  ScratchBuffer partials_;
+};
+
+}  // namespace
+}  // namespace cpu
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<cpu::CpuBackend>(); }
+
+}  // namespace anneal

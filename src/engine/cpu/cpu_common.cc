@@ -1,0 +1,200 @@
+#include "engine/cpu/cpu_common.h"
+
+#include <utility>
+
+namespace anneal::cpu {
+
+memory::data_type to_dnnl(DType dtype) {
+  return dtype == DType::kF32 ? memory::data_type::f32 : memory::data_type::bf16;
+}
+
+DType from_dnnl(memory::data_type dtype) {
+  if (dtype == memory::data_type::f32) return DType::kF32;
+  if (dtype == memory::data_type::bf16) return DType::kBF16;
+  throw failure("cpu backend: unexpected oneDNN data type");
+}
+
+memory::dims to_dnnl_dims(const Dims& dims) {
+  memory::dims out(static_cast<std::size_t>(dims.rank()));
+  for (int i = 0; i < dims.rank(); ++i) out[static_cast<std::size_t>(i)] = dims[i];
+  return out;
+}
+
+MemDesc plain_md(const Dims& dims, DType dtype) {
+  using tag = memory::format_tag;
+  static constexpr tag kTags[] = {tag::a, tag::a, tag::ab, tag::abc, tag::abcd, tag::abcde};
+  if (dims.rank() < 1 || dims.rank() > 5)
+    throw failure("cpu backend: tensors have rank 1 to 5, not " + std::to_string(dims.rank()));
+  return MemDesc(to_dnnl_dims(dims), to_dnnl(dtype), kTags[dims.rank()]);
+}
+
+MemDesc with_dtype(const MemDesc& md, DType dtype) {
+  MemDesc out = md;
+  out.data.data_type = static_cast<dnnl_data_type_t>(to_dnnl(dtype));
+  return out;
+}
+
+MemDesc with_batch(const MemDesc& md, std::int64_t n) {
+  MemDesc out = md;
+  out.data.dims[0] = n;
+  out.data.padded_dims[0] = n;
+  return out;
+}
+
+std::string md_string(const MemDesc& md) {
+  std::string s = "{";
+  for (int i = 0; i < md.data.ndims; ++i) {
+    if (i) s += ",";
+    s += std::to_string(md.data.dims[i]);
+  }
+  s += md.data.data_type == dnnl_bf16 ? "} bf16" : "} f32";
+  return s;
+}
+
+CpuLayout::CpuLayout(MemDesc md) : md_(std::move(md)) {
+  Dims dims;
+  std::vector<std::int64_t> d(md_.data.dims, md_.data.dims + md_.data.ndims);
+  plain_ = md_.data.ndims >= 1 && md_.data.ndims <= 5 &&
+           md_ == plain_md(Dims(d), from_dnnl(md_.data_type()));
+}
+
+bool CpuLayout::same_as(const TensorLayout& other) const {
+  const auto* o = dynamic_cast<const CpuLayout*>(&other);
+  return o != nullptr && o->md_ == md_;
+}
+
+const MemDesc& md_of(const Tensor& t) {
+  const auto* layout = dynamic_cast<const CpuLayout*>(t.layout());
+  if (layout == nullptr) throw failure("cpu backend: tensor is not shaped by the cpu backend");
+  return layout->md();
+}
+
+void rethrow_dnnl(const dnnl::error& e, const std::string& what) {
+  throw failure("cpu backend: " + what + ": " + e.what());
+}
+
+ScratchBuffer::~ScratchBuffer() {
+  if (data_ != nullptr) allocator_->deallocate(data_);
+}
+
+ScratchBuffer::ScratchBuffer(ScratchBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      capacity_(std::exchange(other.capacity_, 0)),
+      allocator_(other.allocator_) {}
+
+ScratchBuffer& ScratchBuffer::operator=(ScratchBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) allocator_->deallocate(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    capacity_ = std::exchange(other.capacity_, 0);
+    allocator_ = other.allocator_;
+  }
+  return *this;
+}
+
+void* ScratchBuffer::ensure(std::size_t bytes, MemoryAllocator& allocator) {
+  if (bytes <= capacity_ && data_ != nullptr) return data_;
+  if (data_ != nullptr) allocator_->deallocate(data_);
+  data_ = nullptr;
+  capacity_ = 0;
+  allocator_ = &allocator;
+  data_ = allocator.allocate(bytes == 0 ? 64 : bytes);
+  capacity_ = bytes;
+  return data_;
+}
+
+Exec::Exec(dnnl::primitive primitive, const dnnl::primitive_desc_base& pd, CpuContext& ctx,
+           const std::vector<std::pair<int, MemDesc>>& args)
+    : primitive_(std::move(primitive)) {
+  slots_.reserve(args.size() + 1);
+  for (const auto& [arg, md] : args) {
+    memory mem(md, ctx.engine, DNNL_MEMORY_NONE);
+    slots_.push_back({arg, mem, nullptr});
+    args_.emplace(arg, mem);
+  }
+  const MemDesc scratch_md = pd.scratchpad_desc();
+  if (scratch_md.get_size() > 0) {
+    void* data = scratchpad_.ensure(scratch_md.get_size(), *ctx.allocator);
+    memory mem(scratch_md, ctx.engine, data);
+    args_.emplace(DNNL_ARG_SCRATCHPAD, mem);
+  }
+}
+
+void Exec::set(int arg, const void* data) {
+  for (Slot& slot : slots_) {
+    if (slot.arg != arg) continue;
+    if (slot.bound != data) {
+      slot.mem.set_data_handle(const_cast<void*>(data));
+      slot.bound = data;
+    }
+    return;
+  }
+  throw failure("cpu backend: primitive has no argument " + std::to_string(arg));
+}
+
+void Exec::run(CpuContext& ctx) {
+  try {
+    primitive_.execute(ctx.stream, args_);
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl(e, "executing a primitive");
+  }
+}
+
+void Reorders::run(CpuContext& ctx, const MemDesc& src_md, const void* src, const MemDesc& dst_md,
+                   void* dst, bool accumulate) {
+  Entry* entry = nullptr;
+  for (Entry& e : entries_)
+    if (e.accumulate == accumulate && e.src == src_md && e.dst == dst_md) entry = &e;
+  if (entry == nullptr) {
+    try {
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      if (accumulate) {
+        dnnl::post_ops ops;
+        ops.append_sum(1.0f);
+        attr.set_post_ops(ops);
+      }
+      dnnl::reorder::primitive_desc pd(ctx.engine, src_md, ctx.engine, dst_md, attr);
+      entries_.push_back({src_md, dst_md, accumulate,
+                          Exec(dnnl::reorder(pd), pd, ctx,
+                               {{DNNL_ARG_FROM, src_md}, {DNNL_ARG_TO, dst_md}})});
+    } catch (const dnnl::error& e) {
+      rethrow_dnnl(e, "creating a reorder " + md_string(src_md) + " -> " + md_string(dst_md));
+    }
+    entry = &entries_.back();
+  }
+  entry->exec.set(DNNL_ARG_FROM, src);
+  entry->exec.set(DNNL_ARG_TO, dst);
+  entry->exec.run(ctx);
+}
+
+const void* conform(CpuContext& ctx, Reorders& reorders, const Tensor& t, const MemDesc& want,
+                    ScratchBuffer& scratch) {
+  const MemDesc& have = md_of(t);
+  if (have == want) return t.data();
+  void* out = scratch.ensure(want.get_size(), *ctx.allocator);
+  reorders.run(ctx, have, t.data(), want, out);
+  return out;
+}
+
+void shape_output(CpuContext& ctx, Tensor& t, const Dims& dims,
+                  const std::shared_ptr<const CpuLayout>& layout) {
+  t.reshape(dims, from_dnnl(layout->md().data_type()), layout, *ctx.allocator);
+}
+
+dnnl::algorithm eltwise_algorithm(Activation kind, bool from_output) {
+  using alg = dnnl::algorithm;
+  switch (kind) {
+    case Activation::kRelu: return from_output ? alg::eltwise_relu_use_dst_for_bwd : alg::eltwise_relu;
+    case Activation::kTanh: return from_output ? alg::eltwise_tanh_use_dst_for_bwd : alg::eltwise_tanh;
+    case Activation::kSigmoid:
+      return from_output ? alg::eltwise_logistic_use_dst_for_bwd : alg::eltwise_logistic;
+    case Activation::kGelu:
+      if (from_output) throw failure("cpu backend: gelu cannot be differentiated from its output");
+      return alg::eltwise_gelu_erf;
+    case Activation::kNone: break;
+  }
+  throw failure("cpu backend: no eltwise algorithm for this activation");
+}
+
+}  // namespace anneal::cpu

@@ -1,0 +1,168 @@
+// Internal plumbing shared by the oneDNN ops of the CPU backend: layouts,
+// cached primitive executions, reorders and scratch memory.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "anneal/backend.h"
+#include "anneal/error.h"
+#include "anneal/tensor.h"
+
+namespace anneal::cpu {
+
+using dnnl::memory;
+using MemDesc = dnnl::memory::desc;
+
+memory::data_type to_dnnl(DType dtype);
+DType from_dnnl(memory::data_type dtype);
+memory::dims to_dnnl_dims(const Dims& dims);
+// The dense row-major descriptor of these dims (rank 1..5).
+MemDesc plain_md(const Dims& dims, DType dtype);
+// `md` with its element type replaced, blocking kept.
+MemDesc with_dtype(const MemDesc& md, DType dtype);
+// `md` with its batch (first) dim replaced; only valid for layouts whose
+// batch dim is outermost and unblocked (all activations here).
+MemDesc with_batch(const MemDesc& md, std::int64_t n);
+// A oneDNN descriptor in a short human form, for error messages.
+std::string md_string(const MemDesc& md);
+
+// A TensorLayout that is a oneDNN memory descriptor.
+class CpuLayout final : public TensorLayout {
+ public:
+  explicit CpuLayout(MemDesc md);
+  std::size_t bytes() const override { return md_.get_size(); }
+  bool is_plain() const override { return plain_; }
+  bool same_as(const TensorLayout& other) const override;
+  const MemDesc& md() const { return md_; }
+
+ private:
+  MemDesc md_;
+  bool plain_;
+};
+
+// The oneDNN descriptor of a shaped tensor. Throws kFailure for a tensor
+// that is not shaped or was shaped by another backend.
+const MemDesc& md_of(const Tensor& t);
+
+// The engine and stream every op of one CpuBackend runs on, plus its memory.
+struct CpuContext {
+  dnnl::engine engine;
+  dnnl::stream stream;
+  MemoryAllocator* allocator = nullptr;
+};
+
+// Runs a oneDNN call, turning dnnl::error into anneal::Error with `what`.
+[[noreturn]] void rethrow_dnnl(const dnnl::error& e, const std::string& what);
+
+// Owned, 64-byte aligned scratch memory that only grows.
+class ScratchBuffer {
+ public:
+  ScratchBuffer() = default;
+  ~ScratchBuffer();
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  ScratchBuffer(ScratchBuffer&& other) noexcept;
+  ScratchBuffer& operator=(ScratchBuffer&& other) noexcept;
+  void* ensure(std::size_t bytes, MemoryAllocator& allocator);
+  void* data() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t capacity_ = 0;
+  MemoryAllocator* allocator_ = nullptr;
+};
+
+// One primitive with its argument memories, created once and executed many
+// times: the memory objects are made once and only their data handles are
+// re-pointed (and only when the pointer changes), so executing allocates
+// nothing on our side.
+class Exec {
+ public:
+  Exec() = default;
+  // `args`: each argument id with the descriptor the primitive expects.
+  // A user-mode scratchpad is allocated here when the primitive needs one.
+  Exec(dnnl::primitive primitive, const dnnl::primitive_desc_base& pd, CpuContext& ctx,
+       const std::vector<std::pair<int, MemDesc>>& args);
+  bool valid() const { return static_cast<bool>(primitive_); }
+  void set(int arg, const void* data);
+  void run(CpuContext& ctx);
+
+ private:
+  struct Slot {
+    int arg;
+    memory mem;
+    const void* bound = nullptr;
+  };
+  dnnl::primitive primitive_;
+  std::vector<Slot> slots_;
+  std::unordered_map<int, memory> args_;
+  ScratchBuffer scratchpad_;
+};
+
+// Reorders between two layouts (and dtypes), primitives cached by the pair.
+class Reorders {
+ public:
+  // dst = src, or dst += src when `accumulate` (f32 destinations).
+  void run(CpuContext& ctx, const MemDesc& src_md, const void* src, const MemDesc& dst_md,
+           void* dst, bool accumulate = false);
+
+ private:
+  struct Entry {
+    MemDesc src, dst;
+    bool accumulate;
+    Exec exec;
+  };
+  std::vector<Entry> entries_;
+};
+
+// An input tensor in the descriptor a primitive wants: the tensor's own
+// storage when it already matches, else a converted copy kept in `scratch`.
+const void* conform(CpuContext& ctx, Reorders& reorders, const Tensor& t, const MemDesc& want,
+                    ScratchBuffer& scratch);
+
+// Shapes `t` as the op output described by `layout`.
+void shape_output(CpuContext& ctx, Tensor& t, const Dims& dims,
+                  const std::shared_ptr<const CpuLayout>& layout);
+
+// Shorthand for building a layout handle.
+inline std::shared_ptr<const CpuLayout> make_layout(const MemDesc& md) {
+  return std::make_shared<const CpuLayout>(md);
+}
+
+// Cached per-batch state of an op: most ops key on the input descriptor
+// (which carries the batch size) and keep a short list.
+template <typename Plan>
+Plan* find_plan(std::vector<std::unique_ptr<Plan>>& plans, const MemDesc& x_md) {
+  for (auto& p : plans)
+    if (p->x_md == x_md) return p.get();
+  return nullptr;
+}
+
+// The eltwise algorithm for an activation; `from_output` picks the
+// *_use_dst_for_bwd variant.
+dnnl::algorithm eltwise_algorithm(Activation kind, bool from_output);
+
+// bf16 <-> f32 for the few elementwise loops that touch bf16 data.
+inline float bf16_to_f32(std::uint16_t v) {
+  std::uint32_t bits = std::uint32_t(v) << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+inline std::uint16_t f32_to_bf16(float f) {
+  std::uint32_t bits;
+  __builtin_memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((bits >> 16) | 0x40);  // NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
+  return std::uint16_t(bits >> 16);
+}
+
+}  // namespace anneal::cpu

@@ -1,0 +1,31 @@
+// Elementwise optimizer kernels for the CPU backend, compiled twice (AVX-512
+// and baseline x86-64) and picked at run time, since the project builds
+// without -march. Each processes one contiguous range; callers split work
+// across threads in fixed chunks, so results never depend on thread count.
+#pragma once
+
+#include <cstdint>
+
+namespace anneal::cpu {
+
+struct AdamKernelArgs {
+  float step_size;     // lr / (1 − β1^t)
+  float inv_sqrt_bc2;  // 1 / √(1 − β2^t)
+  float beta1, beta2, epsilon;
+  float l2;            // coupled weight decay (adam), 0 for adamw
+  float decay;         // 1 − lr·wd for adamw, 1 otherwise
+  float grad_scale;
+};
+
+void adam_kernel(float* w, const float* g, float* m, float* v, std::int64_t n,
+                 const AdamKernelArgs& a);
+
+struct SgdKernelArgs {
+  float lr, momentum, weight_decay, grad_scale;
+  bool nesterov;
+};
+
+void sgd_kernel(float* w, const float* g, float* velocity, std::int64_t n,
+                const SgdKernelArgs& a);
+
+}  // namespace anneal::cpu

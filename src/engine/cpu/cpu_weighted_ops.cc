@@ -1,0 +1,424 @@
+// Dense (inner product) and convolution on oneDNN, forward, backward data and
+// backward weights. Both keep fp32 master weights plain (O, I...) — the
+// layout checkpoints and optimizers see — and let oneDNN pick the layout it
+// computes in (format_tag::any). When the two differ, the working copy is
+// refreshed once per weight update (keyed on Tensor::version), not per call.
+#include <algorithm>
+
+#include "engine/cpu/cpu_ops.h"
+
+namespace anneal::cpu {
+namespace {
+
+using dnnl::prop_kind;
+using tag = memory::format_tag;
+
+// What dense and conv share: working weights, gradient write-back, and the
+// per-batch plan list. `Derived` supplies the primitive descriptors.
+struct WeightedPlan {
+  MemDesc x_md;    // the input's descriptor as it arrives (the cache key)
+  Dims x_dims;
+  std::shared_ptr<const CpuLayout> x_layout;  // dx is shaped like x
+  MemDesc src_md;  // the input as the primitives read it
+  MemDesc dst_md;
+  Dims y_dims;
+  std::shared_ptr<const CpuLayout> y_layout;
+  Exec forward;
+  bool backward_ready = false;
+  Exec backward_data;
+  Exec backward_weights;
+  MemDesc diff_weights_md;
+};
+
+class WeightedOpBase {
+ protected:
+  WeightedOpBase(CpuContext& ctx, Dims weight_dims, std::int64_t out, DType compute)
+      : ctx_(ctx), weight_dims_(weight_dims), out_(out), compute_(compute) {
+    bias_md_ = plain_md(Dims{out_}, DType::kF32);
+  }
+
+  // Called by the derived constructor with probe primitive descriptors for
+  // the expected batch: master weights take the layout backward-weights
+  // writes gradients in (no reorder of gradients), and the primitives
+  // compute with the layout forward prefers (no reorder when the two agree,
+  // as they do for fp32 inner products).
+  void choose_layouts(const MemDesc& forward_weights, const MemDesc& backward_diff_weights) {
+    working_weights_md_ = forward_weights;
+    master_weights_md_ = backward_diff_weights;
+  }
+
+  void shape_master(Tensor& weights, Tensor& bias) {
+    weights.reshape(weight_dims_, DType::kF32, make_layout(master_weights_md_), *ctx_.allocator);
+    bias.reshape(Dims{out_}, DType::kF32, make_layout(bias_md_), *ctx_.allocator);
+  }
+
+  MemDesc weights_md_for_new_primitive() const { return working_weights_md_; }
+
+  void check_master(const Tensor& weights, const Tensor& bias) const {
+    if (md_of(weights) != master_weights_md_ || md_of(bias) != bias_md_)
+      throw failure("cpu backend: parameters not shaped by this op's shape_parameters()");
+  }
+
+  // The weights in the layout/dtype the primitives compute with.
+  const void* working_weights(const Tensor& weights) {
+    if (working_weights_md_ == master_weights_md_) return weights.data();
+    if (weights.data() != refreshed_from_ || weights.version() != refreshed_version_) {
+      void* out = working_weights_.ensure(working_weights_md_.get_size(), *ctx_.allocator);
+      reorders_.run(ctx_, master_weights_md_, weights.data(), working_weights_md_, out);
+      refreshed_from_ = weights.data();
+      refreshed_version_ = weights.version();
+    }
+    return working_weights_.data();
+  }
+
+  void run_forward(WeightedPlan& plan, const Tensor& x, const Tensor& weights, const Tensor& bias,
+                   Tensor& y) {
+    check_master(weights, bias);
+    plan.forward.set(DNNL_ARG_SRC, conform(ctx_, reorders_, x, plan.src_md, converted_x_));
+    plan.forward.set(DNNL_ARG_WEIGHTS, working_weights(weights));
+    plan.forward.set(DNNL_ARG_BIAS, bias.data());
+    shape_output(ctx_, y, plan.y_dims, plan.y_layout);
+    plan.forward.set(DNNL_ARG_DST, y.data());
+    plan.forward.run(ctx_);
+  }
+
+  void run_backward_data(WeightedPlan& plan, const Tensor& dy, const Tensor& weights,
+                         Tensor& dx) {
+    const void* diff_dst = conform(ctx_, reorders_, dy, plan.dst_md, converted_dy_);
+    plan.backward_data.set(DNNL_ARG_DIFF_DST, diff_dst);
+    plan.backward_data.set(DNNL_ARG_WEIGHTS, working_weights(weights));
+    // dx mirrors x: when the primitive reads x in another layout (the fp32
+    // network input under bf16), convert its diff back.
+    shape_output(ctx_, dx, plan.x_dims, plan.x_layout);
+    if (plan.src_md == plan.x_md) {
+      plan.backward_data.set(DNNL_ARG_DIFF_SRC, dx.data());
+      plan.backward_data.run(ctx_);
+    } else {
+      void* tmp = diff_src_.ensure(plan.src_md.get_size(), *ctx_.allocator);
+      plan.backward_data.set(DNNL_ARG_DIFF_SRC, tmp);
+      plan.backward_data.run(ctx_);
+      reorders_.run(ctx_, plan.src_md, tmp, plan.x_md, dx.data());
+    }
+  }
+
+  void run_backward_weights(WeightedPlan& plan, const Tensor& x, const Tensor& dy,
+                            Tensor& dweights, Tensor& dbias, bool accumulate) {
+    check_master(dweights, dbias);
+    plan.backward_weights.set(DNNL_ARG_SRC, conform(ctx_, reorders_, x, plan.src_md, converted_x_));
+    plan.backward_weights.set(DNNL_ARG_DIFF_DST,
+                              conform(ctx_, reorders_, dy, plan.dst_md, converted_dy_));
+    const bool direct_weights = !accumulate && plan.diff_weights_md == master_weights_md_;
+    void* dw = direct_weights
+                   ? dweights.data()
+                   : diff_weights_.ensure(plan.diff_weights_md.get_size(), *ctx_.allocator);
+    void* db = !accumulate ? dbias.data() : diff_bias_.ensure(bias_md_.get_size(), *ctx_.allocator);
+    plan.backward_weights.set(DNNL_ARG_DIFF_WEIGHTS, dw);
+    plan.backward_weights.set(DNNL_ARG_DIFF_BIAS, db);
+    plan.backward_weights.run(ctx_);
+    if (!direct_weights)
+      reorders_.run(ctx_, plan.diff_weights_md, dw, master_weights_md_, dweights.data(), accumulate);
+    if (accumulate) reorders_.run(ctx_, bias_md_, db, bias_md_, dbias.data(), true);
+  }
+
+  dnnl::primitive_attr attr_with(Activation fused) const {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (fused != Activation::kNone) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, eltwise_algorithm(fused, false), 0.0f, 0.0f);
+      attr.set_post_ops(ops);
+    }
+    return attr;
+  }
+
+  static dnnl::primitive_attr plain_attr() {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return attr;
+  }
+
+  CpuContext& ctx_;
+  Dims weight_dims_;
+  std::int64_t out_;
+  DType compute_;
+  MemDesc master_weights_md_, bias_md_;
+  MemDesc working_weights_md_;
+  std::vector<std::unique_ptr<WeightedPlan>> plans_;
+  Reorders reorders_;
+  ScratchBuffer working_weights_, converted_x_, converted_dy_, diff_src_, diff_weights_,
+      diff_bias_;
+  const void* refreshed_from_ = nullptr;
+  std::uint64_t refreshed_version_ = ~std::uint64_t{0};
+};
+
+// ---- Dense ----------------------------------------------------------------
+
+class CpuDenseOp final : public DenseOp, private WeightedOpBase {
+ public:
+  CpuDenseOp(CpuContext& ctx, const DenseSpec& spec)
+      : WeightedOpBase(ctx, spec.in.with_batch(spec.out), spec.out, spec.compute), spec_(spec) {
+    try {
+      const auto dt = to_dnnl(spec_.compute);
+      const std::int64_t n = std::max<std::int64_t>(spec_.batch, 1);
+      MemDesc src_any(to_dnnl_dims(spec_.in.with_batch(n)), dt, tag::any);
+      MemDesc w_any(to_dnnl_dims(weight_dims_), dt, tag::any);
+      MemDesc dst_any({n, spec_.out}, dt, tag::any);
+      dnnl::inner_product_forward::desc fd(prop_kind::forward_training, src_any, w_any, bias_md_,
+                                           dst_any);
+      dnnl::inner_product_forward::primitive_desc fpd(fd, plain_attr(), ctx_.engine);
+      MemDesc dw_any(to_dnnl_dims(weight_dims_), memory::data_type::f32, tag::any);
+      dnnl::inner_product_backward_weights::desc wd(fpd.src_desc(), dw_any, bias_md_,
+                                                    fpd.dst_desc());
+      dnnl::inner_product_backward_weights::primitive_desc wpd(wd, plain_attr(), ctx_.engine, fpd);
+      choose_layouts(fpd.weights_desc(), wpd.diff_weights_desc());
+    } catch (const dnnl::error& e) {
+      rethrow_dnnl(e, "dense " + spec_.in.str() + " -> " + std::to_string(spec_.out));
+    }
+  }
+
+  void shape_parameters(Tensor& weights, Tensor& bias) override { shape_master(weights, bias); }
+
+  void forward(const Tensor& x, const Tensor& weights, const Tensor& bias, Tensor& y) override {
+    run_forward(plan_for(x), x, weights, bias, y);
+  }
+
+  void backward_data(const Tensor& dy, const Tensor& weights, Tensor& dx) override {
+    WeightedPlan& plan = backward_plan_for_batch(dy.batch());
+    run_backward_data(plan, dy, weights, dx);
+  }
+
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweights, Tensor& dbias,
+                        bool accumulate) override {
+    WeightedPlan& plan = plan_for(x);
+    make_backward(plan);
+    run_backward_weights(plan, x, dy, dweights, dbias, accumulate);
+  }
+
+ private:
+  WeightedPlan& plan_for(const Tensor& x) {
+    const MemDesc& x_md = md_of(x);
+    if (WeightedPlan* p = find_plan(plans_, x_md)) {
+      last_ = p;
+      return *p;
+    }
+    if (x.dims().without_batch() != spec_.in)
+      throw failure("dense: input " + x.dims().str() + " does not match " + spec_.in.str());
+    auto plan = std::make_unique<WeightedPlan>();
+    plan->x_md = x_md;
+    plan->x_dims = x.dims();
+    plan->x_layout = std::dynamic_pointer_cast<const CpuLayout>(x.shared_layout());
+    plan->src_md = with_dtype(x_md, spec_.compute);
+    const std::int64_t n = x.batch();
+    plan->y_dims = Dims{n, spec_.out};
+    try {
+      MemDesc dst_any({n, spec_.out}, to_dnnl(spec_.compute), tag::any);
+      dnnl::inner_product_forward::desc d(prop_kind::forward_training, plan->src_md,
+                                          weights_md_for_new_primitive(), bias_md_, dst_any);
+      fwd_pd_ = dnnl::inner_product_forward::primitive_desc(d, attr_with(spec_.fused), ctx_.engine);
+      plan->dst_md = fwd_pd_.dst_desc();
+      plan->forward = Exec(dnnl::inner_product_forward(fwd_pd_), fwd_pd_, ctx_,
+                           {{DNNL_ARG_SRC, plan->src_md},
+                            {DNNL_ARG_WEIGHTS, working_weights_md_},
+                            {DNNL_ARG_BIAS, bias_md_},
+                            {DNNL_ARG_DST, plan->dst_md}});
+    } catch (const dnnl::error& e) {
+      rethrow_dnnl(e, "dense forward for input " + md_string(x_md));
+    }
+    plan->y_layout = make_layout(plan->dst_md);
+    plans_.push_back(std::move(plan));
+    last_ = plans_.back().get();
+    return *last_;
+  }
+
+  // backward_data gets only dy: use the plan of the latest forward with the
+  // same batch size (the forward whose output dy differentiates).
+  WeightedPlan& backward_plan_for_batch(std::int64_t n) {
+    WeightedPlan* plan = nullptr;
+    if (last_ != nullptr && last_->y_dims[0] == n) plan = last_;
+    for (auto& p : plans_)
+      if (plan == nullptr && p->y_dims[0] == n) plan = p.get();
+    if (plan == nullptr) throw failure("dense: backward before forward for batch " + std::to_string(n));
+    make_backward(*plan);
+    return *plan;
+  }
+
+  void make_backward(WeightedPlan& plan) {
+    if (plan.backward_ready) return;
+    try {
+      const std::int64_t n = plan.y_dims[0];
+      MemDesc dst_any({n, spec_.out}, to_dnnl(spec_.compute), tag::any);
+      dnnl::inner_product_forward::desc fd(prop_kind::forward_training, plan.src_md,
+                                           working_weights_md_, bias_md_, plan.dst_md);
+      dnnl::inner_product_forward::primitive_desc hint(fd, plain_attr(), ctx_.engine);
+      dnnl::inner_product_backward_data::desc bd(plan.src_md, working_weights_md_, plan.dst_md);
+      dnnl::inner_product_backward_data::primitive_desc bpd(bd, plain_attr(), ctx_.engine, hint);
+      plan.backward_data = Exec(dnnl::inner_product_backward_data(bpd), bpd, ctx_,
+                                {{DNNL_ARG_DIFF_DST, plan.dst_md},
+                                 {DNNL_ARG_WEIGHTS, working_weights_md_},
+                                 {DNNL_ARG_DIFF_SRC, plan.src_md}});
+            dnnl::inner_product_backward_weights::desc wd(plan.src_md, master_weights_md_, bias_md_,
+                                                      plan.dst_md);
+      dnnl::inner_product_backward_weights::primitive_desc wpd(wd, plain_attr(), ctx_.engine, hint);
+      plan.diff_weights_md = wpd.diff_weights_desc();
+      plan.backward_weights = Exec(dnnl::inner_product_backward_weights(wpd), wpd, ctx_,
+                                   {{DNNL_ARG_SRC, plan.src_md},
+                                    {DNNL_ARG_DIFF_DST, plan.dst_md},
+                                    {DNNL_ARG_DIFF_WEIGHTS, plan.diff_weights_md},
+                                    {DNNL_ARG_DIFF_BIAS, bias_md_}});
+    } catch (const dnnl::error& e) {
+      rethrow_dnnl(e, "dense backward for input " + md_string(plan.x_md));
+    }
+    plan.backward_ready = true;
+  }
+
+  DenseSpec spec_;
+  dnnl::inner_product_forward::primitive_desc fwd_pd_;
+  WeightedPlan* last_ = nullptr;
+};
+
+// ---- Convolution ------------------------------------------------------------
+
+class CpuConvOp final : public ConvOp, private WeightedOpBase {
+ public:
+  CpuConvOp(CpuContext& ctx, const ConvSpec& spec)
+      : WeightedOpBase(ctx, Dims{spec.out_channels, spec.in[0], spec.kernel, spec.kernel},
+                       spec.out_channels, spec.compute),
+        spec_(spec) {
+    out_h_ = (spec.in[1] + 2 * spec.pad - spec.kernel) / spec.stride + 1;
+    out_w_ = (spec.in[2] + 2 * spec.pad - spec.kernel) / spec.stride + 1;
+    try {
+      const auto dt = to_dnnl(spec_.compute);
+      const std::int64_t n = std::max<std::int64_t>(spec_.batch, 1);
+      MemDesc src_any(to_dnnl_dims(spec_.in.with_batch(n)), dt, tag::any);
+      MemDesc w_any(to_dnnl_dims(weight_dims_), dt, tag::any);
+      MemDesc dst_any({n, spec_.out_channels, out_h_, out_w_}, dt, tag::any);
+      dnnl::convolution_forward::desc fd(prop_kind::forward_training,
+                                         dnnl::algorithm::convolution_direct, src_any, w_any,
+                                         bias_md_, dst_any, strides(), padding(), padding());
+      dnnl::convolution_forward::primitive_desc fpd(fd, plain_attr(), ctx_.engine);
+      MemDesc dw_any(to_dnnl_dims(weight_dims_), memory::data_type::f32, tag::any);
+      dnnl::convolution_backward_weights::desc wd(dnnl::algorithm::convolution_direct,
+                                                  fpd.src_desc(), dw_any, bias_md_,
+                                                  fpd.dst_desc(), strides(), padding(), padding());
+      dnnl::convolution_backward_weights::primitive_desc wpd(wd, plain_attr(), ctx_.engine, fpd);
+      choose_layouts(fpd.weights_desc(), wpd.diff_weights_desc());
+    } catch (const dnnl::error& e) {
+      rethrow_dnnl(e, "conv " + spec_.in.str());
+    }
+  }
+
+  void shape_parameters(Tensor& weights, Tensor& bias) override { shape_master(weights, bias); }
+
+  void forward(const Tensor& x, const Tensor& weights, const Tensor& bias, Tensor& y) override {
+    run_forward(plan_for(x), x, weights, bias, y);
+  }
+
+  void backward_data(const Tensor& dy, const Tensor& weights, Tensor& dx) override {
+    WeightedPlan* plan = nullptr;
+    if (last_ != nullptr && last_->y_dims[0] == dy.batch()) plan = last_;
+    for (auto& p : plans_)
+      if (plan == nullptr && p->y_dims[0] == dy.batch()) plan = p.get();
+    if (plan == nullptr) throw failure("conv: backward before forward");
+    make_backward(*plan);
+    run_backward_data(*plan, dy, weights, dx);
+  }
+
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweights, Tensor& dbias,
+                        bool accumulate) override {
+    WeightedPlan& plan = plan_for(x);
+    make_backward(plan);
+    run_backward_weights(plan, x, dy, dweights, dbias, accumulate);
+  }
+
+ private:
+  memory::dims strides() const { return {spec_.stride, spec_.stride}; }
+  memory::dims padding() const { return {spec_.pad, spec_.pad}; }
+
+  WeightedPlan& plan_for(const Tensor& x) {
+    const MemDesc& x_md = md_of(x);
+    if (WeightedPlan* p = find_plan(plans_, x_md)) {
+      last_ = p;
+      return *p;
+    }
+    if (x.dims().without_batch() != spec_.in)
+      throw failure("conv: input " + x.dims().str() + " does not match " + spec_.in.str());
+    auto plan = std::make_unique<WeightedPlan>();
+    plan->x_md = x_md;
+    plan->x_dims = x.dims();
+    plan->x_layout = std::dynamic_pointer_cast<const CpuLayout>(x.shared_layout());
+    const std::int64_t n = x.batch();
+    plan->y_dims = Dims{n, spec_.out_channels, out_h_, out_w_};
+    try {
+      const auto dt = to_dnnl(spec_.compute);
+      MemDesc src_any({n, spec_.in[0], spec_.in[1], spec_.in[2]}, dt, tag::any);
+      MemDesc dst_any(to_dnnl_dims(plan->y_dims), dt, tag::any);
+      dnnl::convolution_forward::desc d(prop_kind::forward_training,
+                                        dnnl::algorithm::convolution_direct, src_any,
+                                        weights_md_for_new_primitive(), bias_md_, dst_any,
+                                        strides(), padding(), padding());
+      fwd_pd_ = dnnl::convolution_forward::primitive_desc(d, attr_with(spec_.fused), ctx_.engine);
+      plan->src_md = fwd_pd_.src_desc();
+      plan->dst_md = fwd_pd_.dst_desc();
+      plan->forward = Exec(dnnl::convolution_forward(fwd_pd_), fwd_pd_, ctx_,
+                           {{DNNL_ARG_SRC, plan->src_md},
+                            {DNNL_ARG_WEIGHTS, working_weights_md_},
+                            {DNNL_ARG_BIAS, bias_md_},
+                            {DNNL_ARG_DST, plan->dst_md}});
+    } catch (const dnnl::error& e) {
+      rethrow_dnnl(e, "conv forward for input " + md_string(x_md));
+    }
+    plan->y_layout = make_layout(plan->dst_md);
+    plans_.push_back(std::move(plan));
+    last_ = plans_.back().get();
+    return *last_;
+  }
+
+  void make_backward(WeightedPlan& plan) {
+    if (plan.backward_ready) return;
+    try {
+      dnnl::convolution_forward::desc fd(prop_kind::forward_training,
+                                         dnnl::algorithm::convolution_direct, plan.src_md,
+                                         working_weights_md_, bias_md_, plan.dst_md, strides(),
+                                         padding(), padding());
+      dnnl::convolution_forward::primitive_desc hint(fd, plain_attr(), ctx_.engine);
+      dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, plan.src_md,
+                                               working_weights_md_, plan.dst_md, strides(),
+                                               padding(), padding());
+      dnnl::convolution_backward_data::primitive_desc bpd(bd, plain_attr(), ctx_.engine, hint);
+      plan.backward_data = Exec(dnnl::convolution_backward_data(bpd), bpd, ctx_,
+                                {{DNNL_ARG_DIFF_DST, plan.dst_md},
+                                 {DNNL_ARG_WEIGHTS, working_weights_md_},
+                                 {DNNL_ARG_DIFF_SRC, plan.src_md}});
+            dnnl::convolution_backward_weights::desc wd(dnnl::algorithm::convolution_direct,
+                                                  plan.src_md, master_weights_md_, bias_md_, plan.dst_md,
+                                                  strides(), padding(), padding());
+      dnnl::convolution_backward_weights::primitive_desc wpd(wd, plain_attr(), ctx_.engine, hint);
+      plan.diff_weights_md = wpd.diff_weights_desc();
+      plan.backward_weights = Exec(dnnl::convolution_backward_weights(wpd), wpd, ctx_,
+                                   {{DNNL_ARG_SRC, plan.src_md},
+                                    {DNNL_ARG_DIFF_DST, plan.dst_md},
+                                    {DNNL_ARG_DIFF_WEIGHTS, plan.diff_weights_md},
+                                    {DNNL_ARG_DIFF_BIAS, bias_md_}});
+    } catch (const dnnl::error& e) {
+      rethrow_dnnl(e, "conv backward for input " + md_string(plan.x_md));
+    }
+    plan.backward_ready = true;
+  }
+
+  ConvSpec spec_;
+  std::int64_t out_h_ = 0, out_w_ = 0;
+  dnnl::convolution_forward::primitive_desc fwd_pd_;
+  WeightedPlan* last_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<DenseOp> make_dense_op(CpuContext& ctx, const DenseSpec& spec) {
+  return std::make_unique<CpuDenseOp>(ctx, spec);
+}
+
+std::unique_ptr<ConvOp> make_conv_op(CpuContext& ctx, const ConvSpec& spec) {
+  return std::make_unique<CpuConvOp>(ctx, spec);
+}
+
+}  // namespace anneal::cpu

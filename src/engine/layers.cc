@@ -1,0 +1,426 @@
+// The layers. Each forward is followed by its backward; the comments give
+// the math and the shapes (N batch, C channels, H/W height/width, F or I/O
+// features). The arithmetic itself runs in Backend ops.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "anneal/error.h"
+#include "engine/layers_internal.h"
+#include "engine/random.h"
+
+namespace anneal::engine {
+namespace {
+
+std::string fmt_number(double v) {
+  std::string s = std::to_string(v);
+  s.erase(s.find_last_not_of('0') + 1);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+// Shapes a parameter (value + grad) and fills its value from `init`.
+template <typename Init>
+void init_parameter(Backend& backend, Parameter& p, Init init) {
+  backend.shape_like(p.grad, p.value, DType::kF32);
+  backend.fill_zero(p.grad);
+  std::vector<float> host(static_cast<std::size_t>(p.value.elements()));
+  for (float& v : host) v = init();
+  backend.copy_from_host(host.data(), p.value);
+}
+
+// PyTorch's default for dense and conv: weights and bias ~ U(−1/√fan_in, 1/√fan_in).
+void init_uniform_fan_in(Backend& backend, Parameter& weight, Parameter& bias,
+                         std::int64_t fan_in, std::uint64_t seed) {
+  SplitMix64 rng(seed);
+  const float bound = 1.0f / std::sqrt(float(fan_in));
+  auto draw = [&] { return (2.0f * rng.uniform() - 1.0f) * bound; };
+  init_parameter(backend, weight, draw);
+  init_parameter(backend, bias, draw);
+}
+
+std::string param_name(int index, const char* kind, const char* role) {
+  return std::to_string(index) + "." + kind + "." + role;
+}
+
+// ---- dense ------------------------------------------------------------------
+
+class DenseLayer final : public Layer {
+ public:
+  DenseLayer(const LayerContext& ctx, std::int64_t width, Activation fused)
+      : backend_(ctx.backend), fused_(fused) {
+    input_shape_ = ctx.input;
+    output_shape_ = Dims{width};
+    op_ = backend_.dense(DenseSpec{ctx.input, width, ctx.compute, fused, ctx.batch});
+    if (fused != Activation::kNone) activation_ = backend_.eltwise(EltwiseSpec{fused, ctx.compute});
+    weight_.name = param_name(ctx.index, "dense", "weight");
+    bias_.name = param_name(ctx.index, "dense", "bias");
+    op_->shape_parameters(weight_.value, bias_.value);
+    init_uniform_fan_in(backend_, weight_, bias_, ctx.input.product(), ctx.seed);
+  }
+
+  std::string describe() const override {
+    std::string s = "dense(" + std::to_string(output_shape_[0]) + ")";
+    if (fused_ != Activation::kNone) s += std::string(" ") + activation_name(fused_);
+    return s;
+  }
+
+  // x (N, I...) -> y (N, O):  y = act(x·Wᵀ + b),  W (O, I...), b (O)
+  const Tensor& forward(const Tensor& x, const PassContext&) override {
+    x_ = &x;
+    op_->forward(x, weight_.value, bias_.value, y_);
+    return y_;
+  }
+
+  // dz = dy ⊙ act'(y)                  (N, O)   (dz = dy without activation)
+  // dW (+)= dzᵀ·x   (O, I...)    db (+)= Σ_n dz   (O)
+  // dx = dz·W                          (N, I...)
+  const Tensor& backward(const Tensor& dy, const PassContext& ctx, bool need_dx) override {
+    const Tensor* dz = &dy;
+    if (activation_) {
+      activation_->backward_from_output(y_, dy, dz_);
+      dz = &dz_;
+    }
+    op_->backward_weights(*x_, *dz, weight_.grad, bias_.grad, ctx.accumulate);
+    if (!need_dx) return empty_;
+    op_->backward_data(*dz, weight_.value, dx_);
+    return dx_;
+  }
+
+  void collect_parameters(std::vector<Parameter*>& out) override {
+    out.push_back(&weight_);
+    out.push_back(&bias_);
+  }
+
+ private:
+  Backend& backend_;
+  Activation fused_;
+  std::unique_ptr<DenseOp> op_;
+  std::unique_ptr<EltwiseOp> activation_;
+  Parameter weight_, bias_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, dz_, dx_, empty_;
+};
+
+// ---- conv -------------------------------------------------------------------
+
+class ConvLayer final : public Layer {
+ public:
+  ConvLayer(const LayerContext& ctx, std::int64_t channels, std::int64_t kernel,
+            std::int64_t stride, std::int64_t pad, Activation fused)
+      : backend_(ctx.backend), fused_(fused), stride_(stride), pad_(pad) {
+    input_shape_ = ctx.input;
+    const std::int64_t h = (ctx.input[1] + 2 * pad - kernel) / stride + 1;
+    const std::int64_t w = (ctx.input[2] + 2 * pad - kernel) / stride + 1;
+    output_shape_ = Dims{channels, h, w};
+    op_ = backend_.conv(
+        ConvSpec{ctx.input, channels, kernel, stride, pad, ctx.compute, fused, ctx.batch});
+    if (fused != Activation::kNone) activation_ = backend_.eltwise(EltwiseSpec{fused, ctx.compute});
+    weight_.name = param_name(ctx.index, "conv", "weight");
+    bias_.name = param_name(ctx.index, "conv", "bias");
+    op_->shape_parameters(weight_.value, bias_.value);
+    init_uniform_fan_in(backend_, weight_, bias_, ctx.input[0] * kernel * kernel, ctx.seed);
+  }
+
+  std::string describe() const override {
+    std::string s = "conv(" + std::to_string(output_shape_[0]) + "," +
+                    std::to_string(weight_.value.dims()[2]);
+    if (stride_ != 1) s += ",stride=" + std::to_string(stride_);
+    if (pad_ != 0) s += ",pad=" + std::to_string(pad_);
+    s += ")";
+    if (fused_ != Activation::kNone) s += std::string(" ") + activation_name(fused_);
+    return s;
+  }
+
+  // x (N, C, H, W) -> y (N, O, Ho, Wo):  y = act(W ⋆ x + b),  W (O, C, K, K), b (O)
+  const Tensor& forward(const Tensor& x, const PassContext&) override {
+    x_ = &x;
+    op_->forward(x, weight_.value, bias_.value, y_);
+    return y_;
+  }
+
+  // dz = dy ⊙ act'(y)                         (N, O, Ho, Wo)
+  // dW (+)= Σ_n dz ⋆ x  (O, C, K, K)   db (+)= Σ_{n,h,w} dz  (O)
+  // dx = dz ⋆ᵀ W  (transposed convolution)    (N, C, H, W)
+  const Tensor& backward(const Tensor& dy, const PassContext& ctx, bool need_dx) override {
+    const Tensor* dz = &dy;
+    if (activation_) {
+      activation_->backward_from_output(y_, dy, dz_);
+      dz = &dz_;
+    }
+    op_->backward_weights(*x_, *dz, weight_.grad, bias_.grad, ctx.accumulate);
+    if (!need_dx) return empty_;
+    op_->backward_data(*dz, weight_.value, dx_);
+    return dx_;
+  }
+
+  void collect_parameters(std::vector<Parameter*>& out) override {
+    out.push_back(&weight_);
+    out.push_back(&bias_);
+  }
+
+ private:
+  Backend& backend_;
+  Activation fused_;
+  std::int64_t stride_, pad_;
+  std::unique_ptr<ConvOp> op_;
+  std::unique_ptr<EltwiseOp> activation_;
+  Parameter weight_, bias_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, dz_, dx_, empty_;
+};
+
+// ---- maxpool / avgpool ------------------------------------------------------
+
+class PoolLayer final : public Layer {
+ public:
+  PoolLayer(const LayerContext& ctx, bool max, std::int64_t kernel, std::int64_t stride)
+      : max_(max), kernel_(kernel), stride_(stride) {
+    input_shape_ = ctx.input;
+    output_shape_ = Dims{ctx.input[0], (ctx.input[1] - kernel) / stride + 1,
+                         (ctx.input[2] - kernel) / stride + 1};
+    op_ = ctx.backend.pool(PoolSpec{ctx.input, kernel, stride, max, ctx.compute});
+  }
+
+  std::string describe() const override {
+    std::string s = std::string(max_ ? "maxpool(" : "avgpool(") + std::to_string(kernel_);
+    if (stride_ != kernel_) s += ",stride=" + std::to_string(stride_);
+    return s + ")";
+  }
+
+  // x (N, C, H, W) -> y (N, C, Ho, Wo): max or mean over each K×K window
+  const Tensor& forward(const Tensor& x, const PassContext&) override {
+    x_ = &x;
+    op_->forward(x, y_);
+    return y_;
+  }
+
+  // max: dx routes dy to each window's argmax; avg: dx spreads dy/K² over the window
+  const Tensor& backward(const Tensor& dy, const PassContext&, bool need_dx) override {
+    if (!need_dx) return empty_;
+    op_->backward(*x_, dy, dx_);
+    return dx_;
+  }
+
+ private:
+  bool max_;
+  std::int64_t kernel_, stride_;
+  std::unique_ptr<PoolOp> op_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, dx_, empty_;
+};
+
+// ---- relu / gelu / tanh / sigmoid -------------------------------------------
+
+class ActivationLayer final : public Layer {
+ public:
+  ActivationLayer(const LayerContext& ctx, Activation kind) : kind_(kind) {
+    input_shape_ = output_shape_ = ctx.input;
+    op_ = ctx.backend.eltwise(EltwiseSpec{kind, ctx.compute});
+  }
+
+  std::string describe() const override { return activation_name(kind_); }
+
+  // y = f(x), elementwise, any shape
+  const Tensor& forward(const Tensor& x, const PassContext&) override {
+    x_ = &x;
+    op_->forward(x, y_);
+    return y_;
+  }
+
+  // dx = dy ⊙ f'(x)
+  const Tensor& backward(const Tensor& dy, const PassContext&, bool need_dx) override {
+    if (!need_dx) return empty_;
+    op_->backward(*x_, dy, dx_);
+    return dx_;
+  }
+
+ private:
+  Activation kind_;
+  std::unique_ptr<EltwiseOp> op_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, dx_, empty_;
+};
+
+// ---- flatten ----------------------------------------------------------------
+
+class FlattenLayer final : public Layer {
+ public:
+  explicit FlattenLayer(const LayerContext& ctx) : backend_(ctx.backend) {
+    input_shape_ = ctx.input;
+    output_shape_ = Dims{ctx.input.product()};
+  }
+
+  std::string describe() const override { return "flatten"; }
+
+  // x (N, C, H, W) -> y (N, C·H·W), row-major order
+  const Tensor& forward(const Tensor& x, const PassContext&) override {
+    if (x.dims().rank() == 2) return x;
+    x_ = &x;
+    backend_.flatten(x, y_);
+    return y_;
+  }
+
+  // dx (N, C, H, W) = dy (N, C·H·W) folded back into x's layout
+  const Tensor& backward(const Tensor& dy, const PassContext&, bool need_dx) override {
+    if (!need_dx) return empty_;
+    if (input_shape_.rank() == 1) return dy;
+    backend_.unflatten(dy, *x_, dx_);
+    return dx_;
+  }
+
+ private:
+  Backend& backend_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, dx_, empty_;
+};
+
+// ---- dropout ----------------------------------------------------------------
+
+class DropoutLayer final : public Layer {
+ public:
+  DropoutLayer(const LayerContext& ctx, float p)
+      : backend_(ctx.backend), p_(p), index_(ctx.index) {
+    input_shape_ = output_shape_ = ctx.input;
+  }
+
+  std::string describe() const override { return "dropout(" + fmt_number(p_) + ")"; }
+
+  // training: y = x ⊙ m / (1 − p), m ~ Bernoulli(1 − p) keyed by (seed, micro-step, layer);
+  // inference: y = x
+  const Tensor& forward(const Tensor& x, const PassContext& ctx) override {
+    if (!ctx.training || p_ == 0.0f) return x;
+    stream_ = ctx.micro_step * 1024 + std::uint64_t(index_);
+    backend_.dropout_forward(x, y_, p_, ctx.seed, stream_);
+    return y_;
+  }
+
+  // dx = dy ⊙ m / (1 − p), the mask regenerated from the same key
+  const Tensor& backward(const Tensor& dy, const PassContext& ctx, bool need_dx) override {
+    if (!need_dx) return empty_;
+    if (p_ == 0.0f) return dy;
+    backend_.dropout_backward(dy, dx_, p_, ctx.seed, stream_);
+    return dx_;
+  }
+
+ private:
+  Backend& backend_;
+  float p_;
+  int index_;
+  std::uint64_t stream_ = 0;
+  Tensor y_, dx_, empty_;
+};
+
+// ---- batchnorm / layernorm ----------------------------------------------------
+
+class NormLayer final : public Layer {
+ public:
+  NormLayer(const LayerContext& ctx, bool layer) : backend_(ctx.backend), layer_(layer) {
+    input_shape_ = output_shape_ = ctx.input;
+    const NormSpec spec{ctx.input, 1e-5f, ctx.compute};
+    op_ = layer ? backend_.layer_norm(spec) : backend_.batch_norm(spec);
+    const char* kind = layer ? "layernorm" : "batchnorm";
+    scale_.name = param_name(ctx.index, kind, "scale");
+    shift_.name = param_name(ctx.index, kind, "shift");
+    op_->shape_parameters(scale_.value, shift_.value);
+    init_parameter(backend_, scale_, [] { return 1.0f; });
+    init_parameter(backend_, shift_, [] { return 0.0f; });
+    if (!layer) {
+      backend_.shape_like(running_mean_, scale_.value, DType::kF32);
+      backend_.shape_like(running_var_, scale_.value, DType::kF32);
+      std::vector<float> zeros(std::size_t(running_mean_.elements()), 0.0f);
+      std::vector<float> ones(std::size_t(running_var_.elements()), 1.0f);
+      backend_.copy_from_host(zeros.data(), running_mean_);
+      backend_.copy_from_host(ones.data(), running_var_);
+      running_mean_name_ = param_name(ctx.index, kind, "running_mean");
+      running_var_name_ = param_name(ctx.index, kind, "running_var");
+    }
+  }
+
+  std::string describe() const override { return layer_ ? "layernorm" : "batchnorm"; }
+
+  // batchnorm: μ, σ² per channel over (N, H, W)  [per feature over N for (N, F)]
+  // layernorm: μ, σ² per sample over F
+  // y = γ·(x − μ)/√(σ² + ε) + β        (x's shape)
+  // batchnorm training also updates the running statistics used at inference:
+  //   μ_run ← 0.9·μ_run + 0.1·μ,  σ²_run ← 0.9·σ²_run + 0.1·σ²·m/(m − 1)
+  const Tensor& forward(const Tensor& x, const PassContext& ctx) override {
+    x_ = &x;
+    if (!ctx.training && !layer_) {
+      op_->forward_inference(x, scale_.value, shift_.value, running_mean_, running_var_, y_);
+      return y_;
+    }
+    op_->forward_training(x, scale_.value, shift_.value, y_, mean_, variance_);
+    if (ctx.training && !layer_) {
+      const double m = double(x.elements()) / double(input_shape_[0]);
+      const float unbiased = m > 1 ? float(m / (m - 1)) : 1.0f;
+      backend_.update_running_stat(running_mean_, mean_, kMomentum, 1.0f);
+      backend_.update_running_stat(running_var_, variance_, kMomentum, unbiased);
+    }
+    return y_;
+  }
+
+  // x̂ = (x − μ)/√(σ² + ε)
+  // dγ (+)= Σ dy ⊙ x̂     dβ (+)= Σ dy      (sums over what μ was taken over)
+  // dx = γ/√(σ² + ε) · (dy − mean(dy) − x̂ ⊙ mean(dy ⊙ x̂))
+  const Tensor& backward(const Tensor& dy, const PassContext& ctx, bool) override {
+    // oneDNN computes dx together with dγ, dβ, so dx is always produced.
+    op_->backward(*x_, dy, scale_.value, mean_, variance_, dx_, scale_.grad, shift_.grad,
+                  ctx.accumulate);
+    return dx_;
+  }
+
+  void collect_parameters(std::vector<Parameter*>& out) override {
+    out.push_back(&scale_);
+    out.push_back(&shift_);
+  }
+  void collect_buffers(std::vector<StateBuffer>& out) override {
+    if (layer_) return;
+    out.push_back({running_mean_name_, &running_mean_});
+    out.push_back({running_var_name_, &running_var_});
+  }
+
+ private:
+  static constexpr float kMomentum = 0.1f;
+  Backend& backend_;
+  bool layer_;
+  std::unique_ptr<NormOp> op_;
+  Parameter scale_, shift_;
+  Tensor running_mean_, running_var_;
+  std::string running_mean_name_, running_var_name_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, mean_, variance_, dx_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_dense_layer(const LayerContext& ctx, std::int64_t width,
+                                        Activation fused) {
+  return std::make_unique<DenseLayer>(ctx, width, fused);
+}
+std::unique_ptr<Layer> make_conv_layer(const LayerContext& ctx, std::int64_t channels,
+                                       std::int64_t kernel, std::int64_t stride, std::int64_t pad,
+                                       Activation fused) {
+  return std::make_unique<ConvLayer>(ctx, channels, kernel, stride, pad, fused);
+}
+std::unique_ptr<Layer> make_pool_layer(const LayerContext& ctx, bool max, std::int64_t kernel,
+                                       std::int64_t stride) {
+  return std::make_unique<PoolLayer>(ctx, max, kernel, stride);
+}
+std::unique_ptr<Layer> make_activation_layer(const LayerContext& ctx, Activation kind) {
+  return std::make_unique<ActivationLayer>(ctx, kind);
+}
+std::unique_ptr<Layer> make_flatten_layer(const LayerContext& ctx) {
+  return std::make_unique<FlattenLayer>(ctx);
+}
+std::unique_ptr<Layer> make_dropout_layer(const LayerContext& ctx, float p) {
+  return std::make_unique<DropoutLayer>(ctx, p);
+}
+std::unique_ptr<Layer> make_batch_norm_layer(const LayerContext& ctx) {
+  return std::make_unique<NormLayer>(ctx, false);
+}
+std::unique_ptr<Layer> make_layer_norm_layer(const LayerContext& ctx) {
+  return std::make_unique<NormLayer>(ctx, true);
+}
+
+}  // namespace anneal::engine

@@ -1,0 +1,36 @@
+// Constructors of the concrete layers (layers.cc), used by the network
+// builder. Each checks nothing about its spec: the builder validated it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "anneal/backend.h"
+#include "anneal/layers.h"
+
+namespace anneal::engine {
+
+// Everything a layer constructor needs besides its own arguments.
+struct LayerContext {
+  Backend& backend;
+  Dims input;          // per-sample input shape
+  DType compute;
+  std::uint64_t seed;  // initialisation stream of this layer
+  int index;           // position in the network, 0-based (names, dropout streams)
+  std::int64_t batch;  // expected batch size
+};
+
+std::unique_ptr<Layer> make_dense_layer(const LayerContext& ctx, std::int64_t width,
+                                        Activation fused);
+std::unique_ptr<Layer> make_conv_layer(const LayerContext& ctx, std::int64_t channels,
+                                       std::int64_t kernel, std::int64_t stride, std::int64_t pad,
+                                       Activation fused);
+std::unique_ptr<Layer> make_pool_layer(const LayerContext& ctx, bool max, std::int64_t kernel,
+                                       std::int64_t stride);
+std::unique_ptr<Layer> make_activation_layer(const LayerContext& ctx, Activation kind);
+std::unique_ptr<Layer> make_flatten_layer(const LayerContext& ctx);
+std::unique_ptr<Layer> make_dropout_layer(const LayerContext& ctx, float p);
+std::unique_ptr<Layer> make_batch_norm_layer(const LayerContext& ctx);
+std::unique_ptr<Layer> make_layer_norm_layer(const LayerContext& ctx);
+
+}  // namespace anneal::engine

@@ -1,0 +1,343 @@
+// Layer-spec parsing and network building. Every check on a spec happens
+// here, before any training, with a one-line kUsage message that names the
+// layer as written and its position.
+#include "anneal/network.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include "anneal/error.h"
+#include "engine/layers_internal.h"
+#include "engine/names.h"
+#include "engine/random.h"
+
+namespace anneal {
+namespace {
+
+std::string closest(std::string_view name, const std::vector<std::string>& known) {
+  std::string best;
+  std::size_t best_distance = ~std::size_t{0};
+  for (const std::string& k : known) {
+    const std::size_t d = engine::edit_distance(name, k);
+    if (d < best_distance) best_distance = d, best = k;
+  }
+  return best;
+}
+
+std::string where(const LayerSpec& s) {
+  return "layer " + std::to_string(s.position) + " '" + s.text + "'";
+}
+
+double parse_number(std::string_view text, const std::string& layer_text) {
+  const std::string t(text);
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || end != t.c_str() + t.size() || !std::isfinite(v))
+    throw usage_error("layer spec: '" + t + "' in '" + layer_text + "' is not a number");
+  return v;
+}
+
+std::string trim(std::string_view s) {
+  std::size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+// Argument access with checks; `usage` is how the layer is written.
+struct Args {
+  const LayerSpec& spec;
+  const char* usage;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw usage_error(where(spec) + ": " + what + " (usage: " + usage + ")");
+  }
+  void expect_positional(std::size_t min, std::size_t max) const {
+    if (spec.args.size() < min || spec.args.size() > max)
+      fail(min == max ? "takes " + std::to_string(min) + " positional argument" + (min == 1 ? "" : "s")
+                      : "takes " + std::to_string(min) + " to " + std::to_string(max) +
+                            " positional arguments");
+  }
+  void allow_options(std::initializer_list<const char*> allowed) const {
+    for (const auto& [key, value] : spec.options) {
+      bool ok = false;
+      for (const char* a : allowed) ok = ok || key == a;
+      if (!ok) fail("has no option '" + key + "'");
+    }
+  }
+  std::int64_t positive_int(double v, const char* what) const {
+    if (v < 1 || v != std::floor(v) || v > 1e9) fail(std::string(what) + " must be a positive integer");
+    return static_cast<std::int64_t>(v);
+  }
+  std::int64_t option_int(const char* key, std::int64_t fallback, std::int64_t min) const {
+    for (const auto& [k, v] : spec.options) {
+      if (k != key) continue;
+      if (v < double(min) || v != std::floor(v) || v > 1e9)
+        fail(std::string(key) + " must be an integer >= " + std::to_string(min));
+      return static_cast<std::int64_t>(v);
+    }
+    return fallback;
+  }
+};
+
+Activation activation_of(const std::string& name) {
+  if (name == "relu") return Activation::kRelu;
+  if (name == "gelu") return Activation::kGelu;
+  if (name == "tanh") return Activation::kTanh;
+  if (name == "sigmoid") return Activation::kSigmoid;
+  return Activation::kNone;
+}
+
+void require_image(const LayerSpec& s, const Dims& input) {
+  if (input.rank() != 3)
+    throw usage_error(where(s) + " needs an image input {C, H, W} but gets " + input.str() +
+                      (input.rank() == 1 ? " (a flat input)" : ""));
+}
+
+}  // namespace
+
+const std::vector<std::string>& known_layer_names() {
+  static const std::vector<std::string> names = {
+      "dense", "conv", "maxpool", "avgpool", "flatten", "relu", "gelu",
+      "tanh", "sigmoid", "dropout", "batchnorm", "layernorm"};
+  return names;
+}
+
+std::vector<LayerSpec> parse_layer_spec(std::string_view spec) {
+  std::vector<LayerSpec> out;
+  std::size_t i = 0;
+  while (true) {
+    while (i < spec.size() && std::isspace(static_cast<unsigned char>(spec[i]))) ++i;
+    if (i >= spec.size()) break;
+    const std::size_t start = i;
+    while (i < spec.size() && (std::isalnum(static_cast<unsigned char>(spec[i])) || spec[i] == '_')) ++i;
+    LayerSpec layer;
+    layer.position = int(out.size()) + 1;
+    layer.name = std::string(spec.substr(start, i - start));
+    if (layer.name.empty())
+      throw usage_error("layer spec: unexpected '" + std::string(1, spec[i]) + "' at character " +
+                        std::to_string(i + 1) + " of '" + std::string(spec) + "'");
+    std::string args_text;
+    bool has_parens = false;
+    if (i < spec.size() && spec[i] == '(') {
+      has_parens = true;
+      const std::size_t close = spec.find(')', i);
+      if (close == std::string_view::npos)
+        throw usage_error("layer spec: '(' after '" + layer.name + "' is never closed");
+      args_text = std::string(spec.substr(i + 1, close - i - 1));
+      i = close + 1;
+    }
+    layer.text = std::string(spec.substr(start, i - start));
+    if (i < spec.size() && !std::isspace(static_cast<unsigned char>(spec[i])))
+      throw usage_error("layer spec: expected a space after '" + layer.text + "', found '" +
+                        std::string(1, spec[i]) + "'");
+    const auto& known = known_layer_names();
+    if (std::find(known.begin(), known.end(), layer.name) == known.end())
+      throw usage_error("layer spec: unknown layer '" + layer.name + "' (layer " +
+                        std::to_string(layer.position) + "); did you mean '" +
+                        closest(layer.name, known) + "'?");
+    if (has_parens) {
+      std::size_t pos = 0;
+      while (pos <= args_text.size()) {
+        std::size_t comma = args_text.find(',', pos);
+        if (comma == std::string::npos) comma = args_text.size();
+        const std::string item = trim(std::string_view(args_text).substr(pos, comma - pos));
+        pos = comma + 1;
+        if (item.empty()) {
+          if (args_text.find_first_not_of(" \t") == std::string::npos) break;  // "relu()"
+          throw usage_error("layer spec: empty argument in '" + layer.text + "'");
+        }
+        const std::size_t eq = item.find('=');
+        if (eq == std::string::npos) {
+          if (!layer.options.empty())
+            throw usage_error("layer spec: positional argument after key=value in '" + layer.text + "'");
+          layer.args.push_back(parse_number(item, layer.text));
+        } else {
+          layer.options.emplace_back(trim(item.substr(0, eq)),
+                                     parse_number(trim(item.substr(eq + 1)), layer.text));
+        }
+      }
+    }
+    out.push_back(std::move(layer));
+  }
+  if (out.empty()) throw usage_error("layer spec is empty: give layers such as 'dense(128) relu dense(10)'");
+  return out;
+}
+
+Network::Network(std::string_view spec, const NetworkOptions& options, Backend& backend)
+    : backend_(backend), input_shape_(options.input_shape), input_gradient_(options.input_gradient) {
+  const std::vector<LayerSpec> layers = parse_layer_spec(spec);
+  if (input_shape_.rank() != 1 && input_shape_.rank() != 3)
+    throw usage_error("network input must be flat {F} or an image {C, H, W}, not " + input_shape_.str());
+  Dims shape = input_shape_;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const LayerSpec& s = layers[i];
+    const int index = int(layers_.size());
+    engine::LayerContext ctx{backend, shape, options.compute,
+                             engine::derive_seed(options.seed, 0x1a7e5, std::uint64_t(index)), index,
+                             options.batch};
+    // A relu/tanh/sigmoid right after dense or conv runs as the op's fused
+    // post-op (one pass over the output instead of two).
+    Activation fused = Activation::kNone;
+    if ((s.name == "dense" || s.name == "conv") && i + 1 < layers.size()) {
+      const Activation next = activation_of(layers[i + 1].name);
+      if (next != Activation::kNone && next != Activation::kGelu &&
+          layers[i + 1].args.empty() && layers[i + 1].options.empty())
+        fused = next;
+    }
+    std::unique_ptr<Layer> layer;
+    if (s.name == "dense") {
+      Args a{s, "dense(WIDTH)"};
+      a.expect_positional(1, 1);
+      a.allow_options({});
+      layer = engine::make_dense_layer(ctx, a.positive_int(s.args[0], "WIDTH"), fused);
+    } else if (s.name == "conv") {
+      Args a{s, "conv(CHANNELS,KERNEL[,stride=S][,pad=P])"};
+      a.expect_positional(2, 2);
+      a.allow_options({"stride", "pad"});
+      require_image(s, shape);
+      const std::int64_t channels = a.positive_int(s.args[0], "CHANNELS");
+      const std::int64_t kernel = a.positive_int(s.args[1], "KERNEL");
+      const std::int64_t stride = a.option_int("stride", 1, 1);
+      const std::int64_t pad = a.option_int("pad", 0, 0);
+      if (kernel > shape[1] + 2 * pad || kernel > shape[2] + 2 * pad)
+        throw usage_error(where(s) + ": kernel " + std::to_string(kernel) +
+                          " is larger than its padded input " + std::to_string(shape[1] + 2 * pad) +
+                          "x" + std::to_string(shape[2] + 2 * pad));
+      if (pad >= kernel) a.fail("pad must be smaller than the kernel");
+      layer = engine::make_conv_layer(ctx, channels, kernel, stride, pad, fused);
+    } else if (s.name == "maxpool" || s.name == "avgpool") {
+      Args a{s, s.name == "maxpool" ? "maxpool(KERNEL[,stride=S])" : "avgpool(KERNEL[,stride=S])"};
+      a.expect_positional(1, 1);
+      a.allow_options({"stride"});
+      require_image(s, shape);
+      const std::int64_t kernel = a.positive_int(s.args[0], "KERNEL");
+      const std::int64_t stride = a.option_int("stride", kernel, 1);
+      if (kernel > shape[1] || kernel > shape[2])
+        throw usage_error(where(s) + ": window " + std::to_string(kernel) +
+                          " is larger than its input " + std::to_string(shape[1]) + "x" +
+                          std::to_string(shape[2]));
+      layer = engine::make_pool_layer(ctx, s.name == "maxpool", kernel, stride);
+    } else if (s.name == "flatten") {
+      Args a{s, "flatten"};
+      a.expect_positional(0, 0);
+      a.allow_options({});
+      // dense reads an image input in flatten order itself: skip the copy.
+      if (shape.rank() == 1) continue;  // already flat
+      if (i + 1 < layers.size() && layers[i + 1].name == "dense") continue;
+      layer = engine::make_flatten_layer(ctx);
+    } else if (activation_of(s.name) != Activation::kNone) {
+      Args a{s, s.name.c_str()};
+      a.expect_positional(0, 0);
+      a.allow_options({});
+      if (i > 0 && !layers_.empty() && activation_of(s.name) != Activation::kGelu &&
+          (layers[i - 1].name == "dense" || layers[i - 1].name == "conv"))
+        continue;  // fused into the previous layer
+      layer = engine::make_activation_layer(ctx, activation_of(s.name));
+    } else if (s.name == "dropout") {
+      Args a{s, "dropout(P) with 0 <= P < 1"};
+      a.expect_positional(1, 1);
+      a.allow_options({});
+      if (!(s.args[0] >= 0 && s.args[0] < 1)) a.fail("P must be in [0, 1)");
+      layer = engine::make_dropout_layer(ctx, float(s.args[0]));
+    } else if (s.name == "batchnorm") {
+      Args a{s, "batchnorm"};
+      a.expect_positional(0, 0);
+      a.allow_options({});
+      layer = engine::make_batch_norm_layer(ctx);
+    } else if (s.name == "layernorm") {
+      Args a{s, "layernorm"};
+      a.expect_positional(0, 0);
+      a.allow_options({});
+      if (shape.rank() != 1)
+        throw usage_error(where(s) + " needs a flat input {F} but gets the image " + shape.str() +
+                          "; put flatten before it");
+      layer = engine::make_layer_norm_layer(ctx);
+    } else {
+      throw usage_error(where(s) + ": no builder for this layer");
+    }
+    shape = layer->output_shape();
+    for (std::int64_t d : shape.to_vector())
+      if (d < 1)
+        throw usage_error(where(s) + " leaves nothing of its input " + ctx.input.str() +
+                          " (output " + shape.str() + ")");
+    layers_.push_back(std::move(layer));
+  }
+  if (layers_.empty()) throw usage_error("layer spec '" + std::string(spec) + "' builds no layer");
+  if (options.outputs > 0) {
+    const std::string meaning = options.output_meaning.empty()
+                                    ? std::to_string(options.outputs) + " outputs"
+                                    : options.output_meaning;
+    if (shape.rank() != 1)
+      throw usage_error("layer spec ends with an image " + shape.str() + " but the task needs " +
+                        meaning + "; end it with flatten dense(" + std::to_string(options.outputs) + ")");
+    if (shape[0] != options.outputs)
+      throw usage_error("layer spec's last layer outputs " + std::to_string(shape[0]) +
+                        " values but the task needs " + meaning + "; end it with dense(" +
+                        std::to_string(options.outputs) + ")");
+  }
+  for (auto& layer : layers_) {
+    layer->collect_parameters(parameters_);
+    layer->collect_buffers(buffers_);
+  }
+}
+
+Network::~Network() = default;
+
+const Tensor& Network::forward(const Tensor& x, const PassContext& ctx) {
+  if (x.dims().without_batch() != input_shape_)
+    throw usage_error("network input " + x.dims().str() + " does not match the input shape " +
+                      input_shape_.str());
+  const Tensor* h = &x;
+  for (auto& layer : layers_) h = &layer->forward(*h, ctx);
+  return *h;
+}
+
+void Network::backward(const Tensor& dloss, const PassContext& ctx) {
+  const Tensor* d = &dloss;
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    const bool need_dx = i > 0 || input_gradient_;
+    d = &layers_[i]->backward(*d, ctx, need_dx);
+  }
+  input_grad_ = input_gradient_ ? d : nullptr;
+}
+
+const Tensor& Network::input_gradient() const {
+  if (input_grad_ == nullptr)
+    throw failure("Network::input_gradient: build with input_gradient and run backward first");
+  return *input_grad_;
+}
+
+std::int64_t Network::parameter_count() const {
+  std::int64_t n = 0;
+  for (const Parameter* p : parameters_) n += p->value.elements();
+  return n;
+}
+
+const Dims& Network::output_shape() const { return layers_.back()->output_shape(); }
+
+std::vector<std::string> Network::summary() const {
+  std::vector<std::string> lines;
+  for (const auto& layer : layers_) {
+    std::vector<Parameter*> params;
+    layer->collect_parameters(params);
+    std::int64_t count = 0;
+    for (const Parameter* p : params) count += p->value.elements();
+    lines.push_back(layer->describe() + "  " + layer->input_shape().str() + " -> " +
+                    layer->output_shape().str() + "  " + std::to_string(count) + " params");
+  }
+  return lines;
+}
+
+std::string Network::describe() const {
+  std::string s;
+  for (const auto& layer : layers_) {
+    if (!s.empty()) s += " ";
+    s += layer->describe();
+  }
+  return s;
+}
+
+}  // namespace anneal

@@ -1,0 +1,134 @@
+#include "anneal/optimizer.h"
+
+#include <cmath>
+#include <numbers>
+#include <string>
+
+#include "anneal/error.h"
+#include "engine/names.h"
+
+namespace anneal {
+
+OptimizerKind parse_optimizer_kind(std::string_view name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "adam") return OptimizerKind::kAdam;
+  if (name == "adamw") return OptimizerKind::kAdamW;
+  throw engine::unknown_name_error("optimizer", name, {"sgd", "adam", "adamw"});
+}
+
+ScheduleKind parse_schedule_kind(std::string_view name) {
+  if (name == "constant") return ScheduleKind::kConstant;
+  if (name == "step") return ScheduleKind::kStep;
+  if (name == "cosine") return ScheduleKind::kCosine;
+  throw engine::unknown_name_error("lr schedule", name, {"constant", "step", "cosine"});
+}
+
+const char* optimizer_name(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd: return "sgd";
+    case OptimizerKind::kAdam: return "adam";
+    case OptimizerKind::kAdamW: return "adamw";
+  }
+  return "?";
+}
+
+const char* schedule_name(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::kConstant: return "constant";
+    case ScheduleKind::kStep: return "step";
+    case ScheduleKind::kCosine: return "cosine";
+  }
+  return "?";
+}
+
+void validate(const OptimizerConfig& c) {
+  auto bad = [](const std::string& what) { throw usage_error("optimizer: " + what); };
+  if (!(c.lr > 0) || !std::isfinite(c.lr)) bad("lr must be a positive number, not " + std::to_string(c.lr));
+  if (!(c.momentum >= 0 && c.momentum < 1)) bad("momentum must be in [0, 1)");
+  if (c.nesterov && c.momentum == 0) bad("nesterov needs momentum > 0");
+  if (!(c.beta1 >= 0 && c.beta1 < 1) || !(c.beta2 >= 0 && c.beta2 < 1)) bad("betas must be in [0, 1)");
+  if (!(c.epsilon > 0)) bad("epsilon must be positive");
+  if (!(c.weight_decay >= 0)) bad("weight_decay must be >= 0");
+  if (c.warmup_steps < 0) bad("warmup_steps must be >= 0");
+  if (c.schedule == ScheduleKind::kStep && c.step_size < 1) bad("step_size must be >= 1");
+  if (!(c.gamma > 0 && c.gamma <= 1)) bad("gamma must be in (0, 1]");
+  if (!(c.min_lr >= 0 && c.min_lr <= c.lr)) bad("min_lr must be in [0, lr]");
+  if (!(c.grad_clip >= 0)) bad("grad_clip must be >= 0 (0 disables clipping)");
+}
+
+float scheduled_lr(const OptimizerConfig& c, std::int64_t step, std::int64_t total_steps) {
+  if (c.warmup_steps > 0 && step < c.warmup_steps)
+    return c.lr * float(step + 1) / float(c.warmup_steps);
+  switch (c.schedule) {
+    case ScheduleKind::kConstant: return c.lr;
+    case ScheduleKind::kStep:
+      return c.lr * std::pow(c.gamma, float((step - c.warmup_steps) / c.step_size));
+    case ScheduleKind::kCosine: {
+      const std::int64_t span = std::max<std::int64_t>(total_steps - c.warmup_steps - 1, 1);
+      const double t = std::min(1.0, double(step - c.warmup_steps) / double(span));
+      return float(c.min_lr + (c.lr - c.min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * t)));
+    }
+  }
+  return c.lr;
+}
+
+Optimizer::Optimizer(const OptimizerConfig& config, const std::vector<Parameter*>& parameters,
+                     Backend& backend)
+    : config_(config), parameters_(parameters), backend_(backend) {
+  validate(config_);
+  const bool needs_first = config_.kind != OptimizerKind::kSgd || config_.momentum > 0;
+  const bool needs_second = config_.kind != OptimizerKind::kSgd;
+  first_.resize(parameters_.size());
+  second_.resize(parameters_.size());
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    const Tensor& value = parameters_[i]->value;
+    if (needs_first) {
+      backend_.shape_like(first_[i], value, DType::kF32);
+      backend_.fill_zero(first_[i]);
+      state_.push_back({parameters_[i]->name + (needs_second ? ".m" : ".velocity"), &first_[i]});
+    }
+    if (needs_second) {
+      backend_.shape_like(second_[i], value, DType::kF32);
+      backend_.fill_zero(second_[i]);
+      state_.push_back({parameters_[i]->name + ".v", &second_[i]});
+    }
+  }
+}
+
+double Optimizer::step(std::int64_t step, std::int64_t total_steps) {
+  double norm = 0;
+  float grad_scale = 1.0f;
+  if (config_.grad_clip > 0) {
+    double squares = 0;
+    for (const Parameter* p : parameters_) squares += backend_.sum_squares(p->grad);
+    norm = std::sqrt(squares);
+    if (norm > config_.grad_clip) grad_scale = float(config_.grad_clip / (norm + 1e-6));
+  }
+  const float lr = scheduled_lr(config_, step, total_steps);
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    Parameter& p = *parameters_[i];
+    if (config_.kind == OptimizerKind::kSgd) {
+      SgdUpdate u;
+      u.lr = lr;
+      u.momentum = config_.momentum;
+      u.weight_decay = config_.weight_decay;
+      u.nesterov = config_.nesterov;
+      u.grad_scale = grad_scale;
+      backend_.sgd_update(p.value, p.grad, first_[i], u);
+    } else {
+      AdamUpdate u;
+      u.lr = lr;
+      u.beta1 = config_.beta1;
+      u.beta2 = config_.beta2;
+      u.epsilon = config_.epsilon;
+      u.weight_decay = config_.weight_decay;
+      u.decoupled_weight_decay = config_.kind == OptimizerKind::kAdamW;
+      u.step = step + 1;
+      u.grad_scale = grad_scale;
+      backend_.adam_update(p.value, p.grad, first_[i], second_[i], u);
+    }
+  }
+  return norm;
+}
+
+}  // namespace anneal

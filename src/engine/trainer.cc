@@ -1,0 +1,657 @@
+// The training loop: deterministic shuffling, a double-buffered batch
+// pipeline (batch k+1 is gathered on the TBB arena while batch k computes),
+// gradient accumulation, the optimizer step, per-epoch metrics, early
+// stopping, and exact state save/restore.
+#include "anneal/trainer.h"
+
+#include <omp.h>
+#include <sodium.h>
+#include <tbb/task_arena.h>
+#include <tbb/task_group.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "anneal/error.h"
+#include "engine/names.h"
+#include "engine/random.h"
+#include "engine/state_io.h"
+
+namespace anneal {
+
+Precision parse_precision(std::string_view name) {
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "bf16") return Precision::kBf16;
+  throw engine::unknown_name_error("precision", name, {"fp32", "bf16"});
+}
+
+const char* precision_name(Precision precision) {
+  return precision == Precision::kFp32 ? "fp32" : "bf16";
+}
+
+EarlyStopMetric parse_early_stop_metric(std::string_view name) {
+  if (name == "none" || name.empty()) return EarlyStopMetric::kNone;
+  if (name == "val_loss") return EarlyStopMetric::kValLoss;
+  if (name == "val_accuracy") return EarlyStopMetric::kValAccuracy;
+  if (name == "train_loss") return EarlyStopMetric::kTrainLoss;
+  throw engine::unknown_name_error("early-stop metric", name,
+                                   {"none", "val_loss", "val_accuracy", "train_loss"});
+}
+
+const char* early_stop_metric_name(EarlyStopMetric metric) {
+  switch (metric) {
+    case EarlyStopMetric::kNone: return "none";
+    case EarlyStopMetric::kValLoss: return "val_loss";
+    case EarlyStopMetric::kValAccuracy: return "val_accuracy";
+    case EarlyStopMetric::kTrainLoss: return "train_loss";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr std::uint64_t kShufflePurpose = 0x5f1e;  // "shuffle"
+
+// Bounds the OpenMP team of the calling thread (oneDNN's and ours) for the
+// lifetime of the scope, restoring the previous bound after.
+class OmpThreadScope {
+ public:
+  explicit OmpThreadScope(int threads) : previous_(omp_get_max_threads()) {
+    omp_set_num_threads(threads);
+  }
+  ~OmpThreadScope() { omp_set_num_threads(previous_); }
+  OmpThreadScope(const OmpThreadScope&) = delete;
+  OmpThreadScope& operator=(const OmpThreadScope&) = delete;
+
+ private:
+  int previous_;
+};
+
+std::int64_t sample_size(const std::vector<std::int64_t>& shape) {
+  return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+}
+
+void validate_data(const DataView& data, const char* which, const Dims& expected_shape,
+                   const TrainerConfig& config) {
+  const std::string name(which);
+  if (Dims(data.sample_shape) != expected_shape)
+    throw data_error(name + " data has samples of shape " + Dims(data.sample_shape).str() +
+                     " but the training data has " + expected_shape.str());
+  const std::int64_t width = sample_size(data.sample_shape);
+  const std::size_t rows = data.labels.size();
+  if (rows == 0) throw data_error(name + " data has no rows");
+  if (data.features.size() != rows * std::size_t(width))
+    throw data_error(name + " data has " + std::to_string(data.features.size()) +
+                     " feature values for " + std::to_string(rows) + " rows of " +
+                     std::to_string(width));
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float y = data.labels[r];
+    if (!std::isfinite(y))
+      throw data_error(name + " row " + std::to_string(r + 1) + " has no label (NaN)");
+    if (config.loss == LossKind::kSoftmaxCrossEntropy &&
+        (y != std::floor(y) || y < 0 || y >= float(config.classes)))
+      throw data_error(name + " row " + std::to_string(r + 1) + " has label " + std::to_string(y) +
+                       ", not a class index 0.." + std::to_string(config.classes - 1));
+    if (config.loss == LossKind::kBinaryCrossEntropy && y != 0.0f && y != 1.0f)
+      throw data_error(name + " row " + std::to_string(r + 1) + " has label " + std::to_string(y) +
+                       "; bce needs 0 or 1");
+  }
+  for (std::size_t i = 0; i < data.features.size(); ++i)
+    if (!std::isfinite(data.features[i]))
+      throw data_error(name + " row " + std::to_string(i / std::size_t(width) + 1) +
+                       " has a missing or infinite feature value; impute or drop it first");
+}
+
+void validate_config(const TrainerConfig& c, bool has_validation) {
+  if (c.layers.empty()) throw usage_error("no layers given: set a layer spec such as 'dense(128) relu dense(10)'");
+  if (c.batch < 1) throw usage_error("batch must be >= 1, not " + std::to_string(c.batch));
+  if (c.epochs < 1) throw usage_error("epochs must be >= 1, not " + std::to_string(c.epochs));
+  if (c.grad_accum < 1) throw usage_error("grad_accum must be >= 1, not " + std::to_string(c.grad_accum));
+  if (c.threads < 1 || c.threads > 1024) throw usage_error("threads must be in 1..1024, not " + std::to_string(c.threads));
+  if (c.loss == LossKind::kSoftmaxCrossEntropy && c.classes < 2)
+    throw usage_error("softmax_ce needs the number of classes (>= 2), not " + std::to_string(c.classes));
+  if (c.precision == Precision::kBf16 && !cpu_supports_bf16())
+    throw usage_error("precision bf16 needs a CPU with AVX512_BF16 or AMX; use fp32");
+  if (c.early_stop != EarlyStopMetric::kNone) {
+    if (c.patience < 1) throw usage_error("early stopping needs patience >= 1");
+    if (c.early_stop != EarlyStopMetric::kTrainLoss && !has_validation)
+      throw usage_error(std::string("early stopping on ") + early_stop_metric_name(c.early_stop) +
+                        " needs validation data");
+    if (c.early_stop == EarlyStopMetric::kValAccuracy && !is_classification(c.loss))
+      throw usage_error("early stopping on val_accuracy needs a classification loss");
+  }
+  validate(c.optimizer);
+}
+
+}  // namespace
+
+class Trainer::Impl {
+ public:
+  Impl(TrainerConfig config, DataView train_data, std::optional<DataView> validation,
+       Reporter& reporter)
+      : config_(std::move(config)),
+        train_(std::move(train_data)),
+        validation_(std::move(validation)),
+        reporter_(reporter),
+        backend_(make_cpu_backend()),
+        arena_(config_.threads) {
+    validate_config(config_, validation_.has_value());
+    const Dims sample_shape(train_.sample_shape);
+    validate_data(train_, "training", sample_shape, config_);
+    if (validation_) validate_data(*validation_, "validation", sample_shape, config_);
+    rows_ = std::int64_t(train_.labels.size());
+    width_ = sample_size(train_.sample_shape);
+    micro_per_epoch_ = (rows_ + config_.batch - 1) / config_.batch;
+    steps_per_epoch_ = (micro_per_epoch_ + config_.grad_accum - 1) / config_.grad_accum;
+
+    OmpThreadScope threads(config_.threads);
+    NetworkOptions options;
+    options.input_shape = sample_shape;
+    options.outputs = loss_output_width(config_.loss, config_.classes);
+    options.output_meaning = config_.loss == LossKind::kSoftmaxCrossEntropy
+                                 ? std::to_string(config_.classes) + " classes"
+                                 : std::string("1 output for ") + loss_name(config_.loss);
+    options.compute = config_.precision == Precision::kBf16 ? DType::kBF16 : DType::kF32;
+    options.seed = config_.seed;
+    options.batch = config_.batch;
+    network_ = std::make_unique<Network>(config_.layers, options, *backend_);
+    optimizer_ = std::make_unique<Optimizer>(config_.optimizer, network_->parameters(), *backend_);
+    loss_ = backend_->loss(config_.loss, options.outputs);
+
+    // Batch buffers sized for a full batch once, so steps never reallocate.
+    for (Slot& slot : slots_) {
+      backend_->shape_plain(slot.x, sample_shape.with_batch(config_.batch), DType::kF32);
+      backend_->shape_plain(slot.y, Dims{config_.batch}, DType::kF32);
+    }
+  }
+
+  ~Impl() { wait_prefetch(); }
+
+  bool train(std::uint64_t max_steps) {
+    OmpThreadScope threads(config_.threads);
+    std::uint64_t done = 0;
+    if (micro_index_ == 0 && !finished_) epoch_start_ = Clock::now();
+    while (!finished_ && done < max_steps) {
+      run_step();
+      ++done;
+      if (micro_index_ >= micro_per_epoch_) {
+        end_epoch();
+        if (!finished_) epoch_start_ = Clock::now();
+      }
+    }
+    wait_prefetch();
+    return finished_;
+  }
+
+  Evaluation evaluate(const DataView& data) {
+    validate_data(data, "evaluation", Dims(train_.sample_shape), config_);
+    OmpThreadScope threads(config_.threads);
+    wait_prefetch();
+    LossTotals totals = run_inference(data.features, &data.labels, nullptr);
+    Evaluation e;
+    e.loss = totals.mean_loss();
+    e.accuracy = is_classification(config_.loss) ? totals.accuracy() : 0.0;
+    e.rows = std::uint64_t(totals.count);
+    return e;
+  }
+
+  std::vector<float> predict(std::span<const float> features) {
+    if (features.size() % std::size_t(width_) != 0)
+      throw data_error("predict: " + std::to_string(features.size()) +
+                       " feature values is not a whole number of rows of " + std::to_string(width_));
+    OmpThreadScope threads(config_.threads);
+    wait_prefetch();
+    std::vector<float> out(features.size() / std::size_t(width_) * std::size_t(outputs()));
+    run_inference(features, nullptr, out.data());
+    return out;
+  }
+
+  std::int64_t outputs() const { return network_->output_shape()[0]; }
+
+  std::string weights_hash() {
+    OmpThreadScope threads(config_.threads);
+    crypto_generichash_state state;
+    crypto_generichash_init(&state, nullptr, 0, crypto_generichash_BYTES);
+    std::vector<float> host;
+    auto add = [&](const std::string& name, const Tensor& t) {
+      crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(name.data()), name.size() + 1);
+      const std::string dims = t.dims().str();
+      crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(dims.data()), dims.size() + 1);
+      host.resize(std::size_t(t.elements()));
+      backend_->copy_to_host(t, host.data());
+      crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(host.data()),
+                                host.size() * sizeof(float));
+    };
+    for (const Parameter* p : network_->parameters()) add(p->name, p->value);
+    for (const StateBuffer& b : network_->buffers()) add(b.name, *b.tensor);
+    unsigned char digest[crypto_generichash_BYTES];
+    crypto_generichash_final(&state, digest, sizeof digest);
+    static const char* hex = "0123456789abcdef";
+    std::string s;
+    for (unsigned char c : digest) {
+      s += hex[c >> 4];
+      s += hex[c & 15];
+    }
+    return s;
+  }
+
+  std::vector<std::uint8_t> save_state() {
+    OmpThreadScope threads(config_.threads);
+    wait_prefetch();
+    engine::StateWriter w;
+    w.bytes(kMagic, sizeof kMagic);
+    w.u32(kStateVersion);
+    w.str(fingerprint());
+    w.i64(epoch_);
+    w.i64(micro_index_);
+    w.i64(step_);
+    w.u64(micro_step_);
+    w.f64(epoch_totals_.loss_sum);
+    w.i64(epoch_totals_.correct);
+    w.i64(epoch_totals_.count);
+    w.f64(best_metric_);
+    w.i64(bad_epochs_);
+    w.u8(finished_);
+    w.u8(stopped_early_);
+    w.f64(last_lr_);
+    w.u64(history_.size());
+    for (const EpochMetrics& m : history_) {
+      w.i64(m.epoch);
+      w.i64(m.steps);
+      w.f64(m.train_loss);
+      w.f64(m.train_accuracy);
+      w.u8(m.has_validation);
+      w.f64(m.val_loss);
+      w.f64(m.val_accuracy);
+      w.f64(m.lr);
+      w.f64(m.seconds);
+    }
+    const auto tensors = state_tensors();
+    w.u64(tensors.size());
+    std::vector<float> host;
+    for (const StateBuffer& t : tensors) {
+      w.str(t.name);
+      w.str(t.tensor->dims().str());
+      host.resize(std::size_t(t.tensor->elements()));
+      backend_->copy_to_host(*t.tensor, host.data());
+      w.u64(host.size());
+      w.bytes(host.data(), host.size() * sizeof(float));
+    }
+    return w.take();
+  }
+
+  void load_state(std::span<const std::uint8_t> bytes) {
+    OmpThreadScope threads(config_.threads);
+    wait_prefetch();
+    engine::StateReader r(bytes);
+    char magic[sizeof kMagic];
+    r.bytes(magic, sizeof magic);
+    if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) throw corrupt("trainer state: not an anneal trainer state");
+    const std::uint32_t version = r.u32();
+    if (version != kStateVersion)
+      throw corrupt("trainer state: version " + std::to_string(version) + ", this build reads " +
+                    std::to_string(kStateVersion));
+    const std::string saved = r.str();
+    const std::string mine = fingerprint();
+    if (saved != mine)
+      throw usage_error("trainer state was saved by a different configuration: saved [" + saved +
+                        "], this trainer [" + mine + "]");
+    // Read everything before changing anything, so a damaged state leaves
+    // this trainer as it was.
+    const std::int64_t epoch = r.i64(), micro_index = r.i64(), step = r.i64();
+    const std::uint64_t micro_step = r.u64();
+    LossTotals totals;
+    totals.loss_sum = r.f64();
+    totals.correct = r.i64();
+    totals.count = r.i64();
+    const double best = r.f64();
+    const std::int64_t bad = r.i64();
+    const bool finished = r.u8() != 0, stopped = r.u8() != 0;
+    const double last_lr = r.f64();
+    const std::uint64_t history_size = r.u64();
+    if (history_size > std::uint64_t(config_.epochs) + 1000000) throw corrupt("trainer state: bad history size");
+    std::vector<EpochMetrics> history(history_size);
+    for (EpochMetrics& m : history) {
+      m.epoch = r.i64();
+      m.steps = r.i64();
+      m.train_loss = r.f64();
+      m.train_accuracy = r.f64();
+      m.has_validation = r.u8() != 0;
+      m.val_loss = r.f64();
+      m.val_accuracy = r.f64();
+      m.lr = float(r.f64());
+      m.seconds = r.f64();
+    }
+    const auto tensors = state_tensors();
+    if (r.u64() != tensors.size()) throw corrupt("trainer state: tensor count differs");
+    std::vector<std::vector<float>> values(tensors.size());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      if (r.str() != tensors[i].name || r.str() != tensors[i].tensor->dims().str())
+        throw corrupt("trainer state: tensor " + tensors[i].name + " is missing or has other dims");
+      const std::uint64_t count = r.u64();
+      if (count != std::uint64_t(tensors[i].tensor->elements()))
+        throw corrupt("trainer state: tensor " + tensors[i].name + " has the wrong size");
+      values[i].resize(count);
+      r.bytes(values[i].data(), count * sizeof(float));
+    }
+    if (!r.at_end()) throw corrupt("trainer state: trailing bytes");
+    if (micro_index < 0 || micro_index > micro_per_epoch_ || epoch < 0 || step < 0)
+      throw corrupt("trainer state: position out of range");
+
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+      backend_->copy_from_host(values[i].data(), *tensors[i].tensor);
+    epoch_ = epoch;
+    micro_index_ = micro_index;
+    step_ = step;
+    micro_step_ = micro_step;
+    epoch_totals_ = totals;
+    best_metric_ = best;
+    bad_epochs_ = bad;
+    finished_ = finished || epoch_ >= config_.epochs;
+    stopped_early_ = stopped;
+    last_lr_ = last_lr;
+    history_ = std::move(history);
+    permutation_epoch_ = -1;
+    prefetched_micro_ = -1;
+  }
+
+  const TrainerConfig& config() const { return config_; }
+  const Network& network() const { return *network_; }
+
+  TrainerConfig config_;
+  DataView train_;
+  std::optional<DataView> validation_;
+  Reporter& reporter_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Network> network_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LossOp> loss_;
+
+  std::int64_t rows_ = 0, width_ = 0, micro_per_epoch_ = 0, steps_per_epoch_ = 0;
+
+  // Position and progress: all of it is checkpointed.
+  std::int64_t epoch_ = 0;        // epochs completed = index of the current epoch
+  std::int64_t micro_index_ = 0;  // next micro-batch within the epoch
+  std::int64_t step_ = 0;         // optimizer steps done
+  std::uint64_t micro_step_ = 0;  // micro-batches done over the run (dropout streams)
+  LossTotals epoch_totals_;
+  double best_metric_ = std::numeric_limits<double>::infinity();
+  std::int64_t bad_epochs_ = 0;
+  bool finished_ = false, stopped_early_ = false;
+  double last_lr_ = 0;
+  std::vector<EpochMetrics> history_;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static constexpr char kMagic[8] = {'A', 'N', 'N', 'E', 'A', 'L', 'T', 'S'};
+  static constexpr std::uint32_t kStateVersion = 1;
+
+  // A batch buffer: features (n, sample...) and labels (n), plain fp32.
+  struct Slot {
+    Tensor x, y;
+    std::vector<float> staging_x, staging_y;  // only for backends without host_view
+  };
+
+  std::string fingerprint() const {
+    return "layers=" + network_->describe() + ";input=" + Dims(train_.sample_shape).str() +
+           ";loss=" + loss_name(config_.loss) + ";outputs=" + std::to_string(outputs()) +
+           ";optimizer=" + optimizer_name(config_.optimizer.kind) +
+           ";momentum=" + std::to_string(config_.optimizer.momentum > 0) +
+           ";precision=" + precision_name(config_.precision) + ";batch=" + std::to_string(config_.batch) +
+           ";accum=" + std::to_string(config_.grad_accum) + ";seed=" + std::to_string(config_.seed) +
+           ";rows=" + std::to_string(rows_);
+  }
+
+  std::vector<StateBuffer> state_tensors() const {
+    std::vector<StateBuffer> out;
+    for (Parameter* p : network_->parameters()) out.push_back({p->name, &p->value});
+    for (const StateBuffer& b : network_->buffers()) out.push_back(b);
+    for (const StateBuffer& s : optimizer_->state()) out.push_back(s);
+    return out;
+  }
+
+  // The epoch's data order: a Fisher–Yates shuffle seeded by (seed, epoch),
+  // so any position can be recomputed from the epoch number alone.
+  const std::vector<std::uint32_t>& permutation() {
+    if (permutation_epoch_ != epoch_) {
+      permutation_.resize(std::size_t(rows_));
+      std::iota(permutation_.begin(), permutation_.end(), 0u);
+      engine::SplitMix64 rng(engine::derive_seed(config_.seed, kShufflePurpose, std::uint64_t(epoch_)));
+      for (std::size_t i = permutation_.size(); i > 1; --i) {
+        const std::size_t j = std::size_t(rng.below(i));
+        std::swap(permutation_[i - 1], permutation_[j]);
+      }
+      permutation_epoch_ = epoch_;
+    }
+    return permutation_;
+  }
+
+  std::int64_t micro_rows(std::int64_t micro) const {
+    return std::min(config_.batch, rows_ - micro * config_.batch);
+  }
+
+  // Shapes `slot` for micro-batch `micro` (main thread: backend calls) and
+  // returns the gather work, which touches only host memory and may run on
+  // another thread.
+  void start_gather(Slot& slot, std::int64_t micro, bool async) {
+    const std::int64_t n = micro_rows(micro);
+    const Dims sample(train_.sample_shape);
+    backend_->shape_plain(slot.x, sample.with_batch(n), DType::kF32);
+    backend_->shape_plain(slot.y, Dims{n}, DType::kF32);
+    float* x = backend_->host_view(slot.x);
+    float* y = backend_->host_view(slot.y);
+    if (x == nullptr || y == nullptr) {
+      slot.staging_x.resize(std::size_t(n * width_));
+      slot.staging_y.resize(std::size_t(n));
+      x = slot.staging_x.data();
+      y = slot.staging_y.data();
+    }
+    const std::uint32_t* order = permutation().data() + micro * config_.batch;
+    auto gather = [this, x, y, order, n] {
+      const std::size_t w = std::size_t(width_);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::size_t row = order[i];
+        std::memcpy(x + std::size_t(i) * w, train_.features.data() + row * w, w * sizeof(float));
+        y[i] = train_.labels[row];
+      }
+    };
+    if (async) {
+      arena_.execute([&] { prefetch_.run(gather); });
+      prefetch_pending_ = true;
+    } else {
+      gather();
+    }
+  }
+
+  void wait_prefetch() {
+    if (!prefetch_pending_) return;
+    arena_.execute([&] { prefetch_.wait(); });
+    prefetch_pending_ = false;
+  }
+
+  // The slot holding micro-batch `micro`, gathered (waiting for the prefetch
+  // or gathering now).
+  Slot& batch(std::int64_t micro) {
+    Slot* slot = nullptr;
+    if (prefetched_micro_ == micro) {
+      wait_prefetch();
+      slot = &slots_[prefetched_slot_];
+    } else {
+      wait_prefetch();
+      prefetched_slot_ = 1 - prefetched_slot_;
+      slot = &slots_[prefetched_slot_];
+      start_gather(*slot, micro, false);
+    }
+    if (!slot->staging_x.empty()) {
+      backend_->copy_from_host(slot->staging_x.data(), slot->x);
+      backend_->copy_from_host(slot->staging_y.data(), slot->y);
+    }
+    current_slot_ = prefetched_slot_;
+    prefetched_micro_ = -1;
+    // Batch k+1 gathers into the other buffer while batch k computes.
+    if (micro + 1 < micro_per_epoch_) {
+      prefetched_slot_ = 1 - current_slot_;
+      start_gather(slots_[prefetched_slot_], micro + 1, true);
+      prefetched_micro_ = micro + 1;
+    }
+    return slots_[current_slot_];
+  }
+
+  void run_step() {
+    const std::int64_t first = micro_index_;
+    const std::int64_t last = std::min(first + config_.grad_accum, micro_per_epoch_);
+    std::int64_t samples = 0;
+    for (std::int64_t m = first; m < last; ++m) samples += micro_rows(m);
+    const float grad_scale = 1.0f / float(samples);
+    for (std::int64_t m = first; m < last; ++m) {
+      Slot& slot = batch(m);
+      PassContext ctx;
+      ctx.training = true;
+      ctx.accumulate = m > first;
+      ctx.seed = config_.seed;
+      ctx.micro_step = micro_step_;
+      const Tensor& out = network_->forward(slot.x, ctx);
+      epoch_totals_ += loss_->forward_backward(out, slot.y, &dloss_, grad_scale);
+      network_->backward(dloss_, ctx);
+      ++micro_step_;
+    }
+    micro_index_ = last;
+    last_lr_ = scheduled_lr(config_.optimizer, step_, total_steps());
+    optimizer_->step(step_, total_steps());
+    ++step_;
+    if (step_ % 16 == 0 || micro_index_ >= micro_per_epoch_)
+      reporter_.progress("epoch " + std::to_string(epoch_ + 1) + "/" + std::to_string(config_.epochs),
+                         std::uint64_t((micro_index_ + config_.grad_accum - 1) / config_.grad_accum),
+                         std::uint64_t(steps_per_epoch_));
+  }
+
+  void end_epoch() {
+    wait_prefetch();
+    EpochMetrics m;
+    m.epoch = epoch_ + 1;
+    m.steps = step_;
+    m.train_loss = epoch_totals_.mean_loss();
+    m.train_accuracy = is_classification(config_.loss) ? epoch_totals_.accuracy() : 0.0;
+    m.lr = float(last_lr_);
+    if (validation_) {
+      const LossTotals v = run_inference(validation_->features, &validation_->labels, nullptr);
+      m.has_validation = true;
+      m.val_loss = v.mean_loss();
+      m.val_accuracy = is_classification(config_.loss) ? v.accuracy() : 0.0;
+    }
+    m.seconds = std::chrono::duration<double>(Clock::now() - epoch_start_).count();
+    history_.push_back(m);
+
+    std::string line = "epoch " + std::to_string(m.epoch) + "/" + std::to_string(config_.epochs) +
+                       " train_loss=" + fmt(m.train_loss);
+    if (is_classification(config_.loss)) line += " train_acc=" + fmt(m.train_accuracy);
+    if (m.has_validation) {
+      line += " val_loss=" + fmt(m.val_loss);
+      if (is_classification(config_.loss)) line += " val_acc=" + fmt(m.val_accuracy);
+    }
+    line += " lr=" + fmt(m.lr) + " time=" + fmt(m.seconds) + "s";
+    reporter_.note(line);
+
+    ++epoch_;
+    micro_index_ = 0;
+    epoch_totals_ = LossTotals{};
+    if (epoch_ >= config_.epochs) finished_ = true;
+    if (config_.early_stop != EarlyStopMetric::kNone) {
+      double value = 0;  // lower is better
+      switch (config_.early_stop) {
+        case EarlyStopMetric::kValLoss: value = m.val_loss; break;
+        case EarlyStopMetric::kValAccuracy: value = -m.val_accuracy; break;
+        case EarlyStopMetric::kTrainLoss: value = m.train_loss; break;
+        case EarlyStopMetric::kNone: break;
+      }
+      if (value < best_metric_) {
+        best_metric_ = value;
+        bad_epochs_ = 0;
+      } else if (++bad_epochs_ >= config_.patience && !finished_) {
+        finished_ = true;
+        stopped_early_ = true;
+        reporter_.note("early stop: " + std::string(early_stop_metric_name(config_.early_stop)) +
+                       " did not improve for " + std::to_string(config_.patience) + " epochs");
+      }
+    }
+  }
+
+  static std::string fmt(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.4g", v);
+    return buf;
+  }
+
+  // Forward passes in inference mode over `features` in order; scores them
+  // against `labels` and/or writes predictions to `predictions`.
+  LossTotals run_inference(std::span<const float> features, const std::span<const float>* labels,
+                           float* predictions) {
+    const std::int64_t rows = std::int64_t(features.size()) / width_;
+    const Dims sample(train_.sample_shape);
+    const std::int64_t k = outputs();
+    LossTotals totals;
+    PassContext ctx;
+    ctx.training = false;
+    ctx.seed = config_.seed;
+    for (std::int64_t start = 0; start < rows; start += config_.batch) {
+      const std::int64_t n = std::min(config_.batch, rows - start);
+      backend_->shape_plain(eval_x_, sample.with_batch(n), DType::kF32);
+      backend_->shape_plain(eval_y_, Dims{n}, DType::kF32);
+      const float* src = features.data() + start * width_;
+      if (float* x = backend_->host_view(eval_x_)) {
+        std::memcpy(x, src, std::size_t(n * width_) * sizeof(float));
+      } else {
+        backend_->copy_from_host(src, eval_x_);
+      }
+      const Tensor& out = network_->forward(eval_x_, ctx);
+      if (labels != nullptr) {
+        backend_->copy_from_host(labels->data() + start, eval_y_);
+        totals += loss_->forward_backward(out, eval_y_, nullptr, 1.0f);
+      }
+      if (predictions != nullptr) loss_->predict(out, predictions + start * k);
+    }
+    return totals;
+  }
+
+  tbb::task_arena arena_;
+  tbb::task_group prefetch_;
+  bool prefetch_pending_ = false;
+  Slot slots_[2];
+  int current_slot_ = 0, prefetched_slot_ = 0;
+  std::int64_t prefetched_micro_ = -1;
+  std::vector<std::uint32_t> permutation_;
+  std::int64_t permutation_epoch_ = -1;
+  Tensor dloss_, eval_x_, eval_y_;
+  Clock::time_point epoch_start_ = Clock::now();
+
+ public:
+  std::int64_t total_steps() const { return steps_per_epoch_ * config_.epochs; }
+};
+
+Trainer::Trainer(TrainerConfig config, DataView train_data, std::optional<DataView> validation,
+                 Reporter& reporter)
+    : impl_(std::make_unique<Impl>(std::move(config), std::move(train_data), std::move(validation),
+                                   reporter)) {}
+Trainer::~Trainer() = default;
+
+bool Trainer::train(std::uint64_t max_steps) { return impl_->train(max_steps); }
+bool Trainer::finished() const { return impl_->finished_; }
+bool Trainer::stopped_early() const { return impl_->stopped_early_; }
+std::int64_t Trainer::step() const { return impl_->step_; }
+std::int64_t Trainer::epoch() const { return impl_->epoch_; }
+std::int64_t Trainer::steps_per_epoch() const { return impl_->steps_per_epoch_; }
+std::int64_t Trainer::total_steps() const { return impl_->total_steps(); }
+const std::vector<EpochMetrics>& Trainer::history() const { return impl_->history_; }
+Evaluation Trainer::evaluate(const DataView& data) { return impl_->evaluate(data); }
+std::vector<float> Trainer::predict(std::span<const float> features) { return impl_->predict(features); }
+std::int64_t Trainer::outputs() const { return impl_->outputs(); }
+std::string Trainer::weights_hash() { return impl_->weights_hash(); }
+std::vector<std::uint8_t> Trainer::save_state() { return impl_->save_state(); }
+void Trainer::load_state(std::span<const std::uint8_t> bytes) { impl_->load_state(bytes); }
+const Network& Trainer::network() const { return impl_->network(); }
+const TrainerConfig& Trainer::config() const { return impl_->config(); }
+
+}  // namespace anneal
