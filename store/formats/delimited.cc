@@ -1,0 +1,662 @@
+// CSV and TSV: one parser, parameterized by the delimiter.
+//
+// The text is parsed in four steps:
+//   1. check that it is UTF-8 without NULs (in parallel);
+//   2. read the header and infer column types from the first 1000 rows
+//      (sequential, small);
+//   3. cut the rest into ~1 MB blocks at record boundaries (quote parity,
+//      in parallel) and parse every block into its own float cells and
+//      categorical dictionaries (in parallel);
+//   4. merge the dictionaries in block order, so codes follow first-seen
+//      order in the file, and copy the cells into the Table while taking
+//      statistics (in parallel).
+// Block boundaries depend only on the bytes, so the Table does not depend on
+// the number of threads.
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "anneal/error.h"
+#include "anneal/formats.h"
+#include "formats/number.h"
+#include "formats/stats.h"
+#include "formats/text.h"
+
+namespace anneal {
+
+namespace {
+
+using formats::TextError;
+
+constexpr std::size_t kInferenceRows = 1000;
+// Codes are stored as float; above 2^24 consecutive integers are not exact.
+constexpr std::size_t kMaxCategories = std::size_t{1} << 24;
+
+std::string delimiter_name(char delimiter) {
+  return delimiter == '\t' ? std::string("a tab") : std::string("'") + delimiter + "'";
+}
+
+// The bytes of the UTF-8 character at p, for "found ..." in messages.
+std::string_view character_at(const char* p, const char* end) {
+  auto lead = static_cast<unsigned char>(*p);
+  std::size_t length = lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+  return std::string_view(p, std::min<std::size_t>(length, static_cast<std::size_t>(end - p)));
+}
+
+// ------------------------------------------------------------------ fields
+
+// One field as read from the text. For a quoted field [begin, end) is what
+// lies between the quotes, still holding doubled quotes when `escaped`; for
+// an unquoted one it is the field without surrounding blanks or the '\r' of
+// a CRLF line end.
+struct Field {
+  const char* start = nullptr;  // first byte of the field, for error positions
+  const char* begin = nullptr;
+  const char* end = nullptr;
+  bool quoted = false;
+  bool escaped = false;
+
+  std::string_view content() const { return {begin, static_cast<std::size_t>(end - begin)}; }
+  // The field's value: quotes removed and doubled quotes made single.
+  std::string value() const {
+    std::string out(content());
+    if (escaped) {
+      std::size_t kept = 0;
+      for (std::size_t i = 0; i < out.size(); ++i, ++kept) {
+        out[kept] = out[i];
+        if (out[i] == '"') ++i;  // the second of a doubled quote
+      }
+      out.resize(kept);
+    }
+    return out;
+  }
+};
+
+// Tokenizes RFC 4180 text within [base, end): fields separated by the
+// delimiter, records by LF or CRLF, double-quoted fields that may hold the
+// delimiter, line ends and doubled quotes. Spaces (and tabs, unless tab is
+// the delimiter) around a field are not part of it. A quote anywhere but at
+// the start of a field is an error, which keeps quote parity meaningful for
+// split_records.
+class FieldReader {
+ public:
+  FieldReader(const char* base, const char* end, char delimiter)
+      : base_(base), end_(end), delimiter_(delimiter) {}
+
+  const char* end() const { return end_; }
+  std::size_t offset(const char* p) const { return static_cast<std::size_t>(p - base_); }
+
+  // Past any empty lines at p (a record start).
+  const char* skip_empty_lines(const char* p) const {
+    while (p < end_) {
+      if (*p == '\n') {
+        ++p;
+      } else if (*p == '\r' && (p + 1 == end_ || p[1] == '\n')) {
+        p += p + 1 == end_ ? 1 : 2;
+      } else {
+        break;
+      }
+    }
+    return p;
+  }
+
+  // Whether a field ends exactly at p; if so sets where the next field
+  // starts and whether the record ended with it. Lets the numeric fast path
+  // parse a number straight from the text and only check what follows.
+  bool ends_field(const char* p, const char*& next, bool& record_end) const {
+    if (p == end_) {
+      next = p;
+      record_end = true;
+      return true;
+    }
+    if (*p == delimiter_) {
+      next = p + 1;
+      record_end = false;
+      return true;
+    }
+    if (*p == '\n' || (*p == '\r' && (p + 1 == end_ || p[1] == '\n'))) {
+      next = p + (*p == '\n' || p + 1 == end_ ? 1 : 2);
+      record_end = true;
+      return true;
+    }
+    return false;
+  }
+
+  // Reads the field at p and returns where the next one starts.
+  const char* read(const char* p, Field& field, bool& record_end) const {
+    field.start = p;
+    while (p < end_ && is_blank(*p)) ++p;
+    if (p < end_ && *p == '"') return read_quoted(p, field, record_end);
+    field.quoted = field.escaped = false;
+    field.begin = p;
+    const char* q = p;
+    while (q < end_ && *q != delimiter_ && *q != '\n') {
+      if (*q == '"')
+        throw TextError{offset(q),
+                        "expected a quote only at the start of a field, found '\"' inside an "
+                        "unquoted field (quote the whole field and double the inner quotes)"};
+      ++q;
+    }
+    const char* value_end = q;
+    if ((q == end_ || *q == '\n') && value_end > p && value_end[-1] == '\r') --value_end;
+    while (value_end > p && is_blank(value_end[-1])) --value_end;
+    field.end = value_end;
+    record_end = q == end_ || *q == '\n';
+    return q == end_ ? q : q + 1;
+  }
+
+  // Reads the rest of a record whose fields run past the expected count and
+  // returns how many fields it had in all (`read_so_far` + the rest).
+  std::size_t count_remaining(const char* p, std::size_t read_so_far) const {
+    Field field;
+    bool record_end = false;
+    while (!record_end) {
+      p = read(p, field, record_end);
+      ++read_so_far;
+    }
+    return read_so_far;
+  }
+
+ private:
+  bool is_blank(char c) const { return c == ' ' || (c == '\t' && delimiter_ != '\t'); }
+
+  const char* read_quoted(const char* quote, Field& field, bool& record_end) const {
+    field.quoted = true;
+    field.escaped = false;
+    field.begin = quote + 1;
+    const char* p = quote + 1;
+    for (;;) {
+      const void* found = std::memchr(p, '"', static_cast<std::size_t>(end_ - p));
+      if (found == nullptr)
+        throw TextError{offset(quote),
+                        "expected a closing quote for the field opened here, found end of input"};
+      p = static_cast<const char*>(found);
+      if (p + 1 < end_ && p[1] == '"') {
+        field.escaped = true;
+        p += 2;
+        continue;
+      }
+      break;
+    }
+    field.end = p++;
+    while (p < end_ && is_blank(*p)) ++p;
+    const char* next;
+    if (ends_field(p, next, record_end)) return next;
+    throw TextError{offset(p), "expected " + delimiter_name(delimiter_) +
+                                   " or end of line after the closing quote, found " +
+                                   formats::quote_for_message(character_at(p, end_))};
+  }
+
+  const char* base_;
+  const char* end_;
+  char delimiter_;
+};
+
+// Reads one whole record into `fields`; returns where the next one starts.
+const char* read_record(const FieldReader& reader, const char* p, std::vector<Field>& fields) {
+  fields.clear();
+  bool record_end = false;
+  while (!record_end) {
+    fields.emplace_back();
+    p = reader.read(p, fields.back(), record_end);
+  }
+  return p;
+}
+
+// The field's value with blanks inside quotes trimmed too: what numbers and
+// missing markers are recognized from.
+std::string_view trimmed_content(const Field& field) {
+  std::string_view value = field.content();
+  if (field.quoted) {
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  }
+  return value;
+}
+
+bool is_missing(const Field& field) {
+  return !field.escaped && formats::is_missing_value(trimmed_content(field));
+}
+
+bool parses_as_number(const Field& field) {
+  std::string_view value = trimmed_content(field);
+  float ignored;
+  return !field.escaped && formats::parse_float_exactly(value.data(), value.data() + value.size(), ignored);
+}
+
+// ------------------------------------------------------------------ schema
+
+enum class TypeOrigin { kInferred, kForced, kReference };
+
+struct ColumnPlan {
+  std::string name;
+  ColumnType type = ColumnType::kNumeric;
+  TypeOrigin origin = TypeOrigin::kInferred;
+};
+
+// What the header and options decided before the rows are parsed.
+struct Layout {
+  std::vector<ColumnPlan> columns;
+  std::size_t label = 0;
+  std::size_t data_begin = 0;  // offset of the first data record
+  double bytes_per_row = 0;    // measured on the inference rows, for reserving
+};
+
+std::string column_list(const std::vector<ColumnPlan>& columns) {
+  std::string out;
+  for (const auto& column : columns) out += (out.empty() ? "" : ", ") + column.name;
+  return out;
+}
+
+// Resolves a --label / --categorical value: a column name, else a 0-based
+// index written as digits.
+std::size_t resolve_column(const std::vector<ColumnPlan>& columns, const std::string& wanted,
+                           const char* flag, const std::string& display_name) {
+  for (std::size_t i = 0; i < columns.size(); ++i)
+    if (columns[i].name == wanted) return i;
+  bool digits = !wanted.empty() && wanted.size() < 10 &&
+                wanted.find_first_not_of("0123456789") == std::string::npos;
+  if (digits && std::stoul(wanted) < columns.size()) return std::stoul(wanted);
+  throw data_error(display_name + ": no column '" + wanted + "' for " + flag +
+                   " (columns: " + column_list(columns) + ")");
+}
+
+class DelimitedParser {
+ public:
+  DelimitedParser(std::string_view text, char delimiter, const ParseOptions& options)
+      : text_(text),
+        delimiter_(delimiter),
+        options_(options),
+        reader_(text.data(), text.data() + text.size(), delimiter) {}
+
+  Table parse();
+
+ private:
+  struct Block;
+  class BlockParser;
+
+  [[noreturn]] void fail(std::size_t offset, const std::string& what) const {
+    formats::throw_text_error(options_.display_name, text_, TextError{offset, what});
+  }
+  void read_header();
+  void check_against_reference(const std::vector<Field>& header_fields) const;
+  void choose_types();
+  void infer_types();
+  Table assemble(std::vector<Block>& blocks) const;
+
+  std::string_view text_;
+  char delimiter_;
+  const ParseOptions& options_;
+  FieldReader reader_;
+  Layout layout_;
+};
+
+// A dictionary of one categorical column within one block: block-local codes
+// in first-seen order, later renumbered into the column's global codes.
+struct LocalDictionary {
+  std::unordered_map<std::string_view, std::uint32_t> codes;
+  std::vector<std::string_view> values;  // code -> value
+  std::deque<std::string> owned;         // values that are not slices of the text
+
+  std::uint32_t code_of(const Field& field) {
+    if (!field.escaped) return code_of(field.content(), nullptr);
+    std::string value = field.value();
+    return code_of(value, &value);
+  }
+
+ private:
+  std::uint32_t code_of(std::string_view value, std::string* to_own) {
+    auto found = codes.find(value);
+    if (found != codes.end()) return found->second;
+    if (to_own != nullptr) value = owned.emplace_back(std::move(*to_own));
+    auto code = static_cast<std::uint32_t>(values.size());
+    codes.emplace(value, code);
+    values.push_back(value);
+    return code;
+  }
+};
+
+struct DelimitedParser::Block {
+  std::size_t begin = 0, end = 0;      // byte range of whole records
+  std::vector<float> cells;            // rows x columns in source order
+  std::uint64_t rows = 0;
+  std::vector<LocalDictionary> dictionaries;  // per column; categorical ones used
+  std::optional<TextError> error;
+  // Filled while assembling:
+  std::vector<std::vector<float>> global_codes;  // per column: local code -> global code
+  std::vector<ColumnStats> stats;                // per column
+};
+
+// Parses the records of one block into float cells. Numbers in numeric
+// columns are parsed straight from the text; everything else goes through
+// the FieldReader.
+class DelimitedParser::BlockParser {
+ public:
+  BlockParser(const DelimitedParser& parser, Block& block)
+      : layout_(parser.layout_),
+        reader_(parser.text_.data(), parser.text_.data() + block.end, parser.delimiter_),
+        block_(block),
+        columns_(layout_.columns.size()) {}
+
+  void parse(const char* p) {
+    block_.dictionaries.resize(columns_);
+    reserve_cells();
+    std::size_t used = 0;
+    p = reader_.skip_empty_lines(p);
+    while (p < reader_.end()) {
+      if (used + columns_ > block_.cells.size())
+        block_.cells.resize(std::max(2 * block_.cells.size(), used + columns_));
+      p = parse_record(p, block_.cells.data() + used);
+      used += columns_;
+      ++block_.rows;
+      p = reader_.skip_empty_lines(p);
+    }
+    block_.cells.resize(used);
+  }
+
+ private:
+  void reserve_cells() {
+    double bytes = static_cast<double>(block_.end - block_.begin);
+    double rows = layout_.bytes_per_row > 0 ? bytes / layout_.bytes_per_row : 1024;
+    block_.cells.resize(static_cast<std::size_t>(rows * 1.05 + 16) * columns_);
+  }
+
+  const char* parse_record(const char* p, float* row) {
+    const char* record_start = p;
+    for (std::size_t column = 0;; ++column) {
+      if (column == columns_) {
+        std::size_t found = reader_.count_remaining(p, columns_);
+        throw TextError{reader_.offset(p), "expected " + std::to_string(columns_) +
+                                               " fields, found " + std::to_string(found)};
+      }
+      bool record_end;
+      p = parse_cell(p, column, row[column], record_end);
+      if (record_end) {
+        if (column + 1 < columns_) throw too_few_fields(record_start, p, column + 1);
+        return p;
+      }
+    }
+  }
+
+  TextError too_few_fields(const char* record_start, const char* next, std::size_t found) const {
+    // Point just past the record's last field, on the line where it ends.
+    const char* line_end = next;
+    if (line_end > record_start && line_end[-1] == '\n') --line_end;
+    if (line_end > record_start && line_end[-1] == '\r') --line_end;
+    return TextError{reader_.offset(line_end), "expected " + std::to_string(columns_) +
+                                                   " fields, found " + std::to_string(found)};
+  }
+
+  const char* parse_cell(const char* p, std::size_t column, float& cell, bool& record_end) {
+    const ColumnPlan& plan = layout_.columns[column];
+    if (plan.type == ColumnType::kNumeric) {
+      float value;
+      const char* number_end = formats::parse_float_prefix(p, reader_.end(), value);
+      const char* next;
+      if (number_end != nullptr && reader_.ends_field(number_end, next, record_end)) {
+        if (column == layout_.label && std::isnan(value))
+          throw missing_label(p, std::string_view(p, static_cast<std::size_t>(number_end - p)));
+        cell = value;
+        return next;
+      }
+    }
+    Field field;
+    const char* next = reader_.read(p, field, record_end);
+    if (is_missing(field)) {
+      if (column == layout_.label) throw missing_label(field.start, field.value());
+      cell = NAN;
+    } else if (plan.type == ColumnType::kNumeric) {
+      cell = numeric_value(field, column);
+    } else {
+      cell = static_cast<float>(block_.dictionaries[column].code_of(field));
+    }
+    return next;
+  }
+
+  float numeric_value(const Field& field, std::size_t column) const {
+    const ColumnPlan& plan = layout_.columns[column];
+    std::string_view value = trimmed_content(field);
+    float number = NAN;
+    if (!field.escaped && formats::parse_float_exactly(value.data(), value.data() + value.size(), number)) {
+      if (column == layout_.label && std::isnan(number))
+        throw missing_label(field.start, value);
+      return number;
+    }
+    std::string why = plan.origin == TypeOrigin::kReference
+                          ? "numeric in the train part"
+                          : "inferred numeric from its first " + std::to_string(kInferenceRows) +
+                                " rows; use --categorical " + plan.name;
+    throw TextError{reader_.offset(field.begin), "expected a number in column '" + plan.name +
+                                                     "' (" + why + "), found " +
+                                                     formats::quote_for_message(field.value())};
+  }
+
+  TextError missing_label(const char* at, std::string_view value) const {
+    std::string found = value.empty() ? std::string("an empty field") : formats::quote_for_message(value);
+    return TextError{reader_.offset(at), "expected a value in the label column '" +
+                                             layout_.columns[layout_.label].name + "', found " + found};
+  }
+
+  const Layout& layout_;
+  FieldReader reader_;
+  Block& block_;
+  std::size_t columns_;
+};
+
+Table DelimitedParser::parse() {
+  formats::check_utf8_text(text_, options_.display_name);
+  read_header();
+  choose_types();
+
+  std::vector<std::size_t> starts =
+      formats::split_records(text_, layout_.data_begin, formats::kParseBlockBytes);
+  std::vector<Block> blocks(starts.size() - 1);
+  tbb::parallel_for(std::size_t{0}, blocks.size(), [&](std::size_t b) {
+    Block& block = blocks[b];
+    block.begin = starts[b];
+    block.end = starts[b + 1];
+    try {
+      BlockParser(*this, block).parse(text_.data() + block.begin);
+    } catch (TextError& error) {
+      block.error = std::move(error);
+    }
+  });
+  std::vector<std::optional<TextError>> errors;
+  for (auto& block : blocks) errors.push_back(std::move(block.error));
+  if (const TextError* error = formats::first_error(errors))
+    formats::throw_text_error(options_.display_name, text_, *error);
+  return assemble(blocks);
+}
+
+void DelimitedParser::read_header() {
+  std::size_t start = text_.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;
+  const char* first = reader_.skip_empty_lines(text_.data() + start);
+  if (first == reader_.end())
+    fail(reader_.offset(first), std::string("expected ") + (options_.header ? "a header row" : "a data row") +
+                                    ", found end of input");
+  std::vector<Field> fields;
+  const char* after;
+  try {
+    after = read_record(reader_, first, fields);
+  } catch (const TextError& error) {
+    formats::throw_text_error(options_.display_name, text_, error);
+  }
+  auto& columns = layout_.columns;
+  columns.resize(fields.size());
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    columns[i].name = options_.header ? fields[i].value() : std::string();
+    if (columns[i].name.empty()) columns[i].name = "col" + std::to_string(i + 1);
+  }
+  std::unordered_map<std::string_view, std::size_t> seen;
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    auto [it, fresh] = seen.emplace(columns[i].name, i);
+    if (!fresh)
+      fail(reader_.offset(fields[i].start),
+           "expected unique column names, found " + formats::quote_for_message(columns[i].name) +
+               " again (column " + std::to_string(it->second + 1) + " has it too)");
+  }
+  check_against_reference(fields);
+  if (columns.size() < 2)
+    fail(reader_.offset(first), "expected at least 2 columns (features and a label), found " +
+                                    std::to_string(columns.size()));
+  layout_.data_begin = reader_.offset(options_.header ? after : first);
+  layout_.label = options_.label.empty()
+                      ? columns.size() - 1
+                      : resolve_column(columns, options_.label, "--label", options_.display_name);
+}
+
+void DelimitedParser::check_against_reference(const std::vector<Field>& header_fields) const {
+  const std::vector<ColumnSchema>* reference = options_.reference;
+  if (reference == nullptr) return;
+  const auto& columns = layout_.columns;
+  if (columns.size() != reference->size())
+    fail(reader_.offset(header_fields.front().start),
+         "expected " + std::to_string(reference->size()) + " columns as in the train part, found " +
+             std::to_string(columns.size()));
+  for (std::size_t i = 0; i < columns.size(); ++i)
+    if (columns[i].name != (*reference)[i].name)
+      fail(reader_.offset(header_fields[i].start),
+           "expected column " + std::to_string(i + 1) + " to be " +
+               formats::quote_for_message((*reference)[i].name) + " as in the train part, found " +
+               formats::quote_for_message(columns[i].name));
+}
+
+void DelimitedParser::choose_types() {
+  auto& columns = layout_.columns;
+  if (options_.reference != nullptr) {
+    for (std::size_t i = 0; i < columns.size(); ++i) {
+      columns[i].type = (*options_.reference)[i].type;
+      columns[i].origin = TypeOrigin::kReference;
+    }
+  } else {
+    for (const std::string& wanted : options_.categorical) {
+      ColumnPlan& column = columns[resolve_column(columns, wanted, "--categorical", options_.display_name)];
+      column.type = ColumnType::kCategorical;
+      column.origin = TypeOrigin::kForced;
+    }
+  }
+  infer_types();
+}
+
+// A column is numeric when every non-missing value in the first rows parses
+// as a number. A malformed record ends the look early; the block parser
+// reports it in file order with everything else.
+void DelimitedParser::infer_types() {
+  auto& columns = layout_.columns;
+  const char* p = text_.data() + layout_.data_begin;
+  const char* inferred_end = p;
+  std::size_t rows = 0;
+  std::vector<char> all_numbers(columns.size(), 1);
+  std::vector<Field> fields;
+  try {
+    for (; rows < kInferenceRows; ++rows) {
+      p = reader_.skip_empty_lines(p);
+      if (p == reader_.end()) break;
+      p = read_record(reader_, p, fields);
+      if (fields.size() != columns.size()) break;
+      for (std::size_t i = 0; i < fields.size(); ++i)
+        if (all_numbers[i] && !is_missing(fields[i]) && !parses_as_number(fields[i])) all_numbers[i] = 0;
+      inferred_end = p;
+    }
+  } catch (const TextError&) {
+    // Reported by the block parser, in order with errors before it.
+  }
+  if (rows > 0)
+    layout_.bytes_per_row = static_cast<double>(inferred_end - (text_.data() + layout_.data_begin)) /
+                            static_cast<double>(rows);
+  for (std::size_t i = 0; i < columns.size(); ++i)
+    if (columns[i].origin == TypeOrigin::kInferred)
+      columns[i].type = all_numbers[i] ? ColumnType::kNumeric : ColumnType::kCategorical;
+}
+
+Table DelimitedParser::assemble(std::vector<Block>& blocks) const {
+  const auto& plans = layout_.columns;
+  const std::size_t columns = plans.size(), label = layout_.label, features = columns - 1;
+  std::vector<std::uint64_t> first_row(blocks.size() + 1, 0);
+  for (std::size_t b = 0; b < blocks.size(); ++b) first_row[b + 1] = first_row[b] + blocks[b].rows;
+  const std::uint64_t rows = first_row.back();
+  if (rows == 0)
+    fail(text_.size(), std::string("expected a data row") + (options_.header ? " after the header" : "") +
+                           ", found end of input");
+
+  Table table;
+  table.columns.resize(columns);
+  for (std::size_t c = 0; c < columns; ++c) {
+    table.columns[c].name = plans[c].name;
+    table.columns[c].type = plans[c].type;
+  }
+  // Global codes: the reference's first, then new values in block order, which
+  // is first-seen order in the file.
+  for (auto& block : blocks) block.global_codes.resize(columns);
+  for (std::size_t c = 0; c < columns; ++c) {
+    if (plans[c].type != ColumnType::kCategorical) continue;
+    std::vector<std::string>& categories = table.columns[c].categories;
+    if (options_.reference != nullptr) categories = (*options_.reference)[c].categories;
+    std::unordered_map<std::string, std::uint32_t> codes;
+    for (std::size_t i = 0; i < categories.size(); ++i)
+      codes.emplace(categories[i], static_cast<std::uint32_t>(i));
+    for (auto& block : blocks) {
+      const auto& local = block.dictionaries[c].values;
+      auto& global = block.global_codes[c];
+      global.resize(local.size());
+      for (std::size_t i = 0; i < local.size(); ++i) {
+        auto [it, fresh] = codes.try_emplace(std::string(local[i]), static_cast<std::uint32_t>(categories.size()));
+        if (fresh) categories.emplace_back(local[i]);
+        global[i] = static_cast<float>(it->second);
+      }
+    }
+    if (categories.size() > kMaxCategories)
+      throw data_error(options_.display_name + ": expected at most " + std::to_string(kMaxCategories) +
+                       " distinct values in column '" + plans[c].name + "', found " +
+                       std::to_string(categories.size()));
+  }
+
+  table.label_column = label;
+  table.rows = rows;
+  table.sample_shape = {static_cast<std::int64_t>(features)};
+  table.features.resize(rows * features);
+  table.labels.resize(rows);
+  tbb::parallel_for(std::size_t{0}, blocks.size(), [&](std::size_t b) {
+    Block& block = blocks[b];
+    float* feature_rows = table.features.data() + first_row[b] * features;
+    float* labels = table.labels.data() + first_row[b];
+    const float* cells = block.cells.data();
+    for (std::uint64_t r = 0; r < block.rows; ++r) {
+      float* out = feature_rows + r * features;
+      for (std::size_t c = 0; c < columns; ++c, ++cells) {
+        float value = *cells;
+        if (plans[c].type == ColumnType::kCategorical && !std::isnan(value))
+          value = block.global_codes[c][static_cast<std::size_t>(value)];
+        if (c == label) labels[r] = value;
+        else *out++ = value;
+      }
+    }
+    block.stats.resize(columns);
+    for (std::size_t c = 0, f = 0; c < columns; ++c) {
+      block.stats[c] = c == label ? formats::strided_stats(labels, block.rows, 1)
+                                  : formats::strided_stats(feature_rows + f++, block.rows, features);
+    }
+    block.cells = std::vector<float>();
+  });
+  for (std::size_t c = 0; c < columns; ++c) {
+    ColumnStats stats;
+    for (const auto& block : blocks) stats.merge(block.stats[c]);
+    stats.store_into(table.columns[c]);
+  }
+  return table;
+}
+
+}  // namespace
+
+Table parse_delimited(std::string_view text, char delimiter, const ParseOptions& options) {
+  return DelimitedParser(text, delimiter, options).parse();
+}
+
+}  // namespace anneal

@@ -1,0 +1,66 @@
+// Shared pieces of the text parsers (CSV/TSV and LIBSVM): error positions,
+// input validation and the block splitting that lets them parse in parallel.
+//
+// Parsers work on byte offsets into the whole input and only turn an offset
+// into "NAME:LINE:COLUMN" when they report an error, so the hot loops never
+// count lines.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace anneal::formats {
+
+// A malformed spot found while parsing part of a text. Block parsers throw it
+// (or keep it) instead of anneal::Error so that parallel blocks can report the
+// error that comes first in the file, not the one that was found first.
+struct TextError {
+  std::size_t offset;  // byte offset into the whole text
+  std::string what;    // "expected ..., found ..."
+};
+
+// "NAME:LINE:COLUMN" of a byte offset: LINE counts every '\n' before it,
+// COLUMN is the byte offset within that line; both 1-based.
+std::string location(const std::string& name, std::string_view text, std::size_t offset);
+
+// anneal::Error of kind kBadData: "NAME:LINE:COLUMN: WHAT".
+[[noreturn]] void throw_text_error(const std::string& name, std::string_view text,
+                                   const TextError& error);
+
+// The first error (lowest offset) of several block results, if any.
+const TextError* first_error(const std::vector<std::optional<TextError>>& errors);
+
+// Renders a value for an error message: quoted with '...', control bytes
+// escaped, long values cut, so the message stays one line.
+std::string quote_for_message(std::string_view value);
+
+// Throws kBadData at the first NUL byte or invalid UTF-8 sequence.
+void check_utf8_text(std::string_view text, const std::string& name);
+
+// Offsets that cut [begin, text.size()) into pieces of roughly block_bytes,
+// each cut just after a '\n' (or at the end). Returns the piece starts plus a
+// final text.size(); a piece may be longer than block_bytes when lines are.
+std::vector<std::size_t> split_after_newlines(std::string_view text, std::size_t begin,
+                                              std::size_t block_bytes);
+
+// Like split_after_newlines, but never cuts inside a double-quoted field:
+// quote parity decides which '\n' end a record. Valid RFC 4180 text is cut
+// exactly at record boundaries; on invalid text the pieces may be wrong after
+// the first stray quote, which the block parser then reports.
+std::vector<std::size_t> split_records(std::string_view text, std::size_t begin,
+                                       std::size_t block_bytes);
+
+// Whether the (already trimmed) value means "missing": empty, NA, N/A or NaN
+// in any case.
+bool is_missing_value(std::string_view value);
+
+// Target size of the blocks text parsers hand to parallel workers: large
+// enough that per-block overhead vanishes, small enough to balance 2-16
+// threads on inputs of a few MB.
+inline constexpr std::size_t kParseBlockBytes = std::size_t{1} << 20;
+
+}  // namespace anneal::formats
