@@ -15,9 +15,11 @@ namespace anneal {
 
 namespace {
 
-// A size hint from the stream may be wrong or hostile: never reserve more
-// than this up front; the buffer still grows as needed.
+// A size hint from the stream may be wrong (a truncated gzip's last four
+// bytes are not its ISIZE) or hostile: trust it only up to this many times
+// the input, and never beyond kMaxSizeHint; the buffer still grows as needed.
 constexpr std::size_t kMaxSizeHint = std::size_t{1} << 30;
+constexpr std::size_t kMaxHintRatio = 64;
 // zlib counts in 32-bit uInt: feed it at most this much at a time.
 constexpr std::size_t kZlibStep = std::size_t{1} << 30;
 
@@ -27,6 +29,10 @@ bool starts_with(std::string_view bytes, std::string_view magic) {
 
 constexpr std::string_view kGzipMagic("\x1f\x8b", 2);
 constexpr std::string_view kZstdMagic("\x28\xb5\x2f\xfd", 4);
+
+std::size_t plausible_size(std::size_t hint, std::size_t input_bytes) {
+  return std::min({hint, kMaxHintRatio * input_bytes, kMaxSizeHint});
+}
 
 // Makes room to write more output: doubles the buffer when it is full.
 void make_room(std::string& out, std::size_t used) {
@@ -53,7 +59,7 @@ std::size_t gzip_size_hint(std::string_view bytes) {
   if (bytes.size() < 18) return bytes.size();
   const auto* tail = reinterpret_cast<const unsigned char*>(bytes.data() + bytes.size() - 4);
   std::size_t size = tail[0] | tail[1] << 8 | tail[2] << 16 | std::size_t{tail[3]} << 24;
-  return std::min(std::max(size + 1, bytes.size()), kMaxSizeHint);
+  return plausible_size(std::max(size + 1, bytes.size()), bytes.size());
 }
 
 std::string gunzip(std::string_view bytes, const std::string& name) {
@@ -99,8 +105,8 @@ using ZstdDecoder = std::unique_ptr<ZSTD_DCtx, decltype(&ZSTD_freeDCtx)>;
 std::size_t zstd_size_hint(std::string_view bytes) {
   unsigned long long size = ZSTD_getFrameContentSize(bytes.data(), bytes.size());
   if (size == ZSTD_CONTENTSIZE_UNKNOWN || size == ZSTD_CONTENTSIZE_ERROR)
-    return std::min(4 * bytes.size(), kMaxSizeHint);
-  return static_cast<std::size_t>(std::min<unsigned long long>(size + 1, kMaxSizeHint));
+    return plausible_size(4 * bytes.size(), bytes.size());
+  return plausible_size(static_cast<std::size_t>(std::min<unsigned long long>(size + 1, kMaxSizeHint)), bytes.size());
 }
 
 // Streaming, because frames need not record their content size; several

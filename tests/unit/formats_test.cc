@@ -1,0 +1,226 @@
+// Format names, format detection, decompression and number parsing.
+#include <gtest/gtest.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include <charconv>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "anneal/error.h"
+#include "anneal/formats.h"
+#include "formats/number.h"
+
+namespace anneal {
+namespace {
+
+using namespace std::string_literals;
+
+std::string gzip(std::string_view data) {
+  z_stream stream{};
+  EXPECT_EQ(deflateInit2(&stream, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&stream, static_cast<uLong>(data.size())) + 64, '\0');
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  stream.avail_in = static_cast<uInt>(data.size());
+  stream.next_out = reinterpret_cast<Bytef*>(out.data());
+  stream.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&stream, Z_FINISH), Z_STREAM_END);
+  out.resize(stream.total_out);
+  deflateEnd(&stream);
+  return out;
+}
+
+std::string zstd_with_size(std::string_view data) {
+  std::string out(ZSTD_compressBound(data.size()), '\0');
+  std::size_t n = ZSTD_compress(out.data(), out.size(), data.data(), data.size(), 3);
+  EXPECT_FALSE(ZSTD_isError(n));
+  out.resize(n);
+  return out;
+}
+
+// A frame without a content size, as `zstd` writes when reading a pipe.
+std::string zstd_streamed(std::string_view data) {
+  ZSTD_CCtx* context = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(context, ZSTD_c_contentSizeFlag, 0);
+  std::string out(ZSTD_compressBound(data.size()) + 64, '\0');
+  ZSTD_inBuffer in{data.data(), data.size(), 0};
+  ZSTD_outBuffer o{out.data(), out.size(), 0};
+  EXPECT_EQ(ZSTD_compressStream2(context, &o, &in, ZSTD_e_end), 0u);
+  ZSTD_freeCCtx(context);
+  out.resize(o.pos);
+  EXPECT_EQ(ZSTD_getFrameContentSize(out.data(), out.size()), ZSTD_CONTENTSIZE_UNKNOWN);
+  return out;
+}
+
+std::string sample_text(std::size_t bytes) {
+  std::string text;
+  std::mt19937 rng(3);
+  while (text.size() < bytes) text += std::to_string(rng() % 100000) + (rng() % 8 ? "," : "\n");
+  return text;
+}
+
+std::string decompress_error(std::string_view bytes) {
+  try {
+    decompress_input(bytes, "in.gz");
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kBadData);
+    return error.what();
+  }
+  ADD_FAILURE() << "expected an error";
+  return "";
+}
+
+TEST(FormatNames, RoundTrip) {
+  for (Format format : {Format::kAuto, Format::kCsv, Format::kTsv, Format::kIdx, Format::kLibsvm})
+    EXPECT_EQ(parse_format_name(format_name(format)), format);
+  EXPECT_STREQ(format_name(Format::kCsv), "csv");
+  EXPECT_STREQ(format_name(Format::kLibsvm), "libsvm");
+}
+
+TEST(FormatNames, UnknownNameIsAUsageErrorNamingTheFlag) {
+  try {
+    parse_format_name("parquet");
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(error.what()).find("--format"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("'parquet'"), std::string::npos) << error.what();
+  }
+}
+
+TEST(DetectFormat, ByFileName) {
+  EXPECT_EQ(detect_format("data/iris.csv", ""), Format::kCsv);
+  EXPECT_EQ(detect_format("IRIS.CSV.GZ", ""), Format::kCsv);
+  EXPECT_EQ(detect_format("x.tsv.zst", "a,b,c\n"), Format::kTsv);
+  EXPECT_EQ(detect_format("train-images-idx3-ubyte.gz", ""), Format::kIdx);
+  EXPECT_EQ(detect_format("t10k-labels-idx1-ubyte", ""), Format::kIdx);
+  EXPECT_EQ(detect_format("a9a.libsvm", ""), Format::kLibsvm);
+  EXPECT_EQ(detect_format("a9a.svm", ""), Format::kLibsvm);
+}
+
+TEST(DetectFormat, ByContent) {
+  EXPECT_EQ(detect_format("data", "\x00\x00\x08\x03\x00\x00\x00\x01\x00\x00\x00\x01\x00\x00\x00\x01\x07"s),
+            Format::kIdx);
+  EXPECT_EQ(detect_format("data.txt", "# comment\n\n+1 3:1 11:0.5\n-1 2:1\n"), Format::kLibsvm);
+  EXPECT_EQ(detect_format("data.txt", "a\tb\tc\n1\t2\t3\n"), Format::kTsv);
+  EXPECT_EQ(detect_format("data.txt", "\xEF\xBB\xBFx,y\n1,2\n"), Format::kCsv);
+  EXPECT_EQ(detect_format("data", ""), Format::kCsv);
+  EXPECT_EQ(detect_format("data", "1 2 3\n"), Format::kCsv);  // not LIBSVM: no INDEX:VALUE
+}
+
+TEST(Decompress, PlainInputIsReturnedUnchanged) {
+  EXPECT_EQ(decompress_input("a,b\n1,2\n", "x.csv"), "a,b\n1,2\n");
+  EXPECT_EQ(decompress_input("", "x.csv"), "");
+}
+
+TEST(Decompress, Gzip) {
+  std::string text = sample_text(3 << 20);
+  EXPECT_EQ(decompress_input(gzip(text), "x.csv.gz"), text);
+  EXPECT_EQ(decompress_input(gzip(""), "x.csv.gz"), "");
+}
+
+TEST(Decompress, GzipWithSeveralMembers) {
+  std::string a = sample_text(100000), b = sample_text(5000);
+  EXPECT_EQ(decompress_input(gzip(a) + gzip(b) + gzip(a), "x.csv.gz"), a + b + a);
+  EXPECT_EQ(decompress_input(gzip(a) + std::string(512, '\0'), "x.csv.gz"), a);  // zero padding
+}
+
+TEST(Decompress, ZstdWithAndWithoutContentSize) {
+  std::string text = sample_text(3 << 20);
+  EXPECT_EQ(decompress_input(zstd_with_size(text), "x.csv.zst"), text);
+  EXPECT_EQ(decompress_input(zstd_streamed(text), "x.csv.zst"), text);
+  EXPECT_EQ(decompress_input(zstd_streamed("ab") + zstd_with_size("cd"), "x.zst"), "abcd");
+}
+
+TEST(Decompress, TruncatedOrCorruptStreamsAreBadData) {
+  std::string text = sample_text(200000);
+  std::string gz = gzip(text), zst = zstd_streamed(text);
+  for (std::size_t keep : {std::size_t{2}, std::size_t{10}, gz.size() / 2, gz.size() - 1}) {
+    std::string message = decompress_error(gz.substr(0, keep));
+    EXPECT_NE(message.find("in.gz: expected"), std::string::npos) << message;
+  }
+  for (std::size_t keep : {std::size_t{4}, std::size_t{9}, zst.size() / 2, zst.size() - 1})
+    EXPECT_NE(decompress_error(zst.substr(0, keep)).find("zstd"), std::string::npos);
+  std::string corrupt = gz;
+  for (std::size_t i = 20; i < 60; ++i) corrupt[i] = static_cast<char>(corrupt[i] ^ 0x5a);
+  EXPECT_NE(decompress_error(corrupt).find("gzip"), std::string::npos);
+  EXPECT_NE(decompress_error(gzip(text) + "trailing junk").find("another gzip member"), std::string::npos);
+  std::string bad_zst = zst;
+  for (std::size_t i = 12; i < bad_zst.size(); i += 7) bad_zst[i] = static_cast<char>(bad_zst[i] ^ 0x33);
+  EXPECT_NE(decompress_error(bad_zst).find("zstd"), std::string::npos);
+}
+
+// The fast path must agree bit for bit with std::from_chars (correctly
+// rounded) on every spelling it accepts.
+TEST(NumberParsing, MatchesFromChars) {
+  std::mt19937_64 rng(11);
+  char text[64];
+  auto check = [&](const char* s) {
+    std::size_t n = std::strlen(s);
+    float fast = 0, reference = 0;
+    const char* fast_end = formats::parse_float_prefix(s, s + n, fast);
+    auto [reference_end, status] = std::from_chars(s, s + n, reference);
+    if (status == std::errc::result_out_of_range) return;  // handled separately below
+    ASSERT_EQ(fast_end == nullptr, status != std::errc()) << s;
+    if (fast_end == nullptr) return;
+    ASSERT_EQ(fast_end, reference_end) << s;
+    if (std::isnan(reference)) {
+      EXPECT_TRUE(std::isnan(fast)) << s;
+    } else {
+      ASSERT_EQ(std::memcmp(&fast, &reference, sizeof fast), 0) << s << " fast " << fast << " ref " << reference;
+    }
+  };
+  for (int i = 0; i < 300000; ++i) {
+    int digits = 1 + static_cast<int>(rng() % 19);
+    int point = static_cast<int>(rng() % (digits + 1));
+    std::string s = rng() % 2 ? "-" : "";
+    for (int d = 0; d < digits; ++d) {
+      if (d == point && rng() % 4) s += '.';
+      s += static_cast<char>('0' + rng() % 10);
+    }
+    if (rng() % 3 == 0) s += "e" + std::to_string(static_cast<int>(rng() % 60) - 30);
+    std::snprintf(text, sizeof text, "%s", s.c_str());
+    check(text);
+  }
+  // Typical generated data: %.6f of doubles, and halfway cases for float.
+  std::uniform_real_distribution<double> value(-1000, 1000);
+  for (int i = 0; i < 300000; ++i) {
+    std::snprintf(text, sizeof text, "%.6f", value(rng));
+    check(text);
+    std::snprintf(text, sizeof text, "%.9g", value(rng));
+    check(text);
+  }
+  for (std::uint32_t bits = 0x3f800000; bits < 0x3f800000 + 20000; ++bits) {
+    float a, b;
+    std::memcpy(&a, &bits, 4);
+    std::uint32_t next = bits + 1;
+    std::memcpy(&b, &next, 4);
+    std::snprintf(text, sizeof text, "%.17g", (static_cast<double>(a) + b) / 2);  // exactly halfway
+    check(text);
+  }
+  for (const char* s : {"0", "-0", "1.", ".5", "1e5", "1E+05", "1e", "1e+", "-", ".", "nan", "-inf", "Infinity",
+                        "12345678901234567890", "0.000000000000000000000000001", "1e-300", "9007199254740993",
+                        "3.4028234e38", "1.17549435e-38"})
+    check(s);
+}
+
+TEST(NumberParsing, WholeFieldAndOutOfRange) {
+  float value;
+  auto whole = [&](std::string_view s) { return formats::parse_float_exactly(s.data(), s.data() + s.size(), value); };
+  EXPECT_TRUE(whole("+2.5"));
+  EXPECT_EQ(value, 2.5f);
+  EXPECT_FALSE(whole("+-2"));
+  EXPECT_FALSE(whole("+"));
+  EXPECT_FALSE(whole(""));
+  EXPECT_FALSE(whole("1.5x"));
+  EXPECT_FALSE(whole("0x10"));
+  EXPECT_TRUE(whole("1e39"));  // beyond float: infinity, as any float32 overflow
+  EXPECT_EQ(value, INFINITY);
+  EXPECT_TRUE(whole("-1e-50"));
+  EXPECT_EQ(value, 0.0f);
+  EXPECT_FALSE(whole("1e400"));  // not even a double
+}
+
+}  // namespace
+}  // namespace anneal
