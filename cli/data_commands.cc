@@ -57,7 +57,7 @@ void print_version(const DatasetVersion& v) {
       {"  features", shape_text(v.sample_shape) + " per row"}};
   for (const auto& s : v.streams)
     if (!s.file_name.empty())
-      info.push_back({"  " + s.role, s.file_name + "  " + human_bytes(s.size) + "  blake2b-256:" + s.blob});
+      info.push_back({"  " + s.role, s.file_name + "  " + human_bytes(s.size) + "  blob " + s.blob});
   print_table(std::cout, info);
   std::cout << "\n";
   std::vector<std::vector<std::string>> rows = {

@@ -175,10 +175,13 @@ std::vector<std::uint8_t> stratified_split(const Table& table, double fraction,
     return z ^ (z >> 31);
   };
   for (auto& [value, rows] : strata) {
-    std::sort(rows.begin(), rows.end(),
-              [&](std::uint64_t a, std::uint64_t b) { return key(a) < key(b); });
     auto n_test = static_cast<std::size_t>(std::llround(fraction * static_cast<double>(rows.size())));
-    for (std::size_t k = 0; k < n_test && k < rows.size(); ++k) split[rows[k]] = 1;
+    if (n_test == 0) continue;
+    // Only the n_test smallest keys matter: a partial selection, not a sort.
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> keyed(rows.size());
+    for (std::size_t k = 0; k < rows.size(); ++k) keyed[k] = {key(rows[k]), rows[k]};
+    std::nth_element(keyed.begin(), keyed.begin() + static_cast<std::ptrdiff_t>(n_test - 1), keyed.end());
+    for (std::size_t k = 0; k < n_test; ++k) split[keyed[k].second] = 1;
   }
   return split;
 }

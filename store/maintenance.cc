@@ -83,13 +83,17 @@ FsckReport fsck(Store& store, Reporter& reporter) {
     std::string blob = blobs.text(0);
     auto size = static_cast<std::uint64_t>(blobs.int64(1));
     std::uint64_t total = 0;
+    std::vector<std::pair<std::string, std::uint64_t>> list;
     for (const auto& chunk : blob_chunks(db, blob)) {
       total += chunk.length;
+      list.emplace_back(chunk.object, chunk.length);
       referenced.insert(chunk.object);
       if (!intact.count(chunk.object) && !objects.contains(chunk.object))
         report.problems.push_back("object " + chunk.object + " (" + owners_of_object(db, chunk.object) +
                                   "): missing");
     }
+    if (stream_hash(list) != blob)
+      report.problems.push_back("blob " + blob + ": its chunk list does not match its hash");
     if (total != size)
       report.problems.push_back("blob " + blob + ": chunks add up to " + std::to_string(total) +
                                 " bytes, the catalog says " + std::to_string(size));

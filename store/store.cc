@@ -115,6 +115,10 @@ bool Store::init(const fs::path& root) {
   bool existed = fs::exists(root / "catalog.db");
   make_private_dir(root);
   for (const char* sub : {"objects", "tmp", "locks"}) make_private_dir(root / sub);
+  // All 256 fan-out directories up front, as restic does: a store is
+  // long-lived, and creating them lazily costs the first imports a mkdir each.
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (int i = 0; i < 256; ++i) make_private_dir(root / "objects" / std::string{kHex[i >> 4], kHex[i & 15]});
   // SQLite gives its -wal and -shm files the permissions of the database
   // file, so creating that 0600 first keeps the whole catalog owner-only.
   if (!existed) create_private_file(root / "catalog.db");

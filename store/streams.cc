@@ -1,7 +1,6 @@
 #include "streams.h"
 
 #include <tbb/parallel_for.h>
-#include <tbb/parallel_invoke.h>
 
 #include <atomic>
 
@@ -11,29 +10,40 @@
 
 namespace anneal {
 
+std::string stream_hash(const std::vector<std::pair<std::string, std::uint64_t>>& chunks) {
+  Hasher hasher;
+  for (const auto& [id, length] : chunks) hasher.update(id + " " + std::to_string(length) + "\n");
+  return to_hex(hasher.finish());
+}
+
+namespace {
+
+std::string stream_hash_of(const std::vector<PreparedObject>& chunks) {
+  std::vector<std::pair<std::string, std::uint64_t>> list;
+  for (const auto& c : chunks) list.emplace_back(c.id, c.raw.size());
+  return stream_hash(list);
+}
+
+}  // namespace
+
 PreparedStream prepare_stream(const ObjectStore& objects, std::string_view bytes,
                               const ChunkParams& params) {
   PreparedStream stream;
   stream.size = bytes.size();
-  std::vector<std::size_t> ends;
-  // The whole-stream hash is sequential; it runs beside the chunk work.
-  tbb::parallel_invoke(
-      [&] { stream.hash = to_hex(hash_bytes(bytes)); },
-      [&] {
-        ends = chunk_ends(bytes, params);
-        stream.chunks.resize(ends.size());
-        tbb::parallel_for(std::size_t(0), ends.size(), [&](std::size_t i) {
-          std::size_t begin = i == 0 ? 0 : ends[i - 1];
-          stream.chunks[i] = objects.prepare(bytes.substr(begin, ends[i] - begin));
-        });
-      });
+  std::vector<std::size_t> ends = chunk_ends(bytes, params);
+  stream.chunks.resize(ends.size());
+  tbb::parallel_for(std::size_t(0), ends.size(), [&](std::size_t i) {
+    std::size_t begin = i == 0 ? 0 : ends[i - 1];
+    stream.chunks[i] = objects.prepare(bytes.substr(begin, ends[i] - begin));
+  });
+  stream.hash = stream_hash_of(stream.chunks);
   return stream;
 }
 
 std::uint64_t commit_stream(const ObjectStore& objects, const PreparedStream& stream) {
   std::atomic<std::uint64_t> added{0};
   tbb::parallel_for(std::size_t(0), stream.chunks.size(), [&](std::size_t i) {
-    if (objects.commit(stream.chunks[i])) added += stream.chunks[i].file_bytes.size();
+    added += objects.commit(stream.chunks[i]);
   });
   objects.sync_dirs();
   return added;
@@ -50,7 +60,7 @@ void record_blob(sql::Database& db, const PreparedStream& stream) {
     insert_chunk.bind(1, stream.hash)
         .bind(2, static_cast<std::int64_t>(i))
         .bind(3, stream.chunks[i].id)
-        .bind(4, static_cast<std::int64_t>(stream.chunks[i].raw_size))
+        .bind(4, static_cast<std::int64_t>(stream.chunks[i].raw.size()))
         .run();
   }
 }
@@ -73,6 +83,11 @@ std::string read_blob(sql::Database& db, const ObjectStore& objects, const std::
                   "; run 'anneal fsck'");
   std::uint64_t size = static_cast<std::uint64_t>(size_stmt.int64(0));
   std::vector<BlobChunk> chunks = blob_chunks(db, blob);
+  std::vector<std::pair<std::string, std::uint64_t>> list;
+  for (const auto& c : chunks) list.emplace_back(c.object, c.length);
+  if (stream_hash(list) != blob)
+    throw corrupt("catalog: " + std::string(owner) + ": the chunk list of blob " + blob +
+                  " does not match its hash; run 'anneal fsck'");
   std::vector<std::uint64_t> offsets(chunks.size() + 1, 0);
   for (std::size_t i = 0; i < chunks.size(); ++i) offsets[i + 1] = offsets[i] + chunks[i].length;
   if (offsets.back() != size)
@@ -86,9 +101,6 @@ std::string read_blob(sql::Database& db, const ObjectStore& objects, const std::
                     "): length differs from the catalog; run 'anneal fsck'");
     std::copy(raw.begin(), raw.end(), bytes.begin() + static_cast<std::ptrdiff_t>(offsets[i]));
   });
-  if (to_hex(hash_bytes(bytes)) != blob)
-    throw corrupt(std::string(owner) + ": reassembled stream does not match its hash " + blob +
-                  "; run 'anneal fsck'");
   return bytes;
 }
 

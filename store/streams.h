@@ -19,16 +19,24 @@ class Database;
 }
 
 struct PreparedStream {
-  std::string hash;  // BLAKE2b-256 of the whole stream
+  std::string hash;  // the stream's tree hash (stream_hash)
   std::uint64_t size = 0;
   std::vector<PreparedObject> chunks;
 };
 
-// Chunks, hashes and compresses `bytes` in parallel (oneTBB). Writes nothing.
+// A stream's id: BLAKE2b-256 of the text "ID LENGTH\n" for each chunk in
+// order (hex object id, decimal length). A function of the bytes alone, like
+// a plain hash, but computed from the chunk hashes, so the bytes are hashed
+// once, in parallel.
+std::string stream_hash(const std::vector<std::pair<std::string, std::uint64_t>>& chunks);
+
+// Chunks and hashes `bytes` in parallel (oneTBB). Writes nothing; the
+// result views `bytes`, which must outlive it.
 PreparedStream prepare_stream(const ObjectStore& objects, std::string_view bytes,
                               const ChunkParams& params);
 
-// Writes the chunks not yet stored, in parallel, and syncs their directories.
+// Compresses and writes the chunks not yet stored, in parallel, and syncs
+// their directories.
 // Returns the compressed bytes this call added to the store.
 std::uint64_t commit_stream(const ObjectStore& objects, const PreparedStream& stream);
 

@@ -21,7 +21,8 @@ struct ChunkParams {
 
 // Source files as imported: ~1 MiB chunks.
 inline constexpr ChunkParams kSourceChunking{256 << 10, 1 << 20, 4 << 20};
-// Parsed tensors: smaller chunks so an append rewrites less of the tail.
+// Parsed arrays: ~256 KiB chunks. An append rewrites the last chunk of every
+// stream, and the parsed form is several streams, so its tail must be small.
 inline constexpr ChunkParams kTensorChunking{64 << 10, 256 << 10, 1 << 20};
 
 // Returns the end offset of each chunk, ascending; the last equals data.size().

@@ -35,11 +35,13 @@ void make_private_dir(const std::filesystem::path& dir);
 void sync_dir(const std::filesystem::path& dir);
 
 // Writes `bytes` to `path` atomically: a temporary file in `tmp_dir` (same
-// file system), fsync, rename over `path`, fsync of path's directory. Mode
-// 0600. With `replace` false an existing `path` is left alone and the call
-// returns false; otherwise it returns true.
+// file system), fsync, rename over `path`, fsync of path's directory (unless
+// `sync_parent` is false: the caller then syncs it, once for many files).
+// Mode 0600. With `replace` false an existing `path` is left alone and the
+// call returns false; otherwise it returns true.
 bool write_file_atomic(const std::filesystem::path& path, std::string_view bytes,
-                       const std::filesystem::path& tmp_dir, bool replace);
+                       const std::filesystem::path& tmp_dir, bool replace,
+                       bool sync_parent = true);
 
 // An advisory lock (flock) on a lock file, released on destruction or when
 // the process dies, so a killed holder never leaves a stale lock.

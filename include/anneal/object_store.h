@@ -18,31 +18,32 @@
 
 namespace anneal {
 
-// An object hashed and compressed in memory, not yet on disk. Preparing is
-// the expensive part (hash + compress) and runs in parallel; commit() then
-// only writes.
+// An object hashed but not yet on disk. It views the caller's bytes, which
+// must outlive it: callers hash everything first (to learn ids and what is
+// already stored) and write only once the whole operation is known to succeed.
 struct PreparedObject {
   std::string id;
-  std::uint64_t raw_size = 0;
-  std::string file_bytes;  // header + compressed payload; empty when already stored
+  std::string_view raw;
+  bool stored = false;  // an object with this id already existed when prepared
 };
 
 class ObjectStore {
  public:
   // `root` is the store directory; objects/ and tmp/ must exist under it.
-  // `level` is the zstd compression level for new objects.
-  explicit ObjectStore(std::filesystem::path root, int level = 3);
+  // `level` is the zstd compression level for new objects. Level 1: on
+  // numeric CSV it compresses as well as level 3 at three times the speed.
+  explicit ObjectStore(std::filesystem::path root, int level = 1);
   ~ObjectStore();
   ObjectStore(const ObjectStore&) = delete;
   ObjectStore& operator=(const ObjectStore&) = delete;
 
-  // Hashes and compresses `raw`. When an object with that id is already
-  // stored, skips compression and leaves file_bytes empty.
+  // Hashes `raw` and notes whether that object is already stored.
   PreparedObject prepare(std::string_view raw) const;
-  // Writes a prepared object durably unless it exists. Returns true when this
-  // call created the file. Does not fsync the containing directory: call
-  // sync_dirs() once after a batch of commits.
-  bool commit(const PreparedObject& object) const;
+  // Compresses and writes a prepared object durably unless it exists.
+  // Returns the bytes written to disk (0 when the object was already there).
+  // Does not fsync the containing directory: call sync_dirs() once after a
+  // batch of commits.
+  std::uint64_t commit(const PreparedObject& object) const;
   // fsyncs every objects/XX directory touched by commit() since the last call.
   void sync_dirs() const;
 
