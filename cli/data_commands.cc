@@ -43,7 +43,7 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 }
 
 std::string rows_text(const DatasetVersion& v) {
-  return std::to_string(v.rows) + " rows (train " + std::to_string(v.train_rows) + ", test " +
+  return std::to_string(v.rows) + " (train " + std::to_string(v.train_rows) + ", test " +
          std::to_string(v.test_rows) + ")";
 }
 
@@ -116,7 +116,7 @@ int run_import(const Invocation& inv) {
     print_json({{"created", result.created}, {"bytes_added", result.bytes_added},
                 {"source_bytes", result.source_bytes}, {"version", version_json(result.version)}});
   } else if (result.created) {
-    std::cout << "imported " << result.version.ref() << ": " << rows_text(result.version) << ", "
+    std::cout << "imported " << result.version.ref() << ": " << rows_text(result.version) << " rows, "
               << result.version.columns.size() << " columns; " << human_bytes(result.bytes_added)
               << " new in the store\n";
   } else {
