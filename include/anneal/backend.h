@@ -154,8 +154,8 @@ class NormOp {
   // dx, dγ, dβ from dy and the statistics forward_training wrote. dγ/dβ are
   // added to instead of overwritten when `accumulate`.
   virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& scale,
-                        const Tensor& mean, const Tensor& variance, Tensor& dx,
-                        Tensor& dscale, Tensor& dshift, bool accumulate) = 0;
+                        const Tensor& shift, const Tensor& mean, const Tensor& variance,
+                        Tensor& dx, Tensor& dscale, Tensor& dshift, bool accumulate) = 0;
 };
 
 // A loss over the network output pred(N, K) and labels(N) (fp32, plain).

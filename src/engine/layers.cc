@@ -365,7 +365,8 @@ class NormLayer final : public Layer {
   // dx = γ/√(σ² + ε) · (dy − mean(dy) − x̂ ⊙ mean(dy ⊙ x̂))
   const Tensor& backward(const Tensor& dy, const PassContext& ctx, bool) override {
     // oneDNN computes dx together with dγ, dβ, so dx is always produced.
-    op_->backward(*x_, dy, scale_.value, mean_, variance_, dx_, scale_.grad, shift_.grad,
+    op_->backward(*x_, dy, scale_.value, shift_.value, mean_, variance_, dx_, scale_.grad,
+                  shift_.grad,
                   ctx.accumulate);
     return dx_;
   }

@@ -278,9 +278,9 @@ class CpuNormOp final : public NormOp {
     e.run(ctx_);
   }
 
-  void backward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& mean,
-                const Tensor& variance, Tensor& dx, Tensor& dscale, Tensor& dshift,
-                bool accumulate) override {
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& shift,
+                const Tensor& mean, const Tensor& variance, Tensor& dx, Tensor& dscale,
+                Tensor& dshift, bool accumulate) override {
     Plan& plan = plan_for(x);
     if (!plan.backward.valid()) {
       try {
@@ -288,7 +288,8 @@ class CpuNormOp final : public NormOp {
         const std::vector<std::pair<int, MemDesc>> args = {
             {DNNL_ARG_SRC, plan.x_md},          {DNNL_ARG_MEAN, plan.stat_md},
             {DNNL_ARG_VARIANCE, plan.stat_md},  {DNNL_ARG_DIFF_DST, plan.x_md},
-            {DNNL_ARG_SCALE, params_md_},       {DNNL_ARG_DIFF_SRC, plan.x_md},
+            {DNNL_ARG_SCALE, params_md_},       {DNNL_ARG_SHIFT, params_md_},
+            {DNNL_ARG_DIFF_SRC, plan.x_md},
             {DNNL_ARG_DIFF_SCALE, params_md_},  {DNNL_ARG_DIFF_SHIFT, params_md_}};
         if (layer_) {
           dnnl::layer_normalization_backward::desc d(prop_kind::backward, plan.x_md, plan.x_md,
@@ -314,6 +315,7 @@ class CpuNormOp final : public NormOp {
     e.set(DNNL_ARG_VARIANCE, variance.data());
     e.set(DNNL_ARG_DIFF_DST, conform(ctx_, reorders_, dy, plan.x_md, converted_dy_));
     e.set(DNNL_ARG_SCALE, scale.data());
+    e.set(DNNL_ARG_SHIFT, shift.data());
     shape_output(ctx_, dx, x.dims(), plan.x_layout);
     e.set(DNNL_ARG_DIFF_SRC, dx.data());
     const std::size_t pbytes = params_md_.get_size();

@@ -1,0 +1,176 @@
+// Layer specs: parsing, building, and the one-line usage errors for bad
+// specs, all raised while building, before any training.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "anneal/error.h"
+#include "anneal/network.h"
+#include "anneal/optimizer.h"
+#include "anneal/trainer.h"
+
+namespace anneal {
+namespace {
+
+// Builds `spec` and returns the kUsage message it fails with ("" if it builds).
+std::string build_error(const std::string& spec, const Dims& input, std::int64_t outputs = 0) {
+  auto backend = make_cpu_backend();
+  NetworkOptions options;
+  options.input_shape = input;
+  options.outputs = outputs;
+  options.output_meaning = std::to_string(outputs) + " classes";
+  try {
+    Network net(spec, options, *backend);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+    const std::string message = e.what();
+    EXPECT_EQ(message.find('\n'), std::string::npos) << "one line: " << message;
+    return message;
+  }
+  return "";
+}
+
+TEST(LayerSpec, ParsesPositionalAndKeywordArguments) {
+  const auto layers = parse_layer_spec("conv(32, 3, stride=2, pad=1)  relu maxpool(2) dropout(0.25)");
+  ASSERT_EQ(layers.size(), 4u);
+  EXPECT_EQ(layers[0].name, "conv");
+  EXPECT_EQ(layers[0].args, (std::vector<double>{32, 3}));
+  ASSERT_EQ(layers[0].options.size(), 2u);
+  EXPECT_EQ(layers[0].options[0].first, "stride");
+  EXPECT_EQ(layers[0].options[1].second, 1);
+  EXPECT_EQ(layers[1].name, "relu");
+  EXPECT_TRUE(layers[1].args.empty());
+  EXPECT_EQ(layers[3].args, (std::vector<double>{0.25}));
+  EXPECT_EQ(layers[3].position, 4);
+}
+
+TEST(LayerSpec, BuildsTheReferenceNetworks) {
+  auto backend = make_cpu_backend();
+  NetworkOptions mlp;
+  mlp.input_shape = Dims{784};
+  mlp.outputs = 10;
+  Network a("dense(256) relu dense(128) relu dense(10)", mlp, *backend);
+  EXPECT_EQ(a.parameter_count(), 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
+  EXPECT_EQ(a.describe(), "dense(256) relu dense(128) relu dense(10)");
+
+  NetworkOptions cnn;
+  cnn.input_shape = Dims{1, 28, 28};
+  cnn.outputs = 10;
+  Network b("conv(32,3,pad=1) relu maxpool(2) conv(64,3,pad=1) relu maxpool(2) flatten dense(128) relu dense(10)",
+            cnn, *backend);
+  EXPECT_EQ(b.parameter_count(),
+            32 * 9 + 32 + 64 * 32 * 9 + 64 + 64 * 7 * 7 * 128 + 128 + 128 * 10 + 10);
+  const auto summary = b.summary();
+  ASSERT_FALSE(summary.empty());
+  EXPECT_NE(summary[0].find("{1, 28, 28} -> {32, 28, 28}"), std::string::npos) << summary[0];
+
+  // A dense layer on an image flattens implicitly.
+  NetworkOptions image;
+  image.input_shape = Dims{1, 8, 8};
+  image.outputs = 3;
+  Network c("conv(4,3,stride=2) dense(3)", image, *backend);
+  EXPECT_EQ(c.output_shape(), Dims{3});
+}
+
+TEST(LayerSpec, UnknownLayerSuggestsTheClosestName) {
+  const std::string m = build_error("desne(10)", Dims{4});
+  EXPECT_NE(m.find("unknown layer 'desne'"), std::string::npos) << m;
+  EXPECT_NE(m.find("did you mean 'dense'"), std::string::npos) << m;
+  const std::string m2 = build_error("dense(8) rleu dense(2)", Dims{4});
+  EXPECT_NE(m2.find("did you mean 'relu'"), std::string::npos) << m2;
+  EXPECT_NE(m2.find("layer 2"), std::string::npos) << m2;
+}
+
+TEST(LayerSpec, ConvOnAFlatInputIsAShapeError) {
+  const std::string m = build_error("conv(32,3) relu dense(10)", Dims{784}, 10);
+  EXPECT_NE(m.find("needs an image input"), std::string::npos) << m;
+  EXPECT_NE(m.find("{784}"), std::string::npos) << m;
+  EXPECT_NE(build_error("maxpool(2)", Dims{16}).find("needs an image input"), std::string::npos);
+}
+
+TEST(LayerSpec, FinalWidthMustMatchTheClasses) {
+  const std::string m = build_error("dense(64) relu dense(12)", Dims{20}, 10);
+  EXPECT_NE(m.find("outputs 12"), std::string::npos) << m;
+  EXPECT_NE(m.find("10 classes"), std::string::npos) << m;
+  const std::string m2 = build_error("conv(4,3)", Dims{1, 8, 8}, 10);
+  EXPECT_NE(m2.find("ends with an image"), std::string::npos) << m2;
+}
+
+TEST(LayerSpec, BadArgumentsAreUsageErrors) {
+  EXPECT_NE(build_error("dense(0)", Dims{4}).find("WIDTH must be a positive integer"), std::string::npos);
+  EXPECT_NE(build_error("dense(2.5)", Dims{4}).find("positive integer"), std::string::npos);
+  EXPECT_NE(build_error("dense", Dims{4}).find("takes 1 positional argument"), std::string::npos);
+  EXPECT_NE(build_error("dense(4", Dims{4}).find("never closed"), std::string::npos);
+  EXPECT_NE(build_error("dense(x)", Dims{4}).find("not a number"), std::string::npos);
+  EXPECT_NE(build_error("conv(4,3,pading=1)", Dims{1, 8, 8}).find("no option 'pading'"), std::string::npos);
+  EXPECT_NE(build_error("maxpool(2,stride=0)", Dims{1, 8, 8}).find("stride must be"), std::string::npos);
+  EXPECT_NE(build_error("dropout(1.5)", Dims{4}).find("[0, 1)"), std::string::npos);
+  EXPECT_NE(build_error("relu(3)", Dims{4}).find("takes 0 positional"), std::string::npos);
+  EXPECT_NE(build_error("conv(4,9)", Dims{1, 8, 8}).find("larger than its padded input"), std::string::npos);
+  EXPECT_NE(build_error("maxpool(9)", Dims{1, 8, 8}).find("larger than its input"), std::string::npos);
+  EXPECT_NE(build_error("layernorm", Dims{1, 8, 8}).find("needs a flat input"), std::string::npos);
+  EXPECT_NE(build_error("   ", Dims{4}).find("empty"), std::string::npos);
+  EXPECT_EQ(build_error("dense(4) relu dense(2)", Dims{4}), "");
+}
+
+TEST(Names, UnknownNamesSuggestTheClosest) {
+  try {
+    parse_optimizer_kind("adma");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+    EXPECT_NE(std::string(e.what()).find("did you mean 'adam'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_loss_kind("softmax"), Error);
+  EXPECT_EQ(parse_loss_kind("mae"), LossKind::kMeanAbsoluteError);
+  EXPECT_EQ(parse_schedule_kind("cosine"), ScheduleKind::kCosine);
+  EXPECT_THROW(parse_precision("fp16"), Error);
+}
+
+TEST(TrainerConfigErrors, RaisedBeforeTraining) {
+  std::vector<float> x(8 * 4, 0.5f), y = {0, 1, 2, 0, 1, 2, 0, 1};
+  DataView data{x, y, {4}};
+  NullReporter reporter;
+  auto expect_error = [&](TrainerConfig c, ErrorKind kind, const std::string& fragment,
+                          std::optional<DataView> validation = std::nullopt) {
+    try {
+      Trainer t(c, data, validation, reporter);
+      ADD_FAILURE() << "no error for " << fragment;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), kind) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  TrainerConfig base;
+  base.layers = "dense(8) relu dense(3)";
+  base.classes = 3;
+  TrainerConfig c = base;
+  c.layers = "dense(8) relu dense(4)";
+  expect_error(c, ErrorKind::kUsage, "3 classes");
+  c = base;
+  c.classes = 2;  // label 2 is out of range
+  c.layers = "dense(2)";
+  expect_error(c, ErrorKind::kBadData, "not a class index");
+  c = base;
+  c.early_stop = EarlyStopMetric::kValLoss;
+  c.patience = 2;
+  expect_error(c, ErrorKind::kUsage, "needs validation data");
+  c = base;
+  c.optimizer.lr = -1;
+  expect_error(c, ErrorKind::kUsage, "lr must be");
+  c = base;
+  c.batch = 0;
+  expect_error(c, ErrorKind::kUsage, "batch");
+  std::vector<float> bad_x = x;
+  bad_x[5] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    Trainer t(base, DataView{bad_x, y, {4}}, std::nullopt, reporter);
+    ADD_FAILURE() << "NaN accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadData);
+    EXPECT_NE(std::string(e.what()).find("row 2"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace anneal
