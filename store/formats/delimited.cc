@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -323,15 +324,43 @@ struct LocalDictionary {
   }
 };
 
+// Growable float storage for a block's cells that, unlike std::vector, does
+// not zero memory the parser is about to overwrite.
+class CellBuffer {
+ public:
+  void reserve(std::size_t capacity) {
+    if (capacity <= capacity_) return;
+    auto grown = std::unique_ptr<float[]>(new float[capacity]);
+    if (size_ > 0) std::memcpy(grown.get(), data_.get(), size_ * sizeof(float));
+    data_ = std::move(grown);
+    capacity_ = capacity;
+  }
+  // Room for n more cells; they count once commit(n) is called.
+  float* append(std::size_t n) {
+    if (size_ + n > capacity_) reserve(std::max(2 * capacity_, size_ + n));
+    return data_.get() + size_;
+  }
+  void commit(std::size_t n) { size_ += n; }
+  const float* data() const { return data_.get(); }
+  void release() {
+    data_.reset();
+    size_ = capacity_ = 0;
+  }
+
+ private:
+  std::unique_ptr<float[]> data_;
+  std::size_t size_ = 0, capacity_ = 0;
+};
+
 struct DelimitedParser::Block {
   std::size_t begin = 0, end = 0;      // byte range of whole records
-  std::vector<float> cells;            // rows x columns in source order
+  CellBuffer cells;                    // rows x columns in source order
   std::uint64_t rows = 0;
   std::vector<LocalDictionary> dictionaries;  // per column; categorical ones used
   std::optional<TextError> error;
   // Filled while assembling:
   std::vector<std::vector<float>> global_codes;  // per column: local code -> global code
-  std::vector<ColumnStats> stats;                // per column
+  std::vector<ColumnStats> stats;                // per feature, then the label
 };
 
 // Parses the records of one block into float cells. Numbers in numeric
@@ -348,24 +377,20 @@ class DelimitedParser::BlockParser {
   void parse(const char* p) {
     block_.dictionaries.resize(columns_);
     reserve_cells();
-    std::size_t used = 0;
     p = reader_.skip_empty_lines(p);
     while (p < reader_.end()) {
-      if (used + columns_ > block_.cells.size())
-        block_.cells.resize(std::max(2 * block_.cells.size(), used + columns_));
-      p = parse_record(p, block_.cells.data() + used);
-      used += columns_;
+      p = parse_record(p, block_.cells.append(columns_));
+      block_.cells.commit(columns_);
       ++block_.rows;
       p = reader_.skip_empty_lines(p);
     }
-    block_.cells.resize(used);
   }
 
  private:
   void reserve_cells() {
     double bytes = static_cast<double>(block_.end - block_.begin);
     double rows = layout_.bytes_per_row > 0 ? bytes / layout_.bytes_per_row : 1024;
-    block_.cells.resize(static_cast<std::size_t>(rows * 1.05 + 16) * columns_);
+    block_.cells.reserve(static_cast<std::size_t>(rows * 1.05 + 16) * columns_);
   }
 
   const char* parse_record(const char* p, float* row) {
@@ -638,16 +663,15 @@ Table DelimitedParser::assemble(std::vector<Block>& blocks) const {
         else *out++ = value;
       }
     }
-    block.stats.resize(columns);
-    for (std::size_t c = 0, f = 0; c < columns; ++c) {
-      block.stats[c] = c == label ? formats::strided_stats(labels, block.rows, 1)
-                                  : formats::strided_stats(feature_rows + f++, block.rows, features);
-    }
-    block.cells = std::vector<float>();
+    block.stats.resize(columns);  // features in order, then the label
+    formats::add_row_stats(feature_rows, block.rows, features, block.stats.data());
+    formats::add_row_stats(labels, block.rows, 1, &block.stats[features]);
+    block.cells.release();
   });
   for (std::size_t c = 0; c < columns; ++c) {
+    std::size_t index = c == label ? features : c < label ? c : c - 1;
     ColumnStats stats;
-    for (const auto& block : blocks) stats.merge(block.stats[c]);
+    for (const auto& block : blocks) stats.merge(block.stats[index]);
     stats.store_into(table.columns[c]);
   }
   return table;

@@ -139,7 +139,7 @@ ColumnStats convert(const IdxArray& array, std::vector<float>& out) {
     } else {
       for (std::uint64_t i = begin; i < end; ++i) out[i] = element_at(array, i);
     }
-    chunk_stats[c] = formats::strided_stats(out.data() + begin, end - begin, 1);
+    formats::add_row_stats(out.data() + begin, end - begin, 1, &chunk_stats[c]);
   });
   ColumnStats stats;
   for (const auto& chunk : chunk_stats) stats.merge(chunk);

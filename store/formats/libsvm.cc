@@ -181,8 +181,8 @@ Table parse_libsvm(std::string_view text, const ParseOptions& options) {
       table.labels[first_row[b] + r] = block.labels[r];
     }
     block.stats.resize(width + 1);
-    for (std::uint64_t f = 0; f < width; ++f) block.stats[f] = formats::strided_stats(dense + f, block.labels.size(), width);
-    block.stats[width] = formats::strided_stats(block.labels.data(), block.labels.size(), 1);
+    formats::add_row_stats(dense, block.labels.size(), width, block.stats.data());
+    formats::add_row_stats(block.labels.data(), block.labels.size(), 1, &block.stats[width]);
   });
   for (std::uint64_t c = 0; c <= width; ++c) {
     ColumnStats stats;

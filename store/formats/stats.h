@@ -1,4 +1,5 @@
-// Column statistics over float arrays, for the parsers that fill a Table.
+// Column statistics over row-major float arrays, for the parsers that fill
+// a Table.
 #pragma once
 
 #include <cstddef>
@@ -7,9 +8,10 @@
 
 namespace anneal::formats {
 
-// Statistics of `count` floats starting at `first`, `stride` floats apart.
-// Two passes (mean, then squared deviations) keep the variance accurate;
-// blocks computed this way combine with ColumnStats::merge.
-ColumnStats strided_stats(const float* first, std::size_t count, std::size_t stride);
+// Merges the statistics of `count` rows of `width` floats (row-major, NaN =
+// missing) into stats[0 .. width). The result depends only on the data and
+// the order of calls, never on timing, so blocks parsed in parallel and
+// merged in order give the same schema on any thread count.
+void add_row_stats(const float* rows, std::size_t count, std::size_t width, ColumnStats* stats);
 
 }  // namespace anneal::formats

@@ -2,6 +2,10 @@
 
 #include <tbb/parallel_for.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -12,6 +16,20 @@ namespace anneal::formats {
 
 namespace {
 
+// Scanning 16 bytes at a time: one set bit per byte that matches, in an
+// unspecified position (callers only test for zero or take the parity).
+#if defined(__SSE2__)
+std::uint64_t bytes_equal_16(const char* p, char c) {
+  __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, _mm_set1_epi8(c))));
+}
+// Bytes that are NUL or not ASCII.
+std::uint64_t nul_or_high_16(const char* p) {
+  __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  __m128i nul = _mm_cmpeq_epi8(bytes, _mm_setzero_si128());
+  return static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_or_si128(bytes, nul)));
+}
+#else
 constexpr std::uint64_t kOnes = 0x0101010101010101ull;
 constexpr std::uint64_t kHighBits = 0x8080808080808080ull;
 constexpr std::uint64_t kLowBits = 0x7f7f7f7f7f7f7f7full;
@@ -27,6 +45,16 @@ std::uint64_t load_word(const char* p) {
 std::uint64_t zero_bytes(std::uint64_t word) {
   return ~(((word & kLowBits) + kLowBits) | word) & kHighBits;
 }
+
+std::uint64_t bytes_equal_16(const char* p, char c) {
+  const std::uint64_t pattern = kOnes * static_cast<unsigned char>(c);
+  return zero_bytes(load_word(p) ^ pattern) | zero_bytes(load_word(p + 8) ^ pattern) >> 7;
+}
+std::uint64_t nul_or_high_16(const char* p) {
+  std::uint64_t a = load_word(p), b = load_word(p + 8);
+  return ((a | b) & kHighBits) | zero_bytes(a) | zero_bytes(b);
+}
+#endif
 
 std::string hex_byte(unsigned char byte) {
   static const char kDigits[] = "0123456789ABCDEF";
@@ -67,11 +95,7 @@ std::optional<TextError> check_utf8_range(std::string_view text, std::size_t beg
   std::size_t i = begin;
   while (i < end) {
     // Plain ASCII without NULs is nearly all real input: skip 16 bytes a step.
-    while (i + 16 <= end) {
-      std::uint64_t a = load_word(text.data() + i), b = load_word(text.data() + i + 8);
-      if (((a | b) & kHighBits) != 0 || (zero_bytes(a) | zero_bytes(b)) != 0) break;
-      i += 16;
-    }
+    while (i + 16 <= end && nul_or_high_16(text.data() + i) == 0) i += 16;
     if (i >= end) break;
     unsigned char byte = bytes[i];
     if (byte == 0)
@@ -90,13 +114,17 @@ std::optional<TextError> check_utf8_range(std::string_view text, std::size_t beg
 }
 
 bool odd_quote_count(const char* p, std::size_t n) {
-  const std::uint64_t quotes = kOnes * static_cast<unsigned char>('"');
-  std::uint64_t parity_bits = 0;
+  // One marker bit per quote, XORed together: the parity of the bits left is
+  // the parity of the count. Two accumulators keep the loop off one chain.
+  std::uint64_t even = 0, odd = 0;
   std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) parity_bits ^= zero_bytes(load_word(p + i) ^ quotes);
-  bool odd = std::popcount(parity_bits) & 1;
-  for (; i < n; ++i) odd ^= (p[i] == '"');
-  return odd;
+  for (; i + 32 <= n; i += 32) {
+    even ^= bytes_equal_16(p + i, '"');
+    odd ^= bytes_equal_16(p + i + 16, '"');
+  }
+  bool parity = std::popcount(even ^ odd) & 1;
+  for (; i < n; ++i) parity ^= (p[i] == '"');
+  return parity;
 }
 
 // Offset just past the '\n' that ends the record containing `pos`, given
