@@ -40,5 +40,7 @@ const std::vector<Command>& commands();
 
 // Command groups: defined in data_commands.cc (init, data, fsck, gc).
 void add_store_commands(std::vector<Command>& out);
+// Defined in train_commands.cc (train, runs, model, eval, predict).
+void add_train_commands(std::vector<Command>& out);
 
 }  // namespace anneal::cli

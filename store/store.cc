@@ -68,6 +68,58 @@ const std::vector<const char*>& migrations() {
       -- add owners (models, checkpoints) recreate this view.
       CREATE VIEW referenced_blobs AS SELECT blob FROM dataset_streams;
       )sql",
+      // 2: training runs, their per-epoch metrics, checkpoints and the model
+      // versions they register. Checkpoints and models own blobs, so the view
+      // of referenced blobs now includes them.
+      R"sql(
+      CREATE TABLE runs (
+        id                 INTEGER PRIMARY KEY,
+        name               TEXT NOT NULL,
+        dataset_version_id INTEGER NOT NULL REFERENCES dataset_versions(id),
+        config_text        TEXT NOT NULL,
+        status             TEXT NOT NULL
+                           CHECK (status IN ('running', 'succeeded', 'failed', 'cancelled')),
+        started_at         TEXT NOT NULL,
+        ended_at           TEXT,
+        host               TEXT NOT NULL,
+        error              TEXT,
+        summary_json       TEXT NOT NULL DEFAULT '{}'
+      );
+      CREATE TABLE run_metrics (
+        run_id  INTEGER NOT NULL REFERENCES runs(id),
+        epoch   INTEGER NOT NULL,
+        name    TEXT NOT NULL,
+        value   REAL,
+        PRIMARY KEY (run_id, epoch, name)
+      ) WITHOUT ROWID;
+      CREATE TABLE checkpoints (
+        id          INTEGER PRIMARY KEY,
+        run_id      INTEGER NOT NULL REFERENCES runs(id),
+        step        INTEGER NOT NULL,
+        created_at  TEXT NOT NULL,
+        blob        TEXT NOT NULL REFERENCES blobs(hash),
+        score       REAL,
+        UNIQUE (run_id, step)
+      );
+      CREATE INDEX checkpoints_by_blob ON checkpoints(blob);
+      CREATE TABLE models (
+        id            INTEGER PRIMARY KEY,
+        name          TEXT NOT NULL,
+        version       INTEGER NOT NULL CHECK (version >= 1),
+        created_at    TEXT NOT NULL,
+        run_id        INTEGER NOT NULL UNIQUE REFERENCES runs(id),
+        blob          TEXT NOT NULL REFERENCES blobs(hash),
+        lineage_json  TEXT NOT NULL,
+        metrics_json  TEXT NOT NULL,
+        UNIQUE (name, version)
+      );
+      CREATE INDEX models_by_blob ON models(blob);
+      DROP VIEW referenced_blobs;
+      CREATE VIEW referenced_blobs AS
+        SELECT blob FROM dataset_streams
+        UNION SELECT blob FROM checkpoints
+        UNION SELECT blob FROM models;
+      )sql",
   };
   return kMigrations;
 }

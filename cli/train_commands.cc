@@ -1,0 +1,460 @@
+// train, runs list/show, model list/show, eval, predict: parse arguments,
+// call src/runs/, print the result as text or JSON.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <stop_token>
+#include <thread>
+
+#include "anneal/catalog_runs.h"
+#include "anneal/config.h"
+#include "anneal/error.h"
+#include "anneal/runs.h"
+#include "anneal/store.h"
+#include "command.h"
+#include "output.h"
+
+namespace anneal::cli {
+namespace {
+
+using nlohmann::json;
+
+std::string duration_text(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  auto s = static_cast<long long>(seconds + 0.5);
+  std::ostringstream out;
+  if (s >= 3600) out << s / 3600 << "h" << (s % 3600) / 60 << "m";
+  else if (s >= 60) out << s / 60 << "m" << s % 60 << "s";
+  else out << s << "s";
+  return out.str();
+}
+
+// Training output on stderr. On a terminal: a progress bar (epoch, step,
+// loss, samples/s, ETA) redrawn in place, with each epoch's line printed
+// above it. Otherwise: just the lines, one per epoch.
+class TrainReporter final : public TrainingReporter {
+ public:
+  TrainReporter() : terminal_(::isatty(STDERR_FILENO) == 1) {}
+  ~TrainReporter() override {
+    if (bar_shown_) std::cerr << "\r\x1b[K" << std::flush;
+  }
+
+  void note(std::string_view message) override {
+    std::lock_guard lock(mutex_);
+    if (bar_shown_) std::cerr << "\r\x1b[K";
+    std::cerr << message << "\n";
+    if (bar_shown_) std::cerr << bar_ << std::flush;
+  }
+
+  void progress(std::string_view stage, std::uint64_t done, std::uint64_t total) override {
+    if (!terminal_) return;
+    std::lock_guard lock(mutex_);
+    std::cerr << "\r\x1b[K" << stage << " " << done;
+    if (total) std::cerr << "/" << total;
+    std::cerr << (done == total ? "\n" : "") << std::flush;
+  }
+
+  void training(const TrainProgress& p) override {
+    if (!terminal_) return;
+    auto now = std::chrono::steady_clock::now();
+    std::lock_guard lock(mutex_);
+    // Redrawing more than ~10 times a second only costs time.
+    if (bar_shown_ && now - last_draw_ < std::chrono::milliseconds(100) && p.step < p.total_steps) return;
+    last_draw_ = now;
+    constexpr int kWidth = 24;
+    double fraction = p.steps_per_epoch ? static_cast<double>(p.epoch_step) / static_cast<double>(p.steps_per_epoch) : 0;
+    int filled = static_cast<int>(fraction * kWidth);
+    std::ostringstream line;
+    line << "epoch " << p.epoch << "/" << p.epochs << " [" << std::string(static_cast<std::size_t>(filled), '#')
+         << std::string(static_cast<std::size_t>(kWidth - filled), '.') << "] step " << p.step << "/"
+         << p.total_steps;
+    if (!std::isnan(p.loss)) line << "  loss " << format_double(p.loss, 4);
+    line << "  " << static_cast<long long>(p.samples_per_s) << " samples/s  ETA " << duration_text(p.eta_seconds);
+    bar_ = line.str();
+    bar_shown_ = true;
+    std::cerr << "\r\x1b[K" << bar_ << std::flush;
+  }
+
+ private:
+  bool terminal_;
+  bool bar_shown_ = false;
+  std::string bar_;
+  std::chrono::steady_clock::time_point last_draw_{};
+  std::mutex mutex_;
+};
+
+// Turns SIGINT/SIGTERM into a stop request for the training loop (which
+// checkpoints and records the run cancelled); a second signal exits at once,
+// which the store survives like any crash. The signals are blocked in every
+// thread and taken by one waiting thread, so no handler and no global state.
+class StopOnSignal {
+ public:
+  StopOnSignal() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set_, &previous_);
+    waiter_ = std::thread([this] {
+      int signals = 0;
+      for (;;) {
+        int sig = 0;
+        if (sigwait(&set_, &sig) != 0 || sig == SIGUSR1) return;
+        if (++signals > 1) std::_Exit(128 + sig);
+        source_.request_stop();
+      }
+    });
+  }
+  ~StopOnSignal() {
+    pthread_kill(waiter_.native_handle(), SIGUSR1);
+    waiter_.join();
+    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+  StopOnSignal(const StopOnSignal&) = delete;
+  StopOnSignal& operator=(const StopOnSignal&) = delete;
+  std::stop_token token() const { return source_.get_token(); }
+
+ private:
+  sigset_t set_{}, previous_{};
+  std::stop_source source_;
+  std::thread waiter_;
+};
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw usage_error("CONFIG " + path + ": cannot read the file");
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+std::string metric_text(const json& value) {
+  if (value.is_number_float()) return format_double(value.get<double>(), 4);
+  return value.dump();
+}
+
+int default_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+int run_train(const Invocation& inv) {
+  const auto& a = inv.args;
+  TrainRequest request;
+  std::vector<std::string> configs;
+  if (a.count("CONFIG")) configs = a["CONFIG"].as<std::vector<std::string>>();
+  if (a.count("set")) request.overrides = a["set"].as<std::vector<std::string>>();
+  if (a.count("resume")) {
+    if (!configs.empty()) throw usage_error("--resume: give either CONFIG or --resume RUN, not both");
+    request.resume = parse_run_id(a["resume"].as<std::string>(), "--resume");
+  } else {
+    if (configs.size() != 1)
+      throw usage_error("anneal train: expected one CONFIG file (usage: anneal train CONFIG [--set key=value ...])");
+    request.config_source = configs[0];
+    request.config_text = read_text_file(configs[0]);
+  }
+  Store store = Store::open(inv.global.store);
+  StopOnSignal stop;
+  request.stop = stop.token();
+  TrainReporter reporter;
+  TrainResult result = train_model(store, request, reporter);
+  if (inv.global.json) {
+    json out = {{"run", result.run.label()},
+                {"status", run_status_name(result.run.status)},
+                {"model", result.model ? json(result.model->ref()) : json(nullptr)},
+                {"samples_per_s", result.samples_per_s},
+                {"weights_hash", result.weights_hash},
+                {"metrics", result.metrics}};
+    print_json(out);
+  } else if (result.cancelled) {
+    std::cout << result.run.label() << " cancelled; continue it with 'anneal train --resume "
+              << result.run.label() << "'\n";
+  } else {
+    std::cout << result.run.label() << " succeeded: registered " << result.model->ref() << "\n";
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& [key, value] : result.metrics.items()) rows.push_back({"  " + key, metric_text(value)});
+    rows.push_back({"  samples_per_s", format_double(result.samples_per_s, 4)});
+    rows.push_back({"  weights_hash", result.weights_hash});
+    print_table(std::cout, rows);
+  }
+  return result.cancelled ? 130 : kExitOk;
+}
+
+json run_json(const RunRecord& r) {
+  return {{"id", r.label()},       {"name", r.name},         {"dataset", r.dataset},
+          {"status", run_status_name(r.status)}, {"started_at", r.started_at},
+          {"ended_at", r.ended_at.empty() ? json(nullptr) : json(r.ended_at)},
+          {"host", r.host},        {"model", r.model.empty() ? json(nullptr) : json(r.model)},
+          {"error", r.error.empty() ? json(nullptr) : json(r.error)}, {"summary", r.summary}};
+}
+
+int run_runs_list(const Invocation& inv) {
+  Store store = Store::open(inv.global.store);
+  auto runs = list_runs(store);
+  if (inv.global.json) {
+    json out = json::array();
+    for (const auto& r : runs) out.push_back(run_json(r));
+    print_json({{"runs", out}});
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows = {{"RUN", "NAME", "DATASET", "STATUS", "STARTED", "MODEL"}};
+  for (const auto& r : runs)
+    rows.push_back({r.label(), r.name, r.dataset, run_status_name(r.status), r.started_at, r.model});
+  print_table(std::cout, rows);
+  return kExitOk;
+}
+
+int run_runs_show(const Invocation& inv) {
+  Store store = Store::open(inv.global.store);
+  RunRecord run = find_run(store, parse_run_id(inv.args["RUN"].as<std::string>()));
+  auto epochs = run_epochs(store, run.id);
+  auto checkpoints = run_checkpoints(store, run.id);
+  std::vector<std::string> names;  // metric columns in first-seen order
+  for (const auto& e : epochs)
+    for (const auto& [name, value] : e.values)
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  if (inv.global.json) {
+    json j = run_json(run);
+    j["config"] = run.config_text;
+    json history = json::array();
+    for (const auto& e : epochs) {
+      json row = {{"epoch", e.epoch}};
+      for (const auto& [name, value] : e.values) row[name] = value;
+      history.push_back(row);
+    }
+    j["epochs"] = history;
+    json cks = json::array();
+    for (const auto& c : checkpoints)
+      cks.push_back({{"step", c.step}, {"created_at", c.created_at}, {"blob", c.blob}, {"size", c.size},
+                     {"score", c.score ? json(*c.score) : json(nullptr)}});
+    j["checkpoints"] = cks;
+    print_json(j);
+    return kExitOk;
+  }
+  std::cout << run.label() << "  " << run_status_name(run.status) << "\n";
+  std::vector<std::vector<std::string>> info = {{"  name", run.name}, {"  dataset", run.dataset},
+                                                {"  started", run.started_at}, {"  host", run.host}};
+  if (!run.ended_at.empty()) info.push_back({"  ended", run.ended_at});
+  if (!run.model.empty()) info.push_back({"  model", run.model});
+  if (!run.error.empty()) info.push_back({"  error", run.error});
+  if (run.summary.contains("samples_per_s"))
+    info.push_back({"  samples/s", format_double(run.summary["samples_per_s"].get<double>(), 4)});
+  if (run.summary.contains("weights_hash")) info.push_back({"  weights", run.summary["weights_hash"].get<std::string>()});
+  info.push_back({"  checkpoints", std::to_string(checkpoints.size()) +
+                                        (checkpoints.empty() ? "" : " (latest at step " + std::to_string(checkpoints.back().step) + ")")});
+  print_table(std::cout, info);
+  if (run.summary.contains("metrics") && !run.summary["metrics"].empty()) {
+    std::cout << "\n";
+    std::vector<std::vector<std::string>> m;
+    for (const auto& [key, value] : run.summary["metrics"].items()) m.push_back({"  " + key, metric_text(value)});
+    print_table(std::cout, m);
+  }
+  std::cout << "\nconfig:\n";
+  std::istringstream config(run.config_text);
+  for (std::string line; std::getline(config, line);) std::cout << "  " << line << "\n";
+  if (!epochs.empty()) {
+    std::cout << "\n";
+    std::vector<std::vector<std::string>> rows(1, {"EPOCH"});
+    for (const auto& n : names) rows[0].push_back(n);
+    for (const auto& e : epochs) {
+      std::vector<std::string> row = {std::to_string(e.epoch)};
+      for (const auto& n : names) {
+        std::string cell;
+        for (const auto& [name, value] : e.values)
+          if (name == n) cell = n == "steps" ? std::to_string(static_cast<long long>(value)) : format_double(value, 4);
+        row.push_back(cell);
+      }
+      rows.push_back(row);
+    }
+    print_table(std::cout, rows);
+  }
+  return kExitOk;
+}
+
+json model_json(const ModelRecord& m) {
+  return {{"ref", m.ref()},     {"name", m.name},         {"version", m.version},
+          {"created_at", m.created_at}, {"run", "run-" + std::to_string(m.run)},
+          {"blob", m.blob},     {"size", m.size},         {"lineage", m.lineage},
+          {"metrics", m.metrics}};
+}
+
+std::string headline_metric(const json& metrics) {
+  for (const char* key : {"test_accuracy", "test_rmse", "val_accuracy", "val_rmse"})
+    if (metrics.contains(key)) return std::string(key) + " " + metric_text(metrics[key]);
+  return "";
+}
+
+int run_model_list(const Invocation& inv) {
+  Store store = Store::open(inv.global.store);
+  auto models = list_models(store);
+  if (inv.global.json) {
+    json out = json::array();
+    for (const auto& m : models) out.push_back(model_json(m));
+    print_json({{"models", out}});
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows = {{"MODEL", "RUN", "DATASET", "CREATED", "METRIC"}};
+  for (const auto& m : models)
+    rows.push_back({m.ref(), "run-" + std::to_string(m.run), m.lineage.value("dataset", ""), m.created_at,
+                    headline_metric(m.metrics)});
+  print_table(std::cout, rows);
+  return kExitOk;
+}
+
+int run_model_show(const Invocation& inv) {
+  Store store = Store::open(inv.global.store);
+  ModelRecord m = find_model(store, parse_model_ref(inv.args["REF"].as<std::string>(), "REF"));
+  if (inv.global.json) {
+    print_json(model_json(m));
+    return kExitOk;
+  }
+  std::cout << m.ref() << "\n";
+  std::vector<std::vector<std::string>> info = {{"  created", m.created_at},
+                                                {"  run", "run-" + std::to_string(m.run)},
+                                                {"  blob", m.blob + "  " + human_bytes(m.size)}};
+  for (const auto& [key, value] : m.lineage.items())
+    if (key != "config" && key != "run") info.push_back({"  " + key, value.is_string() ? value.get<std::string>() : value.dump()});
+  print_table(std::cout, info);
+  std::cout << "\nmetrics:\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& [key, value] : m.metrics.items()) rows.push_back({"  " + key, metric_text(value)});
+  print_table(std::cout, rows);
+  if (m.lineage.contains("config")) {
+    std::cout << "\nconfig:\n";
+    std::istringstream config(m.lineage["config"].get<std::string>());
+    for (std::string line; std::getline(config, line);) std::cout << "  " << line << "\n";
+  }
+  return kExitOk;
+}
+
+int run_eval(const Invocation& inv) {
+  Store store = Store::open(inv.global.store);
+  ModelRef model = parse_model_ref(inv.args["MODEL"].as<std::string>(), "MODEL");
+  DatasetRef data = parse_dataset_ref(inv.args["DATA"].as<std::string>(), "DATA");
+  EvalSplit split = inv.args.count("split") ? parse_eval_split(inv.args["split"].as<std::string>()) : EvalSplit::kDefault;
+  EvalResult r = evaluate_model(store, model, data, split, default_threads());
+  if (inv.global.json) {
+    json j = {{"model", r.model.ref()}, {"dataset", r.dataset}, {"split", r.split},
+              {"missing_values", r.missing}, {"unseen_categories", r.unseen}};
+    if (r.classification) {
+      j["metrics"] = r.classification_metrics.to_json();
+      j["classes"] = r.class_names;
+    } else {
+      j["metrics"] = r.regression_metrics.to_json();
+    }
+    print_json(j);
+    return kExitOk;
+  }
+  std::cout << r.model.ref() << " on " << r.dataset << " (" << r.split << " split)\n";
+  if (r.classification) {
+    const ClassificationMetrics& m = r.classification_metrics;
+    std::vector<std::vector<std::string>> rows = {{"  rows", std::to_string(m.rows)},
+                                                  {"  accuracy", format_double(m.accuracy, 4)},
+                                                  {"  macro precision", format_double(m.macro_precision, 4)},
+                                                  {"  macro recall", format_double(m.macro_recall, 4)},
+                                                  {"  macro F1", format_double(m.macro_f1, 4)}};
+    if (m.roc_auc) rows.push_back({"  ROC AUC", format_double(*m.roc_auc, 4)});
+    print_table(std::cout, rows);
+    std::cout << "\nconfusion matrix (rows: true class, columns: predicted)\n";
+    std::vector<std::vector<std::string>> cm(1, {""});
+    for (const auto& name : r.class_names) cm[0].push_back(name);
+    for (std::size_t i = 0; i < m.confusion.size(); ++i) {
+      std::vector<std::string> row = {r.class_names[i]};
+      for (auto v : m.confusion[i]) row.push_back(std::to_string(v));
+      cm.push_back(row);
+    }
+    print_table(std::cout, cm);
+  } else {
+    const RegressionMetrics& m = r.regression_metrics;
+    print_table(std::cout, {{"  rows", std::to_string(m.rows)},
+                            {"  RMSE", format_double(m.rmse, 5)},
+                            {"  MAE", format_double(m.mae, 5)},
+                            {"  R2", format_double(m.r2, 4)}});
+  }
+  if (r.missing || r.unseen)
+    std::cout << "\n" << r.missing << " missing values imputed, " << r.unseen << " unseen categories\n";
+  return kExitOk;
+}
+
+int run_predict(const Invocation& inv) {
+  if (!inv.args.count("input")) throw usage_error("--input: predict needs an input file (--input FILE)");
+  if (!inv.args.count("output")) throw usage_error("-o: predict needs an output file (-o OUT.csv)");
+  Store store = Store::open(inv.global.store);
+  ModelRef model = parse_model_ref(inv.args["MODEL"].as<std::string>(), "MODEL");
+  PredictResult r = predict_file(store, model, inv.args["input"].as<std::string>(),
+                                 inv.args["output"].as<std::string>(), inv.args["force"].as<bool>(),
+                                 default_threads());
+  if (inv.global.json) {
+    print_json({{"model", r.model.ref()}, {"rows", r.rows}, {"output", inv.args["output"].as<std::string>()},
+                {"missing_values", r.missing}, {"unseen_categories", r.unseen}});
+    return kExitOk;
+  }
+  std::cout << "wrote " << r.rows << " predictions of " << r.model.ref() << " to "
+            << inv.args["output"].as<std::string>() << "\n";
+  if (r.unseen) std::cout << r.unseen << " categorical values the model never saw were encoded as all zeros\n";
+  if (r.missing) std::cout << r.missing << " missing values were imputed with the training mean\n";
+  return kExitOk;
+}
+
+std::string config_keys_help() {
+  std::string out = "Config keys (INI, key = value; --set key=value overrides):\n";
+  for (const auto& k : known_config_keys()) {
+    std::string name = std::string("  ") + k.name;
+    out += name + std::string(name.size() < 20 ? 20 - name.size() : 1, ' ') + k.help;
+    if (*k.default_value) out += std::string(" [") + k.default_value + "]";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_train_commands(std::vector<Command>& out) {
+  out.push_back(
+      {"train", "CONFIG [--set key=value ...] | --resume RUN", "train a model on a dataset version",
+       "Reads the INI config, trains on the dataset's train split (holding out `validation`), writes "
+       "checkpoints into the store and registers the model NAME@vN. Ctrl-C checkpoints and records the "
+       "run cancelled; 'anneal train --resume RUN' continues a cancelled, failed or killed run and ends "
+       "with the same weights as an uninterrupted one.\n\n" +
+           config_keys_help(),
+       [](po::options_description& o) {
+         o.add_options()("set", po::value<std::vector<std::string>>()->composing()->value_name("KEY=VALUE"),
+                         "override a config key (repeatable)")
+             ("resume", po::value<std::string>()->value_name("RUN"), "continue an unfinished run");
+       },
+       {"CONFIG..."}, run_train});
+  out.push_back({"runs list", "", "list training runs and their status", "", nullptr, {}, run_runs_list});
+  out.push_back({"runs show", "RUN", "show a run: config, status, metric history, checkpoints",
+                 "RUN is run-N or N.", nullptr, {"RUN"}, run_runs_show});
+  out.push_back({"model list", "", "list registered model versions", "", nullptr, {}, run_model_list});
+  out.push_back({"model show", "REF", "show a model version: lineage and metrics",
+                 "REF is NAME (the latest version), NAME@latest or NAME@vN.", nullptr, {"REF"}, run_model_show});
+  out.push_back({"eval", "MODEL DATA [--split train|test|all]", "score a model on a dataset version",
+                 "Classification: accuracy, macro precision/recall/F1, the confusion matrix and, for two "
+                 "classes, ROC AUC. Regression: RMSE, MAE and R2. The default split is the version's test "
+                 "split when it has one, else its train split.",
+                 [](po::options_description& o) {
+                   o.add_options()("split", po::value<std::string>()->value_name("SPLIT"), "train, test or all");
+                 },
+                 {"MODEL", "DATA"}, run_eval});
+  out.push_back({"predict", "MODEL --input FILE -o OUT.csv [--force]", "apply a model to a CSV/TSV file",
+                 "FILE's header must name every feature column the model was trained on (in any order; "
+                 "other columns are ignored). The model's saved preprocessing is applied; unseen categories "
+                 "and missing values are counted and reported. OUT gets the row number, the prediction and, "
+                 "for classes, one probability column per class.",
+                 [](po::options_description& o) {
+                   o.add_options()("input", po::value<std::string>()->value_name("FILE"), "rows to predict")
+                       ("output,o", po::value<std::string>()->value_name("OUT"), "where to write the predictions")
+                       ("force", po::bool_switch(), "replace OUT if it exists");
+                 },
+                 {"MODEL"}, run_predict});
+}
+
+}  // namespace anneal::cli

@@ -1,0 +1,132 @@
+// Catalog records of training: runs, their per-epoch metrics, checkpoints
+// and registered model versions (catalog schema version 2, docs/STORE.md).
+//
+// This is store/: it keeps these as generic records and opaque blobs and
+// knows nothing of what a checkpoint or a model holds (src/runs/ does).
+// Blobs are written like an import writes its streams: chunked objects
+// under the store's writer lock, recorded in the same transaction as the row
+// that owns them, so gc never removes them and a crash leaves only
+// unreferenced objects.
+//
+// Every function takes a Store used by one thread, throws anneal::Error
+// (kNotFound for a run or model that does not exist) and prints nothing.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "anneal/datasets.h"
+#include "anneal/fs.h"
+#include "anneal/store.h"
+
+namespace anneal {
+
+enum class RunStatus { kRunning, kSucceeded, kFailed, kCancelled };
+const char* run_status_name(RunStatus status);  // "running", "succeeded", ...
+
+struct RunRecord {
+  std::int64_t id = 0;
+  std::string name;          // the model name the run registers
+  std::string dataset;       // the dataset version it trains on: NAME@vN
+  std::string config_text;   // the resolved configuration
+  RunStatus status = RunStatus::kRunning;
+  std::string started_at;    // ISO 8601 UTC
+  std::string ended_at;      // empty while running
+  std::string host;
+  std::string error;         // failed: the error message
+  nlohmann::json summary;    // the run's final figures; opaque to the store
+  std::string model;         // NAME@vN once registered, else empty
+  std::string label() const { return "run-" + std::to_string(id); }
+};
+
+// "run-7" or "7" -> 7. Throws kUsage naming `what` otherwise.
+std::int64_t parse_run_id(std::string_view text, std::string_view what = "RUN");
+
+// Records a new run, status running, started now. `dataset` must name an
+// existing version (NAME@vN); throws kNotFound otherwise.
+RunRecord create_run(Store& store, const std::string& name, const DatasetRef& dataset,
+                     const std::string& config_text, const std::string& host);
+
+// Sets a run back to running (a resume) and clears its end and error.
+void reopen_run(Store& store, std::int64_t run);
+
+// Ends a run that registers no model: failed or cancelled (with `error`
+// saying why), or succeeded. `summary` replaces the stored summary.
+void end_run(Store& store, std::int64_t run, RunStatus status, const std::string& error,
+             const nlohmann::json& summary);
+
+RunRecord find_run(Store& store, std::int64_t run);  // throws kNotFound
+std::vector<RunRecord> list_runs(Store& store);     // oldest first
+
+// One epoch's named values (train_loss, val_accuracy, samples_per_s, ...).
+struct EpochRecord {
+  std::int64_t epoch = 0;
+  std::vector<std::pair<std::string, double>> values;
+};
+// Records (or replaces: a resumed run recomputes an epoch) one epoch's values.
+void record_epoch(Store& store, std::int64_t run, const EpochRecord& record);
+std::vector<EpochRecord> run_epochs(Store& store, std::int64_t run);  // by epoch
+
+struct CheckpointRecord {
+  std::int64_t id = 0, run = 0, step = 0;
+  std::string created_at;
+  std::string blob;
+  std::uint64_t size = 0;
+  std::optional<double> score;  // lower is better; the best is never released
+};
+
+// Writes `bytes` as a blob and records it as checkpoint `step` of `run`
+// (replacing one at the same step), then releases (deletes the rows of) the
+// oldest checkpoints beyond the newest `keep`, never the one with the best
+// score; their blobs become garbage for gc. Atomic: after a crash the
+// checkpoint is either fully recorded or absent. Returns the record.
+CheckpointRecord save_checkpoint(Store& store, std::int64_t run, std::int64_t step,
+                                 std::string_view bytes, std::optional<double> score,
+                                 std::int64_t keep);
+std::vector<CheckpointRecord> run_checkpoints(Store& store, std::int64_t run);  // by step
+// The checkpoint's bytes, verified; kCorrupt when damaged.
+std::string read_checkpoint(Store& store, const CheckpointRecord& checkpoint);
+
+struct ModelRecord {
+  std::int64_t id = 0;
+  std::string name;
+  int version = 0;
+  std::string created_at;
+  std::int64_t run = 0;
+  std::string blob;
+  std::uint64_t size = 0;
+  nlohmann::json lineage;  // opaque to the store
+  nlohmann::json metrics;  // opaque to the store
+  std::string ref() const { return name + "@v" + std::to_string(version); }
+};
+
+// NAME, NAME@latest or NAME@vN, as for datasets.
+struct ModelRef {
+  std::string name;
+  std::optional<int> version;
+  std::string to_string() const;
+};
+ModelRef parse_model_ref(std::string_view text, std::string_view what = "MODEL");
+
+// In one transaction: writes `bytes` as the model blob, registers the next
+// version NAME@vN of `name` owned by `run`, and marks the run succeeded with
+// `summary`. Returns the new record.
+ModelRecord register_model(Store& store, std::int64_t run, const std::string& name,
+                           std::string_view bytes, const nlohmann::json& lineage,
+                           const nlohmann::json& metrics, const nlohmann::json& summary);
+ModelRecord find_model(Store& store, const ModelRef& ref);  // throws kNotFound
+std::vector<ModelRecord> list_models(Store& store);        // by name, then version
+// The model's bytes, verified; kCorrupt when damaged.
+std::string read_model(Store& store, const ModelRecord& model);
+
+// The advisory lock a training process holds on its run for as long as it
+// trains: try_lock fails (held() false) while another process trains it.
+FileLock try_lock_run(const Store& store, std::int64_t run);
+
+}  // namespace anneal

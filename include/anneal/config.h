@@ -1,0 +1,74 @@
+// Training configuration: the INI file `anneal train CONFIG` reads, with
+// `--set key=value` overrides.
+//
+//   name      = fmnist-mlp
+//   dataset   = fmnist@latest
+//   layers    = dense(256) relu dense(128) relu dense(10)
+//   loss      = softmax_ce
+//   optimizer = adam
+//   lr        = 0.001
+//
+// The file is read with Boost.Program_options (key = value lines, '#'
+// comments). Every key is optional except name, dataset and layers; the
+// defaults are listed by known_config_keys(). Parsing is pure: it reads no
+// store and touches no file system. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "anneal/trainer.h"
+
+namespace anneal {
+
+// How often a run writes a checkpoint besides the end: every `steps`
+// optimizer steps, or every `seconds` of wall time; both 0: only at the end.
+struct CheckpointEvery {
+  std::int64_t steps = 0;
+  double seconds = 0;
+  std::string text;  // as written: "500" or "30s"
+};
+
+struct TrainConfig {
+  std::string name;            // the model name the run registers: NAME@vN
+  std::string dataset;         // a dataset reference: NAME, NAME@latest, NAME@vN
+  std::string label;           // optional: must name the dataset's label column
+  std::string loss;            // "" = inferred from the label column
+  double validation = 0;       // fraction of the train split held out, [0, 1)
+  CheckpointEvery checkpoint_every;
+  std::int64_t keep_checkpoints = 3;
+  bool baseline = true;        // also fit the linear baseline on tabular data
+  double linear_l2 = 1.0;      // L2 strength of the linear baseline
+  bool linear_only = false;    // layers = linear: the linear model is the model
+  // Everything the engine needs except classes and loss, which come from
+  // the data (set by the run).
+  TrainerConfig trainer;
+
+  // The resolved configuration as "key = value" lines, every key present
+  // and sorted: what the run records and --resume parses back.
+  std::string to_text() const;
+};
+
+struct ConfigKey {
+  const char* name;
+  const char* default_value;  // "" = no default (required or inferred)
+  const char* help;
+};
+// Every key a config may set, in documentation order.
+const std::vector<ConfigKey>& known_config_keys();
+
+// Parses `text` (an INI file; `source` names it in errors, e.g. the path)
+// and then applies each "key=value" of `overrides` (the --set flags), which
+// win over the file. Throws anneal::Error kUsage, one line naming
+// SOURCE:LINE or "--set key" and what was expected: an unknown key (with the
+// closest known one), a malformed value, a missing required key.
+TrainConfig parse_train_config(std::string_view text, std::string_view source,
+                               const std::vector<std::string>& overrides);
+
+// "30s", "5m", "2h" (a duration) or "500" (steps); throws kUsage naming `key`.
+CheckpointEvery parse_checkpoint_every(std::string_view text, std::string_view key);
+
+}  // namespace anneal

@@ -1,0 +1,39 @@
+// Evaluation metrics of predictions against labels. Pure functions of their
+// inputs; thread-safe; throw anneal::Error kBadData when sizes disagree.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace anneal {
+
+struct ClassificationMetrics {
+  std::uint64_t rows = 0;
+  double accuracy = 0;
+  // Macro averages over the classes: a class with no true and no predicted
+  // rows is left out of the average; 0/0 precision or recall counts as 0.
+  double macro_precision = 0, macro_recall = 0, macro_f1 = 0;
+  std::vector<std::vector<std::uint64_t>> confusion;  // [true][predicted]
+  std::optional<double> roc_auc;                      // two classes only
+  nlohmann::json to_json() const;
+};
+
+// `probabilities` is rows x classes (each row a distribution), `labels` the
+// true class indices. The predicted class is the arg max (the first on
+// ties). ROC AUC (binary) ranks rows by P(class 1), ties counted as half.
+ClassificationMetrics classification_metrics(std::span<const float> probabilities,
+                                             std::span<const float> labels, std::int64_t classes);
+
+struct RegressionMetrics {
+  std::uint64_t rows = 0;
+  double rmse = 0, mae = 0;
+  double r2 = 0;  // 1 - SS_res / SS_tot; 0 when the target is constant
+  nlohmann::json to_json() const;
+};
+RegressionMetrics regression_metrics(std::span<const double> predictions, std::span<const double> targets);
+
+}  // namespace anneal

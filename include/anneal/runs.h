@@ -1,0 +1,111 @@
+// Runs: training a dataset version into a model version, and using models.
+//
+// train_model() resolves the config's dataset, preprocesses it (see
+// preprocess.h), builds the network, records a run in the catalog, trains
+// with checkpoints into the store, evaluates, and registers NAME@vN with its
+// lineage. Every check that can fail without training (config keys and
+// values, the dataset reference, the label, the layer spec and its shapes)
+// runs before the run is recorded, so a bad config leaves no run behind.
+// A run that fails or is cancelled after it started stays recorded as such;
+// `resume` continues it from its latest checkpoint and finishes with weights
+// bitwise identical to an uninterrupted run (same config, data, thread
+// count).
+//
+// Every function takes a Store used by one thread, reports through the
+// given Reporter only, and throws anneal::Error.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "anneal/catalog_runs.h"
+#include "anneal/datasets.h"
+#include "anneal/metrics.h"
+#include "anneal/report.h"
+#include "anneal/store.h"
+
+namespace anneal {
+
+// Where a training run is, for a progress display.
+struct TrainProgress {
+  std::string run;                          // "run-7"
+  std::int64_t epoch = 0, epochs = 0;       // epoch in progress (1-based)
+  std::int64_t step = 0, total_steps = 0;   // optimizer steps done / planned
+  std::int64_t epoch_step = 0, steps_per_epoch = 0;
+  double loss = std::nan("");               // train loss of the last finished epoch
+  double samples_per_s = 0;                 // since this process started training
+  double eta_seconds = 0;                   // at that speed
+};
+
+// A Reporter that can also show training progress. Its notes are one line
+// per epoch (and what the run is doing); training() is called a few times
+// per epoch. Implementations must be thread-safe, as for Reporter.
+class TrainingReporter : public Reporter {
+ public:
+  virtual void training(const TrainProgress& progress) = 0;
+};
+
+struct TrainRequest {
+  std::string config_text;               // the INI text (empty with resume)
+  std::string config_source;             // its name in errors: the path
+  std::vector<std::string> overrides;    // --set key=value, winning over the file
+  std::optional<std::int64_t> resume;    // continue this run instead
+  std::stop_token stop;                  // requested: checkpoint, record cancelled, return
+};
+
+struct TrainResult {
+  RunRecord run;                         // as recorded at the end
+  std::optional<ModelRecord> model;      // unset when cancelled
+  bool cancelled = false;
+  double samples_per_s = 0;
+  std::string weights_hash;
+  // test_accuracy / test_rmse (...) when the version has a test split,
+  // val_* with a validation fraction, baseline_* for the linear baseline.
+  nlohmann::json metrics;
+};
+
+TrainResult train_model(Store& store, const TrainRequest& request, TrainingReporter& reporter);
+
+// Which rows of a dataset version eval scores.
+enum class EvalSplit { kDefault, kTrain, kTest, kAll };  // default: test when present, else train
+EvalSplit parse_eval_split(std::string_view text);     // "train" | "test" | "all"; kUsage otherwise
+
+struct EvalResult {
+  ModelRecord model;
+  std::string dataset;                   // NAME@vN
+  std::string split;                     // "train", "test" or "all"
+  bool classification = true;
+  std::vector<std::string> class_names;  // classification
+  ClassificationMetrics classification_metrics;
+  RegressionMetrics regression_metrics;
+  std::uint64_t missing = 0, unseen = 0; // cells imputed, unseen categories
+};
+// Scores a model on a dataset version with the model's own preprocessing.
+// Throws kBadData when a row's label is not one of the model's classes and
+// kUsage when the version's columns do not match the model's.
+EvalResult evaluate_model(Store& store, const ModelRef& model, const DatasetRef& data, EvalSplit split,
+                          int threads);
+
+struct PredictResult {
+  ModelRecord model;
+  std::uint64_t rows = 0;
+  std::uint64_t missing = 0;             // cells imputed
+  std::uint64_t unseen = 0;              // categorical values the model never saw
+};
+// Reads a CSV/TSV file whose header names the model's feature columns (any
+// order; extra columns are ignored; the label column may be absent), applies
+// the saved preprocessing and writes OUT as CSV: the input row number, the
+// prediction (the class name, or the value) and, for classes, one
+// probability column per class. A missing feature column is kUsage; bad input
+// kBadData (file:line:column). Refuses to replace `out` unless `force`.
+PredictResult predict_file(Store& store, const ModelRef& model, const std::filesystem::path& input,
+                           const std::filesystem::path& out, bool force, int threads);
+
+}  // namespace anneal

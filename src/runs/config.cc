@@ -1,0 +1,387 @@
+// Training config: INI text through Boost.Program_options, then --set
+// overrides, then typed values checked one key at a time so each error can
+// say where the bad value came from.
+#include "anneal/config.h"
+
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "anneal/error.h"
+
+namespace anneal {
+namespace po = boost::program_options;
+
+const std::vector<ConfigKey>& known_config_keys() {
+  static const std::vector<ConfigKey> kKeys = {
+      {"name", "", "model name; a finished run registers NAME@vN (required)"},
+      {"dataset", "", "dataset version to train on: NAME, NAME@latest or NAME@vN (required)"},
+      {"layers", "", "layer spec, e.g. 'dense(128) relu dense(10)', or 'linear' (required)"},
+      {"label", "", "the label column; must be the one the dataset was imported with"},
+      {"loss", "", "softmax_ce | bce | mse | mae (default: from the label column)"},
+      {"optimizer", "adam", "sgd | adam | adamw"},
+      {"lr", "0.001", "learning rate"},
+      {"momentum", "0", "sgd momentum"},
+      {"nesterov", "false", "sgd: Nesterov momentum"},
+      {"weight_decay", "0", "L2 (sgd, adam) or decoupled (adamw) weight decay"},
+      {"lr_schedule", "constant", "constant | step | cosine"},
+      {"warmup_steps", "0", "linear warmup steps"},
+      {"lr_step_size", "1000", "step schedule: steps between decays"},
+      {"lr_gamma", "0.1", "step schedule: decay factor"},
+      {"min_lr", "0", "cosine schedule: final learning rate"},
+      {"grad_clip", "0", "clip gradients to this global L2 norm (0: off)"},
+      {"grad_accum", "1", "micro-batches per optimizer step"},
+      {"batch", "128", "batch size"},
+      {"epochs", "10", "epochs"},
+      {"seed", "0", "seed of initialisation, shuffling, dropout and the validation split"},
+      {"threads", "", "compute threads (default: the CPU count); part of determinism"},
+      {"precision", "fp32", "fp32 | bf16"},
+      {"early_stop", "none", "METRIC:PATIENCE, METRIC = val_loss | val_accuracy | train_loss"},
+      {"validation", "0", "fraction of the train split held out for validation"},
+      {"checkpoint_every", "60s", "N steps or a duration (30s, 5m, 1h); 0: only at the end"},
+      {"keep_checkpoints", "3", "checkpoints kept per run besides the best one"},
+      {"baseline", "true", "tabular data: also fit the regularized linear baseline"},
+      {"linear_l2", "1", "L2 strength of the linear model"},
+  };
+  return kKeys;
+}
+
+namespace {
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string closest_key(std::string_view key) {
+  std::string best;
+  std::size_t best_distance = ~std::size_t{0};
+  for (const auto& k : known_config_keys()) {
+    std::size_t d = edit_distance(key, k.name);
+    if (d < best_distance) {
+      best_distance = d;
+      best = k.name;
+    }
+  }
+  return best;
+}
+
+bool is_known(std::string_view key) {
+  return std::any_of(known_config_keys().begin(), known_config_keys().end(),
+                     [&](const ConfigKey& k) { return key == k.name; });
+}
+
+// The 1-based line of `text` where `key` is first assigned, for messages.
+int line_of(std::string_view text, std::string_view key) {
+  int line = 1;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view l = text.substr(pos, end - pos);
+    std::size_t first = l.find_first_not_of(" \t");
+    if (first != std::string_view::npos && l.substr(first).starts_with(key)) {
+      std::string_view rest = l.substr(first + key.size());
+      std::size_t next = rest.find_first_not_of(" \t");
+      if (next != std::string_view::npos && rest[next] == '=') return line;
+    }
+    ++line;
+    pos = end + 1;
+  }
+  return 0;
+}
+
+std::string trim(std::string_view s) {
+  std::size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string_view::npos) return "";
+  std::size_t e = s.find_last_not_of(" \t\r");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+// A value and where it came from ("fmnist.ini:7" or "--set lr").
+struct Setting {
+  std::string value;
+  std::string where;
+};
+
+class Values {
+ public:
+  explicit Values(std::map<std::string, Setting> settings) : settings_(std::move(settings)) {}
+
+  bool has(const std::string& key) const { return settings_.count(key) > 0; }
+  const std::string& where(const std::string& key) const { return settings_.at(key).where; }
+
+  std::string text(const std::string& key) const {
+    if (auto it = settings_.find(key); it != settings_.end()) return it->second.value;
+    for (const auto& k : known_config_keys())
+      if (key == k.name) return k.default_value;
+    throw std::logic_error("config key not in known_config_keys(): " + key);
+  }
+
+  [[noreturn]] void bad(const std::string& key, const std::string& expected) const {
+    std::string where = has(key) ? settings_.at(key).where + ": " : "";
+    throw usage_error(where + key + " = '" + text(key) + "': expected " + expected);
+  }
+
+  double real(const std::string& key, double lo, double hi, const std::string& range) const {
+    std::string s = text(key);
+    double v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v) || v < lo ||
+        v > hi)
+      bad(key, "a number " + range);
+    return v;
+  }
+
+  std::int64_t integer(const std::string& key, std::int64_t lo, std::int64_t hi) const {
+    std::string s = text(key);
+    std::int64_t v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi)
+      bad(key, "an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
+    return v;
+  }
+
+  bool boolean(const std::string& key) const {
+    std::string s = text(key);
+    if (s == "true" || s == "yes" || s == "on" || s == "1") return true;
+    if (s == "false" || s == "no" || s == "off" || s == "0") return false;
+    bad(key, "true or false");
+  }
+
+  // Runs an engine parser (which throws kUsage naming the closest name) and
+  // prefixes its message with where the value came from.
+  template <typename Fn>
+  auto named(const std::string& key, Fn parse) const {
+    try {
+      return parse(text(key));
+    } catch (const Error& e) {
+      std::string where = has(key) ? settings_.at(key).where + ": " : "";
+      throw usage_error(where + key + ": " + e.what());
+    }
+  }
+
+ private:
+  std::map<std::string, Setting> settings_;
+};
+
+std::string format_real(double v) {
+  std::ostringstream out;
+  out.precision(17);
+  out << v;
+  // Shortest text that reads back to the same double, for readable configs.
+  for (int p = 1; p <= 17; ++p) {
+    std::ostringstream s;
+    s.precision(p);
+    s << v;
+    if (std::stod(s.str()) == v) return s.str();
+  }
+  return out.str();
+}
+
+// The shortest text that reads back (through double, then float, as
+// parse_train_config does) to the same float.
+std::string format_real(float v) {
+  for (int p = 1; p <= 9; ++p) {
+    std::ostringstream s;
+    s.precision(p);
+    s << v;
+    if (static_cast<float>(std::stod(s.str())) == v) return s.str();
+  }
+  return format_real(static_cast<double>(v));
+}
+
+}  // namespace
+
+CheckpointEvery parse_checkpoint_every(std::string_view text, std::string_view key) {
+  CheckpointEvery every;
+  every.text = std::string(text);
+  std::string s(text);
+  double scale = 0;
+  if (!s.empty()) {
+    switch (s.back()) {
+      case 's': scale = 1; break;
+      case 'm': scale = 60; break;
+      case 'h': scale = 3600; break;
+      default: break;
+    }
+  }
+  if (scale > 0) s.pop_back();
+  double v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  bool ok = !s.empty() && ec == std::errc() && end == s.data() + s.size() && std::isfinite(v) && v >= 0;
+  if (ok && scale == 0) ok = std::floor(v) == v;
+  if (!ok)
+    throw usage_error(std::string(key) + " = '" + std::string(text) +
+                      "': expected a step count (500) or a duration (30s, 5m, 1h)");
+  if (scale > 0) every.seconds = v * scale;
+  else every.steps = static_cast<std::int64_t>(v);
+  return every;
+}
+
+TrainConfig parse_train_config(std::string_view text, std::string_view source,
+                               const std::vector<std::string>& overrides) {
+  po::options_description description;
+  for (const auto& k : known_config_keys())
+    description.add_options()(k.name, po::value<std::string>());
+  po::parsed_options parsed(&description);
+  try {
+    std::istringstream in{std::string(text)};
+    parsed = po::parse_config_file(in, description, /*allow_unregistered=*/true);
+  } catch (const po::error& e) {
+    throw usage_error(std::string(source) + ": " + e.what());
+  }
+  std::map<std::string, Setting> settings;
+  for (const auto& option : parsed.options) {
+    int line = line_of(text, option.string_key);
+    std::string where = std::string(source) + (line > 0 ? ":" + std::to_string(line) : "");
+    if (option.unregistered || !is_known(option.string_key))
+      throw usage_error(where + ": unknown key '" + option.string_key + "'; did you mean '" +
+                        closest_key(option.string_key) + "'?");
+    if (settings.count(option.string_key))
+      throw usage_error(where + ": key '" + option.string_key + "' is set twice");
+    settings[option.string_key] = {trim(option.value.empty() ? "" : option.value[0]), where};
+  }
+  for (const auto& o : overrides) {
+    std::size_t eq = o.find('=');
+    if (eq == std::string::npos)
+      throw usage_error("--set " + o + ": expected key=value");
+    std::string key = trim(o.substr(0, eq));
+    if (!is_known(key))
+      throw usage_error("--set " + o + ": unknown key '" + key + "'; did you mean '" + closest_key(key) + "'?");
+    settings[key] = {trim(o.substr(eq + 1)), "--set " + key};
+  }
+
+  Values v(std::move(settings));
+  TrainConfig c;
+  for (const char* required : {"name", "dataset", "layers"})
+    if (!v.has(required) || v.text(required).empty())
+      throw usage_error(std::string(source) + ": missing key '" + required + "'");
+  c.name = v.text("name");
+  c.dataset = v.text("dataset");
+  c.label = v.text("label");
+  std::string layers = v.text("layers");
+  c.linear_only = layers == "linear";
+  c.trainer.layers = c.linear_only ? "" : layers;
+  if (!v.text("loss").empty()) {
+    v.named("loss", [](const std::string& s) { return parse_loss_kind(s); });
+    c.loss = v.text("loss");
+  }
+  TrainerConfig& t = c.trainer;
+  OptimizerConfig& o = t.optimizer;
+  o.kind = v.named("optimizer", [](const std::string& s) { return parse_optimizer_kind(s); });
+  o.lr = static_cast<float>(v.real("lr", 1e-12, 1e6, "> 0"));
+  o.momentum = static_cast<float>(v.real("momentum", 0, 0.999999, "in [0, 1)"));
+  o.nesterov = v.boolean("nesterov");
+  o.weight_decay = static_cast<float>(v.real("weight_decay", 0, 1e6, ">= 0"));
+  o.schedule = v.named("lr_schedule", [](const std::string& s) { return parse_schedule_kind(s); });
+  o.warmup_steps = v.integer("warmup_steps", 0, std::int64_t{1} << 40);
+  o.step_size = v.integer("lr_step_size", 1, std::int64_t{1} << 40);
+  o.gamma = static_cast<float>(v.real("lr_gamma", 0, 1, "in [0, 1]"));
+  o.min_lr = static_cast<float>(v.real("min_lr", 0, 1e6, ">= 0"));
+  o.grad_clip = static_cast<float>(v.real("grad_clip", 0, 1e12, ">= 0"));
+  try {
+    validate(o);
+  } catch (const Error& e) {
+    throw usage_error(std::string(source) + ": " + e.what());
+  }
+  t.grad_accum = v.integer("grad_accum", 1, 1 << 20);
+  t.batch = v.integer("batch", 1, 1 << 24);
+  t.epochs = v.integer("epochs", 1, 1 << 24);
+  t.seed = static_cast<std::uint64_t>(v.integer("seed", 0, std::numeric_limits<std::int64_t>::max()));
+  if (v.has("threads") && !v.text("threads").empty()) {
+    t.threads = static_cast<int>(v.integer("threads", 1, 1024));
+  } else {
+    t.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  t.precision = v.named("precision", [](const std::string& s) { return parse_precision(s); });
+  std::string early = v.text("early_stop");
+  if (early != "none" && !early.empty()) {
+    std::size_t colon = early.find(':');
+    if (colon == std::string::npos) v.bad("early_stop", "METRIC:PATIENCE such as val_loss:3");
+    try {
+      t.early_stop = parse_early_stop_metric(early.substr(0, colon));
+    } catch (const Error& e) {
+      v.bad("early_stop", std::string("METRIC:PATIENCE; ") + e.what());
+    }
+    std::int64_t patience = 0;
+    std::string p = early.substr(colon + 1);
+    auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), patience);
+    if (p.empty() || ec != std::errc() || end != p.data() + p.size() || patience < 1 || patience > 1000000)
+      v.bad("early_stop", "METRIC:PATIENCE with PATIENCE >= 1 epochs");
+    t.patience = static_cast<int>(patience);
+  }
+  c.validation = v.real("validation", 0, 0.95, "in [0, 0.95]");
+  if (t.early_stop != EarlyStopMetric::kNone && t.early_stop != EarlyStopMetric::kTrainLoss &&
+      c.validation <= 0)
+    v.bad("early_stop", "a training metric (train_loss:N), or set validation = FRACTION to stop on " +
+                            std::string(early_stop_metric_name(t.early_stop)));
+  try {
+    c.checkpoint_every = parse_checkpoint_every(v.text("checkpoint_every"), "checkpoint_every");
+  } catch (const Error& e) {
+    std::string where = v.has("checkpoint_every") ? v.where("checkpoint_every") + ": " : "";
+    throw usage_error(where + e.what());
+  }
+  c.keep_checkpoints = v.integer("keep_checkpoints", 1, 1000000);
+  c.baseline = v.boolean("baseline");
+  c.linear_l2 = v.real("linear_l2", 0, 1e12, ">= 0");
+  return c;
+}
+
+std::string TrainConfig::to_text() const {
+  const TrainerConfig& t = trainer;
+  const OptimizerConfig& o = t.optimizer;
+  std::map<std::string, std::string> kv = {
+      {"name", name},
+      {"dataset", dataset},
+      {"layers", linear_only ? "linear" : t.layers},
+      {"label", label},
+      {"loss", loss},
+      {"optimizer", optimizer_name(o.kind)},
+      {"lr", format_real(o.lr)},
+      {"momentum", format_real(o.momentum)},
+      {"nesterov", o.nesterov ? "true" : "false"},
+      {"weight_decay", format_real(o.weight_decay)},
+      {"lr_schedule", schedule_name(o.schedule)},
+      {"warmup_steps", std::to_string(o.warmup_steps)},
+      {"lr_step_size", std::to_string(o.step_size)},
+      {"lr_gamma", format_real(o.gamma)},
+      {"min_lr", format_real(o.min_lr)},
+      {"grad_clip", format_real(o.grad_clip)},
+      {"grad_accum", std::to_string(t.grad_accum)},
+      {"batch", std::to_string(t.batch)},
+      {"epochs", std::to_string(t.epochs)},
+      {"seed", std::to_string(t.seed)},
+      {"threads", std::to_string(t.threads)},
+      {"precision", precision_name(t.precision)},
+      {"early_stop", t.early_stop == EarlyStopMetric::kNone
+                         ? std::string("none")
+                         : std::string(early_stop_metric_name(t.early_stop)) + ":" + std::to_string(t.patience)},
+      {"validation", format_real(validation)},
+      {"checkpoint_every", checkpoint_every.text},
+      {"keep_checkpoints", std::to_string(keep_checkpoints)},
+      {"baseline", baseline ? "true" : "false"},
+      {"linear_l2", format_real(linear_l2)},
+  };
+  std::string out;
+  for (const auto& [k, value] : kv)
+    if (!value.empty()) out += k + " = " + value + "\n";
+  return out;
+}
+
+}  // namespace anneal

@@ -1,0 +1,116 @@
+#include "anneal/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "anneal/error.h"
+
+namespace anneal {
+
+ClassificationMetrics classification_metrics(std::span<const float> probabilities,
+                                             std::span<const float> labels, std::int64_t classes) {
+  if (classes < 1 || probabilities.size() != labels.size() * static_cast<std::size_t>(classes))
+    throw data_error("metrics: " + std::to_string(probabilities.size()) + " predictions for " +
+                     std::to_string(labels.size()) + " rows of " + std::to_string(classes) + " classes");
+  const auto k = static_cast<std::size_t>(classes);
+  ClassificationMetrics m;
+  m.rows = labels.size();
+  m.confusion.assign(k, std::vector<std::uint64_t>(k, 0));
+  std::uint64_t correct = 0;
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    const float* p = probabilities.data() + i * k;
+    auto predicted = static_cast<std::size_t>(std::max_element(p, p + k) - p);
+    auto truth = static_cast<std::size_t>(labels[i]);
+    if (labels[i] < 0 || truth >= k) throw data_error("metrics: row " + std::to_string(i + 1) + " has label outside 0.." + std::to_string(k - 1));
+    ++m.confusion[truth][predicted];
+    correct += truth == predicted;
+  }
+  m.accuracy = m.rows ? static_cast<double>(correct) / static_cast<double>(m.rows) : 0.0;
+  double sum_p = 0, sum_r = 0, sum_f = 0;
+  std::size_t present = 0;
+  for (std::size_t c = 0; c < k; ++c) {
+    std::uint64_t tp = m.confusion[c][c], actual = 0, predicted = 0;
+    for (std::size_t j = 0; j < k; ++j) {
+      actual += m.confusion[c][j];
+      predicted += m.confusion[j][c];
+    }
+    if (actual == 0 && predicted == 0) continue;
+    ++present;
+    double precision = predicted ? static_cast<double>(tp) / static_cast<double>(predicted) : 0.0;
+    double recall = actual ? static_cast<double>(tp) / static_cast<double>(actual) : 0.0;
+    sum_p += precision;
+    sum_r += recall;
+    sum_f += precision + recall > 0 ? 2 * precision * recall / (precision + recall) : 0.0;
+  }
+  if (present) {
+    m.macro_precision = sum_p / static_cast<double>(present);
+    m.macro_recall = sum_r / static_cast<double>(present);
+    m.macro_f1 = sum_f / static_cast<double>(present);
+  }
+  if (k == 2) {
+    // Mann-Whitney U over the ranks of P(class 1); tied scores share their rank.
+    std::vector<std::size_t> order(labels.size());
+    std::iota(order.begin(), order.end(), 0);
+    auto score = [&](std::size_t i) { return probabilities[i * 2 + 1]; };
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return score(a) < score(b); });
+    double rank_sum = 0;
+    std::uint64_t positives = 0;
+    for (std::size_t i = 0; i < order.size();) {
+      std::size_t j = i;
+      while (j < order.size() && score(order[j]) == score(order[i])) ++j;
+      double rank = (static_cast<double>(i + 1) + static_cast<double>(j)) / 2.0;
+      for (std::size_t t = i; t < j; ++t)
+        if (labels[order[t]] == 1.0f) {
+          rank_sum += rank;
+          ++positives;
+        }
+      i = j;
+    }
+    std::uint64_t negatives = labels.size() - positives;
+    if (positives && negatives) {
+      double p = static_cast<double>(positives), n = static_cast<double>(negatives);
+      m.roc_auc = (rank_sum - p * (p + 1) / 2) / (p * n);
+    }
+  }
+  return m;
+}
+
+nlohmann::json ClassificationMetrics::to_json() const {
+  nlohmann::json j = {{"rows", rows},
+                      {"accuracy", accuracy},
+                      {"macro_precision", macro_precision},
+                      {"macro_recall", macro_recall},
+                      {"macro_f1", macro_f1},
+                      {"confusion", confusion}};
+  if (roc_auc) j["roc_auc"] = *roc_auc;
+  return j;
+}
+
+RegressionMetrics regression_metrics(std::span<const double> predictions, std::span<const double> targets) {
+  if (predictions.size() != targets.size())
+    throw data_error("metrics: " + std::to_string(predictions.size()) + " predictions for " +
+                     std::to_string(targets.size()) + " targets");
+  RegressionMetrics m;
+  m.rows = targets.size();
+  if (m.rows == 0) return m;
+  double n = static_cast<double>(m.rows);
+  double mean = std::accumulate(targets.begin(), targets.end(), 0.0) / n;
+  double ss_res = 0, ss_tot = 0, abs_sum = 0;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    double e = predictions[i] - targets[i];
+    ss_res += e * e;
+    abs_sum += std::abs(e);
+    ss_tot += (targets[i] - mean) * (targets[i] - mean);
+  }
+  m.rmse = std::sqrt(ss_res / n);
+  m.mae = abs_sum / n;
+  m.r2 = ss_tot > 0 ? 1.0 - ss_res / ss_tot : 0.0;
+  return m;
+}
+
+nlohmann::json RegressionMetrics::to_json() const {
+  return {{"rows", rows}, {"rmse", rmse}, {"mae", mae}, {"r2", r2}};
+}
+
+}  // namespace anneal

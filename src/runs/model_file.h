@@ -1,0 +1,97 @@
+// The bytes of a model and of a checkpoint, as src/runs/ stores them in
+// blobs (the store keeps them opaque), and the network rebuilt from a model
+// for inference.
+//
+// Model:      "ANMODEL1" | u64 LE header length | header JSON | f32 LE tensors
+// Checkpoint: "ANCKPT01" | u64 LE header length | header JSON | trainer state
+//
+// The model header holds everything predict and eval need: the feature
+// transform, the label encoding, the loss, the layer spec (or the linear
+// model), the input shape, the dataset's columns and each tensor's name,
+// dims and offset. Internal to src/runs/.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "anneal/backend.h"
+#include "anneal/linear.h"
+#include "anneal/network.h"
+#include "anneal/preprocess.h"
+#include "anneal/table.h"
+#include "anneal/trainer.h"
+
+namespace anneal::runs {
+
+struct NamedTensor {
+  std::string name;
+  std::vector<std::int64_t> dims;
+  std::vector<float> values;
+};
+
+struct ModelFile {
+  bool linear = false;
+  FeatureTransform features;
+  LabelEncoding labels;
+  LossKind loss = LossKind::kSoftmaxCrossEntropy;
+  std::string layers;                     // network: the spec
+  Precision precision = Precision::kFp32;
+  std::vector<std::int64_t> input_shape;  // the network's per-sample input
+  std::int64_t outputs = 0;
+  std::vector<NamedTensor> tensors;       // network: parameters, then state buffers
+  LinearModel linear_model;               // linear
+  std::vector<ColumnSchema> dataset_columns;  // for parsing predict input
+  std::string label_column;
+  std::string dataset_format;
+  std::string weights_hash;
+};
+
+std::string encode_model(const ModelFile& model);
+// Throws kCorrupt naming `owner` for bytes that are not a model.
+ModelFile decode_model(std::string_view bytes, const std::string& owner);
+
+// Copies every parameter and state buffer of the trainer's network to the
+// host. The engine exposes no weight export, so this reads the tensors
+// through a second CPU backend (the CPU backend's layouts are
+// engine-independent host memory).
+std::vector<NamedTensor> export_weights(const Trainer& trainer);
+
+struct Checkpoint {
+  nlohmann::json header;              // run, step, features, labels
+  std::vector<std::uint8_t> state;    // Trainer::save_state()
+};
+std::string encode_checkpoint(const Checkpoint& checkpoint);
+Checkpoint decode_checkpoint(std::string_view bytes, const std::string& owner);
+
+// A saved model ready to score preprocessed rows. Uses its own backend;
+// one thread at a time; `threads` bounds its OpenMP team.
+class Predictor {
+ public:
+  Predictor(const ModelFile& model, int threads);
+  ~Predictor();
+  Predictor(const Predictor&) = delete;
+  Predictor& operator=(const Predictor&) = delete;
+  // rows x outputs: class probabilities (bce: P(1)), or the standardized value.
+  std::vector<float> predict(std::span<const float> features);
+
+ private:
+  const ModelFile& model_;
+  int threads_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Network> network_;
+  std::unique_ptr<LossOp> loss_;
+};
+
+// BLAKE2b-256 hex of a linear model's weights (its "weights hash").
+std::string linear_weights_hash(const LinearModel& model);
+
+// The instruction set oneDNN dispatches to on this CPU ("avx2", "avx512_core_amx", ...).
+std::string onednn_cpu_isa();
+
+}  // namespace anneal::runs

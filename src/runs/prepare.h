@@ -1,0 +1,45 @@
+// A dataset version turned into training arrays under a config: the label
+// encoding, the validation split and the feature transform, all fitted
+// deterministically, so a resumed run rebuilds exactly the same arrays.
+// Internal to src/runs/.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "anneal/config.h"
+#include "anneal/datasets.h"
+#include "anneal/preprocess.h"
+#include "anneal/store.h"
+
+namespace anneal::runs {
+
+struct PreparedData {
+  DatasetVersion version;
+  LossKind loss = LossKind::kSoftmaxCrossEntropy;
+  LabelEncoding labels;
+  FeatureTransform features;
+  std::vector<std::int64_t> input_shape;  // the network's per-sample input
+  bool tabular = false;                   // CSV/TSV: gets the linear baseline
+  std::vector<float> x_train, y_train, x_val, y_val, x_test, y_test;
+  std::uint64_t train_rows() const { return y_train.size(); }
+};
+
+// Checks the config against the version (the label) and builds the arrays.
+// kUsage for a label the version does not have or a loss that does not fit.
+PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig& config);
+
+// Scores predictions (rows x outputs of a model with this loss) against
+// encoded labels as "<prefix>_accuracy", "<prefix>_macro_f1", ... or
+// "<prefix>_rmse", "<prefix>_mae", "<prefix>_r2" in the target's units.
+nlohmann::json score(const std::string& prefix, LossKind loss, const LabelEncoding& labels,
+                     std::span<const float> predictions, std::span<const float> encoded_labels);
+
+// rows x classes probabilities from a model's raw predictions (bce: P(1)).
+std::vector<float> class_probabilities(LossKind loss, std::span<const float> predictions);
+
+}  // namespace anneal::runs

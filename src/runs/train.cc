@@ -1,0 +1,320 @@
+// train_model: config -> prepared data -> trainer -> run record, the
+// training loop with checkpoints, evaluation, the linear baseline and the
+// registered model.
+#include <unistd.h>
+
+#include <chrono>
+
+#include "anneal/config.h"
+#include "anneal/error.h"
+#include "anneal/linear.h"
+#include "anneal/runs.h"
+#include "anneal/trainer.h"
+#include "anneal/version.h"
+#include "runs/model_file.h"
+#include "runs/prepare.h"
+
+namespace anneal {
+using nlohmann::json;
+using runs::PreparedData;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Hands the engine's per-epoch lines through to the user's reporter. The
+// engine's own progress calls are dropped: the run loop reports richer
+// progress (samples/s, ETA) itself through TrainingReporter::training().
+class EngineReporter final : public Reporter {
+ public:
+  explicit EngineReporter(TrainingReporter& out) : out_(out) {}
+  void note(std::string_view message) override { out_.note(message); }
+  void progress(std::string_view, std::uint64_t, std::uint64_t) override {}
+
+ private:
+  TrainingReporter& out_;
+};
+
+EpochRecord epoch_record(const EpochMetrics& m, bool classification, std::uint64_t rows) {
+  EpochRecord r;
+  r.epoch = m.epoch;
+  r.values.emplace_back("steps", static_cast<double>(m.steps));
+  r.values.emplace_back("train_loss", m.train_loss);
+  if (classification) r.values.emplace_back("train_accuracy", m.train_accuracy);
+  if (m.has_validation) {
+    r.values.emplace_back("val_loss", m.val_loss);
+    if (classification) r.values.emplace_back("val_accuracy", m.val_accuracy);
+  }
+  r.values.emplace_back("lr", m.lr);
+  r.values.emplace_back("seconds", m.seconds);
+  if (m.seconds > 0) r.values.emplace_back("samples_per_s", static_cast<double>(rows) / m.seconds);
+  return r;
+}
+
+std::optional<double> checkpoint_score(const Trainer& trainer) {
+  if (trainer.history().empty()) return std::nullopt;
+  const EpochMetrics& m = trainer.history().back();
+  return m.has_validation ? m.val_loss : m.train_loss;
+}
+
+// Samples trained on so far: whole epochs plus the current one's batches.
+double samples_done(const Trainer& trainer, std::uint64_t rows) {
+  const TrainerConfig& c = trainer.config();
+  std::int64_t in_epoch = trainer.step() - trainer.epoch() * trainer.steps_per_epoch();
+  double partial = std::min<double>(static_cast<double>(in_epoch * c.batch * c.grad_accum), static_cast<double>(rows));
+  return static_cast<double>(trainer.epoch()) * static_cast<double>(rows) + std::max(0.0, partial);
+}
+
+json lineage_json(const TrainConfig& config, const PreparedData& data, const RunRecord& run) {
+  return {{"dataset", data.version.ref()},
+          {"dataset_fingerprint", data.version.fingerprint},
+          {"config", config.to_text()},
+          {"seed", config.trainer.seed},
+          {"threads", config.trainer.threads},
+          {"precision", precision_name(config.trainer.precision)},
+          {"anneal_version", version()},
+          {"anneal_commit", git_commit()},
+          {"host", host_name()},
+          {"isa", runs::onednn_cpu_isa()},
+          {"run", run.label()}};
+}
+
+runs::ModelFile model_shell(const PreparedData& data) {
+  runs::ModelFile m;
+  m.features = data.features;
+  m.labels = data.labels;
+  m.loss = data.loss;
+  m.input_shape = data.input_shape;
+  m.outputs = data.labels.classification() ? (data.loss == LossKind::kBinaryCrossEntropy ? 1 : data.labels.classes()) : 1;
+  m.dataset_columns = data.version.columns;
+  m.label_column = data.version.label_column;
+  m.dataset_format = data.version.format;
+  return m;
+}
+
+LinearModel fit_linear(const PreparedData& data, double l2) {
+  const std::int64_t inputs = data.features.output_width();
+  if (data.labels.classification())
+    return fit_logistic(data.x_train, data.y_train, inputs, data.labels.classes(), l2);
+  return fit_ridge(data.x_train, data.y_train, inputs, l2);
+}
+
+// The linear model's score on validation rows, else test rows, as
+// "<prefix>_val_accuracy" etc.
+json linear_scores(const std::string& prefix, const LinearModel& linear, const PreparedData& data) {
+  // The linear model's outputs are already probabilities per class.
+  LossKind as = data.labels.classification() ? LossKind::kSoftmaxCrossEntropy : LossKind::kMeanSquaredError;
+  json out = json::object();
+  if (!data.y_val.empty()) out.update(runs::score(prefix + "val", as, data.labels, linear.predict(data.x_val), data.y_val));
+  if (!data.y_test.empty())
+    out.update(runs::score(prefix + "test", as, data.labels, linear.predict(data.x_test), data.y_test));
+  return out;
+}
+
+struct Setup {
+  TrainConfig config;
+  DatasetRef dataset;
+  std::optional<RunRecord> resumed;
+};
+
+Setup resolve(Store& store, const TrainRequest& request) {
+  Setup s;
+  if (request.resume) {
+    if (!request.overrides.empty())
+      throw usage_error("--set: a resumed run keeps its recorded config; start a new run to change it");
+    RunRecord run = find_run(store, *request.resume);
+    if (run.status == RunStatus::kSucceeded)
+      throw usage_error("--resume " + run.label() + ": the run already succeeded" +
+                        (run.model.empty() ? std::string() : " and registered " + run.model));
+    s.config = parse_train_config(run.config_text, run.label() + " config", {});
+    s.dataset = parse_dataset_ref(run.dataset, "dataset");
+    s.resumed = std::move(run);
+    return s;
+  }
+  s.config = parse_train_config(request.config_text, request.config_source, request.overrides);
+  validate_dataset_name(s.config.name);
+  s.dataset = parse_dataset_ref(s.config.dataset, "dataset");
+  // Record the exact version: a resume must not drift to a newer @latest.
+  DatasetVersion v = find_dataset(store, s.dataset);
+  s.dataset.version = v.version;
+  s.config.dataset = v.ref();
+  return s;
+}
+
+}  // namespace
+
+TrainResult train_model(Store& store, const TrainRequest& request, TrainingReporter& reporter) {
+  Setup setup = resolve(store, request);
+  const TrainConfig& config = setup.config;
+
+  // Everything that can be checked without training, before a run exists.
+  // Held while this process trains the run, so two resumes cannot race.
+  std::optional<FileLock> run_lock;
+  if (setup.resumed) run_lock.emplace(try_lock_run(store, setup.resumed->id));
+  if (run_lock && !run_lock->held())
+    throw busy("--resume " + setup.resumed->label() + ": another anneal process is training this run");
+  reporter.note("loading " + setup.dataset.to_string());
+  PreparedData data = runs::prepare_data(store, setup.dataset, config);
+  TrainerConfig tc = config.trainer;
+  tc.loss = data.loss;
+  tc.classes = data.labels.classification() ? data.labels.classes() : 0;
+  DataView train_view{data.x_train, data.y_train, data.input_shape};
+  std::optional<DataView> val_view;
+  if (!data.y_val.empty()) val_view = DataView{data.x_val, data.y_val, data.input_shape};
+  EngineReporter engine_reporter(reporter);
+  std::unique_ptr<Trainer> trainer;
+  if (config.linear_only) {
+    if (!data.tabular)
+      throw usage_error("layers = linear: the linear model needs tabular (CSV/TSV) data; " + data.version.ref() +
+                        " is " + data.version.format);
+  } else {
+    trainer = std::make_unique<Trainer>(tc, train_view, val_view, engine_reporter);
+  }
+
+  RunRecord run;
+  if (setup.resumed) {
+    reopen_run(store, setup.resumed->id);
+    run = find_run(store, setup.resumed->id);
+  } else {
+    run = create_run(store, config.name, setup.dataset, config.to_text(), host_name());
+    run_lock.emplace(try_lock_run(store, run.id));
+  }
+  reporter.note((setup.resumed ? "resuming " : "started ") + run.label() + ": " + config.name + " on " +
+                data.version.ref() + " (" + std::to_string(data.train_rows()) + " training rows" +
+                (data.y_val.empty() ? "" : ", " + std::to_string(data.y_val.size()) + " validation") + ")");
+
+  TrainResult result;
+  try {
+    json metrics = json::object();
+    runs::ModelFile model = model_shell(data);
+    const bool classification = data.labels.classification();
+    std::optional<LinearModel> linear;
+    if (data.tabular && (config.baseline || config.linear_only)) linear = fit_linear(data, config.linear_l2);
+
+    if (config.linear_only) {
+      model.linear = true;
+      model.linear_model = *linear;
+      model.weights_hash = runs::linear_weights_hash(*linear);
+      // Unprefixed val_*/test_* keys: here the linear model is the model.
+      metrics.update(linear_scores("", *linear, data));
+    } else {
+      const json prep = {{"features", data.features.to_json()}, {"labels", data.labels.to_json()}};
+      std::int64_t recorded_epochs = 0;
+      if (setup.resumed) {
+        auto checkpoints = run_checkpoints(store, run.id);
+        if (!checkpoints.empty()) {
+          const CheckpointRecord& latest = checkpoints.back();
+          std::string owner = "checkpoint of " + run.label() + " at step " + std::to_string(latest.step);
+          runs::Checkpoint c = runs::decode_checkpoint(read_checkpoint(store, latest), owner);
+          if (c.header.value("features", json()) != prep["features"] || c.header.value("labels", json()) != prep["labels"])
+            throw corrupt(owner + ": its preprocessing differs from the one rebuilt from " + data.version.ref());
+          trainer->load_state(c.state);
+          reporter.note("continuing from step " + std::to_string(trainer->step()) + " of " +
+                        std::to_string(trainer->total_steps()));
+        }
+      }
+      const std::uint64_t rows = data.train_rows();
+      auto save = [&] {
+        runs::Checkpoint c;
+        c.header = prep;
+        c.header["run"] = run.id;
+        c.header["step"] = trainer->step();
+        c.state = trainer->save_state();
+        save_checkpoint(store, run.id, trainer->step(), runs::encode_checkpoint(c), checkpoint_score(*trainer),
+                        config.keep_checkpoints);
+      };
+      const std::int64_t per_epoch = trainer->steps_per_epoch();
+      const std::int64_t slice = std::max<std::int64_t>(1, per_epoch / 20);
+      const double start_samples = samples_done(*trainer, rows);
+      double train_seconds = 0;
+      auto last_checkpoint = Clock::now();
+      while (!trainer->finished()) {
+        if (request.stop.stop_requested()) {
+          save();
+          result.cancelled = true;
+          break;
+        }
+        std::int64_t steps = std::min(slice, per_epoch - (trainer->step() - trainer->epoch() * per_epoch));
+        if (config.checkpoint_every.steps > 0)
+          steps = std::min(steps, config.checkpoint_every.steps - trainer->step() % config.checkpoint_every.steps);
+        auto t0 = Clock::now();
+        trainer->train(static_cast<std::uint64_t>(std::max<std::int64_t>(steps, 1)));
+        train_seconds += seconds_since(t0);
+        for (std::size_t i = static_cast<std::size_t>(recorded_epochs); i < trainer->history().size(); ++i)
+          record_epoch(store, run.id, epoch_record(trainer->history()[i], classification, rows));
+        recorded_epochs = static_cast<std::int64_t>(trainer->history().size());
+
+        TrainProgress p;
+        p.run = run.label();
+        p.epochs = tc.epochs;
+        p.epoch = std::min(trainer->epoch() + 1, tc.epochs);
+        p.step = trainer->step();
+        p.total_steps = trainer->total_steps();
+        p.steps_per_epoch = per_epoch;
+        p.epoch_step = trainer->step() - trainer->epoch() * per_epoch;
+        if (!trainer->history().empty()) p.loss = trainer->history().back().train_loss;
+        double done = samples_done(*trainer, rows);
+        p.samples_per_s = train_seconds > 0 ? (done - start_samples) / train_seconds : 0;
+        if (p.samples_per_s > 0)
+          p.eta_seconds = (static_cast<double>(tc.epochs) * static_cast<double>(rows) - done) / p.samples_per_s;
+        result.samples_per_s = p.samples_per_s;
+        reporter.training(p);
+
+        bool due = (config.checkpoint_every.steps > 0 && trainer->step() % config.checkpoint_every.steps == 0) ||
+                   (config.checkpoint_every.seconds > 0 && seconds_since(last_checkpoint) >= config.checkpoint_every.seconds);
+        if (due && !trainer->finished()) {
+          save();
+          last_checkpoint = Clock::now();
+        }
+      }
+      if (result.cancelled) {
+        json summary = {{"step", trainer->step()}, {"samples_per_s", result.samples_per_s}};
+        end_run(store, run.id, RunStatus::kCancelled, "cancelled at step " + std::to_string(trainer->step()) +
+                                                          "; continue with --resume " + run.label(), summary);
+        result.run = find_run(store, run.id);
+        return result;
+      }
+      save();  // the end state: a finished run can be inspected like any other
+
+      model.layers = config.trainer.layers;
+      model.precision = config.trainer.precision;
+      model.tensors = runs::export_weights(*trainer);
+      model.weights_hash = trainer->weights_hash();
+      if (!data.y_val.empty()) {
+        metrics.update(runs::score("val", data.loss, data.labels, trainer->predict(data.x_val), data.y_val));
+        metrics["val_loss"] = trainer->history().back().val_loss;
+      }
+      if (!data.y_test.empty())
+        metrics.update(runs::score("test", data.loss, data.labels, trainer->predict(data.x_test), data.y_test));
+      if (linear) metrics.update(linear_scores("baseline_", *linear, data));
+      if (trainer->stopped_early()) metrics["stopped_early_at_epoch"] = trainer->epoch();
+    }
+    result.weights_hash = model.weights_hash;
+    result.metrics = metrics;
+    json summary = {{"samples_per_s", result.samples_per_s}, {"weights_hash", result.weights_hash},
+                    {"metrics", metrics}};
+    if (trainer) summary["steps"] = trainer->step();
+    result.model = register_model(store, run.id, config.name, runs::encode_model(model),
+                                  lineage_json(config, data, run), metrics, summary);
+    result.run = find_run(store, run.id);
+    return result;
+  } catch (const std::exception& e) {
+    // The run stays recorded as failed with the reason; the error goes on up.
+    try {
+      end_run(store, run.id, RunStatus::kFailed, e.what(), json::object());
+    } catch (const std::exception& second) {
+      throw failure(std::string(e.what()) + " (and recording the failure failed: " + second.what() + ")");
+    }
+    throw;
+  }
+}
+
+}  // namespace anneal

@@ -1,0 +1,335 @@
+// Runs, run metrics, checkpoints and models in the catalog (migration 2).
+#include "anneal/catalog_runs.h"
+
+#include <chrono>
+#include <ctime>
+
+#include "anneal/chunker.h"
+#include "anneal/error.h"
+#include "sqlite.h"
+#include "streams.h"
+
+namespace anneal {
+namespace {
+
+using nlohmann::json;
+
+std::string utc_now() {
+  auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+RunStatus status_from_text(const std::string& text, std::int64_t run) {
+  for (RunStatus s : {RunStatus::kRunning, RunStatus::kSucceeded, RunStatus::kFailed, RunStatus::kCancelled})
+    if (text == run_status_name(s)) return s;
+  throw corrupt("catalog: run " + std::to_string(run) + " has unknown status '" + text + "'");
+}
+
+constexpr const char* kRunColumns =
+    "r.id, r.name, d.name || '@v' || v.version, r.config_text, r.status, r.started_at, "
+    "COALESCE(r.ended_at, ''), r.host, COALESCE(r.error, ''), r.summary_json, "
+    "COALESCE((SELECT m.name || '@v' || m.version FROM models m WHERE m.run_id = r.id), '') "
+    "FROM runs r JOIN dataset_versions v ON v.id = r.dataset_version_id "
+    "JOIN datasets d ON d.id = v.dataset_id";
+
+RunRecord read_run(sql::Statement& row) {
+  RunRecord r;
+  r.id = row.int64(0);
+  r.name = row.text(1);
+  r.dataset = row.text(2);
+  r.config_text = row.text(3);
+  r.status = status_from_text(row.text(4), r.id);
+  r.started_at = row.text(5);
+  r.ended_at = row.text(6);
+  r.host = row.text(7);
+  r.error = row.text(8);
+  r.summary = json::parse(row.text(9));
+  r.model = row.text(10);
+  return r;
+}
+
+constexpr const char* kCheckpointColumns =
+    "c.id, c.run_id, c.step, c.created_at, c.blob, b.size, c.score "
+    "FROM checkpoints c JOIN blobs b ON b.hash = c.blob";
+
+CheckpointRecord read_checkpoint_row(sql::Statement& row) {
+  CheckpointRecord c;
+  c.id = row.int64(0);
+  c.run = row.int64(1);
+  c.step = row.int64(2);
+  c.created_at = row.text(3);
+  c.blob = row.text(4);
+  c.size = static_cast<std::uint64_t>(row.int64(5));
+  if (!row.is_null(6)) c.score = row.real(6);
+  return c;
+}
+
+constexpr const char* kModelColumns =
+    "m.id, m.name, m.version, m.created_at, m.run_id, m.blob, b.size, m.lineage_json, m.metrics_json "
+    "FROM models m JOIN blobs b ON b.hash = m.blob";
+
+ModelRecord read_model_row(sql::Statement& row) {
+  ModelRecord m;
+  m.id = row.int64(0);
+  m.name = row.text(1);
+  m.version = static_cast<int>(row.int64(2));
+  m.created_at = row.text(3);
+  m.run = row.int64(4);
+  m.blob = row.text(5);
+  m.size = static_cast<std::uint64_t>(row.int64(6));
+  m.lineage = json::parse(row.text(7));
+  m.metrics = json::parse(row.text(8));
+  return m;
+}
+
+void require_run(sql::Database& db, std::int64_t run) {
+  auto stmt = db.prepare("SELECT 1 FROM runs WHERE id = ?");
+  stmt.bind(1, run);
+  if (!stmt.step()) throw not_found("no run run-" + std::to_string(run) + " (see 'anneal runs list')");
+}
+
+}  // namespace
+
+const char* run_status_name(RunStatus status) {
+  switch (status) {
+    case RunStatus::kRunning: return "running";
+    case RunStatus::kSucceeded: return "succeeded";
+    case RunStatus::kFailed: return "failed";
+    case RunStatus::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+std::int64_t parse_run_id(std::string_view text, std::string_view what) {
+  std::string_view digits = text.starts_with("run-") ? text.substr(4) : text;
+  std::int64_t id = 0;
+  bool ok = !digits.empty() && digits.size() <= 15;
+  for (char c : digits) {
+    ok = ok && c >= '0' && c <= '9';
+    if (ok) id = id * 10 + (c - '0');
+  }
+  if (!ok || id < 1)
+    throw usage_error(std::string(what) + " '" + std::string(text) + "': expected a run id such as run-3 or 3");
+  return id;
+}
+
+RunRecord create_run(Store& store, const std::string& name, const DatasetRef& dataset,
+                     const std::string& config_text, const std::string& host) {
+  if (!dataset.version) throw std::logic_error("create_run: the dataset version must be resolved");
+  sql::Database& db = store.db();
+  std::int64_t id = 0;
+  {
+    sql::Transaction txn(db);
+    auto v = db.prepare(
+        "SELECT v.id FROM dataset_versions v JOIN datasets d ON d.id = v.dataset_id "
+        "WHERE d.name = ? AND v.version = ?");
+    v.bind(1, dataset.name).bind(2, static_cast<std::int64_t>(*dataset.version));
+    if (!v.step()) throw not_found("no dataset version " + dataset.to_string());
+    db.prepare(
+          "INSERT INTO runs(name, dataset_version_id, config_text, status, started_at, host) "
+          "VALUES (?, ?, ?, 'running', ?, ?)")
+        .bind(1, name).bind(2, v.int64(0)).bind(3, config_text).bind(4, utc_now()).bind(5, host).run();
+    id = db.last_insert_id();
+    txn.commit();
+  }
+  return find_run(store, id);
+}
+
+void reopen_run(Store& store, std::int64_t run) {
+  sql::Database& db = store.db();
+  sql::Transaction txn(db);
+  require_run(db, run);
+  db.prepare("UPDATE runs SET status = 'running', ended_at = NULL, error = NULL WHERE id = ?")
+      .bind(1, run).run();
+  txn.commit();
+}
+
+void end_run(Store& store, std::int64_t run, RunStatus status, const std::string& error,
+             const json& summary) {
+  sql::Database& db = store.db();
+  sql::Transaction txn(db);
+  require_run(db, run);
+  auto stmt = db.prepare("UPDATE runs SET status = ?, ended_at = ?, error = ?, summary_json = ? WHERE id = ?");
+  stmt.bind(1, run_status_name(status)).bind(2, utc_now());
+  if (error.empty()) stmt.bind_null(3);
+  else stmt.bind(3, error);
+  stmt.bind(4, summary.dump()).bind(5, run).run();
+  txn.commit();
+}
+
+RunRecord find_run(Store& store, std::int64_t run) {
+  auto stmt = store.db().prepare(std::string("SELECT ") + kRunColumns + " WHERE r.id = ?");
+  stmt.bind(1, run);
+  if (!stmt.step()) throw not_found("no run run-" + std::to_string(run) + " (see 'anneal runs list')");
+  return read_run(stmt);
+}
+
+std::vector<RunRecord> list_runs(Store& store) {
+  auto stmt = store.db().prepare(std::string("SELECT ") + kRunColumns + " ORDER BY r.id");
+  std::vector<RunRecord> out;
+  while (stmt.step()) out.push_back(read_run(stmt));
+  return out;
+}
+
+void record_epoch(Store& store, std::int64_t run, const EpochRecord& record) {
+  sql::Database& db = store.db();
+  sql::Transaction txn(db);
+  require_run(db, run);
+  db.prepare("DELETE FROM run_metrics WHERE run_id = ? AND epoch = ?").bind(1, run).bind(2, record.epoch).run();
+  auto insert = db.prepare("INSERT INTO run_metrics(run_id, epoch, name, value) VALUES (?, ?, ?, ?)");
+  for (const auto& [name, value] : record.values) {
+    insert.reset();
+    insert.bind(1, run).bind(2, record.epoch).bind(3, name).bind(4, value).run();
+  }
+  txn.commit();
+}
+
+std::vector<EpochRecord> run_epochs(Store& store, std::int64_t run) {
+  require_run(store.db(), run);
+  auto stmt = store.db().prepare(
+      "SELECT epoch, name, value FROM run_metrics WHERE run_id = ? ORDER BY epoch, rowid");
+  stmt.bind(1, run);
+  std::vector<EpochRecord> out;
+  while (stmt.step()) {
+    std::int64_t epoch = stmt.int64(0);
+    if (out.empty() || out.back().epoch != epoch) out.push_back({epoch, {}});
+    out.back().values.emplace_back(stmt.text(1), stmt.is_null(2) ? 0.0 : stmt.real(2));
+  }
+  return out;
+}
+
+CheckpointRecord save_checkpoint(Store& store, std::int64_t run, std::int64_t step,
+                                 std::string_view bytes, std::optional<double> score,
+                                 std::int64_t keep) {
+  if (keep < 1) throw std::logic_error("save_checkpoint: keep must be >= 1");
+  const ObjectStore& objects = store.objects();
+  PreparedStream prepared = prepare_stream(objects, bytes, kTensorChunking);
+  // Objects first, under the writer lock, then the row that owns them in the
+  // same transaction as the blob record: gc can never see them unowned.
+  FileLock writer = store.writer_lock();
+  commit_stream(objects, prepared);
+  sql::Database& db = store.db();
+  std::int64_t id = 0;
+  {
+    sql::Transaction txn(db);
+    require_run(db, run);
+    record_blob(db, prepared);
+    db.prepare("DELETE FROM checkpoints WHERE run_id = ? AND step = ?").bind(1, run).bind(2, step).run();
+    auto insert = db.prepare(
+        "INSERT INTO checkpoints(run_id, step, created_at, blob, score) VALUES (?, ?, ?, ?, ?)");
+    insert.bind(1, run).bind(2, step).bind(3, utc_now()).bind(4, prepared.hash);
+    if (score) insert.bind(5, *score);
+    else insert.bind_null(5);
+    insert.run();
+    id = db.last_insert_id();
+    // The best-scored checkpoint (lowest score, earliest on ties) stays.
+    std::int64_t best = 0;
+    auto b = db.prepare(
+        "SELECT id FROM checkpoints WHERE run_id = ? AND score IS NOT NULL ORDER BY score, step LIMIT 1");
+    b.bind(1, run);
+    if (b.step()) best = b.int64(0);
+    db.prepare(
+          "DELETE FROM checkpoints WHERE run_id = ? AND id != ? AND id NOT IN "
+          "(SELECT id FROM checkpoints WHERE run_id = ? ORDER BY step DESC LIMIT ?)")
+        .bind(1, run).bind(2, best).bind(3, run).bind(4, keep).run();
+    txn.commit();
+  }
+  for (const auto& c : run_checkpoints(store, run))
+    if (c.id == id) return c;
+  throw failure("checkpoint of run-" + std::to_string(run) + " vanished after it was recorded");
+}
+
+std::vector<CheckpointRecord> run_checkpoints(Store& store, std::int64_t run) {
+  require_run(store.db(), run);
+  auto stmt = store.db().prepare(std::string("SELECT ") + kCheckpointColumns +
+                                 " WHERE c.run_id = ? ORDER BY c.step");
+  stmt.bind(1, run);
+  std::vector<CheckpointRecord> out;
+  while (stmt.step()) out.push_back(read_checkpoint_row(stmt));
+  return out;
+}
+
+std::string read_checkpoint(Store& store, const CheckpointRecord& checkpoint) {
+  return read_blob(store.db(), store.objects(), checkpoint.blob,
+                   "checkpoint of run-" + std::to_string(checkpoint.run) + " at step " +
+                       std::to_string(checkpoint.step));
+}
+
+std::string ModelRef::to_string() const {
+  return version ? name + "@v" + std::to_string(*version) : name + "@latest";
+}
+
+ModelRef parse_model_ref(std::string_view text, std::string_view what) {
+  DatasetRef same_syntax = parse_dataset_ref(text, what);
+  return {same_syntax.name, same_syntax.version};
+}
+
+ModelRecord register_model(Store& store, std::int64_t run, const std::string& name,
+                           std::string_view bytes, const json& lineage, const json& metrics,
+                           const json& summary) {
+  validate_dataset_name(name);  // models follow the same naming rules
+  const ObjectStore& objects = store.objects();
+  PreparedStream prepared = prepare_stream(objects, bytes, kTensorChunking);
+  FileLock writer = store.writer_lock();
+  commit_stream(objects, prepared);
+  sql::Database& db = store.db();
+  int version = 0;
+  {
+    sql::Transaction txn(db);
+    require_run(db, run);
+    record_blob(db, prepared);
+    auto next = db.prepare("SELECT COALESCE(MAX(version), 0) + 1 FROM models WHERE name = ?");
+    next.bind(1, name);
+    next.step();
+    version = static_cast<int>(next.int64(0));
+    std::string now = utc_now();
+    db.prepare(
+          "INSERT INTO models(name, version, created_at, run_id, blob, lineage_json, metrics_json) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?)")
+        .bind(1, name).bind(2, static_cast<std::int64_t>(version)).bind(3, now).bind(4, run)
+        .bind(5, prepared.hash).bind(6, lineage.dump()).bind(7, metrics.dump()).run();
+    db.prepare(
+          "UPDATE runs SET status = 'succeeded', ended_at = ?, error = NULL, summary_json = ? WHERE id = ?")
+        .bind(1, now).bind(2, summary.dump()).bind(3, run).run();
+    txn.commit();
+  }
+  return find_model(store, {name, version});
+}
+
+ModelRecord find_model(Store& store, const ModelRef& ref) {
+  sql::Database& db = store.db();
+  std::string sql = std::string("SELECT ") + kModelColumns + " WHERE m.name = ? " +
+                    (ref.version ? "AND m.version = ?" : "ORDER BY m.version DESC LIMIT 1");
+  auto stmt = db.prepare(sql);
+  stmt.bind(1, ref.name);
+  if (ref.version) stmt.bind(2, static_cast<std::int64_t>(*ref.version));
+  if (!stmt.step()) {
+    auto any = db.prepare("SELECT 1 FROM models WHERE name = ?");
+    any.bind(1, ref.name);
+    if (!any.step()) throw not_found("no model named '" + ref.name + "' (see 'anneal model list')");
+    throw not_found("model '" + ref.name + "' has no version v" + std::to_string(*ref.version));
+  }
+  return read_model_row(stmt);
+}
+
+std::vector<ModelRecord> list_models(Store& store) {
+  auto stmt = store.db().prepare(std::string("SELECT ") + kModelColumns + " ORDER BY m.name, m.version");
+  std::vector<ModelRecord> out;
+  while (stmt.step()) out.push_back(read_model_row(stmt));
+  return out;
+}
+
+std::string read_model(Store& store, const ModelRecord& model) {
+  return read_blob(store.db(), store.objects(), model.blob, "model " + model.ref());
+}
+
+FileLock try_lock_run(const Store& store, std::int64_t run) {
+  return FileLock::try_lock(store.root() / "locks" / ("run-" + std::to_string(run) + ".lock"),
+                            FileLock::Mode::kExclusive);
+}
+
+}  // namespace anneal
