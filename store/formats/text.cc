@@ -2,7 +2,8 @@
 
 #include <tbb/parallel_for.h>
 
-#if defined(__SSE2__)
+#if defined(__SSE2__) && defined(__x86_64__)
+#define ANNEAL_TEXT_SSE2 1
 #include <emmintrin.h>
 #endif
 
@@ -18,7 +19,7 @@ namespace {
 
 // Scanning 16 bytes at a time: one set bit per byte that matches, in an
 // unspecified position (callers only test for zero or take the parity).
-#if defined(__SSE2__)
+#if ANNEAL_TEXT_SSE2
 std::uint64_t bytes_equal_16(const char* p, char c) {
   __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, _mm_set1_epi8(c))));
@@ -154,6 +155,43 @@ std::size_t record_end_after(std::string_view text, std::size_t pos, bool in_quo
   return text.size();
 }
 
+// Whether the '\n' at s[i] ends an empty line ("" or "\r"), given that a
+// line starts at `begin`.
+bool ends_empty_line(const char* s, std::size_t begin, std::size_t i) {
+  if (i == begin || s[i - 1] == '\n') return true;
+  return s[i - 1] == '\r' && (i - 1 == begin || s[i - 2] == '\n');
+}
+
+#if ANNEAL_TEXT_SSE2
+// Counts newlines and newlines that end empty lines in [from, to), 16 bytes
+// a step, with per-byte counters summed before they can overflow. Needs
+// from >= begin + 2 so that the two bytes before each position are readable.
+void count_newlines_sse2(const char* s, std::size_t from, std::size_t to, std::size_t& newlines,
+                         std::size_t& empty) {
+  const __m128i lf = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r'), zero = _mm_setzero_si128();
+  auto total = [&](__m128i counters) {
+    __m128i sums = _mm_sad_epu8(counters, zero);
+    return static_cast<std::size_t>(_mm_cvtsi128_si64(sums) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(sums, sums)));
+  };
+  std::size_t i = from;
+  while (i + 16 <= to) {
+    __m128i newline_counts = zero, empty_counts = zero;
+    for (int step = 0; step < 255 && i + 16 <= to; ++step, i += 16) {
+      __m128i here = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+      __m128i before = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i - 1));
+      __m128i two_before = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i - 2));
+      __m128i newline = _mm_cmpeq_epi8(here, lf);
+      __m128i after_crlf_start = _mm_and_si128(_mm_cmpeq_epi8(before, cr), _mm_cmpeq_epi8(two_before, lf));
+      __m128i empty_line = _mm_and_si128(newline, _mm_or_si128(_mm_cmpeq_epi8(before, lf), after_crlf_start));
+      newline_counts = _mm_sub_epi8(newline_counts, newline);  // cmpeq gives -1 per match
+      empty_counts = _mm_sub_epi8(empty_counts, empty_line);
+    }
+    newlines += total(newline_counts);
+    empty += total(empty_counts);
+  }
+}
+#endif
+
 bool equals_ignoring_case(std::string_view value, std::string_view lower) {
   if (value.size() != lower.size()) return false;
   for (std::size_t i = 0; i < value.size(); ++i) {
@@ -260,6 +298,29 @@ std::vector<std::size_t> split_records(std::string_view text, std::size_t begin,
     if (cut > starts.back() && cut < text.size()) starts.push_back(cut);
   starts.push_back(text.size());
   return starts;
+}
+
+std::size_t count_nonempty_lines(std::string_view text, std::size_t begin, std::size_t end) {
+  const char* s = text.data();
+  std::size_t newlines = 0, empty = 0, i = begin;
+  auto count_one = [&](std::size_t at) {
+    if (s[at] != '\n') return;
+    ++newlines;
+    empty += ends_empty_line(s, begin, at);
+  };
+#if ANNEAL_TEXT_SSE2
+  for (; i < end && i < begin + 2; ++i) count_one(i);
+  count_newlines_sse2(s, i, end, newlines, empty);
+  i += (end - i) / 16 * 16;
+#endif
+  for (; i < end; ++i) count_one(i);
+  std::size_t lines = newlines - empty;
+  // A last line without '\n' counts unless it is just "\r".
+  if (end > begin && s[end - 1] != '\n') {
+    bool lone_cr = s[end - 1] == '\r' && (end - 1 == begin || s[end - 2] == '\n');
+    lines += !lone_cr;
+  }
+  return lines;
 }
 
 bool is_missing_value(std::string_view value) {

@@ -54,6 +54,11 @@ std::vector<std::size_t> split_after_newlines(std::string_view text, std::size_t
 std::vector<std::size_t> split_records(std::string_view text, std::size_t begin,
                                        std::size_t block_bytes);
 
+// Lines in [begin, end) (a line starts at `begin`) that hold anything: each
+// ends with '\n' or at `end`, and empty lines and lines of just "\r" do not
+// count. For text without quotes this is its number of CSV records.
+std::size_t count_nonempty_lines(std::string_view text, std::size_t begin, std::size_t end);
+
 // Whether the (already trimmed) value means "missing": empty, NA, N/A or NaN
 // in any case.
 bool is_missing_value(std::string_view value);

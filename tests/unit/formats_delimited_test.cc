@@ -296,6 +296,9 @@ TEST(Delimited, ErrorMessagesPointAtTheProblem) {
       {"a,b,c\n1,2,nan\n", "t.csv:2:5:", "found 'nan'"},
       {"a,b,a\n1,2,3\n", "t.csv:1:5:", "expected unique column names"},
       {"only\n1\n", "t.csv:1:1:", "expected at least 2 columns"},
+      // The first error wins, whichever step finds it.
+      {"a,b,c\n1,2\n\"open,2,3\n", "t.csv:2:4:", "expected 3 fields, found 2"},
+      {"a,b,c\nx,2,3\n1,2,3\n4,x\"y,6\n", "t.csv:4:4:", "inside an unquoted field"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.text);
@@ -303,6 +306,14 @@ TEST(Delimited, ErrorMessagesPointAtTheProblem) {
     EXPECT_EQ(message.substr(0, c.prefix.size()), c.prefix) << message;
     EXPECT_NE(message.find(c.says), std::string::npos) << message;
   }
+}
+
+TEST(Delimited, NonNumberInABlockWithQuotes) {
+  std::string text = "a,b,c\n";
+  for (int i = 0; i < 1000; ++i) text += "\"1\",2,3\n";
+  std::string message = csv_error(text + "\"1\",x,3\n");
+  EXPECT_EQ(message.substr(0, 13), "t.csv:1002:5:") << message;
+  EXPECT_NE(message.find("expected a number in column 'b'"), std::string::npos) << message;
 }
 
 TEST(Delimited, LineNumbersCountNewlinesInsideQuotes) {
@@ -364,6 +375,25 @@ TEST(Delimited, LargeInputIsTheSameWithOneOrManyThreads) {
     if (code == next_code) ++next_code;
   }
   EXPECT_EQ(next_code, static_cast<float>(notes.size()));
+}
+
+TEST(Delimited, LargeQuoteFreeInputWithBlankLines) {
+  std::mt19937 rng(9);
+  std::string text = "a,b,label\r\n";
+  std::vector<float> expected;
+  for (int r = 0; r < 300000; ++r) {
+    int a = static_cast<int>(rng() % 1000);
+    expected.push_back(static_cast<float>(a));
+    text += std::to_string(a) + "," + std::to_string(r) + (r % 3 ? ",x\n" : ",y\r\n");
+    if (rng() % 50 == 0) text += rng() % 2 ? "\n" : "\r\n";
+  }
+  Table table = parse_csv(text);
+  ASSERT_EQ(table.rows, expected.size());
+  for (std::size_t r = 0; r < expected.size(); ++r) {
+    ASSERT_EQ(table.features[2 * r], expected[r]) << r;
+    ASSERT_EQ(table.features[2 * r + 1], static_cast<float>(r)) << r;
+  }
+  EXPECT_EQ(table.columns[2].categories, std::vector<std::string>({"y", "x"}));
 }
 
 // Offsets where records start (after a '\n' outside quotes).
