@@ -95,7 +95,12 @@ TEST(Libsvm, LargeInputSpansBlocks) {
     expected_labels.push_back(static_cast<float>(label));
     text += std::to_string(label);
     for (int f = 1; f <= 20; ++f)
-      if (rng() % 3 == 0) text += " " + std::to_string(f) + ":" + std::to_string(rng() % 1000 / 10.0);
+      if (rng() % 3 == 0) {
+        text += ' ';
+        text += std::to_string(f);
+        text += ':';
+        text += std::to_string(rng() % 1000 / 10.0);
+      }
     text += '\n';
   }
   Table table = parse_libsvm(text, named("big.svm"));

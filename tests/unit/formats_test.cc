@@ -180,7 +180,10 @@ TEST(NumberParsing, MatchesFromChars) {
       if (d == point && rng() % 4) s += '.';
       s += static_cast<char>('0' + rng() % 10);
     }
-    if (rng() % 3 == 0) s += "e" + std::to_string(static_cast<int>(rng() % 60) - 30);
+    if (rng() % 3 == 0) {
+      s += 'e';
+      s += std::to_string(static_cast<int>(rng() % 60) - 30);
+    }
     std::snprintf(text, sizeof text, "%s", s.c_str());
     check(text);
   }
