@@ -55,11 +55,13 @@ struct ColumnPlan {
   std::string name;
   ColumnType type = ColumnType::kNumeric;
   TypeOrigin origin = TypeOrigin::kInferred;
+  std::size_t dictionary = 0;  // categorical: its slot among the dictionaries
 };
 
 // What the header and options decided before the rows are parsed.
 struct Layout {
   std::vector<ColumnPlan> columns;
+  std::vector<std::size_t> categorical;  // columns with a dictionary, by slot
   std::size_t label = 0;
   std::size_t data_begin = 0;  // offset of the first data record
 };
@@ -144,7 +146,7 @@ struct DelimitedParser::Block {
   std::size_t begin = 0, end = 0;  // byte range of whole records
   std::uint64_t first_row = 0;
   std::uint64_t rows = 0;          // counted before parsing
-  std::vector<LocalDictionary> dictionaries;  // per column; categorical ones used
+  std::vector<LocalDictionary> dictionaries;  // per categorical column
   std::optional<TextError> error;
   std::vector<ColumnStats> stats;  // per feature, then the label
 };
@@ -164,7 +166,7 @@ class DelimitedParser::BlockParser {
         labels_(table.labels.data() + block.first_row) {}
 
   void parse() {
-    block_.dictionaries.resize(columns_);
+    block_.dictionaries.resize(layout_.categorical.size());
     const char* p = reader_.skip_empty_lines(reader_.begin_of(block_.begin));
     std::uint64_t row = 0;
     for (; p < reader_.end(); ++row) {
@@ -237,7 +239,7 @@ class DelimitedParser::BlockParser {
     } else if (plan.type == ColumnType::kNumeric) {
       cell = numeric_value(field, column);
     } else {
-      cell = static_cast<float>(block_.dictionaries[column].code_of(field));
+      cell = static_cast<float>(block_.dictionaries[plan.dictionary].code_of(field));
     }
     return next;
   }
@@ -304,7 +306,10 @@ Table DelimitedParser::parse() {
 // meets malformed text keeps the error and the records before it; parsing
 // that block then finds the first error in it, which may come earlier.
 std::vector<DelimitedParser::Block> DelimitedParser::count_records() const {
-  std::vector<std::size_t> starts = formats::split_records(text_, layout_.data_begin, formats::kParseBlockBytes);
+  // Each block keeps statistics per column: with very wide rows, larger
+  // blocks keep that small next to the data itself.
+  const std::size_t block_bytes = std::max(formats::kParseBlockBytes, layout_.columns.size() * 256);
+  std::vector<std::size_t> starts = formats::split_records(text_, layout_.data_begin, block_bytes);
   std::vector<Block> blocks(starts.size() - 1);
   tbb::parallel_for(std::size_t{0}, blocks.size(), [&](std::size_t b) {
     Block& block = blocks[b];
@@ -416,6 +421,11 @@ void DelimitedParser::choose_types() {
     }
   }
   infer_types();
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    if (columns[i].type != ColumnType::kCategorical) continue;
+    columns[i].dictionary = layout_.categorical.size();
+    layout_.categorical.push_back(i);
+  }
 }
 
 // A column is numeric when every non-missing value in the first rows parses
@@ -449,17 +459,18 @@ void DelimitedParser::finish(std::vector<Block>& blocks, Table& table) const {
   const auto& plans = layout_.columns;
   const std::size_t columns = plans.size(), label = layout_.label, features = columns - 1;
   // Per block and categorical column: local code -> global code.
-  std::vector<std::vector<std::vector<float>>> global_codes(blocks.size(), std::vector<std::vector<float>>(columns));
-  for (std::size_t c = 0; c < columns; ++c) {
-    if (plans[c].type != ColumnType::kCategorical) continue;
+  const std::size_t slots = layout_.categorical.size();
+  std::vector<std::vector<std::vector<float>>> global_codes(blocks.size(), std::vector<std::vector<float>>(slots));
+  for (std::size_t slot = 0; slot < slots; ++slot) {
+    const std::size_t c = layout_.categorical[slot];
     std::vector<std::string>& categories = table.columns[c].categories;
     if (options_.reference != nullptr) categories = (*options_.reference)[c].categories;
     std::unordered_map<std::string, std::uint32_t> codes;
     for (std::size_t i = 0; i < categories.size(); ++i)
       codes.emplace(categories[i], static_cast<std::uint32_t>(i));
     for (std::size_t b = 0; b < blocks.size(); ++b) {
-      const auto& local = blocks[b].dictionaries[c].values;
-      auto& global = global_codes[b][c];
+      const auto& local = blocks[b].dictionaries[slot].values;
+      auto& global = global_codes[b][slot];
       global.resize(local.size());
       for (std::size_t i = 0; i < local.size(); ++i) {
         auto [it, fresh] = codes.try_emplace(std::string(local[i]), static_cast<std::uint32_t>(categories.size()));
@@ -477,9 +488,9 @@ void DelimitedParser::finish(std::vector<Block>& blocks, Table& table) const {
     Block& block = blocks[b];
     float* feature_rows = table.features.data() + block.first_row * features;
     float* labels = table.labels.data() + block.first_row;
-    for (std::size_t c = 0; c < columns; ++c) {
-      if (plans[c].type != ColumnType::kCategorical) continue;
-      const std::vector<float>& global = global_codes[b][c];
+    for (std::size_t slot = 0; slot < slots; ++slot) {
+      const std::size_t c = layout_.categorical[slot];
+      const std::vector<float>& global = global_codes[b][slot];
       float* cell = c == label ? labels : feature_rows + (c - (c > label));
       std::size_t stride = c == label ? 1 : features;
       for (std::uint64_t r = 0; r < block.rows; ++r, cell += stride)

@@ -8,8 +8,10 @@ namespace anneal::formats {
 namespace {
 
 // Rows per pass: about 64 KB of floats, so every column's pass over them
-// reads from L1/L2 rather than memory.
+// reads from L1/L2 rather than memory; but at least kMinChunkRows, so very
+// wide rows do not pay a merge for every value.
 constexpr std::size_t kChunkFloats = 16 * 1024;
+constexpr std::size_t kMinChunkRows = 256;
 // Independent accumulators, so the adds are not one long dependency chain.
 constexpr std::size_t kLanes = 4;
 
@@ -58,7 +60,7 @@ ColumnStats column_stats(const float* first, std::size_t count, std::size_t stri
 
 void add_row_stats(const float* rows, std::size_t count, std::size_t width, ColumnStats* stats) {
   if (width == 0) return;
-  const std::size_t chunk_rows = std::max<std::size_t>(1, kChunkFloats / width);
+  const std::size_t chunk_rows = std::max(kMinChunkRows, kChunkFloats / width);
   for (std::size_t begin = 0; begin < count; begin += chunk_rows) {
     std::size_t n = std::min(chunk_rows, count - begin);
     for (std::size_t c = 0; c < width; ++c) stats[c].merge(column_stats(rows + begin * width + c, n, width));
