@@ -19,7 +19,8 @@ $(BUILD)/CMakeCache.txt:
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job end to end on Fashion-MNIST, in a store under build/.
+# The main job end to end on Fashion-MNIST, in a store under build/: import,
+# train the MLP of docs/examples/fmnist-mlp.ini and score it on the test split.
 demo:
 	@packaging/install-deps demo
 	@$(MAKE) --no-print-directory build
@@ -29,6 +30,8 @@ demo:
 	    --labels $(FMNIST)/train-labels-idx1-ubyte.gz \
 	    --test $(FMNIST)/t10k-images-idx3-ubyte.gz --test-labels $(FMNIST)/t10k-labels-idx1-ubyte.gz
 	$(ANNEAL) --store $(DEMO_STORE) data show fmnist@latest
+	$(ANNEAL) --store $(DEMO_STORE) train docs/examples/fmnist-mlp.ini
+	$(ANNEAL) --store $(DEMO_STORE) eval fmnist-mlp fmnist
 
 test: build
 	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure

@@ -1,8 +1,11 @@
 // train, runs list/show, model list/show, eval, predict: parse arguments,
 // call src/runs/, print the result as text or JSON.
-#include <pthread.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 
 #include <algorithm>
 #include <chrono>
@@ -93,39 +96,66 @@ class TrainReporter final : public TrainingReporter {
   std::mutex mutex_;
 };
 
-// Turns SIGINT/SIGTERM into a stop request for the training loop (which
-// checkpoints and records the run cancelled); a second signal exits at once,
-// which the store survives like any crash. The signals are blocked in every
-// thread and taken by one waiting thread, so no handler and no global state.
+// The write end of the pipe the signal handler below reports through. This
+// is anneal's one piece of global mutable state, and it has to be: a signal
+// handler can reach nothing else, and a handler is needed because libraries
+// (OpenBLAS) start threads before main() that would otherwise take the
+// signal with its default action. Set only while a StopOnSignal exists.
+std::atomic<int> g_signal_pipe{-1};
+std::atomic<int> g_signals_seen{0};
+
+extern "C" void on_stop_signal(int sig) {
+  // Async-signal-safe only: a second signal exits at once (the store
+  // survives that like any crash); the first wakes the waiting thread.
+  if (g_signals_seen.fetch_add(1) > 0) _exit(128 + sig);
+  int fd = g_signal_pipe.load();
+  if (fd >= 0) {
+    char byte = static_cast<char>(sig);
+    ssize_t ignored = ::write(fd, &byte, 1);
+    (void)ignored;
+  }
+}
+
+// Turns SIGINT/SIGTERM into a stop request for the training loop, which
+// checkpoints and records the run cancelled. A signal ignored when anneal
+// started (nohup, a background job of a script) stays ignored.
 class StopOnSignal {
  public:
   StopOnSignal() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGINT);
-    sigaddset(&set_, SIGTERM);
-    sigaddset(&set_, SIGUSR1);
-    pthread_sigmask(SIG_BLOCK, &set_, &previous_);
+    if (::pipe2(pipe_, O_CLOEXEC) != 0) throw failure("cannot create a pipe for signal handling");
+    g_signal_pipe.store(pipe_[1]);
+    for (int sig : {SIGINT, SIGTERM}) {
+      struct sigaction action {};
+      action.sa_handler = on_stop_signal;
+      sigemptyset(&action.sa_mask);
+      sigaction(sig, nullptr, &previous_[sig == SIGINT ? 0 : 1]);
+      if (previous_[sig == SIGINT ? 0 : 1].sa_handler != SIG_IGN) sigaction(sig, &action, nullptr);
+    }
     waiter_ = std::thread([this] {
-      int signals = 0;
-      for (;;) {
-        int sig = 0;
-        if (sigwait(&set_, &sig) != 0 || sig == SIGUSR1) return;
-        if (++signals > 1) std::_Exit(128 + sig);
-        source_.request_stop();
+      char byte = 0;
+      while (::read(pipe_[0], &byte, 1) < 0 && errno == EINTR) {
       }
+      if (byte != 0) source_.request_stop();  // 0: the destructor's wake-up
     });
   }
   ~StopOnSignal() {
-    pthread_kill(waiter_.native_handle(), SIGUSR1);
+    sigaction(SIGINT, &previous_[0], nullptr);
+    sigaction(SIGTERM, &previous_[1], nullptr);
+    g_signal_pipe.store(-1);
+    char zero = 0;
+    ssize_t ignored = ::write(pipe_[1], &zero, 1);
+    (void)ignored;
     waiter_.join();
-    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+    ::close(pipe_[0]);
+    ::close(pipe_[1]);
   }
   StopOnSignal(const StopOnSignal&) = delete;
   StopOnSignal& operator=(const StopOnSignal&) = delete;
   std::stop_token token() const { return source_.get_token(); }
 
  private:
-  sigset_t set_{}, previous_{};
+  int pipe_[2] = {-1, -1};
+  struct sigaction previous_[2] {};
   std::stop_source source_;
   std::thread waiter_;
 };
@@ -180,7 +210,7 @@ int run_train(const Invocation& inv) {
     std::cout << result.run.label() << " succeeded: registered " << result.model->ref() << "\n";
     std::vector<std::vector<std::string>> rows;
     for (const auto& [key, value] : result.metrics.items()) rows.push_back({"  " + key, metric_text(value)});
-    rows.push_back({"  samples_per_s", format_double(result.samples_per_s, 4)});
+    rows.push_back({"  samples_per_s", std::to_string(std::llround(result.samples_per_s))});
     rows.push_back({"  weights_hash", result.weights_hash});
     print_table(std::cout, rows);
   }
@@ -216,10 +246,15 @@ int run_runs_show(const Invocation& inv) {
   RunRecord run = find_run(store, parse_run_id(inv.args["RUN"].as<std::string>()));
   auto epochs = run_epochs(store, run.id);
   auto checkpoints = run_checkpoints(store, run.id);
-  std::vector<std::string> names;  // metric columns in first-seen order
+  // Metric columns: the usual ones in reading order, then any others.
+  std::vector<std::string> names;
+  std::set<std::string> seen;
   for (const auto& e : epochs)
-    for (const auto& [name, value] : e.values)
-      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    for (const auto& [name, value] : e.values) seen.insert(name);
+  for (const char* n : {"steps", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "lr", "seconds",
+                        "samples_per_s"})
+    if (seen.erase(n)) names.push_back(n);
+  names.insert(names.end(), seen.begin(), seen.end());
   if (inv.global.json) {
     json j = run_json(run);
     j["config"] = run.config_text;
@@ -245,7 +280,7 @@ int run_runs_show(const Invocation& inv) {
   if (!run.model.empty()) info.push_back({"  model", run.model});
   if (!run.error.empty()) info.push_back({"  error", run.error});
   if (run.summary.contains("samples_per_s"))
-    info.push_back({"  samples/s", format_double(run.summary["samples_per_s"].get<double>(), 4)});
+    info.push_back({"  samples/s", std::to_string(std::llround(run.summary["samples_per_s"].get<double>()))});
   if (run.summary.contains("weights_hash")) info.push_back({"  weights", run.summary["weights_hash"].get<std::string>()});
   info.push_back({"  checkpoints", std::to_string(checkpoints.size()) +
                                         (checkpoints.empty() ? "" : " (latest at step " + std::to_string(checkpoints.back().step) + ")")});
@@ -268,7 +303,8 @@ int run_runs_show(const Invocation& inv) {
       for (const auto& n : names) {
         std::string cell;
         for (const auto& [name, value] : e.values)
-          if (name == n) cell = n == "steps" ? std::to_string(static_cast<long long>(value)) : format_double(value, 4);
+          if (name == n)
+            cell = n == "steps" || n == "samples_per_s" ? std::to_string(std::llround(value)) : format_double(value, 4);
         row.push_back(cell);
       }
       rows.push_back(row);

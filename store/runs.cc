@@ -191,7 +191,7 @@ void record_epoch(Store& store, std::int64_t run, const EpochRecord& record) {
 std::vector<EpochRecord> run_epochs(Store& store, std::int64_t run) {
   require_run(store.db(), run);
   auto stmt = store.db().prepare(
-      "SELECT epoch, name, value FROM run_metrics WHERE run_id = ? ORDER BY epoch, rowid");
+      "SELECT epoch, name, value FROM run_metrics WHERE run_id = ? ORDER BY epoch, name");
   stmt.bind(1, run);
   std::vector<EpochRecord> out;
   while (stmt.step()) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -46,6 +47,8 @@ struct TrainConfig {
   // Everything the engine needs except classes and loss, which come from
   // the data (set by the run).
   TrainerConfig trainer;
+  // Where each key that was set came from: "fmnist.ini:3" or "--set lr".
+  std::map<std::string, std::string> sources;
 
   // The resolved configuration as "key = value" lines, every key present
   // and sorted: what the run records and --resume parses back.

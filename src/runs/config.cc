@@ -69,15 +69,25 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 std::string closest_key(std::string_view key) {
+  // Names other tools use for the same setting, so 'learning_rate' points
+  // at 'lr' rather than at whatever key happens to be spelled alike.
+  static const std::pair<const char*, const char*> kAliases[] = {
+      {"learning_rate", "lr"},     {"batch_size", "batch"},  {"num_epochs", "epochs"},
+      {"max_epochs", "epochs"},    {"n_epochs", "epochs"},   {"num_threads", "threads"},
+      {"schedule", "lr_schedule"}, {"warmup", "warmup_steps"}, {"patience", "early_stop"},
+      {"val_split", "validation"}, {"validation_split", "validation"}, {"model", "layers"},
+      {"data", "dataset"},         {"optim", "optimizer"},   {"l2", "weight_decay"}};
   std::string best;
   std::size_t best_distance = ~std::size_t{0};
-  for (const auto& k : known_config_keys()) {
-    std::size_t d = edit_distance(key, k.name);
+  auto consider = [&](std::string_view name, const char* suggestion) {
+    std::size_t d = edit_distance(key, name);
     if (d < best_distance) {
       best_distance = d;
-      best = k.name;
+      best = suggestion;
     }
-  }
+  };
+  for (const auto& k : known_config_keys()) consider(k.name, k.name);
+  for (const auto& [alias, target] : kAliases) consider(alias, target);
   return best;
 }
 
@@ -267,8 +277,9 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
     settings[key] = {trim(o.substr(eq + 1)), "--set " + key};
   }
 
-  Values v(std::move(settings));
   TrainConfig c;
+  for (const auto& [key, setting] : settings) c.sources[key] = setting.where;
+  Values v(std::move(settings));
   for (const char* required : {"name", "dataset", "layers"})
     if (!v.has(required) || v.text(required).empty())
       throw usage_error(std::string(source) + ": missing key '" + required + "'");

@@ -1,6 +1,7 @@
 #include "anneal/preprocess.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <set>
@@ -12,15 +13,11 @@ using nlohmann::json;
 
 namespace {
 
+// The shortest text that reads back to `v` ("10", "2.5"): class names.
 std::string number_text(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  for (int p = 1; p <= 17; ++p) {
-    char s[32];
-    std::snprintf(s, sizeof s, "%.*g", p, v);
-    if (std::strtod(s, nullptr) == v) return s;
-  }
-  return buf;
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
 }
 
 std::uint64_t mix(std::uint64_t z) {

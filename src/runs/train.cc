@@ -176,7 +176,15 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       throw usage_error("layers = linear: the linear model needs tabular (CSV/TSV) data; " + data.version.ref() +
                         " is " + data.version.format);
   } else {
-    trainer = std::make_unique<Trainer>(tc, train_view, val_view, engine_reporter);
+    try {
+      trainer = std::make_unique<Trainer>(tc, train_view, val_view, engine_reporter);
+    } catch (const Error& e) {
+      // The engine names the layer; add where the spec was written.
+      auto where = config.sources.find("layers");
+      const bool about_layers = std::string_view(e.what()).starts_with("layer");
+      if (e.kind() != ErrorKind::kUsage || !about_layers || where == config.sources.end()) throw;
+      throw usage_error(where->second + ": layers = " + config.trainer.layers + ": " + e.what());
+    }
   }
 
   RunRecord run;
@@ -232,7 +240,9 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
                         config.keep_checkpoints);
       };
       const std::int64_t per_epoch = trainer->steps_per_epoch();
-      const std::int64_t slice = std::max<std::int64_t>(1, per_epoch / 20);
+      // Slices of about a quarter second between progress reports, stop
+      // checks and time-based checkpoints, whatever the model's speed.
+      double step_seconds = 0;
       const double start_samples = samples_done(*trainer, rows);
       double train_seconds = 0;
       auto last_checkpoint = Clock::now();
@@ -242,12 +252,17 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
           result.cancelled = true;
           break;
         }
-        std::int64_t steps = std::min(slice, per_epoch - (trainer->step() - trainer->epoch() * per_epoch));
+        std::int64_t slice = step_seconds > 0 ? static_cast<std::int64_t>(0.25 / step_seconds) : 1;
+        std::int64_t steps = std::min(std::max<std::int64_t>(slice, 1),
+                                      per_epoch - (trainer->step() - trainer->epoch() * per_epoch));
         if (config.checkpoint_every.steps > 0)
           steps = std::min(steps, config.checkpoint_every.steps - trainer->step() % config.checkpoint_every.steps);
         auto t0 = Clock::now();
+        const std::int64_t step_before = trainer->step();
         trainer->train(static_cast<std::uint64_t>(std::max<std::int64_t>(steps, 1)));
-        train_seconds += seconds_since(t0);
+        const double took = seconds_since(t0);
+        train_seconds += took;
+        if (trainer->step() > step_before) step_seconds = took / static_cast<double>(trainer->step() - step_before);
         for (std::size_t i = static_cast<std::size_t>(recorded_epochs); i < trainer->history().size(); ++i)
           record_epoch(store, run.id, epoch_record(trainer->history()[i], classification, rows));
         recorded_epochs = static_cast<std::int64_t>(trainer->history().size());

@@ -254,7 +254,10 @@ PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesys
       const float* p = probs.data() + r * k;
       auto best = static_cast<std::size_t>(std::max_element(p, p + k) - p);
       csv += csv_field(model.labels.class_names()[best]);
-      for (std::size_t j = 0; j < k; ++j) csv += "," + number_text(p[j]);
+      for (std::size_t j = 0; j < k; ++j) {
+        csv += ',';
+        csv += number_text(p[j]);
+      }
     } else {
       csv += number_text(model.labels.decode_value(predictions[r]));
     }

@@ -1,0 +1,51 @@
+#!/bin/bash
+# Bad configs fail with a one-line error naming where, before any training,
+# and leave no run behind.
+. "$E2E_LIB"
+
+expect_rc 0 init
+expect_rc 0 data import digits "$TEST_DATA/digits.csv"
+cat >"$WORK/ok.ini" <<'INI'
+name    = digits-mlp
+dataset = digits
+layers  = dense(32) relu dense(10)
+epochs  = 1
+threads = 1
+INI
+
+# expect_error CODE NEEDLE ARGS...: anneal fails with CODE, one line naming NEEDLE.
+expect_error() {
+  local code=$1 needle=$2
+  shift 2
+  expect_rc "$code" "$@"
+  expect_contains "$ERR" "$needle" "anneal $*"
+  expect_eq "$(printf '%s\n' "$ERR" | grep -c '^anneal: ')" "1" "one error line for: $*"
+}
+
+printf 'name = x\ndataset = digits\nlayers = dense(10)\nbatchsize = 4\n' >"$WORK/typo.ini"
+expect_error 2 "typo.ini:4: unknown key 'batchsize'; did you mean 'batch'?" train "$WORK/typo.ini"
+expect_error 2 "unknown key 'learning_rate'; did you mean 'lr'?" train "$WORK/ok.ini" --set learning_rate=0.1
+expect_error 2 "did you mean 'relu'" train "$WORK/ok.ini" --set "layers=dense(32) rleu dense(10)"
+expect_error 2 "10 classes" train "$WORK/ok.ini" --set "layers=dense(32) relu dense(7)"
+expect_error 2 "conv" train "$WORK/ok.ini" --set "layers=conv(8,3) relu dense(10)"
+expect_error 1 "no dataset named 'nope'" train "$WORK/ok.ini" --set dataset=nope
+expect_error 1 "has no version v7" train "$WORK/ok.ini" --set dataset=digits@v7
+expect_error 2 "label = 'price': dataset digits@v1 has no such column" train "$WORK/ok.ini" --set label=price
+expect_error 2 "imported with label 'digit'" train "$WORK/ok.ini" --set label=pixel_0_1
+expect_error 2 "lr = 'fast': expected a number" train "$WORK/ok.ini" --set lr=fast
+expect_error 2 "did you mean 'adam'" train "$WORK/ok.ini" --set optimizer=adma
+expect_error 2 "expected a step count" train "$WORK/ok.ini" --set checkpoint_every=soon
+expect_error 2 "or set validation = FRACTION" train "$WORK/ok.ini" --set early_stop=val_loss:2
+expect_error 2 "bce needs exactly 2" train "$WORK/ok.ini" --set loss=bce
+expect_error 2 "missing key 'layers'" train <(printf 'name = x\ndataset = digits\n')
+expect_error 2 "expected key=value" train "$WORK/ok.ini" --set lr
+expect_error 2 "cannot read" train "$WORK/none.ini"
+expect_error 1 "no run run-4" train --resume run-4
+expect_error 2 "expected a run id" train --resume latest
+
+expect_rc 0 --json runs list
+expect_eq "$(json_get 'len(j["runs"])')" "0" "bad configs leave no run behind"
+expect_rc 0 --json train "$WORK/ok.ini"
+expect_rc 0 --json runs list
+expect_eq "$(json_get 'len(j["runs"])')" "1" "a good config records one run"
+finish

@@ -1,0 +1,101 @@
+// The training config: INI parsing, --set overrides, errors that say where
+// and suggest the closest key, and the resolved text a resume parses back.
+#include <gtest/gtest.h>
+
+#include "anneal/config.h"
+#include "anneal/error.h"
+
+namespace anneal {
+namespace {
+
+const char* kExample =
+    "# the example from the issue\n"
+    "name      = fmnist-mlp\n"
+    "dataset   = fmnist@latest\n"
+    "layers    = dense(256) relu dense(128) relu dense(10)\n"
+    "loss      = softmax_ce\n"
+    "optimizer = adam\n"
+    "lr        = 0.001\n"
+    "batch     = 128\n"
+    "epochs    = 10\n"
+    "seed      = 1\n";
+
+std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}) {
+  try {
+    parse_train_config(text, "cfg.ini", sets);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(RunsConfig, ParsesTheExample) {
+  TrainConfig c = parse_train_config(kExample, "cfg.ini", {});
+  EXPECT_EQ(c.name, "fmnist-mlp");
+  EXPECT_EQ(c.dataset, "fmnist@latest");
+  EXPECT_EQ(c.trainer.layers, "dense(256) relu dense(128) relu dense(10)");
+  EXPECT_EQ(c.loss, "softmax_ce");
+  EXPECT_EQ(c.trainer.optimizer.kind, OptimizerKind::kAdam);
+  EXPECT_FLOAT_EQ(c.trainer.optimizer.lr, 0.001f);
+  EXPECT_EQ(c.trainer.batch, 128);
+  EXPECT_EQ(c.trainer.epochs, 10);
+  EXPECT_EQ(c.trainer.seed, 1u);
+  EXPECT_FALSE(c.linear_only);
+  EXPECT_EQ(c.sources.at("lr"), "cfg.ini:7");
+}
+
+TEST(RunsConfig, SetWinsOverTheFile) {
+  TrainConfig c = parse_train_config(kExample, "cfg.ini", {"lr=0.05", "epochs = 3", "optimizer=sgd", "momentum=0.9",
+                                                            "nesterov=true", "early_stop=train_loss:2",
+                                                            "checkpoint_every=30s", "precision=bf16"});
+  EXPECT_FLOAT_EQ(c.trainer.optimizer.lr, 0.05f);
+  EXPECT_EQ(c.trainer.epochs, 3);
+  EXPECT_EQ(c.trainer.optimizer.kind, OptimizerKind::kSgd);
+  EXPECT_TRUE(c.trainer.optimizer.nesterov);
+  EXPECT_EQ(c.trainer.early_stop, EarlyStopMetric::kTrainLoss);
+  EXPECT_EQ(c.trainer.patience, 2);
+  EXPECT_DOUBLE_EQ(c.checkpoint_every.seconds, 30);
+  EXPECT_EQ(c.trainer.precision, Precision::kBf16);
+  EXPECT_EQ(c.sources.at("lr"), "--set lr");
+}
+
+TEST(RunsConfig, UnknownKeysNameTheLineAndTheClosestKey) {
+  EXPECT_EQ(error_of(std::string(kExample) + "epoch = 3\n"), "cfg.ini:11: unknown key 'epoch'; did you mean 'epochs'?");
+  EXPECT_EQ(error_of(kExample, {"learning_rate=1"}), "--set learning_rate=1: unknown key 'learning_rate'; did you mean 'lr'?");
+  EXPECT_EQ(error_of(kExample, {"lr"}), "--set lr: expected key=value");
+}
+
+TEST(RunsConfig, BadValuesSayWhereAndWhatWasExpected) {
+  EXPECT_EQ(error_of(kExample, {"batch=0"}), "--set batch: batch = '0': expected an integer in 1..16777216");
+  EXPECT_NE(error_of(std::string(kExample) + "validation = 2\n").find("cfg.ini:11: validation = '2'"), std::string::npos);
+  EXPECT_NE(error_of(kExample, {"optimizer=adma"}).find("did you mean 'adam'"), std::string::npos);
+  EXPECT_NE(error_of(kExample, {"early_stop=val_loss"}).find("METRIC:PATIENCE"), std::string::npos);
+  EXPECT_NE(error_of(kExample, {"early_stop=val_loss:2"}).find("validation"), std::string::npos);
+  EXPECT_NE(error_of(kExample, {"checkpoint_every=10q"}).find("expected a step count"), std::string::npos);
+  EXPECT_NE(error_of(kExample, {"nesterov=maybe"}).find("true or false"), std::string::npos);
+  EXPECT_EQ(error_of("name = x\ndataset = d\n"), "cfg.ini: missing key 'layers'");
+  EXPECT_NE(error_of(std::string(kExample) + "lr = 0.1\n").find("set twice"), std::string::npos);
+}
+
+TEST(RunsConfig, ResolvedTextParsesBackToTheSameConfig) {
+  TrainConfig c = parse_train_config(kExample, "cfg.ini", {"lr=0.0003", "validation=0.15", "threads=3",
+                                                            "checkpoint_every=250", "weight_decay=0.01"});
+  TrainConfig back = parse_train_config(c.to_text(), "run config", {});
+  EXPECT_EQ(back.to_text(), c.to_text());
+  EXPECT_EQ(back.trainer.optimizer.lr, c.trainer.optimizer.lr);
+  EXPECT_EQ(back.trainer.optimizer.weight_decay, c.trainer.optimizer.weight_decay);
+  EXPECT_EQ(back.validation, c.validation);
+  EXPECT_EQ(back.trainer.threads, 3);
+  EXPECT_EQ(back.checkpoint_every.steps, 250);
+  EXPECT_NE(c.to_text().find("lr = 0.0003\n"), std::string::npos);
+}
+
+TEST(RunsConfig, LinearLayersMeanTheLinearModel) {
+  TrainConfig c = parse_train_config("name = a\ndataset = b\nlayers = linear\n", "cfg.ini", {});
+  EXPECT_TRUE(c.linear_only);
+  EXPECT_NE(c.to_text().find("layers = linear"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace anneal
