@@ -8,6 +8,7 @@
 // skipped, so the check is strict where the function is smooth without
 // being flaky where it is not. Most coordinates must be checked.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <random>
@@ -19,6 +20,14 @@
 
 namespace anneal {
 namespace {
+
+// The shapes here are tiny: one OpenMP thread is fastest and keeps the
+// suite quick on a busy machine.
+class OneThread : public ::testing::Environment {
+ public:
+  void SetUp() override { omp_set_num_threads(1); }
+};
+const auto* const one_thread = ::testing::AddGlobalTestEnvironment(new OneThread);
 
 std::vector<float> random_values(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);

@@ -21,6 +21,10 @@ struct WeightedPlan {
   std::shared_ptr<const CpuLayout> x_layout;  // dx is shaped like x
   MemDesc src_md;  // the input as the primitives read it
   MemDesc dst_md;
+  MemDesc forward_weights_md, backward_data_weights_md;  // as each primitive reads W
+  // What the backward primitives chose for their activations (usually the
+  // forward's layouts; differs e.g. for bf16 convs with few channels).
+  MemDesc bwd_data_diff_src_md, bwd_data_diff_dst_md, bwd_weights_src_md, bwd_weights_diff_dst_md;
   Dims y_dims;
   std::shared_ptr<const CpuLayout> y_layout;
   Exec forward;
@@ -37,45 +41,47 @@ class WeightedOpBase {
     bias_md_ = plain_md(Dims{out_}, DType::kF32);
   }
 
-  // Called by the derived constructor with probe primitive descriptors for
-  // the expected batch: master weights take the layout backward-weights
-  // writes gradients in (no reorder of gradients), and the primitives
-  // compute with the layout forward prefers (no reorder when the two agree,
-  // as they do for fp32 inner products).
-  void choose_layouts(const MemDesc& forward_weights, const MemDesc& backward_diff_weights) {
-    working_weights_md_ = forward_weights;
-    master_weights_md_ = backward_diff_weights;
-  }
+  // Master weights take the layout backward-weights writes gradients in
+  // for the expected batch (so no gradient reorder); each primitive then
+  // reads W in the layout it prefers, through a copy refreshed once per
+  // weight update when that differs (fp32 inner products: never).
+  void choose_master_layout(const MemDesc& md) { master_weights_md_ = md; }
 
   void shape_master(Tensor& weights, Tensor& bias) {
     weights.reshape(weight_dims_, DType::kF32, make_layout(master_weights_md_), *ctx_.allocator);
     bias.reshape(Dims{out_}, DType::kF32, make_layout(bias_md_), *ctx_.allocator);
   }
 
-  MemDesc weights_md_for_new_primitive() const { return working_weights_md_; }
-
   void check_master(const Tensor& weights, const Tensor& bias) const {
     if (md_of(weights) != master_weights_md_ || md_of(bias) != bias_md_)
       throw failure("cpu backend: parameters not shaped by this op's shape_parameters()");
   }
 
-  // The weights in the layout/dtype the primitives compute with.
-  const void* working_weights(const Tensor& weights) {
-    if (working_weights_md_ == master_weights_md_) return weights.data();
-    if (weights.data() != refreshed_from_ || weights.version() != refreshed_version_) {
-      void* out = working_weights_.ensure(working_weights_md_.get_size(), *ctx_.allocator);
-      reorders_.run(ctx_, master_weights_md_, weights.data(), working_weights_md_, out);
-      refreshed_from_ = weights.data();
-      refreshed_version_ = weights.version();
+  // The weights in layout `md`: the master itself or a refreshed copy.
+  const void* weights_as(const Tensor& weights, const MemDesc& md) {
+    if (md == master_weights_md_) return weights.data();
+    WorkingCopy* copy = nullptr;
+    for (auto& c : copies_)
+      if (c->md == md) copy = c.get();
+    if (copy == nullptr) {
+      copies_.push_back(std::make_unique<WorkingCopy>());
+      copy = copies_.back().get();
+      copy->md = md;
     }
-    return working_weights_.data();
+    if (weights.data() != copy->from || weights.version() != copy->version) {
+      void* out = copy->buffer.ensure(md.get_size(), *ctx_.allocator);
+      reorders_.run(ctx_, master_weights_md_, weights.data(), md, out);
+      copy->from = weights.data();
+      copy->version = weights.version();
+    }
+    return copy->buffer.data();
   }
 
   void run_forward(WeightedPlan& plan, const Tensor& x, const Tensor& weights, const Tensor& bias,
                    Tensor& y) {
     check_master(weights, bias);
     plan.forward.set(DNNL_ARG_SRC, conform(ctx_, reorders_, x, plan.src_md, converted_x_));
-    plan.forward.set(DNNL_ARG_WEIGHTS, working_weights(weights));
+    plan.forward.set(DNNL_ARG_WEIGHTS, weights_as(weights, plan.forward_weights_md));
     plan.forward.set(DNNL_ARG_BIAS, bias.data());
     shape_output(ctx_, y, plan.y_dims, plan.y_layout);
     plan.forward.set(DNNL_ARG_DST, y.data());
@@ -84,29 +90,30 @@ class WeightedOpBase {
 
   void run_backward_data(WeightedPlan& plan, const Tensor& dy, const Tensor& weights,
                          Tensor& dx) {
-    const void* diff_dst = conform(ctx_, reorders_, dy, plan.dst_md, converted_dy_);
-    plan.backward_data.set(DNNL_ARG_DIFF_DST, diff_dst);
-    plan.backward_data.set(DNNL_ARG_WEIGHTS, working_weights(weights));
-    // dx mirrors x: when the primitive reads x in another layout (the fp32
-    // network input under bf16), convert its diff back.
+    plan.backward_data.set(DNNL_ARG_DIFF_DST,
+                           conform(ctx_, reorders_, dy, plan.bwd_data_diff_dst_md, converted_dy_));
+    plan.backward_data.set(DNNL_ARG_WEIGHTS, weights_as(weights, plan.backward_data_weights_md));
+    // dx mirrors x: when the primitive's diff_src is in another layout or
+    // dtype (the fp32 network input under bf16), convert it back.
     shape_output(ctx_, dx, plan.x_dims, plan.x_layout);
-    if (plan.src_md == plan.x_md) {
+    if (plan.bwd_data_diff_src_md == plan.x_md) {
       plan.backward_data.set(DNNL_ARG_DIFF_SRC, dx.data());
       plan.backward_data.run(ctx_);
     } else {
-      void* tmp = diff_src_.ensure(plan.src_md.get_size(), *ctx_.allocator);
+      void* tmp = diff_src_.ensure(plan.bwd_data_diff_src_md.get_size(), *ctx_.allocator);
       plan.backward_data.set(DNNL_ARG_DIFF_SRC, tmp);
       plan.backward_data.run(ctx_);
-      reorders_.run(ctx_, plan.src_md, tmp, plan.x_md, dx.data());
+      reorders_.run(ctx_, plan.bwd_data_diff_src_md, tmp, plan.x_md, dx.data());
     }
   }
 
   void run_backward_weights(WeightedPlan& plan, const Tensor& x, const Tensor& dy,
                             Tensor& dweights, Tensor& dbias, bool accumulate) {
     check_master(dweights, dbias);
-    plan.backward_weights.set(DNNL_ARG_SRC, conform(ctx_, reorders_, x, plan.src_md, converted_x_));
-    plan.backward_weights.set(DNNL_ARG_DIFF_DST,
-                              conform(ctx_, reorders_, dy, plan.dst_md, converted_dy_));
+    plan.backward_weights.set(DNNL_ARG_SRC,
+                              conform(ctx_, reorders_, x, plan.bwd_weights_src_md, converted_x_));
+    plan.backward_weights.set(
+        DNNL_ARG_DIFF_DST, conform(ctx_, reorders_, dy, plan.bwd_weights_diff_dst_md, converted_dy_));
     const bool direct_weights = !accumulate && plan.diff_weights_md == master_weights_md_;
     void* dw = direct_weights
                    ? dweights.data()
@@ -142,13 +149,17 @@ class WeightedOpBase {
   std::int64_t out_;
   DType compute_;
   MemDesc master_weights_md_, bias_md_;
-  MemDesc working_weights_md_;
+  struct WorkingCopy {
+    MemDesc md;
+    ScratchBuffer buffer;
+    const void* from = nullptr;
+    std::uint64_t version = ~std::uint64_t{0};
+  };
+  std::vector<std::unique_ptr<WorkingCopy>> copies_;
   std::vector<std::unique_ptr<WeightedPlan>> plans_;
   Reorders reorders_;
-  ScratchBuffer working_weights_, converted_x_, converted_dy_, diff_src_, diff_weights_,
+  ScratchBuffer converted_x_, converted_dy_, diff_src_, diff_weights_,
       diff_bias_;
-  const void* refreshed_from_ = nullptr;
-  std::uint64_t refreshed_version_ = ~std::uint64_t{0};
 };
 
 // ---- Dense ----------------------------------------------------------------
@@ -157,6 +168,12 @@ class CpuDenseOp final : public DenseOp, private WeightedOpBase {
  public:
   CpuDenseOp(CpuContext& ctx, const DenseSpec& spec)
       : WeightedOpBase(ctx, spec.in.with_batch(spec.out), spec.out, spec.compute), spec_(spec) {
+    // An image input arrives in whatever layout the previous op picked,
+    // unknown here: keep master weights plain and let each primitive choose.
+    if (spec_.in.rank() != 1) {
+      choose_master_layout(plain_md(weight_dims_, DType::kF32));
+      return;
+    }
     try {
       const auto dt = to_dnnl(spec_.compute);
       const std::int64_t n = std::max<std::int64_t>(spec_.batch, 1);
@@ -170,7 +187,7 @@ class CpuDenseOp final : public DenseOp, private WeightedOpBase {
       dnnl::inner_product_backward_weights::desc wd(fpd.src_desc(), dw_any, bias_md_,
                                                     fpd.dst_desc());
       dnnl::inner_product_backward_weights::primitive_desc wpd(wd, plain_attr(), ctx_.engine, fpd);
-      choose_layouts(fpd.weights_desc(), wpd.diff_weights_desc());
+      choose_master_layout(wpd.diff_weights_desc());
     } catch (const dnnl::error& e) {
       rethrow_dnnl(e, "dense " + spec_.in.str() + " -> " + std::to_string(spec_.out));
     }
@@ -212,13 +229,15 @@ class CpuDenseOp final : public DenseOp, private WeightedOpBase {
     plan->y_dims = Dims{n, spec_.out};
     try {
       MemDesc dst_any({n, spec_.out}, to_dnnl(spec_.compute), tag::any);
-      dnnl::inner_product_forward::desc d(prop_kind::forward_training, plan->src_md,
-                                          weights_md_for_new_primitive(), bias_md_, dst_any);
+      MemDesc w_any(to_dnnl_dims(weight_dims_), to_dnnl(spec_.compute), tag::any);
+      dnnl::inner_product_forward::desc d(prop_kind::forward_training, plan->src_md, w_any,
+                                          bias_md_, dst_any);
       fwd_pd_ = dnnl::inner_product_forward::primitive_desc(d, attr_with(spec_.fused), ctx_.engine);
       plan->dst_md = fwd_pd_.dst_desc();
+      plan->forward_weights_md = fwd_pd_.weights_desc();
       plan->forward = Exec(dnnl::inner_product_forward(fwd_pd_), fwd_pd_, ctx_,
                            {{DNNL_ARG_SRC, plan->src_md},
-                            {DNNL_ARG_WEIGHTS, working_weights_md_},
+                            {DNNL_ARG_WEIGHTS, plan->forward_weights_md},
                             {DNNL_ARG_BIAS, bias_md_},
                             {DNNL_ARG_DST, plan->dst_md}});
     } catch (const dnnl::error& e) {
@@ -245,24 +264,31 @@ class CpuDenseOp final : public DenseOp, private WeightedOpBase {
   void make_backward(WeightedPlan& plan) {
     if (plan.backward_ready) return;
     try {
-      const std::int64_t n = plan.y_dims[0];
-      MemDesc dst_any({n, spec_.out}, to_dnnl(spec_.compute), tag::any);
       dnnl::inner_product_forward::desc fd(prop_kind::forward_training, plan.src_md,
-                                           working_weights_md_, bias_md_, plan.dst_md);
+                                           plan.forward_weights_md, bias_md_, plan.dst_md);
       dnnl::inner_product_forward::primitive_desc hint(fd, plain_attr(), ctx_.engine);
-      dnnl::inner_product_backward_data::desc bd(plan.src_md, working_weights_md_, plan.dst_md);
+      const auto dt = to_dnnl(spec_.compute);
+      MemDesc w_any(to_dnnl_dims(weight_dims_), dt, tag::any);
+      MemDesc src_any(to_dnnl_dims(plan.x_dims), dt, tag::any);
+      MemDesc dst_any(to_dnnl_dims(plan.y_dims), dt, tag::any);
+      dnnl::inner_product_backward_data::desc bd(src_any, w_any, dst_any);
       dnnl::inner_product_backward_data::primitive_desc bpd(bd, plain_attr(), ctx_.engine, hint);
+      plan.backward_data_weights_md = bpd.weights_desc();
+      plan.bwd_data_diff_src_md = bpd.diff_src_desc();
+      plan.bwd_data_diff_dst_md = bpd.diff_dst_desc();
       plan.backward_data = Exec(dnnl::inner_product_backward_data(bpd), bpd, ctx_,
-                                {{DNNL_ARG_DIFF_DST, plan.dst_md},
-                                 {DNNL_ARG_WEIGHTS, working_weights_md_},
-                                 {DNNL_ARG_DIFF_SRC, plan.src_md}});
-            dnnl::inner_product_backward_weights::desc wd(plan.src_md, master_weights_md_, bias_md_,
-                                                      plan.dst_md);
+                                {{DNNL_ARG_DIFF_DST, plan.bwd_data_diff_dst_md},
+                                 {DNNL_ARG_WEIGHTS, plan.backward_data_weights_md},
+                                 {DNNL_ARG_DIFF_SRC, plan.bwd_data_diff_src_md}});
+      MemDesc dw_any(to_dnnl_dims(weight_dims_), memory::data_type::f32, tag::any);
+      dnnl::inner_product_backward_weights::desc wd(src_any, dw_any, bias_md_, dst_any);
       dnnl::inner_product_backward_weights::primitive_desc wpd(wd, plain_attr(), ctx_.engine, hint);
       plan.diff_weights_md = wpd.diff_weights_desc();
+      plan.bwd_weights_src_md = wpd.src_desc();
+      plan.bwd_weights_diff_dst_md = wpd.diff_dst_desc();
       plan.backward_weights = Exec(dnnl::inner_product_backward_weights(wpd), wpd, ctx_,
-                                   {{DNNL_ARG_SRC, plan.src_md},
-                                    {DNNL_ARG_DIFF_DST, plan.dst_md},
+                                   {{DNNL_ARG_SRC, plan.bwd_weights_src_md},
+                                    {DNNL_ARG_DIFF_DST, plan.bwd_weights_diff_dst_md},
                                     {DNNL_ARG_DIFF_WEIGHTS, plan.diff_weights_md},
                                     {DNNL_ARG_DIFF_BIAS, bias_md_}});
     } catch (const dnnl::error& e) {
@@ -301,7 +327,7 @@ class CpuConvOp final : public ConvOp, private WeightedOpBase {
                                                   fpd.src_desc(), dw_any, bias_md_,
                                                   fpd.dst_desc(), strides(), padding(), padding());
       dnnl::convolution_backward_weights::primitive_desc wpd(wd, plain_attr(), ctx_.engine, fpd);
-      choose_layouts(fpd.weights_desc(), wpd.diff_weights_desc());
+      choose_master_layout(wpd.diff_weights_desc());
     } catch (const dnnl::error& e) {
       rethrow_dnnl(e, "conv " + spec_.in.str());
     }
@@ -352,16 +378,17 @@ class CpuConvOp final : public ConvOp, private WeightedOpBase {
       const auto dt = to_dnnl(spec_.compute);
       MemDesc src_any({n, spec_.in[0], spec_.in[1], spec_.in[2]}, dt, tag::any);
       MemDesc dst_any(to_dnnl_dims(plan->y_dims), dt, tag::any);
+      MemDesc w_any(to_dnnl_dims(weight_dims_), dt, tag::any);
       dnnl::convolution_forward::desc d(prop_kind::forward_training,
-                                        dnnl::algorithm::convolution_direct, src_any,
-                                        weights_md_for_new_primitive(), bias_md_, dst_any,
-                                        strides(), padding(), padding());
+                                        dnnl::algorithm::convolution_direct, src_any, w_any,
+                                        bias_md_, dst_any, strides(), padding(), padding());
       fwd_pd_ = dnnl::convolution_forward::primitive_desc(d, attr_with(spec_.fused), ctx_.engine);
       plan->src_md = fwd_pd_.src_desc();
       plan->dst_md = fwd_pd_.dst_desc();
+      plan->forward_weights_md = fwd_pd_.weights_desc();
       plan->forward = Exec(dnnl::convolution_forward(fwd_pd_), fwd_pd_, ctx_,
                            {{DNNL_ARG_SRC, plan->src_md},
-                            {DNNL_ARG_WEIGHTS, working_weights_md_},
+                            {DNNL_ARG_WEIGHTS, plan->forward_weights_md},
                             {DNNL_ARG_BIAS, bias_md_},
                             {DNNL_ARG_DST, plan->dst_md}});
     } catch (const dnnl::error& e) {
@@ -378,25 +405,34 @@ class CpuConvOp final : public ConvOp, private WeightedOpBase {
     try {
       dnnl::convolution_forward::desc fd(prop_kind::forward_training,
                                          dnnl::algorithm::convolution_direct, plan.src_md,
-                                         working_weights_md_, bias_md_, plan.dst_md, strides(),
-                                         padding(), padding());
+                                         plan.forward_weights_md, bias_md_, plan.dst_md,
+                                         strides(), padding(), padding());
       dnnl::convolution_forward::primitive_desc hint(fd, plain_attr(), ctx_.engine);
-      dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, plan.src_md,
-                                               working_weights_md_, plan.dst_md, strides(),
-                                               padding(), padding());
+      const auto dt = to_dnnl(spec_.compute);
+      MemDesc w_any(to_dnnl_dims(weight_dims_), dt, tag::any);
+      MemDesc src_any(to_dnnl_dims(plan.x_dims), dt, tag::any);
+      MemDesc dst_any(to_dnnl_dims(plan.y_dims), dt, tag::any);
+      dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src_any,
+                                               w_any, dst_any, strides(), padding(), padding());
       dnnl::convolution_backward_data::primitive_desc bpd(bd, plain_attr(), ctx_.engine, hint);
+      plan.backward_data_weights_md = bpd.weights_desc();
+      plan.bwd_data_diff_src_md = bpd.diff_src_desc();
+      plan.bwd_data_diff_dst_md = bpd.diff_dst_desc();
       plan.backward_data = Exec(dnnl::convolution_backward_data(bpd), bpd, ctx_,
-                                {{DNNL_ARG_DIFF_DST, plan.dst_md},
-                                 {DNNL_ARG_WEIGHTS, working_weights_md_},
-                                 {DNNL_ARG_DIFF_SRC, plan.src_md}});
-            dnnl::convolution_backward_weights::desc wd(dnnl::algorithm::convolution_direct,
-                                                  plan.src_md, master_weights_md_, bias_md_, plan.dst_md,
-                                                  strides(), padding(), padding());
+                                {{DNNL_ARG_DIFF_DST, plan.bwd_data_diff_dst_md},
+                                 {DNNL_ARG_WEIGHTS, plan.backward_data_weights_md},
+                                 {DNNL_ARG_DIFF_SRC, plan.bwd_data_diff_src_md}});
+      MemDesc dw_any(to_dnnl_dims(weight_dims_), memory::data_type::f32, tag::any);
+      dnnl::convolution_backward_weights::desc wd(dnnl::algorithm::convolution_direct, src_any,
+                                                  dw_any, bias_md_, dst_any, strides(), padding(),
+                                                  padding());
       dnnl::convolution_backward_weights::primitive_desc wpd(wd, plain_attr(), ctx_.engine, hint);
       plan.diff_weights_md = wpd.diff_weights_desc();
+      plan.bwd_weights_src_md = wpd.src_desc();
+      plan.bwd_weights_diff_dst_md = wpd.diff_dst_desc();
       plan.backward_weights = Exec(dnnl::convolution_backward_weights(wpd), wpd, ctx_,
-                                   {{DNNL_ARG_SRC, plan.src_md},
-                                    {DNNL_ARG_DIFF_DST, plan.dst_md},
+                                   {{DNNL_ARG_SRC, plan.bwd_weights_src_md},
+                                    {DNNL_ARG_DIFF_DST, plan.bwd_weights_diff_dst_md},
                                     {DNNL_ARG_DIFF_WEIGHTS, plan.diff_weights_md},
                                     {DNNL_ARG_DIFF_BIAS, bias_md_}});
     } catch (const dnnl::error& e) {
