@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,49 @@ struct SparseBlock {
 };
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+// Statistics of a block's densified columns from its entries alone: absent
+// cells are zeros, so each column also holds (rows - entries) zeros. Reading
+// the dense rows instead would cost two passes over mostly zeros.
+std::vector<ColumnStats> sparse_column_stats(const SparseBlock& block, std::uint64_t width) {
+  const std::uint64_t rows = block.labels.size();
+  std::vector<std::uint64_t> present(width), missing(width);
+  std::vector<double> sum(width);
+  std::vector<float> min(width, std::numeric_limits<float>::infinity());
+  std::vector<float> max(width, -std::numeric_limits<float>::infinity());
+  for (std::size_t e = 0; e < block.indices.size(); ++e) {
+    std::size_t f = block.indices[e] - 1;
+    float value = block.values[e];
+    if (std::isnan(value)) {
+      ++missing[f];
+      continue;
+    }
+    ++present[f];
+    sum[f] += value;
+    min[f] = std::min(min[f], value);
+    max[f] = std::max(max[f], value);
+  }
+  std::vector<ColumnStats> stats(width);
+  for (std::uint64_t f = 0; f < width; ++f) {
+    ColumnStats& column = stats[f];
+    column.missing = missing[f];
+    column.count = rows - missing[f];
+    if (column.count == 0) continue;
+    std::uint64_t zeros = column.count - present[f];
+    column.min = zeros > 0 ? std::min(min[f], 0.0f) : min[f];
+    column.max = zeros > 0 ? std::max(max[f], 0.0f) : max[f];
+    column.mean = sum[f] / static_cast<double>(column.count);
+    column.m2 = static_cast<double>(zeros) * column.mean * column.mean;
+  }
+  for (std::size_t e = 0; e < block.indices.size(); ++e) {
+    ColumnStats& column = stats[block.indices[e] - 1];
+    float value = block.values[e];
+    if (std::isnan(value)) continue;
+    double deviation = value - column.mean;
+    column.m2 += deviation * deviation;
+  }
+  return stats;
+}
 
 class LineParser {
  public:
@@ -82,7 +126,7 @@ class LineParser {
         throw error_at(p, "expected INDEX:VALUE with a positive integer INDEX, found " + quoted(p, token_end));
       check_index(p, index, previous);
       float value;
-      if (!formats::parse_float_exactly(colon + 1, token_end, value))
+      if (!formats::parse_float_exactly(colon + 1, token_end, end, value))
         throw error_at(colon + 1, "expected a number after '" + std::to_string(index) + ":', found " +
                                       quoted(colon + 1, token_end));
       block.indices.push_back(static_cast<std::uint32_t>(index));
@@ -180,8 +224,8 @@ Table parse_libsvm(std::string_view text, const ParseOptions& options) {
       for (; entry < block.row_ends[r]; ++entry) dense[r * width + block.indices[entry] - 1] = block.values[entry];
       table.labels[first_row[b] + r] = block.labels[r];
     }
-    block.stats.resize(width + 1);
-    formats::add_row_stats(dense, block.labels.size(), width, block.stats.data());
+    block.stats = sparse_column_stats(block, width);
+    block.stats.emplace_back();
     formats::add_row_stats(block.labels.data(), block.labels.size(), 1, &block.stats[width]);
   });
   for (std::uint64_t c = 0; c <= width; ++c) {

@@ -184,9 +184,9 @@ const char* parse_float_prefix(const char* begin, const char* end, float& value)
   return p;
 }
 
-bool parse_float_exactly(const char* begin, const char* end, float& value) {
+bool parse_float_exactly(const char* begin, const char* end, const char* readable_end, float& value) {
   if (end - begin > 1 && *begin == '+' && begin[1] != '-' && begin[1] != '+') ++begin;
-  return begin < end && parse_float_prefix(begin, end, value) == end;
+  return begin < end && parse_float_prefix(begin, readable_end, value) == end;
 }
 
 }  // namespace anneal::formats

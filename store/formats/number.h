@@ -17,6 +17,11 @@ const char* parse_float_prefix(const char* begin, const char* end, float& value)
 
 // Parses all of [begin, end) as one number, also allowing a leading '+'
 // (which from_chars does not). Returns false when anything else is there.
-bool parse_float_exactly(const char* begin, const char* end, float& value);
+// Bytes up to `readable_end` (>= end) may be read, which lets the parser
+// take its wide fast path on short fields inside a larger text.
+bool parse_float_exactly(const char* begin, const char* end, const char* readable_end, float& value);
+inline bool parse_float_exactly(const char* begin, const char* end, float& value) {
+  return parse_float_exactly(begin, end, end, value);
+}
 
 }  // namespace anneal::formats

@@ -1,6 +1,8 @@
 // LIBSVM parsing: densifying, train/test widths, errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 
@@ -107,6 +109,35 @@ TEST(Libsvm, LargeInputSpansBlocks) {
   EXPECT_EQ(table.rows, 150000u);
   EXPECT_EQ(table.labels, expected_labels);
   EXPECT_EQ(table.sample_shape, std::vector<std::int64_t>({20}));
+  // Statistics come from the sparse entries; they must match the dense data.
+  for (std::size_t f = 0; f < 20; ++f) {
+    double sum = 0, squares = 0;
+    float min = table.features[f], max = table.features[f];
+    for (std::uint64_t r = 0; r < table.rows; ++r) {
+      float v = table.features[r * 20 + f];
+      sum += v;
+      min = std::min(min, v);
+      max = std::max(max, v);
+    }
+    double mean = sum / static_cast<double>(table.rows);
+    for (std::uint64_t r = 0; r < table.rows; ++r) squares += std::pow(table.features[r * 20 + f] - mean, 2);
+    const ColumnSchema& column = table.columns[f];
+    EXPECT_EQ(column.count, table.rows);
+    EXPECT_EQ(column.min, min);
+    EXPECT_EQ(column.max, max);
+    EXPECT_NEAR(column.mean, mean, 1e-9);
+    EXPECT_NEAR(column.std, std::sqrt(squares / static_cast<double>(table.rows)), 1e-9);
+  }
+}
+
+TEST(Libsvm, NegativeValuesMissingValuesAndPlusSigns) {
+  Table table = parse_libsvm("1 1:-2 2:nan 3:+4\n-1 2:5\n", named("d.svm"));
+  EXPECT_EQ(table.columns[0].min, -2);  // the absent cell is 0
+  EXPECT_EQ(table.columns[0].max, 0);
+  EXPECT_EQ(table.columns[1].missing, 1u);
+  EXPECT_EQ(table.columns[1].count, 1u);
+  EXPECT_EQ(table.columns[1].mean, 5);
+  EXPECT_EQ(table.features[2], 4);
 }
 
 }  // namespace
