@@ -41,7 +41,7 @@ using formats::Field;
 using formats::FieldReader;
 using formats::TextError;
 using formats::is_missing;
-using formats::parses_as_number;
+using formats::field_number;
 using formats::read_record;
 using formats::trimmed_content;
 
@@ -246,11 +246,9 @@ class DelimitedParser::BlockParser {
 
   float numeric_value(const Field& field, std::size_t column) const {
     const ColumnPlan& plan = layout_.columns[column];
-    std::string_view value = trimmed_content(field);
-    float number = NAN;
-    if (!field.escaped && formats::parse_float_exactly(value.data(), value.data() + value.size(), number)) {
-      if (column == layout_.label && std::isnan(number))
-        throw missing_label(field.start, value);
+    float number;
+    if (field_number(field, reader_.end(), number)) {
+      if (column == layout_.label && std::isnan(number)) throw missing_label(field.start, trimmed_content(field));
       return number;
     }
     std::string why = plan.origin == TypeOrigin::kReference
@@ -436,6 +434,7 @@ void DelimitedParser::infer_types() {
   const char* p = text_.data() + layout_.data_begin;
   std::vector<char> all_numbers(columns.size(), 1);
   std::vector<Field> fields;
+  float number;
   try {
     for (std::size_t rows = 0; rows < kInferenceRows; ++rows) {
       p = reader_.skip_empty_lines(p);
@@ -443,7 +442,7 @@ void DelimitedParser::infer_types() {
       p = read_record(reader_, p, fields);
       if (fields.size() != columns.size()) break;
       for (std::size_t i = 0; i < fields.size(); ++i)
-        if (all_numbers[i] && !is_missing(fields[i]) && !parses_as_number(fields[i])) all_numbers[i] = 0;
+        if (all_numbers[i] && !is_missing(fields[i]) && !field_number(fields[i], reader_.end(), number)) all_numbers[i] = 0;
     }
   } catch (const TextError&) {
     // Reported by the block parser, in order with errors before it.

@@ -200,10 +200,11 @@ inline bool is_missing(const Field& field) {
   return !field.escaped && is_missing_value(trimmed_content(field));
 }
 
-inline bool parses_as_number(const Field& field) {
+// The field's number, if it is one; `readable_end` (the text's end) lets the
+// number parser read ahead in wide steps.
+inline bool field_number(const Field& field, const char* readable_end, float& number) {
   std::string_view value = trimmed_content(field);
-  float ignored;
-  return !field.escaped && parse_float_exactly(value.data(), value.data() + value.size(), ignored);
+  return !field.escaped && parse_float_exactly(value.data(), value.data() + value.size(), readable_end, number);
 }
 
 }  // namespace anneal::formats
