@@ -1,42 +1,81 @@
-// No errno from sqrt: lets GCC vectorize the loops below.
-#pragma GCC optimize("no-math-errno")
-
 #include "engine/cpu/cpu_kernels.h"
+
+#include <immintrin.h>
 
 #include <cmath>
 
 namespace anneal::cpu {
 namespace {
 
+// The arguments are copied to locals first: read through the struct, they
+// could alias the arrays being written and would block vectorization.
 #define ANNEAL_ADAM_LOOP                                                          \
+  const float gs = a.grad_scale, l2 = a.l2, b1 = a.beta1, b2 = a.beta2;           \
+  const float decay = a.decay, step = a.step_size, ibc2 = a.inv_sqrt_bc2;         \
+  const float eps = a.epsilon;                                                    \
   for (std::int64_t i = 0; i < n; ++i) {                                          \
-    const float grad = g[i] * a.grad_scale + a.l2 * w[i];                         \
-    const float mi = a.beta1 * m[i] + (1.0f - a.beta1) * grad;                    \
-    const float vi = a.beta2 * v[i] + (1.0f - a.beta2) * grad * grad;             \
+    const float grad = g[i] * gs + l2 * w[i];                                     \
+    const float mi = b1 * m[i] + (1.0f - b1) * grad;                              \
+    const float vi = b2 * v[i] + (1.0f - b2) * grad * grad;                       \
     m[i] = mi;                                                                    \
     v[i] = vi;                                                                    \
-    w[i] = w[i] * a.decay - a.step_size * mi / (std::sqrt(vi) * a.inv_sqrt_bc2 + a.epsilon); \
+    w[i] = w[i] * decay - step * mi / (std::sqrt(vi) * ibc2 + eps);               \
   }
 
 #define ANNEAL_SGD_LOOP                                                           \
-  if (a.momentum == 0.0f) {                                                       \
-    for (std::int64_t i = 0; i < n; ++i)                                          \
-      w[i] -= a.lr * (g[i] * a.grad_scale + a.weight_decay * w[i]);               \
+  const float lr = a.lr, mom = a.momentum, wd = a.weight_decay, gs = a.grad_scale; \
+  if (mom == 0.0f) {                                                              \
+    for (std::int64_t i = 0; i < n; ++i) w[i] -= lr * (g[i] * gs + wd * w[i]);    \
+  } else if (a.nesterov) {                                                        \
+    for (std::int64_t i = 0; i < n; ++i) {                                        \
+      const float grad = g[i] * gs + wd * w[i];                                   \
+      const float vi = mom * velocity[i] + grad;                                  \
+      velocity[i] = vi;                                                           \
+      w[i] -= lr * (grad + mom * vi);                                             \
+    }                                                                             \
   } else {                                                                        \
     for (std::int64_t i = 0; i < n; ++i) {                                        \
-      const float grad = g[i] * a.grad_scale + a.weight_decay * w[i];             \
-      const float vi = a.momentum * velocity[i] + grad;                           \
+      const float vi = mom * velocity[i] + g[i] * gs + wd * w[i];                 \
       velocity[i] = vi;                                                           \
-      w[i] -= a.lr * (a.nesterov ? grad + a.momentum * vi : vi);                  \
+      w[i] -= lr * vi;                                                            \
     }                                                                             \
   }
 
 // The __restrict__ qualifiers tell the vectorizer the arrays do not overlap
 // (they are distinct tensors).
+// Written with intrinsics: GCC keeps sqrt's errno branch (and so scalar
+// code) whatever the optimize attribute says.
 __attribute__((target("avx512f,avx512vl,fma"))) void adam_avx512(
     float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m,
     float* __restrict__ v, std::int64_t n, const AdamKernelArgs& a) {
-  ANNEAL_ADAM_LOOP
+  const __m512 gs = _mm512_set1_ps(a.grad_scale), l2 = _mm512_set1_ps(a.l2);
+  const __m512 b1 = _mm512_set1_ps(a.beta1), c1 = _mm512_set1_ps(1.0f - a.beta1);
+  const __m512 b2 = _mm512_set1_ps(a.beta2), c2 = _mm512_set1_ps(1.0f - a.beta2);
+  const __m512 decay = _mm512_set1_ps(a.decay), step = _mm512_set1_ps(a.step_size);
+  const __m512 ibc2 = _mm512_set1_ps(a.inv_sqrt_bc2), eps = _mm512_set1_ps(a.epsilon);
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 wi = _mm512_loadu_ps(w + i);
+    const __m512 grad = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(g + i), gs), _mm512_mul_ps(l2, wi));
+    const __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + i)), _mm512_mul_ps(c1, grad));
+    const __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v + i)),
+                                    _mm512_mul_ps(_mm512_mul_ps(c2, grad), grad));
+    _mm512_storeu_ps(m + i, mi);
+    _mm512_storeu_ps(v + i, vi);
+    const __m512 denom = _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_sqrt_ps(__mmask16(0xFFFF), vi), ibc2), eps);
+    _mm512_storeu_ps(w + i, _mm512_sub_ps(_mm512_mul_ps(wi, decay),
+                                          _mm512_div_ps(_mm512_mul_ps(step, mi), denom)));
+  }
+  const std::int64_t rest = n - i;
+  w += i, g += i, m += i, v += i;
+  for (std::int64_t j = 0; j < rest; ++j) {
+    const float grad = g[j] * a.grad_scale + a.l2 * w[j];
+    const float mi = a.beta1 * m[j] + (1.0f - a.beta1) * grad;
+    const float vi = a.beta2 * v[j] + (1.0f - a.beta2) * grad * grad;
+    m[j] = mi;
+    v[j] = vi;
+    w[j] = w[j] * a.decay - a.step_size * mi / (std::sqrt(vi) * a.inv_sqrt_bc2 + a.epsilon);
+  }
 }
 
 void adam_generic(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m,
