@@ -1,0 +1,38 @@
+#!/bin/bash
+# precision = bf16 lands within 1 point of fp32 test accuracy on digits; on a
+# CPU without bf16 support it is refused up front with a clear error.
+. "$E2E_LIB"
+
+expect_rc 0 init
+expect_rc 0 data import digits "$TEST_DATA/digits.csv"
+cat >"$WORK/d.ini" <<'INI'
+name    = digits-mlp
+dataset = digits
+layers  = dense(128) relu dense(10)
+lr      = 0.003
+batch   = 32
+epochs  = 10
+seed    = 11
+threads = 1
+INI
+
+expect_rc 0 --json train "$WORK/d.ini"
+fp32=$(json_get 'j["metrics"]["test_accuracy"]')
+fp32_hash=$(json_get 'j["weights_hash"]')
+if grep -qE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
+  expect_rc 0 --json train "$WORK/d.ini" --set precision=bf16
+  bf16=$(json_get 'j["metrics"]["test_accuracy"]')
+  [ "$(json_get 'j["weights_hash"]')" != "$fp32_hash" ] && pass || fail "bf16 trained in bf16 (same weights as fp32)"
+  python3 -c "import sys; sys.exit(0 if abs($bf16 - $fp32) <= 0.01 else 1)" && pass \
+    || fail "bf16 test accuracy $bf16 is more than 1 point from fp32 $fp32"
+  expect_rc 0 --json model show digits-mlp@v2
+  expect_eq "$(json_get 'j["lineage"]["precision"]')" "bf16" "lineage records the precision"
+  expect_rc 0 --json eval digits-mlp@v2 digits
+  expect_eq "$(json_get 'j["metrics"]["accuracy"]')" "$bf16" "eval of the bf16 model matches the run"
+else
+  expect_rc 2 train "$WORK/d.ini" --set precision=bf16
+  expect_contains "$ERR" "bf16" "bf16 refused on this CPU"
+  expect_rc 0 --json runs list
+  expect_eq "$(json_get 'len(j["runs"])')" "1" "the refused run left nothing behind"
+fi
+finish
