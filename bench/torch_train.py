@@ -1,0 +1,82 @@
+"""The PyTorch peer of the training benchmark: the same models, data,
+standardization, optimizer and batch size as anneal's, timed the same way.
+
+  python3 bench/torch_train.py MODEL THREADS EPOCHS  ->  one JSON line
+MODEL is mlp or cnn. Reads Fashion-MNIST from Debian's dataset-fashion-mnist.
+"""
+import gzip
+import json
+import resource
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+
+DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(name):
+    with gzip.open(f"{DATA}/{name}", "rb") as f:
+        raw = f.read()
+    rank = raw[3]
+    dims = struct.unpack(">" + "I" * rank, raw[4:4 + 4 * rank])
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * rank).reshape(dims)
+
+
+def model_for(kind):
+    nn = torch.nn
+    if kind == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128),
+                             nn.ReLU(), nn.Linear(128, 10))
+    return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def main():
+    kind, threads, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    x_train = read_idx("train-images-idx3-ubyte.gz").astype(np.float32)
+    y_train = read_idx("train-labels-idx1-ubyte.gz").astype(np.int64)
+    x_test = read_idx("t10k-images-idx3-ubyte.gz").astype(np.float32)
+    y_test = read_idx("t10k-labels-idx1-ubyte.gz").astype(np.int64)
+    # Standardize with the training split's statistics, as anneal does.
+    mean, std = x_train.mean(), x_train.std()
+    x_train = torch.from_numpy((x_train - mean) / std).reshape(-1, 1, 28, 28)
+    x_test = torch.from_numpy((x_test - mean) / std).reshape(-1, 1, 28, 28)
+    y_train, y_test = torch.from_numpy(y_train), torch.from_numpy(y_test)
+
+    model = model_for(kind)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    batch = 128
+    generator = torch.Generator().manual_seed(1)
+    samples = 0
+    start = time.perf_counter()
+    for _ in range(epochs):
+        order = torch.randperm(len(x_train), generator=generator)
+        model.train()
+        for i in range(0, len(order), batch):
+            idx = order[i:i + batch]
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x_train[idx]), y_train[idx])
+            loss.backward()
+            optimizer.step()
+            samples += len(idx)
+    seconds = time.perf_counter() - start
+    model.eval()
+    with torch.no_grad():
+        correct = sum(int((model(x_test[i:i + 1000]).argmax(1) == y_test[i:i + 1000]).sum())
+                      for i in range(0, len(x_test), 1000))
+    print(json.dumps({
+        "samples_per_s": samples / seconds,
+        "test_accuracy": correct / len(x_test),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }))
+
+
+if __name__ == "__main__":
+    main()
