@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -168,6 +169,34 @@ TEST(Idx, FashionMnist) {
   Table test = parse_idx(load("t10k-images-idx3-ubyte.gz"), load("t10k-labels-idx1-ubyte.gz"), test_options,
                          "t10k-labels-idx1-ubyte.gz");
   EXPECT_EQ(test.rows, 10000u);
+}
+
+// Damaged headers and truncations must give a Table or kBadData, never a
+// crash or a huge allocation (this also runs under ASan/UBSan).
+TEST(Idx, SurvivesRandomDamage) {
+  const std::string images = idx_file(0x08, {3, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  const std::string labels = idx_file(0x08, {3}, {0, 1, 2});
+  std::mt19937 rng(5);
+  for (int round = 0; round < 3000; ++round) {
+    std::string damaged_images = images, damaged_labels = labels;
+    std::string& target = rng() % 2 ? damaged_images : damaged_labels;
+    for (int e = 0; e < 1 + static_cast<int>(rng() % 3); ++e) {
+      std::size_t at = rng() % target.size();
+      switch (rng() % 3) {
+        case 0: target[at] = static_cast<char>(rng()); break;
+        case 1: target.resize(at); break;
+        default: target.insert(at, 1, static_cast<char>(rng())); break;
+      }
+      if (target.empty()) break;
+    }
+    try {
+      Table table = parse_idx(damaged_images, damaged_labels, images_named("img"), "lab");
+      EXPECT_EQ(table.features.size(), table.rows * static_cast<std::uint64_t>(table.sample_width()));
+      EXPECT_EQ(table.labels.size(), table.rows);
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::kBadData);
+    }
+  }
 }
 
 }  // namespace

@@ -140,5 +140,30 @@ TEST(Libsvm, NegativeValuesMissingValuesAndPlusSigns) {
   EXPECT_EQ(table.features[2], 4);
 }
 
+// Random damage must give a Table or a one-line kBadData error, never a
+// crash (this also runs under ASan/UBSan).
+TEST(Libsvm, SurvivesRandomDamage) {
+  const std::string original = "# header\n+1 1:0.5 3:2e1 # note\n-1 2:-1\r\n0 7:1\n";
+  const std::string inserts[] = {":", " ", "\n", "#", std::string(1, '\0'), "\xFF", "9", "-", "0:", "99999999999:"};
+  std::mt19937 rng(77);
+  for (int round = 0; round < 3000; ++round) {
+    std::string text = original;
+    for (int e = 0; e < 1 + static_cast<int>(rng() % 4); ++e) {
+      std::size_t at = rng() % (text.size() + 1);
+      if (rng() % 2) text.insert(at, inserts[rng() % std::size(inserts)]);
+      else if (at < text.size()) text.erase(at, 1 + rng() % 3);
+    }
+    ParseOptions options = named("fuzz.svm");
+    if (round % 3 == 0) options.libsvm_features = 5;
+    try {
+      Table table = parse_libsvm(text, options);
+      EXPECT_EQ(table.features.size(), table.rows * static_cast<std::uint64_t>(table.sample_width()));
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::kBadData);
+      EXPECT_EQ(std::string(error.what()).find('\n'), std::string::npos) << error.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace anneal
