@@ -108,7 +108,7 @@ std::optional<TextError> check_utf8_range(std::string_view text, std::size_t beg
     std::size_t length = utf8_sequence_length(bytes + i, end - i);
     if (length == 0)
       return TextError{i, "expected UTF-8 text, found byte " + hex_byte(byte) +
-                              " that does not start a valid UTF-8 sequence"};
+                              " that does not start a valid UTF-8 sequence (re-encode the file as UTF-8)"};
     i += length;
   }
   return std::nullopt;
