@@ -74,4 +74,10 @@ Table parse_idx(std::string_view images, std::string_view labels,
 // "label"; absent entries are 0.
 Table parse_libsvm(std::string_view text, const ParseOptions& options);
 
+// Whether decompress_input would decompress `bytes` (gzip or zstd magic).
+// When it would not, parse the (mapped) bytes in place instead of calling
+// decompress_input: copying a 200 MB input into a string costs about as much
+// as parsing it.
+bool is_compressed_input(std::string_view bytes);
+
 }  // namespace anneal

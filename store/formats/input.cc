@@ -136,6 +136,10 @@ std::string unzstd(std::string_view bytes, const std::string& name) {
 
 }  // namespace
 
+bool is_compressed_input(std::string_view bytes) {
+  return starts_with(bytes, kGzipMagic) || starts_with(bytes, kZstdMagic);
+}
+
 std::string decompress_input(std::string_view bytes, const std::string& display_name) {
   if (starts_with(bytes, kGzipMagic)) return gunzip(bytes, display_name);
   if (starts_with(bytes, kZstdMagic)) return unzstd(bytes, display_name);

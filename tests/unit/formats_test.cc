@@ -113,6 +113,10 @@ TEST(DetectFormat, ByContent) {
 TEST(Decompress, PlainInputIsReturnedUnchanged) {
   EXPECT_EQ(decompress_input("a,b\n1,2\n", "x.csv"), "a,b\n1,2\n");
   EXPECT_EQ(decompress_input("", "x.csv"), "");
+  EXPECT_FALSE(is_compressed_input("a,b\n1,2\n"));
+  EXPECT_FALSE(is_compressed_input("\x1f"));
+  EXPECT_TRUE(is_compressed_input(gzip("x")));
+  EXPECT_TRUE(is_compressed_input(zstd_with_size("x")));
 }
 
 TEST(Decompress, Gzip) {
