@@ -169,11 +169,7 @@ class LineParser {
   bool width_from_reference_;
 };
 
-}  // namespace
-
-Table parse_libsvm(std::string_view text, const ParseOptions& options) {
-  const std::string& name = options.display_name;
-  formats::check_utf8_text(text, name);
+std::vector<SparseBlock> parse_blocks(std::string_view text, const ParseOptions& options) {
   std::vector<std::size_t> starts = formats::split_after_newlines(text, 0, formats::kParseBlockBytes);
   std::vector<SparseBlock> blocks(starts.size() - 1);
   LineParser parser(text, options);
@@ -186,7 +182,49 @@ Table parse_libsvm(std::string_view text, const ParseOptions& options) {
   });
   std::vector<std::optional<TextError>> errors;
   for (auto& block : blocks) errors.push_back(std::move(block.error));
-  if (const TextError* error = formats::first_error(errors)) formats::throw_text_error(name, text, *error);
+  if (const TextError* error = formats::first_error(errors))
+    formats::throw_text_error(options.display_name, text, *error);
+  return blocks;
+}
+
+// An empty table of `rows` x `width` zeros with columns f1..fWIDTH, label.
+Table dense_table(std::uint64_t rows, std::uint64_t width) {
+  Table table;
+  table.columns.resize(width + 1);
+  for (std::uint64_t f = 0; f < width; ++f) {
+    std::string& column_name = table.columns[f].name;
+    column_name.assign(1, 'f');
+    column_name += std::to_string(f + 1);
+  }
+  table.columns[width].name = "label";
+  table.label_column = width;
+  table.rows = rows;
+  table.sample_shape = {static_cast<std::int64_t>(width)};
+  table.features.resize(rows * width);
+  table.labels.resize(rows);
+  return table;
+}
+
+// Writes a block's entries and labels into its rows and takes its statistics.
+void densify(SparseBlock& block, std::uint64_t first_row, Table& table) {
+  const std::uint64_t width = table.label_column;
+  float* dense = table.features.data() + first_row * width;
+  std::size_t entry = 0;
+  for (std::size_t r = 0; r < block.labels.size(); ++r) {
+    for (; entry < block.row_ends[r]; ++entry) dense[r * width + block.indices[entry] - 1] = block.values[entry];
+    table.labels[first_row + r] = block.labels[r];
+  }
+  block.stats = sparse_column_stats(block, width);
+  block.stats.emplace_back();
+  formats::add_row_stats(block.labels.data(), block.labels.size(), 1, &block.stats[width]);
+}
+
+}  // namespace
+
+Table parse_libsvm(std::string_view text, const ParseOptions& options) {
+  const std::string& name = options.display_name;
+  formats::check_utf8_text(text, name);
+  std::vector<SparseBlock> blocks = parse_blocks(text, options);
 
   std::vector<std::uint64_t> first_row(blocks.size() + 1, 0);
   std::uint64_t width = options.libsvm_features ? static_cast<std::uint64_t>(std::max<std::int64_t>(0, *options.libsvm_features)) : 0;
@@ -203,31 +241,8 @@ Table parse_libsvm(std::string_view text, const ParseOptions& options) {
     throw data_error(name + ": expected at most " + std::to_string(cell_limit) + " cells once densified, found " +
                      std::to_string(rows) + " rows x " + std::to_string(width) + " features");
 
-  Table table;
-  table.columns.resize(width + 1);
-  for (std::uint64_t f = 0; f < width; ++f) {
-    std::string& column_name = table.columns[f].name;
-    column_name.assign(1, 'f');
-    column_name += std::to_string(f + 1);
-  }
-  table.columns[width].name = "label";
-  table.label_column = width;
-  table.rows = rows;
-  table.sample_shape = {static_cast<std::int64_t>(width)};
-  table.features.resize(rows * width);
-  table.labels.resize(rows);
-  tbb::parallel_for(std::size_t{0}, blocks.size(), [&](std::size_t b) {
-    SparseBlock& block = blocks[b];
-    float* dense = table.features.data() + first_row[b] * width;
-    std::size_t entry = 0;
-    for (std::size_t r = 0; r < block.labels.size(); ++r) {
-      for (; entry < block.row_ends[r]; ++entry) dense[r * width + block.indices[entry] - 1] = block.values[entry];
-      table.labels[first_row[b] + r] = block.labels[r];
-    }
-    block.stats = sparse_column_stats(block, width);
-    block.stats.emplace_back();
-    formats::add_row_stats(block.labels.data(), block.labels.size(), 1, &block.stats[width]);
-  });
+  Table table = dense_table(rows, width);
+  tbb::parallel_for(std::size_t{0}, blocks.size(), [&](std::size_t b) { densify(blocks[b], first_row[b], table); });
   for (std::uint64_t c = 0; c <= width; ++c) {
     ColumnStats stats;
     for (const auto& block : blocks) stats.merge(block.stats[c]);
