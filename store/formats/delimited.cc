@@ -103,6 +103,7 @@ class DelimitedParser {
     formats::throw_text_error(options_.display_name, text_, TextError{offset, what});
   }
   void read_header();
+  void name_columns(const std::vector<Field>& first_record);
   void check_against_reference(const std::vector<Field>& header_fields) const;
   void choose_types();
   void infer_types();
@@ -364,21 +365,9 @@ void DelimitedParser::read_header() {
   } catch (const TextError& error) {
     formats::throw_text_error(options_.display_name, text_, error);
   }
-  auto& columns = layout_.columns;
-  columns.resize(fields.size());
-  for (std::size_t i = 0; i < fields.size(); ++i) {
-    columns[i].name = options_.header ? fields[i].value() : std::string();
-    if (columns[i].name.empty()) columns[i].name = "col" + std::to_string(i + 1);
-  }
-  std::unordered_map<std::string_view, std::size_t> seen;
-  for (std::size_t i = 0; i < columns.size(); ++i) {
-    auto [it, fresh] = seen.emplace(columns[i].name, i);
-    if (!fresh)
-      fail(reader_.offset(fields[i].start),
-           "expected unique column names, found " + formats::quote_for_message(columns[i].name) +
-               " again (column " + std::to_string(it->second + 1) + " has it too)");
-  }
+  name_columns(fields);
   check_against_reference(fields);
+  auto& columns = layout_.columns;
   if (columns.size() < 2)
     fail(reader_.offset(first), "expected at least 2 columns (features and a label), found " +
                                     std::to_string(columns.size()));
@@ -386,6 +375,25 @@ void DelimitedParser::read_header() {
   layout_.label = options_.label.empty()
                       ? columns.size() - 1
                       : resolve_column(columns, options_.label, "--label", options_.display_name);
+}
+
+// Names from the header (colN, 1-based, without one or for an empty name),
+// which must be unique for --label and --categorical to mean one column.
+void DelimitedParser::name_columns(const std::vector<Field>& first_record) {
+  auto& columns = layout_.columns;
+  columns.resize(first_record.size());
+  std::unordered_map<std::string_view, std::size_t> seen;
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    columns[i].name = options_.header ? first_record[i].value() : std::string();
+    if (columns[i].name.empty()) columns[i].name = "col" + std::to_string(i + 1);
+  }
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    auto [it, fresh] = seen.emplace(columns[i].name, i);
+    if (!fresh)
+      fail(reader_.offset(first_record[i].start),
+           "expected unique column names, found " + formats::quote_for_message(columns[i].name) +
+               " again (column " + std::to_string(it->second + 1) + " has it too)");
+  }
 }
 
 void DelimitedParser::check_against_reference(const std::vector<Field>& header_fields) const {
