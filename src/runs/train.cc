@@ -187,6 +187,8 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
     }
   }
 
+  // Interrupted while loading: nothing has started, so nothing to record.
+  if (request.stop.stop_requested()) throw failure("interrupted before training started");
   RunRecord run;
   if (setup.resumed) {
     reopen_run(store, setup.resumed->id);
