@@ -207,7 +207,16 @@ void parse_inputs(const ImportRequest& request, const std::vector<SourceFile>& s
       if (s.role == role) return display_name(s.path);
     return std::string();
   };
-  std::string main_text = decompress_input(bytes_of("source"), path_of("source"));
+  // Plain input is parsed straight from the mapped file; only compressed
+  // input is decompressed into memory.
+  auto text_of = [&](const std::string& role, std::string& owned) -> std::string_view {
+    std::string_view bytes = bytes_of(role);
+    if (!is_compressed_input(bytes)) return bytes;
+    owned = decompress_input(bytes, path_of(role));
+    return owned;
+  };
+  std::string main_owned;
+  std::string_view main_text = text_of("source", main_owned);
   format = request.format == Format::kAuto ? detect_format(request.file.filename().string(), main_text)
                                            : request.format;
   const bool idx = format == Format::kIdx;
@@ -220,7 +229,7 @@ void parse_inputs(const ImportRequest& request, const std::vector<SourceFile>& s
   if (idx && request.test && !request.test_labels)
     throw usage_error("--test-labels: the IDX test images need their labels file");
 
-  auto parse_part = [&](const std::string& prefix, const std::string& text,
+  auto parse_part = [&](const std::string& prefix, std::string_view text,
                         const Table* reference) {
     ParseOptions options;
     options.display_name = path_of(prefix + "source");
@@ -237,7 +246,8 @@ void parse_inputs(const ImportRequest& request, const std::vector<SourceFile>& s
       case Format::kLibsvm: return parse_libsvm(text, options);
       case Format::kIdx: {
         std::string labels_name = path_of(prefix + "source.labels");
-        std::string labels = decompress_input(bytes_of(prefix + "source.labels"), labels_name);
+        std::string labels_owned;
+        std::string_view labels = text_of(prefix + "source.labels", labels_owned);
         return parse_idx(text, labels, options, labels_name);
       }
       case Format::kAuto: break;
@@ -245,10 +255,10 @@ void parse_inputs(const ImportRequest& request, const std::vector<SourceFile>& s
     throw failure("unreachable: format not resolved");
   };
   train = parse_part("", main_text, nullptr);
-  main_text = std::string();  // release memory before the test part
+  main_owned = std::string();  // release memory before the test part
   if (request.test) {
-    std::string test_text = decompress_input(bytes_of("test.source"), path_of("test.source"));
-    test = parse_part("test.", test_text, &train);
+    std::string test_owned;
+    test = parse_part("test.", text_of("test.source", test_owned), &train);
   }
 }
 

@@ -20,19 +20,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// "dataset iris@v2 (source)" for every stream that holds the object.
+// "dataset iris@v2 (source)", "model bc@v1", "checkpoint of run 3 at step
+// 120": everything that holds the object.
 std::string owners_of_object(sql::Database& db, const std::string& object) {
   auto stmt = db.prepare(
-      "SELECT DISTINCT d.name, v.version, s.role FROM blob_chunks c "
-      "JOIN dataset_streams s ON s.blob = c.blob "
+      "SELECT DISTINCT 'dataset ' || d.name || '@v' || v.version || ' (' || s.role || ')' "
+      "FROM blob_chunks c JOIN dataset_streams s ON s.blob = c.blob "
       "JOIN dataset_versions v ON v.id = s.version_id "
-      "JOIN datasets d ON d.id = v.dataset_id WHERE c.object = ? ORDER BY 1, 2, 3");
+      "JOIN datasets d ON d.id = v.dataset_id WHERE c.object = ?1 "
+      "UNION SELECT DISTINCT 'model ' || m.name || '@v' || m.version "
+      "FROM blob_chunks c JOIN models m ON m.blob = c.blob WHERE c.object = ?1 "
+      "UNION SELECT DISTINCT 'checkpoint of run ' || k.run_id || ' at step ' || k.step "
+      "FROM blob_chunks c JOIN checkpoints k ON k.blob = c.blob WHERE c.object = ?1 "
+      "ORDER BY 1");
   stmt.bind(1, object);
   std::string owners;
-  while (stmt.step()) {
-    owners += owners.empty() ? "" : ", ";
-    owners += "dataset " + stmt.text(0) + "@v" + std::to_string(stmt.int64(1)) + " (" + stmt.text(2) + ")";
-  }
+  while (stmt.step()) owners += (owners.empty() ? "" : ", ") + stmt.text(0);
   return owners.empty() ? "unreferenced" : owners;
 }
 
