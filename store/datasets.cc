@@ -452,8 +452,10 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
   // lock so a concurrent gc cannot take objects that are not yet referenced.
   FileLock writer = store.writer_lock();
   reporter.note("writing objects");
-  for (const auto& s : source_streams) result.bytes_added += commit_stream(objects, s);
-  for (const auto& t : tensors) result.bytes_added += commit_stream(objects, t.prepared);
+  std::vector<const PreparedStream*> all_streams;
+  for (const auto& s : source_streams) all_streams.push_back(&s);
+  for (const auto& t : tensors) all_streams.push_back(&t.prepared);
+  result.bytes_added = commit_streams(objects, all_streams);
 
   sql::Database& db = store.db();
   int version_number = 0;

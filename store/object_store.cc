@@ -1,14 +1,21 @@
 #include "anneal/object_store.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
 
+#include <atomic>
 #include <cstring>
+#include <exception>
+#include <functional>
+#include <random>
+#include <thread>
 #include <mutex>
 #include <set>
 
 #include <tbb/enumerable_thread_specific.h>
+#include <tbb/parallel_for.h>
 
 #include "anneal/error.h"
 #include "anneal/fs.h"
@@ -74,8 +81,6 @@ struct ObjectStore::Impl {
   // Per-thread output buffer for compression, grown once and reused: a fresh
   // zero-filled buffer per object costs more in page faults than zstd level 1.
   mutable tbb::enumerable_thread_specific<std::string> scratch;
-  mutable std::mutex dirty_mutex;
-  mutable std::set<fs::path> dirty_dirs;
 };
 
 ObjectStore::ObjectStore(fs::path root, int level) : impl_(std::make_unique<Impl>()) {
@@ -103,46 +108,128 @@ PreparedObject ObjectStore::prepare(std::string_view raw) const {
   return object;
 }
 
-std::uint64_t ObjectStore::commit(const PreparedObject& object) const {
-  if (object.stored) return 0;
-  std::string& file = impl_->scratch.local();
-  std::size_t bound = kHeaderSize + ZSTD_compressBound(object.raw.size());
-  if (file.size() < bound) file.resize(bound);
-  std::memcpy(file.data(), kMagic, 4);
-  file[4] = static_cast<char>(kFormatVersion);
-  file[5] = static_cast<char>(kCodecZstd);
-  file[6] = file[7] = 0;
-  put_u64le(file.data() + 8, object.raw.size());
-  ZSTD_CCtx* cctx = impl_->cctx.local().get();
-  std::size_t n = ZSTD_compressCCtx(cctx, file.data() + kHeaderSize, file.size() - kHeaderSize,
-                                    object.raw.data(), object.raw.size(), impl_->level);
-  if (ZSTD_isError(n)) throw failure(std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
-  std::string_view bytes(file.data(), kHeaderSize + n);
+namespace {
 
-  fs::path dir = impl_->objects / object.id.substr(0, 2);
-  make_private_dir(dir);
-  if (!write_file_atomic(dir / object.id, bytes, impl_->tmp, /*replace=*/false,
-                         /*sync_parent=*/false))
-    return 0;
-  std::lock_guard lock(impl_->dirty_mutex);
-  impl_->dirty_dirs.insert(dir);
-  return bytes.size();
+// Runs fn(i) for i in [0, n) on up to `threads` plain threads. For work that
+// blocks in the kernel (fsync): oneTBB's pool is sized for the CPU, and a
+// worker blocked on the disk would idle a core.
+void parallel_io(std::size_t n, std::size_t threads, const std::function<void(std::size_t)>& fn) {
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto worker = [&] {
+    for (std::size_t i; (i = next++) < n;) {
+      try {
+        fn(i);
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+        next = n;  // stop handing out work
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < std::min(threads, n); ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& thread : pool) thread.join();
+  if (error) std::rethrow_exception(error);
 }
 
-void ObjectStore::sync_dirs() const {
-  std::set<fs::path> dirs;
-  {
-    std::lock_guard lock(impl_->dirty_mutex);
-    dirs.swap(impl_->dirty_dirs);
+void fsync_path(const fs::path& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) throw failure(errno_message(path, "cannot open"));
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw failure(errno_message(path, "fsync failed"));
+}
+
+constexpr std::size_t kIoThreads = 16;
+
+}  // namespace
+
+std::uint64_t ObjectStore::commit(const std::vector<const PreparedObject*>& objects) const {
+  struct Pending {
+    const PreparedObject* object;
+    fs::path tmp;
+    std::uint64_t size = 0;
+    bool written = false;
+  };
+  std::vector<Pending> pending;
+  std::set<std::string> seen;  // the same chunk may appear twice in a batch
+  for (const PreparedObject* object : objects)
+    if (!object->stored && seen.insert(object->id).second) pending.push_back({object, {}, 0, false});
+
+  // Temporary names unique among concurrent commits in this and other processes.
+  const std::string batch = std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}());
+
+  // 1. Compress into temporary files: CPU work, on oneTBB.
+  try {
+    tbb::parallel_for(std::size_t(0), pending.size(), [&](std::size_t i) {
+      Pending& p = pending[i];
+      std::string& file = impl_->scratch.local();
+      std::size_t bound = kHeaderSize + ZSTD_compressBound(p.object->raw.size());
+      if (file.size() < bound) file.resize(bound);
+      std::memcpy(file.data(), kMagic, 4);
+      file[4] = static_cast<char>(kFormatVersion);
+      file[5] = static_cast<char>(kCodecZstd);
+      file[6] = file[7] = 0;
+      put_u64le(file.data() + 8, p.object->raw.size());
+      std::size_t n = ZSTD_compressCCtx(impl_->cctx.local().get(), file.data() + kHeaderSize,
+                                        file.size() - kHeaderSize, p.object->raw.data(),
+                                        p.object->raw.size(), impl_->level);
+      if (ZSTD_isError(n))
+        throw failure(std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
+      p.size = kHeaderSize + n;
+      p.tmp = impl_->tmp / (p.object->id + "." + batch + "-" + std::to_string(i) + ".tmp");
+      int fd = ::open(p.tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (fd < 0) throw failure(errno_message(p.tmp, "cannot create"));
+      std::string_view bytes(file.data(), p.size);
+      while (!bytes.empty()) {
+        ssize_t w = ::write(fd, bytes.data(), bytes.size());
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) {
+          ::close(fd);
+          throw failure(errno_message(p.tmp, "write failed"));
+        }
+        bytes.remove_prefix(static_cast<std::size_t>(w));
+      }
+      ::close(fd);
+    });
+
+    // 2. Make each durable and link it into place: waits on the disk.
+    std::set<fs::path> dirs;
+    for (const Pending& p : pending) dirs.insert(impl_->objects / p.object->id.substr(0, 2));
+    parallel_io(pending.size(), kIoThreads, [&](std::size_t i) {
+      Pending& p = pending[i];
+      fsync_path(p.tmp, O_RDONLY);
+      fs::path final_path = path_of(p.object->id);
+      // link() fails with EEXIST rather than replacing: an object a
+      // concurrent writer stored first is kept as it is.
+      int rc = ::link(p.tmp.c_str(), final_path.c_str());
+      if (rc != 0 && errno == ENOENT) {  // a fan-out directory init did not create
+        make_private_dir(final_path.parent_path());
+        rc = ::link(p.tmp.c_str(), final_path.c_str());
+      }
+      if (rc == 0) p.written = true;
+      else if (errno != EEXIST) throw failure(errno_message(final_path, "link failed"));
+      ::unlink(p.tmp.c_str());
+    });
+
+    // 3. Make the new names durable.
+    std::vector<fs::path> dir_list(dirs.begin(), dirs.end());
+    parallel_io(dir_list.size(), kIoThreads, [&](std::size_t i) { fsync_path(dir_list[i], O_RDONLY | O_DIRECTORY); });
+  } catch (...) {
+    for (const Pending& p : pending) ::unlink(p.tmp.c_str());
+    throw;
   }
-  for (const auto& dir : dirs) sync_dir(dir);
-  if (!dirs.empty()) sync_dir(impl_->objects);
+  std::uint64_t added = 0;
+  for (const Pending& p : pending) added += p.written ? p.size : 0;
+  return added;
 }
 
 std::string ObjectStore::put(std::string_view raw) const {
   PreparedObject object = prepare(raw);
-  commit(object);
-  sync_dirs();
+  commit({&object});
   return object.id;
 }
 

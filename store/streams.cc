@@ -2,7 +2,6 @@
 
 #include <tbb/parallel_for.h>
 
-#include <atomic>
 
 #include "anneal/error.h"
 #include "anneal/hash.h"
@@ -40,13 +39,12 @@ PreparedStream prepare_stream(const ObjectStore& objects, std::string_view bytes
   return stream;
 }
 
-std::uint64_t commit_stream(const ObjectStore& objects, const PreparedStream& stream) {
-  std::atomic<std::uint64_t> added{0};
-  tbb::parallel_for(std::size_t(0), stream.chunks.size(), [&](std::size_t i) {
-    added += objects.commit(stream.chunks[i]);
-  });
-  objects.sync_dirs();
-  return added;
+std::uint64_t commit_streams(const ObjectStore& objects,
+                             const std::vector<const PreparedStream*>& streams) {
+  std::vector<const PreparedObject*> chunks;
+  for (const PreparedStream* stream : streams)
+    for (const PreparedObject& chunk : stream->chunks) chunks.push_back(&chunk);
+  return objects.commit(chunks);
 }
 
 void record_blob(sql::Database& db, const PreparedStream& stream) {

@@ -35,10 +35,13 @@ std::string stream_hash(const std::vector<std::pair<std::string, std::uint64_t>>
 PreparedStream prepare_stream(const ObjectStore& objects, std::string_view bytes,
                               const ChunkParams& params);
 
-// Compresses and writes the chunks not yet stored, in parallel, and syncs
-// their directories.
-// Returns the compressed bytes this call added to the store.
-std::uint64_t commit_stream(const ObjectStore& objects, const PreparedStream& stream);
+// Compresses and durably writes the chunks of these streams not yet stored
+// (ObjectStore::commit). Returns the compressed bytes added to the store.
+std::uint64_t commit_streams(const ObjectStore& objects,
+                             const std::vector<const PreparedStream*>& streams);
+inline std::uint64_t commit_stream(const ObjectStore& objects, const PreparedStream& stream) {
+  return commit_streams(objects, {&stream});
+}
 
 // Records the blob and its chunk list (a no-op when the blob is known).
 // Call inside the transaction that records what owns the blob.

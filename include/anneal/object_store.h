@@ -39,15 +39,14 @@ class ObjectStore {
 
   // Hashes `raw` and notes whether that object is already stored.
   PreparedObject prepare(std::string_view raw) const;
-  // Compresses and writes a prepared object durably unless it exists.
-  // Returns the bytes written to disk (0 when the object was already there).
-  // Does not fsync the containing directory: call sync_dirs() once after a
-  // batch of commits.
-  std::uint64_t commit(const PreparedObject& object) const;
-  // fsyncs every objects/XX directory touched by commit() since the last call.
-  void sync_dirs() const;
+  // Writes every prepared object not yet stored, durably: compresses each
+  // into a temporary file (in parallel on oneTBB), then on a pool of I/O
+  // threads (they wait on the disk, not the CPU) fsyncs each, links it into
+  // place and fsyncs every directory it touched. Returns the bytes added to
+  // disk (0 for objects already there).
+  std::uint64_t commit(const std::vector<const PreparedObject*>& objects) const;
 
-  // prepare + commit + sync for one object; returns its id.
+  // prepare + commit for one object; returns its id.
   std::string put(std::string_view raw) const;
 
   // Reads and verifies an object. `owner` says what it belongs to ("dataset
