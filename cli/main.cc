@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "anneal/error.h"
+#include "anneal/spelling.h"
 #include "anneal/version.h"
 #include "command.h"
 
@@ -43,21 +44,6 @@ fs::path default_store() {
   if (const char* home = std::getenv("HOME"); home && *home)
     return fs::path(home) / ".local" / "share" / "anneal";
   throw usage_error("--store: no store given and neither $ANNEAL_HOME nor $HOME is set");
-}
-
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
-      diag = up;
-    }
-  }
-  return row[b.size()];
 }
 
 void print_usage(std::ostream& out) {

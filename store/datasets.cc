@@ -5,10 +5,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <chrono>
 #include <cmath>
 #include <cstring>
-#include <ctime>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -113,14 +111,6 @@ std::vector<ColumnSchema> columns_from_json(const json& array) {
 
 namespace {
 
-std::string utc_now() {
-  auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 template <typename T>
 std::string_view as_bytes(const std::vector<T>& v) {
@@ -462,7 +452,7 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
   {
     sql::Transaction txn(db);
     if (auto same = existing()) return *same;  // a concurrent import got there first
-    std::string now = utc_now();
+    std::string now = sql::timestamp_now();
     db.prepare("INSERT OR IGNORE INTO datasets(name, created_at) VALUES (?, ?)")
         .bind(1, request.dataset).bind(2, now).run();
     auto ds = db.prepare("SELECT id FROM datasets WHERE name = ?");

@@ -233,18 +233,27 @@ std::string ObjectStore::put(std::string_view raw) const {
   return object.id;
 }
 
-std::string ObjectStore::get(const std::string& id, std::string_view owner) const {
-  std::string raw;
+namespace {
+
+// Reads, decodes and re-hashes an object file; returns what is wrong with it.
+std::optional<std::string> read_verified(const fs::path& path, const std::string& id,
+                                         ZSTD_DCtx* dctx, std::string& raw) {
   std::optional<std::string> problem;
   try {
-    MappedFile file(path_of(id));
-    problem = decode(file.bytes(), impl_->dctx.local().get(), raw);
+    MappedFile file(path);
+    problem = decode(file.bytes(), dctx, raw);
   } catch (const Error& e) {
-    if (e.kind() != ErrorKind::kNotFound) throw;
-    problem = "missing";
+    problem = e.kind() == ErrorKind::kNotFound ? std::string("missing") : std::string(e.what());
   }
   if (!problem && to_hex(hash_bytes(raw)) != id) problem = "content does not match its hash";
-  if (problem)
+  return problem;
+}
+
+}  // namespace
+
+std::string ObjectStore::get(const std::string& id, std::string_view owner) const {
+  std::string raw;
+  if (auto problem = read_verified(path_of(id), id, impl_->dctx.local().get(), raw))
     throw corrupt("object " + id + " (" + std::string(owner) + "): " + *problem +
                   "; the store is damaged, run 'anneal fsck'");
   return raw;
@@ -252,15 +261,7 @@ std::string ObjectStore::get(const std::string& id, std::string_view owner) cons
 
 std::optional<std::string> ObjectStore::check(const std::string& id) const {
   std::string raw;
-  std::optional<std::string> problem;
-  try {
-    MappedFile file(path_of(id));
-    problem = decode(file.bytes(), impl_->dctx.local().get(), raw);
-  } catch (const Error& e) {
-    problem = e.kind() == ErrorKind::kNotFound ? std::string("missing") : std::string(e.what());
-  }
-  if (!problem && to_hex(hash_bytes(raw)) != id) problem = "content does not match its hash";
-  return problem;
+  return read_verified(path_of(id), id, impl_->dctx.local().get(), raw);
 }
 
 std::uint64_t ObjectStore::stored_size(const std::string& id) const {

@@ -1,8 +1,6 @@
 // Runs, run metrics, checkpoints and models in the catalog (migration 2).
 #include "anneal/catalog_runs.h"
 
-#include <chrono>
-#include <ctime>
 
 #include "anneal/chunker.h"
 #include "anneal/error.h"
@@ -14,14 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string utc_now() {
-  auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 RunStatus status_from_text(const std::string& text, std::int64_t run) {
   for (RunStatus s : {RunStatus::kRunning, RunStatus::kSucceeded, RunStatus::kFailed, RunStatus::kCancelled})
@@ -132,7 +122,7 @@ RunRecord create_run(Store& store, const std::string& name, const DatasetRef& da
     db.prepare(
           "INSERT INTO runs(name, dataset_version_id, config_text, status, started_at, host) "
           "VALUES (?, ?, ?, 'running', ?, ?)")
-        .bind(1, name).bind(2, v.int64(0)).bind(3, config_text).bind(4, utc_now()).bind(5, host).run();
+        .bind(1, name).bind(2, v.int64(0)).bind(3, config_text).bind(4, sql::timestamp_now()).bind(5, host).run();
     id = db.last_insert_id();
     txn.commit();
   }
@@ -154,7 +144,7 @@ void end_run(Store& store, std::int64_t run, RunStatus status, const std::string
   sql::Transaction txn(db);
   require_run(db, run);
   auto stmt = db.prepare("UPDATE runs SET status = ?, ended_at = ?, error = ?, summary_json = ? WHERE id = ?");
-  stmt.bind(1, run_status_name(status)).bind(2, utc_now());
+  stmt.bind(1, run_status_name(status)).bind(2, sql::timestamp_now());
   if (error.empty()) stmt.bind_null(3);
   else stmt.bind(3, error);
   stmt.bind(4, summary.dump()).bind(5, run).run();
@@ -221,7 +211,7 @@ CheckpointRecord save_checkpoint(Store& store, std::int64_t run, std::int64_t st
     db.prepare("DELETE FROM checkpoints WHERE run_id = ? AND step = ?").bind(1, run).bind(2, step).run();
     auto insert = db.prepare(
         "INSERT INTO checkpoints(run_id, step, created_at, blob, score) VALUES (?, ?, ?, ?, ?)");
-    insert.bind(1, run).bind(2, step).bind(3, utc_now()).bind(4, prepared.hash);
+    insert.bind(1, run).bind(2, step).bind(3, sql::timestamp_now()).bind(4, prepared.hash);
     if (score) insert.bind(5, *score);
     else insert.bind_null(5);
     insert.run();
@@ -286,7 +276,7 @@ ModelRecord register_model(Store& store, std::int64_t run, const std::string& na
     next.bind(1, name);
     next.step();
     version = static_cast<int>(next.int64(0));
-    std::string now = utc_now();
+    std::string now = sql::timestamp_now();
     db.prepare(
           "INSERT INTO models(name, version, created_at, run_id, blob, lineage_json, metrics_json) "
           "VALUES (?, ?, ?, ?, ?, ?, ?)")

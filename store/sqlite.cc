@@ -1,5 +1,7 @@
 #include "sqlite.h"
 
+#include <chrono>
+#include <ctime>
 #include <utility>
 
 #include "anneal/error.h"
@@ -16,6 +18,15 @@ namespace {
 }
 
 }  // namespace
+
+std::string timestamp_now() {
+  auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
 
 Database::Database(const std::filesystem::path& path, bool create) {
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (create ? SQLITE_OPEN_CREATE : 0);

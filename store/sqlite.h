@@ -15,6 +15,9 @@ namespace anneal::sql {
 
 class Statement;
 
+// Now, as the catalog writes every timestamp: ISO 8601 UTC, "2026-11-22T17:40:00Z".
+std::string timestamp_now();
+
 class Database {
  public:
   // Opens (creating when `create`) the database file; WAL journal, foreign

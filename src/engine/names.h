@@ -10,7 +10,6 @@
 
 namespace anneal::engine {
 
-std::size_t edit_distance(std::string_view a, std::string_view b);
 Error unknown_name_error(std::string_view what, std::string_view name,
                          std::initializer_list<const char*> known);
 

@@ -2,6 +2,7 @@
 // here, before any training, with a one-line kUsage message that names the
 // layer as written and its position.
 #include "anneal/network.h"
+#include "anneal/spelling.h"
 
 #include <algorithm>
 #include <cctype>
@@ -20,7 +21,7 @@ std::string closest(std::string_view name, const std::vector<std::string>& known
   std::string best;
   std::size_t best_distance = ~std::size_t{0};
   for (const std::string& k : known) {
-    const std::size_t d = engine::edit_distance(name, k);
+    const std::size_t d = edit_distance(name, k);
     if (d < best_distance) best_distance = d, best = k;
   }
   return best;

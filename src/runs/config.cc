@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "anneal/error.h"
+#include "anneal/spelling.h"
 
 namespace anneal {
 namespace po = boost::program_options;
@@ -52,21 +53,6 @@ const std::vector<ConfigKey>& known_config_keys() {
 }
 
 namespace {
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
 
 std::string closest_key(std::string_view key) {
   // Names other tools use for the same setting, so 'learning_rate' points
