@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   std::string out;
   out.reserve(1 << 22);
   if (first == 0) {
-    for (int c = 0; c < kFeatures; ++c) out += "x" + std::to_string(c) + ",";
+    for (int c = 0; c < kFeatures; ++c) out.append("x").append(std::to_string(c)).append(",");
     out += "label\n";
   }
   char buf[64];
