@@ -89,6 +89,8 @@ class Network {
   Dims input_shape_;
   bool input_gradient_ = false;
   const Tensor* input_grad_ = nullptr;
+  // Index of the first layer with parameters: backward needs nothing below it.
+  std::size_t first_trainable_ = 0;
 };
 
 }  // namespace anneal

@@ -292,6 +292,11 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
     layer->collect_parameters(parameters_);
     layer->collect_buffers(buffers_);
   }
+  for (first_trainable_ = 0; first_trainable_ + 1 < layers_.size(); ++first_trainable_) {
+    std::vector<Parameter*> own;
+    layers_[first_trainable_]->collect_parameters(own);
+    if (!own.empty()) break;
+  }
 }
 
 Network::~Network() = default;
@@ -306,9 +311,14 @@ const Tensor& Network::forward(const Tensor& x, const PassContext& ctx) {
 }
 
 void Network::backward(const Tensor& dloss, const PassContext& ctx) {
+  // Layers below the first one with parameters (the implicit flatten before
+  // a first dense, a leading activation) have nothing to learn: unless the
+  // input gradient is wanted, backward stops at that first parametric layer
+  // and skips its dx, which for a first dense is as costly as its dW.
+  const std::size_t first = input_gradient_ ? 0 : first_trainable_;
   const Tensor* d = &dloss;
-  for (std::size_t i = layers_.size(); i-- > 0;) {
-    const bool need_dx = i > 0 || input_gradient_;
+  for (std::size_t i = layers_.size(); i-- > first;) {
+    const bool need_dx = i > first || input_gradient_;
     d = &layers_[i]->backward(*d, ctx, need_dx);
   }
   input_grad_ = input_gradient_ ? d : nullptr;
