@@ -216,7 +216,8 @@ class Backend : public MemoryAllocator {
   virtual float* host_view(Tensor& t) = 0;
 
   // dst (N, F) = src (N, ...) read in row-major order: the flatten of an
-  // image batch for layers that need flat input. dst is plain, src's dtype.
+  // image batch for layers that need flat input. dst is plain, src's dtype;
+  // it may be a view of src's storage, valid as long as src is unchanged.
   virtual void flatten(const Tensor& src, Tensor& dst) = 0;
   // The inverse for gradients: dst gets `like`'s dims, layout and dtype and
   // src's values, src being plain row-major with like.elements() elements.

@@ -102,6 +102,8 @@ class Tensor {
   // Bytes the current layout occupies (<= capacity()).
   std::size_t bytes() const { return layout_ ? layout_->bytes() : 0; }
   std::size_t capacity() const { return capacity_; }
+  // True when the storage is another tensor's (see view_of).
+  bool is_view() const { return data_ != nullptr && owner_ == nullptr; }
 
   // Backend memory: only backends and their ops dereference these.
   void* data() { return data_; }

@@ -155,14 +155,20 @@ class CpuBackend final : public Backend {
 
   void flatten(const Tensor& src, Tensor& dst) override {
     const Dims flat{src.batch(), src.elements() / std::max<std::int64_t>(src.batch(), 1)};
-    shape_plain(dst, flat, src.dtype());
     const MemDesc& src_md = md_of(src);
     const MemDesc src_plain = plain_md(src.dims(), src.dtype());
     if (src_md == src_plain) {
-      std::memcpy(dst.data(), src.data(), src_plain.get_size());
-    } else {
-      edge_reorders_.run(ctx_, src_md, src.data(), src_plain, dst.data());
+      // Row-major (N, C, H, W) already is row-major (N, C·H·W): view it
+      // instead of copying (the fp32 network input under a first dense).
+      const MemDesc flat_md = plain_md(flat, src.dtype());
+      const bool same_layout = !dst.empty() && md_of(dst) == flat_md;
+      if (!dst.is_view() || dst.data() != src.data() || !same_layout)
+        dst.view_of(src, flat, same_layout ? dst.shared_layout() : make_layout(flat_md));
+      return;
     }
+    if (dst.is_view()) dst = Tensor();  // the previous input was plain; own storage again
+    shape_plain(dst, flat, src.dtype());
+    edge_reorders_.run(ctx_, src_md, src.data(), src_plain, dst.data());
   }
 
   void unflatten(const Tensor& src, const Tensor& like, Tensor& dst) override {
