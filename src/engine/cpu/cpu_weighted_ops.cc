@@ -312,22 +312,24 @@ class CpuConvOp final : public ConvOp, private WeightedOpBase {
         spec_(spec) {
     out_h_ = (spec.in[1] + 2 * spec.pad - spec.kernel) / spec.stride + 1;
     out_w_ = (spec.in[2] + 2 * spec.pad - spec.kernel) / spec.stride + 1;
+    // fp32 3x3 stride-1 convs with 16k channels have Winograd F(4,3)
+    // kernels for all three passes, ~25% faster than the direct ones here
+    // (conv 32->64 on 14x14, batch 128: 24 -> 18 ms per step on one core).
+    // Use them when oneDNN has them for this shape; else direct. oneDNN
+    // also accepts other channel counts by padding to 16, which for a
+    // 1-channel image input is ~10x slower than direct.
+    if (spec_.compute == DType::kF32 && spec_.kernel == 3 && spec_.stride == 1 &&
+        spec_.in[0] % 16 == 0 && spec_.out_channels % 16 == 0) {
+      alg_ = dnnl::algorithm::convolution_winograd;
+      try {
+        choose_master_layout(master_layout_for(alg_));
+        return;
+      } catch (const dnnl::error&) {
+        alg_ = dnnl::algorithm::convolution_direct;
+      }
+    }
     try {
-      const auto dt = to_dnnl(spec_.compute);
-      const std::int64_t n = std::max<std::int64_t>(spec_.batch, 1);
-      MemDesc src_any(to_dnnl_dims(spec_.in.with_batch(n)), dt, tag::any);
-      MemDesc w_any(to_dnnl_dims(weight_dims_), dt, tag::any);
-      MemDesc dst_any({n, spec_.out_channels, out_h_, out_w_}, dt, tag::any);
-      dnnl::convolution_forward::desc fd(prop_kind::forward_training,
-                                         dnnl::algorithm::convolution_direct, src_any, w_any,
-                                         bias_md_, dst_any, strides(), padding(), padding());
-      dnnl::convolution_forward::primitive_desc fpd(fd, plain_attr(), ctx_.engine);
-      MemDesc dw_any(to_dnnl_dims(weight_dims_), memory::data_type::f32, tag::any);
-      dnnl::convolution_backward_weights::desc wd(dnnl::algorithm::convolution_direct,
-                                                  fpd.src_desc(), dw_any, bias_md_,
-                                                  fpd.dst_desc(), strides(), padding(), padding());
-      dnnl::convolution_backward_weights::primitive_desc wpd(wd, plain_attr(), ctx_.engine, fpd);
-      choose_master_layout(wpd.diff_weights_desc());
+      choose_master_layout(master_layout_for(alg_));
     } catch (const dnnl::error& e) {
       rethrow_dnnl(e, "conv " + spec_.in.str());
     }
@@ -357,6 +359,29 @@ class CpuConvOp final : public ConvOp, private WeightedOpBase {
   }
 
  private:
+  // The layout backward-weights writes dW in for the expected batch under
+  // `alg`; throws dnnl::error when `alg` has no implementation for this conv
+  // (forward with the fused activation, backward data or backward weights).
+  MemDesc master_layout_for(dnnl::algorithm alg) {
+    const auto dt = to_dnnl(spec_.compute);
+    const std::int64_t n = std::max<std::int64_t>(spec_.batch, 1);
+    MemDesc src_any(to_dnnl_dims(spec_.in.with_batch(n)), dt, tag::any);
+    MemDesc w_any(to_dnnl_dims(weight_dims_), dt, tag::any);
+    MemDesc dst_any({n, spec_.out_channels, out_h_, out_w_}, dt, tag::any);
+    dnnl::convolution_forward::desc fd(prop_kind::forward_training, alg, src_any, w_any,
+                                       bias_md_, dst_any, strides(), padding(), padding());
+    dnnl::convolution_forward::primitive_desc fpd(fd, plain_attr(), ctx_.engine);
+    dnnl::convolution_forward::primitive_desc fused_pd(fd, attr_with(spec_.fused), ctx_.engine);
+    dnnl::convolution_backward_data::desc bd(alg, src_any, w_any, dst_any, strides(), padding(),
+                                             padding());
+    dnnl::convolution_backward_data::primitive_desc bpd(bd, plain_attr(), ctx_.engine, fpd);
+    MemDesc dw_any(to_dnnl_dims(weight_dims_), memory::data_type::f32, tag::any);
+    dnnl::convolution_backward_weights::desc wd(alg, fpd.src_desc(), dw_any, bias_md_,
+                                                fpd.dst_desc(), strides(), padding(), padding());
+    dnnl::convolution_backward_weights::primitive_desc wpd(wd, plain_attr(), ctx_.engine, fpd);
+    return wpd.diff_weights_desc();
+  }
+
   memory::dims strides() const { return {spec_.stride, spec_.stride}; }
   memory::dims padding() const { return {spec_.pad, spec_.pad}; }
 
@@ -380,7 +405,7 @@ class CpuConvOp final : public ConvOp, private WeightedOpBase {
       MemDesc dst_any(to_dnnl_dims(plan->y_dims), dt, tag::any);
       MemDesc w_any(to_dnnl_dims(weight_dims_), dt, tag::any);
       dnnl::convolution_forward::desc d(prop_kind::forward_training,
-                                        dnnl::algorithm::convolution_direct, src_any, w_any,
+                                        alg_, src_any, w_any,
                                         bias_md_, dst_any, strides(), padding(), padding());
       fwd_pd_ = dnnl::convolution_forward::primitive_desc(d, attr_with(spec_.fused), ctx_.engine);
       plan->src_md = fwd_pd_.src_desc();
@@ -404,7 +429,7 @@ class CpuConvOp final : public ConvOp, private WeightedOpBase {
     if (plan.backward_ready) return;
     try {
       dnnl::convolution_forward::desc fd(prop_kind::forward_training,
-                                         dnnl::algorithm::convolution_direct, plan.src_md,
+                                         alg_, plan.src_md,
                                          plan.forward_weights_md, bias_md_, plan.dst_md,
                                          strides(), padding(), padding());
       dnnl::convolution_forward::primitive_desc hint(fd, plain_attr(), ctx_.engine);
@@ -412,7 +437,7 @@ class CpuConvOp final : public ConvOp, private WeightedOpBase {
       MemDesc w_any(to_dnnl_dims(weight_dims_), dt, tag::any);
       MemDesc src_any(to_dnnl_dims(plan.x_dims), dt, tag::any);
       MemDesc dst_any(to_dnnl_dims(plan.y_dims), dt, tag::any);
-      dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src_any,
+      dnnl::convolution_backward_data::desc bd(alg_, src_any,
                                                w_any, dst_any, strides(), padding(), padding());
       dnnl::convolution_backward_data::primitive_desc bpd(bd, plain_attr(), ctx_.engine, hint);
       plan.backward_data_weights_md = bpd.weights_desc();
@@ -423,7 +448,7 @@ class CpuConvOp final : public ConvOp, private WeightedOpBase {
                                  {DNNL_ARG_WEIGHTS, plan.backward_data_weights_md},
                                  {DNNL_ARG_DIFF_SRC, plan.bwd_data_diff_src_md}});
       MemDesc dw_any(to_dnnl_dims(weight_dims_), memory::data_type::f32, tag::any);
-      dnnl::convolution_backward_weights::desc wd(dnnl::algorithm::convolution_direct, src_any,
+      dnnl::convolution_backward_weights::desc wd(alg_, src_any,
                                                   dw_any, bias_md_, dst_any, strides(), padding(),
                                                   padding());
       dnnl::convolution_backward_weights::primitive_desc wpd(wd, plain_attr(), ctx_.engine, hint);
@@ -443,6 +468,7 @@ class CpuConvOp final : public ConvOp, private WeightedOpBase {
 
   ConvSpec spec_;
   std::int64_t out_h_ = 0, out_w_ = 0;
+  dnnl::algorithm alg_ = dnnl::algorithm::convolution_direct;
   dnnl::convolution_forward::primitive_desc fwd_pd_;
   WeightedPlan* last_ = nullptr;
 };
