@@ -107,7 +107,7 @@ class DenseLayer final : public Layer {
 class ConvLayer final : public Layer {
  public:
   ConvLayer(const LayerContext& ctx, std::int64_t channels, std::int64_t kernel,
-            std::int64_t stride, std::int64_t pad, Activation fused)
+            std::int64_t stride, std::int64_t pad, Activation fused, bool relu_mask_downstream)
       : backend_(ctx.backend), fused_(fused), stride_(stride), pad_(pad) {
     input_shape_ = ctx.input;
     const std::int64_t h = (ctx.input[1] + 2 * pad - kernel) / stride + 1;
@@ -115,7 +115,8 @@ class ConvLayer final : public Layer {
     output_shape_ = Dims{channels, h, w};
     op_ = backend_.conv(
         ConvSpec{ctx.input, channels, kernel, stride, pad, ctx.compute, fused, ctx.batch});
-    if (fused != Activation::kNone) activation_ = backend_.eltwise(EltwiseSpec{fused, ctx.compute});
+    if (fused != Activation::kNone && !relu_mask_downstream)
+      activation_ = backend_.eltwise(EltwiseSpec{fused, ctx.compute});
     weight_.name = param_name(ctx.index, "conv", "weight");
     bias_.name = param_name(ctx.index, "conv", "bias");
     op_->shape_parameters(weight_.value, bias_.value);
@@ -140,6 +141,7 @@ class ConvLayer final : public Layer {
   }
 
   // dz = dy ⊙ act'(y)                         (N, O, Ho, Wo)
+  //   (dz = dy when the maxpool after a relu has masked dy already)
   // dW (+)= Σ_n dz ⋆ x  (O, C, K, K)   db (+)= Σ_{n,h,w} dz  (O)
   // dx = dz ⋆ᵀ W  (transposed convolution)    (N, C, H, W)
   const Tensor& backward(const Tensor& dy, const PassContext& ctx, bool need_dx) override {
@@ -174,12 +176,14 @@ class ConvLayer final : public Layer {
 
 class PoolLayer final : public Layer {
  public:
-  PoolLayer(const LayerContext& ctx, bool max, std::int64_t kernel, std::int64_t stride)
+  PoolLayer(const LayerContext& ctx, bool max, std::int64_t kernel, std::int64_t stride,
+            bool mask_relu)
       : max_(max), kernel_(kernel), stride_(stride) {
     input_shape_ = ctx.input;
     output_shape_ = Dims{ctx.input[0], (ctx.input[1] - kernel) / stride + 1,
                          (ctx.input[2] - kernel) / stride + 1};
     op_ = ctx.backend.pool(PoolSpec{ctx.input, kernel, stride, max, ctx.compute});
+    if (mask_relu) relu_ = ctx.backend.eltwise(EltwiseSpec{Activation::kRelu, ctx.compute});
   }
 
   std::string describe() const override {
@@ -196,9 +200,20 @@ class PoolLayer final : public Layer {
   }
 
   // max: dx routes dy to each window's argmax; avg: dx spreads dy/K² over the window
+  //
+  // With mask_relu, x = relu(z) from the conv before, and this also applies
+  // relu's gradient: dz = maxpool'(dy ⊙ [y > 0]). It equals maxpool'(dy) ⊙
+  // [x > 0] because the argmax x of each window is that window's y (and a
+  // window with y = 0 sends nothing), at a quarter of the elements for a
+  // 2x2 pool.
   const Tensor& backward(const Tensor& dy, const PassContext&, bool need_dx) override {
     if (!need_dx) return empty_;
-    op_->backward(*x_, dy, dx_);
+    const Tensor* d = &dy;
+    if (relu_) {
+      relu_->backward_from_output(y_, dy, masked_dy_);
+      d = &masked_dy_;
+    }
+    op_->backward(*x_, *d, dx_);
     return dx_;
   }
 
@@ -206,8 +221,9 @@ class PoolLayer final : public Layer {
   bool max_;
   std::int64_t kernel_, stride_;
   std::unique_ptr<PoolOp> op_;
+  std::unique_ptr<EltwiseOp> relu_;  // only with mask_relu
   const Tensor* x_ = nullptr;
-  Tensor y_, dx_, empty_;
+  Tensor y_, masked_dy_, dx_, empty_;
 };
 
 // ---- relu / gelu / tanh / sigmoid -------------------------------------------
@@ -401,12 +417,13 @@ std::unique_ptr<Layer> make_dense_layer(const LayerContext& ctx, std::int64_t wi
 }
 std::unique_ptr<Layer> make_conv_layer(const LayerContext& ctx, std::int64_t channels,
                                        std::int64_t kernel, std::int64_t stride, std::int64_t pad,
-                                       Activation fused) {
-  return std::make_unique<ConvLayer>(ctx, channels, kernel, stride, pad, fused);
+                                       Activation fused, bool relu_mask_downstream) {
+  return std::make_unique<ConvLayer>(ctx, channels, kernel, stride, pad, fused,
+                                     relu_mask_downstream);
 }
 std::unique_ptr<Layer> make_pool_layer(const LayerContext& ctx, bool max, std::int64_t kernel,
-                                       std::int64_t stride) {
-  return std::make_unique<PoolLayer>(ctx, max, kernel, stride);
+                                       std::int64_t stride, bool mask_relu) {
+  return std::make_unique<PoolLayer>(ctx, max, kernel, stride, mask_relu);
 }
 std::unique_ptr<Layer> make_activation_layer(const LayerContext& ctx, Activation kind) {
   return std::make_unique<ActivationLayer>(ctx, kind);

@@ -22,11 +22,14 @@ struct LayerContext {
 
 std::unique_ptr<Layer> make_dense_layer(const LayerContext& ctx, std::int64_t width,
                                         Activation fused);
+// relu_mask_downstream: the conv's fused activation is a relu directly
+// followed by a maxpool built with mask_relu, which applies relu's gradient
+// on its (smaller) output instead (see PoolLayer::backward).
 std::unique_ptr<Layer> make_conv_layer(const LayerContext& ctx, std::int64_t channels,
                                        std::int64_t kernel, std::int64_t stride, std::int64_t pad,
-                                       Activation fused);
+                                       Activation fused, bool relu_mask_downstream = false);
 std::unique_ptr<Layer> make_pool_layer(const LayerContext& ctx, bool max, std::int64_t kernel,
-                                       std::int64_t stride);
+                                       std::int64_t stride, bool mask_relu = false);
 std::unique_ptr<Layer> make_activation_layer(const LayerContext& ctx, Activation kind);
 std::unique_ptr<Layer> make_flatten_layer(const LayerContext& ctx);
 std::unique_ptr<Layer> make_dropout_layer(const LayerContext& ctx, float p);

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <utility>
 
 #include "anneal/error.h"
 #include "engine/layers_internal.h"
@@ -173,6 +174,7 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
   if (input_shape_.rank() != 1 && input_shape_.rank() != 3)
     throw usage_error("network input must be flat {F} or an image {C, H, W}, not " + input_shape_.str());
   Dims shape = input_shape_;
+  bool pool_masks_relu = false;  // the next layer is a maxpool after conv relu
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const LayerSpec& s = layers[i];
     const int index = int(layers_.size());
@@ -218,7 +220,12 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
                           " is larger than its padded input " + std::to_string(shape[1] + 2 * pad) +
                           "x" + std::to_string(shape[2] + 2 * pad));
       if (pad >= kernel) a.fail("pad must be smaller than the kernel");
-      layer = engine::make_conv_layer(ctx, channels, kernel, stride, pad, fused);
+      // conv relu maxpool: relu's gradient is applied on the pool's output
+      // (a quarter of the conv's for 2x2) by the pool layer.
+      const bool relu_then_maxpool = fused == Activation::kRelu && i + 2 < layers.size() &&
+                                     layers[i + 2].name == "maxpool";
+      layer = engine::make_conv_layer(ctx, channels, kernel, stride, pad, fused, relu_then_maxpool);
+      pool_masks_relu = relu_then_maxpool;
     } else if (s.name == "maxpool" || s.name == "avgpool") {
       Args a{s, s.name == "maxpool" ? "maxpool(KERNEL[,stride=S])" : "avgpool(KERNEL[,stride=S])"};
       a.expect_positional(1, 1);
@@ -230,7 +237,8 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
         throw usage_error(where(s) + ": window " + std::to_string(kernel) +
                           " is larger than its input " + std::to_string(shape[1]) + "x" +
                           std::to_string(shape[2]));
-      layer = engine::make_pool_layer(ctx, s.name == "maxpool", kernel, stride);
+      layer = engine::make_pool_layer(ctx, s.name == "maxpool", kernel, stride,
+                                      std::exchange(pool_masks_relu, false));
     } else if (s.name == "flatten") {
       Args a{s, "flatten"};
       a.expect_positional(0, 0);

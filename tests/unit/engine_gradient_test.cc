@@ -191,7 +191,9 @@ INSTANTIATE_TEST_SUITE_P(
         LayerCase{"dense(6) relu dense(5) batchnorm dense(4) layernorm dense(3)", {5}},
         // 16k channels in and out, 3x3, stride 1: the Winograd kernels (no
         // relu: with this many outputs a kink between the two steps is likely)
-        LayerCase{"conv(16,3,pad=1)", {16, 5, 5}}),
+        LayerCase{"conv(16,3,pad=1)", {16, 5, 5}},
+        // relu's gradient applied on the maxpool's output
+        LayerCase{"conv(3,3,pad=1) relu maxpool(2) dense(2)", {2, 4, 4}}),
     [](const ::testing::TestParamInfo<LayerCase>& info) {
       std::string name = std::to_string(info.index) + "_";
       for (const char* p = info.param.spec; *p; ++p)
