@@ -13,10 +13,9 @@
 // identical weights. Training N steps, save_state(), load_state() into a new
 // Trainer and training on gives the same bits as never stopping.
 //
-// Threads: every thread the trainer starts is bounded by config.threads: the
-// OpenMP team oneDNN computes on (omp_set_num_threads, restored on return)
-// and the TBB arena that prepares the next batch while the current one
-// computes.
+// Threads: the trainer computes on the OpenMP team oneDNN uses, capped at
+// config.threads (omp_set_num_threads, restored on return); batches are
+// gathered on the calling thread, so it starts no other threads.
 //
 // Thread-safety: one thread at a time may call a Trainer.
 #pragma once

@@ -1,13 +1,10 @@
-// The training loop: deterministic shuffling, a double-buffered batch
-// gather (it can prefetch batch k+1 on the TBB arena, but batch() no longer
-// asks it to: see there), gradient accumulation, the optimizer step, per-epoch metrics, early
-// stopping, and exact state save/restore.
+// The training loop: deterministic shuffling, the batch gather (on the
+// calling thread: see batch()), gradient accumulation, the optimizer step,
+// per-epoch metrics, early stopping, and exact state save/restore.
 #include "anneal/trainer.h"
 
 #include <omp.h>
 #include <sodium.h>
-#include <tbb/task_arena.h>
-#include <tbb/task_group.h>
 
 #include <chrono>
 #include <cmath>
@@ -136,8 +133,7 @@ class Trainer::Impl {
         train_(std::move(train_data)),
         validation_(std::move(validation)),
         reporter_(reporter),
-        backend_(make_cpu_backend()),
-        arena_(config_.threads) {
+        backend_(make_cpu_backend()) {
     validate_config(config_, validation_.has_value());
     const Dims sample_shape(train_.sample_shape);
     validate_data(train_, "training", sample_shape, config_);
@@ -162,13 +158,9 @@ class Trainer::Impl {
     loss_ = backend_->loss(config_.loss, options.outputs);
 
     // Batch buffers sized for a full batch once, so steps never reallocate.
-    for (Slot& slot : slots_) {
-      backend_->shape_plain(slot.x, sample_shape.with_batch(config_.batch), DType::kF32);
-      backend_->shape_plain(slot.y, Dims{config_.batch}, DType::kF32);
-    }
+    backend_->shape_plain(slot_.x, sample_shape.with_batch(config_.batch), DType::kF32);
+    backend_->shape_plain(slot_.y, Dims{config_.batch}, DType::kF32);
   }
-
-  ~Impl() { wait_prefetch(); }
 
   bool train(std::uint64_t max_steps) {
     OmpThreadScope threads(config_.threads);
@@ -182,14 +174,12 @@ class Trainer::Impl {
         if (!finished_) epoch_start_ = Clock::now();
       }
     }
-    wait_prefetch();
     return finished_;
   }
 
   Evaluation evaluate(const DataView& data) {
     validate_data(data, "evaluation", Dims(train_.sample_shape), config_);
     OmpThreadScope threads(config_.threads);
-    wait_prefetch();
     LossTotals totals = run_inference(data.features, &data.labels, nullptr);
     Evaluation e;
     e.loss = totals.mean_loss();
@@ -203,7 +193,6 @@ class Trainer::Impl {
       throw data_error("predict: " + std::to_string(features.size()) +
                        " feature values is not a whole number of rows of " + std::to_string(width_));
     OmpThreadScope threads(config_.threads);
-    wait_prefetch();
     std::vector<float> out(features.size() / std::size_t(width_) * std::size_t(outputs()));
     run_inference(features, nullptr, out.data());
     return out;
@@ -240,7 +229,6 @@ class Trainer::Impl {
 
   std::vector<std::uint8_t> save_state() {
     OmpThreadScope threads(config_.threads);
-    wait_prefetch();
     engine::StateWriter w;
     w.bytes(kMagic, sizeof kMagic);
     w.u32(kStateVersion);
@@ -285,7 +273,6 @@ class Trainer::Impl {
 
   void load_state(std::span<const std::uint8_t> bytes) {
     OmpThreadScope threads(config_.threads);
-    wait_prefetch();
     engine::StateReader r(bytes);
     char magic[sizeof kMagic];
     r.bytes(magic, sizeof magic);
@@ -355,7 +342,6 @@ class Trainer::Impl {
     last_lr_ = last_lr;
     history_ = std::move(history);
     permutation_epoch_ = -1;
-    prefetched_micro_ = -1;
   }
 
   const TrainerConfig& config() const { return config_; }
@@ -433,69 +419,36 @@ class Trainer::Impl {
     return std::min(config_.batch, rows_ - micro * config_.batch);
   }
 
-  // Shapes `slot` for micro-batch `micro` (main thread: backend calls) and
-  // returns the gather work, which touches only host memory and may run on
-  // another thread.
-  void start_gather(Slot& slot, std::int64_t micro, bool async) {
+  // The batch buffer holding micro-batch `micro`, gathered now on the calling
+  // thread. There is no prefetch of batch k+1 while batch k computes: the
+  // gather (~30 us for an MLP batch) is cheaper than the worker thread it
+  // would wake, which competes with the OpenMP team for the cores (MLP fp32
+  // at threads=2: ~134k samples/s with a TBB prefetch, ~145k without).
+  Slot& batch(std::int64_t micro) {
     const std::int64_t n = micro_rows(micro);
     const Dims sample(train_.sample_shape);
-    backend_->shape_plain(slot.x, sample.with_batch(n), DType::kF32);
-    backend_->shape_plain(slot.y, Dims{n}, DType::kF32);
-    float* x = backend_->host_view(slot.x);
-    float* y = backend_->host_view(slot.y);
-    if (x == nullptr || y == nullptr) {
-      slot.staging_x.resize(std::size_t(n * width_));
-      slot.staging_y.resize(std::size_t(n));
-      x = slot.staging_x.data();
-      y = slot.staging_y.data();
+    backend_->shape_plain(slot_.x, sample.with_batch(n), DType::kF32);
+    backend_->shape_plain(slot_.y, Dims{n}, DType::kF32);
+    float* x = backend_->host_view(slot_.x);
+    float* y = backend_->host_view(slot_.y);
+    if (x == nullptr || y == nullptr) {  // device memory: gather on the host, then copy
+      slot_.staging_x.resize(std::size_t(n * width_));
+      slot_.staging_y.resize(std::size_t(n));
+      x = slot_.staging_x.data();
+      y = slot_.staging_y.data();
     }
     const std::uint32_t* order = permutation().data() + micro * config_.batch;
-    auto gather = [this, x, y, order, n] {
-      const std::size_t w = std::size_t(width_);
-      for (std::int64_t i = 0; i < n; ++i) {
-        const std::size_t row = order[i];
-        std::memcpy(x + std::size_t(i) * w, train_.features.data() + row * w, w * sizeof(float));
-        y[i] = train_.labels[row];
-      }
-    };
-    if (async) {
-      arena_.execute([&] { prefetch_.run(gather); });
-      prefetch_pending_ = true;
-    } else {
-      gather();
+    const std::size_t w = std::size_t(width_);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::size_t row = order[i];
+      std::memcpy(x + std::size_t(i) * w, train_.features.data() + row * w, w * sizeof(float));
+      y[i] = train_.labels[row];
     }
-  }
-
-  void wait_prefetch() {
-    if (!prefetch_pending_) return;
-    arena_.execute([&] { prefetch_.wait(); });
-    prefetch_pending_ = false;
-  }
-
-  // The slot holding micro-batch `micro`, gathered (waiting for the prefetch
-  // or gathering now).
-  Slot& batch(std::int64_t micro) {
-    Slot* slot = nullptr;
-    if (prefetched_micro_ == micro) {
-      wait_prefetch();
-      slot = &slots_[prefetched_slot_];
-    } else {
-      wait_prefetch();
-      prefetched_slot_ = 1 - prefetched_slot_;
-      slot = &slots_[prefetched_slot_];
-      start_gather(*slot, micro, false);
+    if (!slot_.staging_x.empty()) {
+      backend_->copy_from_host(slot_.staging_x.data(), slot_.x);
+      backend_->copy_from_host(slot_.staging_y.data(), slot_.y);
     }
-    if (!slot->staging_x.empty()) {
-      backend_->copy_from_host(slot->staging_x.data(), slot->x);
-      backend_->copy_from_host(slot->staging_y.data(), slot->y);
-    }
-    current_slot_ = prefetched_slot_;
-    prefetched_micro_ = -1;
-    // No prefetch of batch k+1 on the arena while batch k computes: the
-    // gather (~30 us for an MLP batch) is cheaper than the TBB worker it
-    // wakes competing with the OpenMP team for the cores (MLP fp32 at
-    // threads=2: ~134k samples/s with the prefetch, ~145k without).
-    return slots_[current_slot_];
+    return slot_;
   }
 
   void run_step() {
@@ -527,7 +480,6 @@ class Trainer::Impl {
   }
 
   void end_epoch() {
-    wait_prefetch();
     EpochMetrics m;
     m.epoch = epoch_ + 1;
     m.steps = step_;
@@ -614,12 +566,7 @@ class Trainer::Impl {
     return totals;
   }
 
-  tbb::task_arena arena_;
-  tbb::task_group prefetch_;
-  bool prefetch_pending_ = false;
-  Slot slots_[2];
-  int current_slot_ = 0, prefetched_slot_ = 0;
-  std::int64_t prefetched_micro_ = -1;
+  Slot slot_;
   std::vector<std::uint32_t> permutation_;
   std::int64_t permutation_epoch_ = -1;
   Tensor dloss_, eval_x_, eval_y_;
