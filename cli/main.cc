@@ -24,7 +24,8 @@ constexpr const char* kExitCodes =
     "  1   failure (I/O, a damaged store, something not found)\n"
     "  2   bad command line: unknown command or flag, bad flag value\n"
     "  65  bad input data (the message gives file:line:column)\n"
-    "  75  busy: a lock is held by another anneal process\n";
+    "  75  busy: a lock is held by another anneal process\n"
+    "  130 training interrupted (SIGINT/SIGTERM) after writing a checkpoint\n";
 
 po::options_description global_options() {
   po::options_description global("Global options");
