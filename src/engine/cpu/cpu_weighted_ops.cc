@@ -127,6 +127,32 @@ class WeightedOpBase {
     if (accumulate) reorders_.run(ctx_, bias_md_, db, bias_md_, dbias.data(), true);
   }
 
+  // Records a backward-data primitive's chosen layouts in `plan` and builds
+  // it; Primitive is inner_product_ or convolution_backward_data.
+  template <typename Primitive>
+  void set_backward_data(WeightedPlan& plan, const typename Primitive::primitive_desc& pd) {
+    plan.backward_data_weights_md = pd.weights_desc();
+    plan.bwd_data_diff_src_md = pd.diff_src_desc();
+    plan.bwd_data_diff_dst_md = pd.diff_dst_desc();
+    plan.backward_data = Exec(Primitive(pd), pd, ctx_,
+                              {{DNNL_ARG_DIFF_DST, plan.bwd_data_diff_dst_md},
+                               {DNNL_ARG_WEIGHTS, plan.backward_data_weights_md},
+                               {DNNL_ARG_DIFF_SRC, plan.bwd_data_diff_src_md}});
+  }
+
+  // The same for a backward-weights primitive.
+  template <typename Primitive>
+  void set_backward_weights(WeightedPlan& plan, const typename Primitive::primitive_desc& pd) {
+    plan.diff_weights_md = pd.diff_weights_desc();
+    plan.bwd_weights_src_md = pd.src_desc();
+    plan.bwd_weights_diff_dst_md = pd.diff_dst_desc();
+    plan.backward_weights = Exec(Primitive(pd), pd, ctx_,
+                                 {{DNNL_ARG_SRC, plan.bwd_weights_src_md},
+                                  {DNNL_ARG_DIFF_DST, plan.bwd_weights_diff_dst_md},
+                                  {DNNL_ARG_DIFF_WEIGHTS, plan.diff_weights_md},
+                                  {DNNL_ARG_DIFF_BIAS, bias_md_}});
+  }
+
   dnnl::primitive_attr attr_with(Activation fused) const {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -273,24 +299,11 @@ class CpuDenseOp final : public DenseOp, private WeightedOpBase {
       MemDesc dst_any(to_dnnl_dims(plan.y_dims), dt, tag::any);
       dnnl::inner_product_backward_data::desc bd(src_any, w_any, dst_any);
       dnnl::inner_product_backward_data::primitive_desc bpd(bd, plain_attr(), ctx_.engine, hint);
-      plan.backward_data_weights_md = bpd.weights_desc();
-      plan.bwd_data_diff_src_md = bpd.diff_src_desc();
-      plan.bwd_data_diff_dst_md = bpd.diff_dst_desc();
-      plan.backward_data = Exec(dnnl::inner_product_backward_data(bpd), bpd, ctx_,
-                                {{DNNL_ARG_DIFF_DST, plan.bwd_data_diff_dst_md},
-                                 {DNNL_ARG_WEIGHTS, plan.backward_data_weights_md},
-                                 {DNNL_ARG_DIFF_SRC, plan.bwd_data_diff_src_md}});
+      set_backward_data<dnnl::inner_product_backward_data>(plan, bpd);
       MemDesc dw_any(to_dnnl_dims(weight_dims_), memory::data_type::f32, tag::any);
       dnnl::inner_product_backward_weights::desc wd(src_any, dw_any, bias_md_, dst_any);
       dnnl::inner_product_backward_weights::primitive_desc wpd(wd, plain_attr(), ctx_.engine, hint);
-      plan.diff_weights_md = wpd.diff_weights_desc();
-      plan.bwd_weights_src_md = wpd.src_desc();
-      plan.bwd_weights_diff_dst_md = wpd.diff_dst_desc();
-      plan.backward_weights = Exec(dnnl::inner_product_backward_weights(wpd), wpd, ctx_,
-                                   {{DNNL_ARG_SRC, plan.bwd_weights_src_md},
-                                    {DNNL_ARG_DIFF_DST, plan.bwd_weights_diff_dst_md},
-                                    {DNNL_ARG_DIFF_WEIGHTS, plan.diff_weights_md},
-                                    {DNNL_ARG_DIFF_BIAS, bias_md_}});
+      set_backward_weights<dnnl::inner_product_backward_weights>(plan, wpd);
     } catch (const dnnl::error& e) {
       rethrow_dnnl(e, "dense backward for input " + md_string(plan.x_md));
     }
@@ -440,26 +453,13 @@ class CpuConvOp final : public ConvOp, private WeightedOpBase {
       dnnl::convolution_backward_data::desc bd(alg_, src_any,
                                                w_any, dst_any, strides(), padding(), padding());
       dnnl::convolution_backward_data::primitive_desc bpd(bd, plain_attr(), ctx_.engine, hint);
-      plan.backward_data_weights_md = bpd.weights_desc();
-      plan.bwd_data_diff_src_md = bpd.diff_src_desc();
-      plan.bwd_data_diff_dst_md = bpd.diff_dst_desc();
-      plan.backward_data = Exec(dnnl::convolution_backward_data(bpd), bpd, ctx_,
-                                {{DNNL_ARG_DIFF_DST, plan.bwd_data_diff_dst_md},
-                                 {DNNL_ARG_WEIGHTS, plan.backward_data_weights_md},
-                                 {DNNL_ARG_DIFF_SRC, plan.bwd_data_diff_src_md}});
+      set_backward_data<dnnl::convolution_backward_data>(plan, bpd);
       MemDesc dw_any(to_dnnl_dims(weight_dims_), memory::data_type::f32, tag::any);
       dnnl::convolution_backward_weights::desc wd(alg_, src_any,
                                                   dw_any, bias_md_, dst_any, strides(), padding(),
                                                   padding());
       dnnl::convolution_backward_weights::primitive_desc wpd(wd, plain_attr(), ctx_.engine, hint);
-      plan.diff_weights_md = wpd.diff_weights_desc();
-      plan.bwd_weights_src_md = wpd.src_desc();
-      plan.bwd_weights_diff_dst_md = wpd.diff_dst_desc();
-      plan.backward_weights = Exec(dnnl::convolution_backward_weights(wpd), wpd, ctx_,
-                                   {{DNNL_ARG_SRC, plan.bwd_weights_src_md},
-                                    {DNNL_ARG_DIFF_DST, plan.bwd_weights_diff_dst_md},
-                                    {DNNL_ARG_DIFF_WEIGHTS, plan.diff_weights_md},
-                                    {DNNL_ARG_DIFF_BIAS, bias_md_}});
+      set_backward_weights<dnnl::convolution_backward_weights>(plan, wpd);
     } catch (const dnnl::error& e) {
       rethrow_dnnl(e, "conv backward for input " + md_string(plan.x_md));
     }
