@@ -75,6 +75,21 @@ expect_rc 0 data import svm "$WORK/small.svm" --split 0
 expect_rc 0 --json data show svm
 expect_eq "$(json_get 'j["format"], j["sample_shape"], j["rows"]')" "libsvm [3] 5" "LIBSVM densified"
 
+# A small generated IDX pair (gzip, as MNIST ships): 6 images of 3x2, 6 labels.
+python3 - "$WORK" <<'PY'
+import gzip, struct, sys
+work = sys.argv[1]
+with gzip.open(f"{work}/images.idx.gz", "wb") as f:
+    f.write(struct.pack(">BBBBIII", 0, 0, 8, 3, 6, 3, 2) + bytes(range(36)))
+with open(f"{work}/labels.idx", "wb") as f:
+    f.write(struct.pack(">BBBBI", 0, 0, 8, 1, 6) + bytes([0, 1, 0, 1, 0, 1]))
+PY
+expect_rc 0 data import tiny "$WORK/images.idx.gz" --labels "$WORK/labels.idx" --split 0.5
+expect_rc 0 --json data show tiny
+expect_eq "$(json_get 'j["format"], j["rows"], j["train_rows"], j["test_rows"]')" "idx 6 2 4" "IDX rows and stratified split (round(0.5 x 3) = 2 per class)"
+expect_eq "$(json_get 'j["sample_shape"], j["columns"][0]["shape"]')" "[1, 3, 2] [1, 3, 2]" "IDX image shape kept"
+expect_eq "$(json_get 'j["columns"][0]["min"], j["columns"][0]["max"]')" "0.0 35.0" "IDX pixel statistics"
+
 expect_rc 0 data list
 expect_contains "$OUT" "iris@v2" "list shows the latest version"
 expect_rc 0 fsck
