@@ -12,12 +12,16 @@
 #include "anneal/spelling.h"
 #include "anneal/version.h"
 #include "command.h"
+#include "manpage.h"
 
 namespace anneal::cli {
 namespace {
 
 namespace fs = std::filesystem;
 
+constexpr const char* kUsage = "anneal [--store DIR] [--json] COMMAND [ARGS...]";
+constexpr const char* kDescription =
+    "Train machine-learning models on one server, from a versioned local store.";
 constexpr const char* kExitCodes =
     "Exit codes:\n"
     "  0   success (also: nothing to do, e.g. an import of identical content)\n"
@@ -48,8 +52,7 @@ fs::path default_store() {
 }
 
 void print_usage(std::ostream& out) {
-  out << "usage: anneal [--store DIR] [--json] COMMAND [ARGS...]\n\n"
-      << "Train machine-learning models on one server, from a versioned local store.\n\nCommands:\n";
+  out << "usage: " << kUsage << "\n\n" << kDescription << "\n\nCommands:\n";
   std::vector<std::vector<std::string>> rows;
   std::size_t width = 0;
   for (const auto& c : commands()) width = std::max(width, c.name.size());
@@ -115,6 +118,15 @@ const Command* find_command(const std::vector<std::string>& words, std::size_t& 
 
 int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  // Hidden, for the build: the man page and the bash completion are printed
+  // from the same text as --help (manpage.cc), so they cannot drift from it.
+  if (args == std::vector<std::string>{"--help-man"} ||
+      args == std::vector<std::string>{"--completion", "bash"}) {
+    HelpText help{kUsage, kDescription, global_options(), command_options, kExitCodes};
+    if (args[0] == "--help-man") write_manpage(std::cout, help);
+    else write_bash_completion(std::cout, help);
+    return kExitOk;
+  }
   // Global flags come before the command, as in git; --json and --store are
   // also accepted after it.
   std::size_t first_word = 0;
