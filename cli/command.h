@@ -42,5 +42,7 @@ const std::vector<Command>& commands();
 void add_store_commands(std::vector<Command>& out);
 // Defined in train_commands.cc (train, runs, model, eval, predict).
 void add_train_commands(std::vector<Command>& out);
+// Defined in quantize_commands.cc (quantize, prune, bench).
+void add_quantize_commands(std::vector<Command>& out);
 
 }  // namespace anneal::cli

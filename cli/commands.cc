@@ -7,6 +7,7 @@ const std::vector<Command>& commands() {
     std::vector<Command> all;
     add_store_commands(all);
     add_train_commands(all);
+    add_quantize_commands(all);
     return all;
   }();
   return kCommands;

@@ -230,6 +230,9 @@ class Backend : public MemoryAllocator {
   // one layout): the batch-norm running statistics.
   virtual void update_running_stat(Tensor& running, const Tensor& batch, float momentum,
                                    float scale) = 0;
+  // t ⊙= mask, elementwise (fp32 tensors of one layout): how a pruning mask
+  // keeps removed weights at exactly zero. Marks t modified.
+  virtual void multiply(Tensor& t, const Tensor& mask) = 0;
 
   // Inverted dropout: y = x·mask/(1 − p), mask ~ Bernoulli(1 − p) drawn from a
   // counter-based generator keyed by (seed, stream), so the mask is a pure

@@ -63,11 +63,19 @@ class Optimizer {
   // The optimizer's state tensors in a fixed order, for checkpoints.
   const std::vector<StateBuffer>& state() const { return state_; }
 
+  // Holds a pruning mask for parameter `index`: `mask` is its element count
+  // of 0/1 values, row-major. The parameter is multiplied by it now and after
+  // every step, so pruned weights stay exactly zero however the update moves
+  // them. An empty mask removes the parameter's mask. Masks are not part of
+  // state(): a checkpoint does not carry them.
+  void set_mask(std::size_t index, const std::vector<float>& mask);
+
  private:
   OptimizerConfig config_;
   std::vector<Parameter*> parameters_;
   Backend& backend_;
   std::vector<Tensor> first_, second_;  // sgd: velocity in first_
+  std::vector<Tensor> masks_;            // empty tensor: no mask
   std::vector<StateBuffer> state_;
 };
 

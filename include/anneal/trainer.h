@@ -134,6 +134,16 @@ class Trainer {
   const Network& network() const;
   const TrainerConfig& config() const;
 
+  // Replaces weights by name: each (name, row-major values) must name a
+  // parameter or state buffer and hold its element count (kUsage otherwise);
+  // those not named keep their values. How pruning starts from a model.
+  void load_weights(const std::vector<std::pair<std::string, std::vector<float>>>& named);
+  // The row-major values of a parameter or state buffer; kUsage when absent.
+  std::vector<float> values(const std::string& name);
+  // Holds a pruning mask on parameter `name` in the optimizer (see
+  // Optimizer::set_mask): applied now and after every step.
+  void set_mask(const std::string& name, const std::vector<float>& mask);
+
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;

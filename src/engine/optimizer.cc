@@ -80,6 +80,7 @@ Optimizer::Optimizer(const OptimizerConfig& config, const std::vector<Parameter*
   const bool needs_second = config_.kind != OptimizerKind::kSgd;
   first_.resize(parameters_.size());
   second_.resize(parameters_.size());
+  masks_.resize(parameters_.size());
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     const Tensor& value = parameters_[i]->value;
     if (needs_first) {
@@ -127,8 +128,26 @@ double Optimizer::step(std::int64_t step, std::int64_t total_steps) {
       u.grad_scale = grad_scale;
       backend_.adam_update(p.value, p.grad, first_[i], second_[i], u);
     }
+    if (!masks_[i].empty()) backend_.multiply(p.value, masks_[i]);
   }
   return norm;
+}
+
+void Optimizer::set_mask(std::size_t index, const std::vector<float>& mask) {
+  if (index >= parameters_.size()) throw usage_error("optimizer: no parameter " + std::to_string(index));
+  Parameter& p = *parameters_[index];
+  if (mask.empty()) {
+    masks_[index] = Tensor();
+    return;
+  }
+  if (std::int64_t(mask.size()) != p.value.elements())
+    throw usage_error("optimizer: mask of " + std::to_string(mask.size()) + " values for " + p.name +
+                      " of " + std::to_string(p.value.elements()));
+  // The mask takes the parameter's layout, so the product is elementwise
+  // whatever layout the backend chose for the weights.
+  backend_.shape_like(masks_[index], p.value, DType::kF32);
+  backend_.copy_from_host(mask.data(), masks_[index]);
+  backend_.multiply(p.value, masks_[index]);
 }
 
 }  // namespace anneal

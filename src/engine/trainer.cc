@@ -347,6 +347,46 @@ class Trainer::Impl {
   const TrainerConfig& config() const { return config_; }
   const Network& network() const { return *network_; }
 
+  // The tensor called `name` (parameter value or state buffer), or null.
+  Tensor* named_tensor(const std::string& name, std::size_t* parameter_index) {
+    const auto& params = network_->parameters();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (params[i]->name == name) {
+        if (parameter_index) *parameter_index = i;
+        return &params[i]->value;
+      }
+    for (const StateBuffer& b : network_->buffers())
+      if (b.name == name) return b.tensor;
+    return nullptr;
+  }
+
+  void load_weights(const std::vector<std::pair<std::string, std::vector<float>>>& named) {
+    OmpThreadScope threads(config_.threads);
+    for (const auto& [name, host] : named) {
+      Tensor* t = named_tensor(name, nullptr);
+      if (t == nullptr) throw usage_error("load_weights: the network has no tensor " + name);
+      if (std::int64_t(host.size()) != t->elements())
+        throw usage_error("load_weights: " + name + " holds " + std::to_string(t->elements()) +
+                          " values, not " + std::to_string(host.size()));
+      backend_->copy_from_host(host.data(), *t);
+    }
+  }
+
+  std::vector<float> values(const std::string& name) {
+    Tensor* t = named_tensor(name, nullptr);
+    if (t == nullptr) throw usage_error("values: the network has no tensor " + name);
+    std::vector<float> out(std::size_t(t->elements()));
+    backend_->copy_to_host(*t, out.data());
+    return out;
+  }
+
+  void set_mask(const std::string& name, const std::vector<float>& mask) {
+    std::size_t index = 0;
+    if (named_tensor(name, &index) == nullptr || network_->parameters()[index]->name != name)
+      throw usage_error("set_mask: the network has no parameter " + name);
+    optimizer_->set_mask(index, mask);
+  }
+
   TrainerConfig config_;
   DataView train_;
   std::optional<DataView> validation_;
@@ -598,5 +638,12 @@ std::vector<std::uint8_t> Trainer::save_state() { return impl_->save_state(); }
 void Trainer::load_state(std::span<const std::uint8_t> bytes) { impl_->load_state(bytes); }
 const Network& Trainer::network() const { return impl_->network(); }
 const TrainerConfig& Trainer::config() const { return impl_->config(); }
+void Trainer::load_weights(const std::vector<std::pair<std::string, std::vector<float>>>& named) {
+  impl_->load_weights(named);
+}
+std::vector<float> Trainer::values(const std::string& name) { return impl_->values(name); }
+void Trainer::set_mask(const std::string& name, const std::vector<float>& mask) {
+  impl_->set_mask(name, mask);
+}
 
 }  // namespace anneal

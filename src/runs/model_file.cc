@@ -59,16 +59,140 @@ class OmpThreads {
 
 }  // namespace
 
+namespace {
+
+// Format 2 tensor bytes: f32 LE values; s8 values; or a bitmask (bit i of
+// byte i/8 set for each nonzero element, LSB first) followed by the nonzero
+// values as f32 LE in element order.
+std::string tensor_bytes(const NamedTensor& t) {
+  switch (t.encoding) {
+    case TensorEncoding::kF32:
+      return std::string(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float));
+    case TensorEncoding::kS8:
+      return std::string(reinterpret_cast<const char*>(t.q.data()), t.q.size());
+    case TensorEncoding::kBitmask: {
+      std::string out((t.values.size() + 7) / 8, '\0');
+      std::string nonzero;
+      for (std::size_t i = 0; i < t.values.size(); ++i)
+        if (t.values[i] != 0.0f) {
+          out[i / 8] = char(static_cast<unsigned char>(out[i / 8]) | (1u << (i % 8)));
+          nonzero.append(reinterpret_cast<const char*>(&t.values[i]), sizeof(float));
+        }
+      return out + nonzero;
+    }
+  }
+  return {};
+}
+
+const char* encoding_name(TensorEncoding e) {
+  return e == TensorEncoding::kS8 ? "s8" : e == TensorEncoding::kBitmask ? "bitmask" : "f32";
+}
+
+std::int64_t element_count(const std::vector<std::int64_t>& dims) {
+  std::int64_t n = 1;
+  for (auto d : dims) {
+    if (d < 0 || d > (std::int64_t(1) << 40)) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+// Decodes one format 2 tensor from `bytes`; kCorrupt naming `owner`.
+void decode_tensor(NamedTensor& t, std::string_view bytes, const std::string& owner) {
+  const std::int64_t n = element_count(t.dims);
+  if (n < 0) throw corrupt(owner + ": tensor " + t.name + " has bad dims");
+  const auto count = std::size_t(n);
+  t.values.assign(count, 0.0f);
+  switch (t.encoding) {
+    case TensorEncoding::kF32:
+      if (bytes.size() != count * sizeof(float)) throw corrupt(owner + ": tensor " + t.name + " has the wrong size");
+      std::memcpy(t.values.data(), bytes.data(), bytes.size());
+      return;
+    case TensorEncoding::kS8: {
+      if (bytes.size() != count || t.dims.empty() || std::int64_t(t.scales.size()) != t.dims[0] || t.dims[0] == 0)
+        throw corrupt(owner + ": int8 tensor " + t.name + " has the wrong size or scales");
+      t.q.resize(count);
+      std::memcpy(t.q.data(), bytes.data(), count);
+      const std::size_t per = count / t.scales.size();
+      for (std::size_t i = 0; i < count; ++i) t.values[i] = float(t.q[i]) * t.scales[i / per];
+      return;
+    }
+    case TensorEncoding::kBitmask: {
+      const std::size_t mask = (count + 7) / 8;
+      if (bytes.size() < mask) throw corrupt(owner + ": sparse tensor " + t.name + " is truncated");
+      std::size_t at = mask;
+      for (std::size_t i = 0; i < count; ++i)
+        if (static_cast<unsigned char>(bytes[i / 8]) >> (i % 8) & 1u) {
+          if (at + sizeof(float) > bytes.size()) throw corrupt(owner + ": sparse tensor " + t.name + " is truncated");
+          std::memcpy(&t.values[i], bytes.data() + at, sizeof(float));
+          at += sizeof(float);
+        }
+      if (at != bytes.size()) throw corrupt(owner + ": sparse tensor " + t.name + " has trailing bytes");
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+bool needs_inference_network(const ModelFile& m) {
+  if (m.linear) return false;
+  if (m.int8) return true;
+  for (const auto& t : m.tensors)
+    if (t.encoding == TensorEncoding::kBitmask) return true;
+  return false;
+}
+
+InferenceSpec inference_spec(const ModelFile& m) {
+  InferenceSpec spec;
+  spec.layers = m.layers;
+  spec.input_shape = Dims(m.input_shape);
+  spec.outputs = m.outputs;
+  spec.int8 = m.int8;
+  for (const auto& t : m.tensors) {
+    const auto dot = t.name.rfind('.');
+    if (dot == std::string::npos) continue;
+    const std::string prefix = t.name.substr(0, dot), role = t.name.substr(dot + 1);
+    if (!prefix.ends_with(".dense") && !prefix.ends_with(".conv")) continue;
+    InferenceWeights& w = spec.weights[prefix];
+    if (role == "weight") {
+      w.weight = t.values;
+      w.q = t.q;
+      w.scales = t.scales;
+    } else if (role == "bias") {
+      w.bias = t.values;
+    }
+    if (auto it = m.activation_scales.find(prefix); it != m.activation_scales.end()) {
+      w.input_scale = it->second.input;
+      w.output_scale = it->second.output;
+    }
+  }
+  return spec;
+}
+
 std::string encode_model(const ModelFile& m) {
   json tensors = json::array();
   std::string payload;
   std::uint64_t offset = 0;
+  // Format 1 unless something needs format 2, so fp32/bf16 models keep
+  // their exact bytes (and readers older than int8 can read them).
+  bool v2 = m.int8;
+  for (const auto& t : m.tensors) v2 = v2 || t.encoding != TensorEncoding::kF32;
   for (const auto& t : m.tensors) {
-    tensors.push_back({{"name", t.name}, {"dims", t.dims}, {"offset", offset}, {"count", t.values.size()}});
-    payload.append(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float));
-    offset += t.values.size();
+    if (!v2) {
+      tensors.push_back({{"name", t.name}, {"dims", t.dims}, {"offset", offset}, {"count", t.values.size()}});
+      payload.append(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float));
+      offset += t.values.size();
+      continue;
+    }
+    std::string bytes = tensor_bytes(t);
+    json entry = {{"name", t.name}, {"dims", t.dims}, {"encoding", encoding_name(t.encoding)},
+                  {"offset", payload.size()}, {"bytes", bytes.size()}};
+    if (t.encoding == TensorEncoding::kS8) entry["scales"] = t.scales;
+    tensors.push_back(std::move(entry));
+    payload += bytes;
   }
-  json header = {{"format", 1},
+  json header = {{"format", v2 ? 2 : 1},
                  {"kind", m.linear ? "linear" : "network"},
                  {"features", m.features.to_json()},
                  {"labels", m.labels.to_json()},
@@ -83,8 +207,14 @@ std::string encode_model(const ModelFile& m) {
     header["linear"] = m.linear_model.to_json();
   } else {
     header["layers"] = m.layers;
-    header["precision"] = precision_name(m.precision);
+    header["precision"] = m.int8 ? "int8" : precision_name(m.precision);
     header["tensors"] = tensors;
+    if (m.int8) {
+      json scales = json::object();
+      for (const auto& [prefix, s] : m.activation_scales) scales[prefix] = {{"input", s.input}, {"output", s.output}};
+      header["activation_scales"] = scales;
+    }
+    if (!m.compression.empty()) header["compression"] = m.compression;
   }
   return frame(kModelMagic, header, payload);
 }
@@ -92,7 +222,8 @@ std::string encode_model(const ModelFile& m) {
 ModelFile decode_model(std::string_view bytes, const std::string& owner) {
   auto [h, payload] = unframe(kModelMagic, bytes, owner, "model");
   try {
-    if (h.at("format").get<int>() != 1)
+    const int format = h.at("format").get<int>();
+    if (format != 1 && format != 2)
       throw corrupt(owner + ": model format " + h.at("format").dump() + " is newer than this anneal reads");
     ModelFile m;
     m.linear = h.at("kind").get<std::string>() == "linear";
@@ -110,7 +241,33 @@ ModelFile decode_model(std::string_view bytes, const std::string& owner) {
       return m;
     }
     m.layers = h.at("layers").get<std::string>();
-    m.precision = parse_precision(h.at("precision").get<std::string>());
+    const std::string precision = h.at("precision").get<std::string>();
+    m.int8 = precision == "int8";
+    m.precision = m.int8 ? Precision::kFp32 : parse_precision(precision);
+    if (h.contains("compression")) m.compression = h.at("compression");
+    if (m.int8)
+      for (const auto& [prefix, s] : h.at("activation_scales").items())
+        m.activation_scales[prefix] = {s.at("input").get<float>(), s.at("output").get<float>()};
+    if (format == 2) {
+      for (const auto& t : h.at("tensors")) {
+        NamedTensor nt;
+        nt.name = t.at("name").get<std::string>();
+        nt.dims = t.at("dims").get<std::vector<std::int64_t>>();
+        const std::string encoding = t.at("encoding").get<std::string>();
+        nt.encoding = encoding == "s8" ? TensorEncoding::kS8 : encoding == "bitmask" ? TensorEncoding::kBitmask
+                                                                                     : TensorEncoding::kF32;
+        if (encoding != "s8" && encoding != "bitmask" && encoding != "f32")
+          throw corrupt(owner + ": tensor " + nt.name + " has unknown encoding '" + encoding + "'");
+        if (nt.encoding == TensorEncoding::kS8) nt.scales = t.at("scales").get<std::vector<float>>();
+        auto offset = t.at("offset").get<std::uint64_t>();
+        auto size = t.at("bytes").get<std::uint64_t>();
+        if (offset > payload.size() || size > payload.size() - offset)
+          throw corrupt(owner + ": tensor " + nt.name + " lies past the end");
+        decode_tensor(nt, payload.substr(offset, size), owner);
+        m.tensors.push_back(std::move(nt));
+      }
+      return m;
+    }
     const std::size_t floats = payload.size() / sizeof(float);
     for (const auto& t : h.at("tensors")) {
       NamedTensor nt;
@@ -159,15 +316,21 @@ Checkpoint decode_checkpoint(std::string_view bytes, const std::string& owner) {
   return c;
 }
 
-Predictor::Predictor(const ModelFile& model, int threads) : model_(model), threads_(threads) {
+Predictor::Predictor(const ModelFile& model, int threads, std::int64_t batch)
+    : model_(model), threads_(threads), batch_(std::max<std::int64_t>(batch, 1)) {
   if (model.linear) return;
   OmpThreads scope(threads_);
   backend_ = make_cpu_backend();
+  loss_ = backend_->loss(model.loss, model.outputs);
+  if (needs_inference_network(model)) {
+    inference_ = std::make_unique<InferenceNetwork>(inference_spec(model));
+    return;
+  }
   NetworkOptions options;
   options.input_shape = Dims(model.input_shape);
   options.outputs = model.outputs;
   options.compute = model.precision == Precision::kBf16 ? DType::kBF16 : DType::kF32;
-  options.batch = 256;
+  options.batch = batch_;
   network_ = std::make_unique<Network>(model.layers, options, *backend_);
   std::vector<const NamedTensor*> by_position;
   for (const auto& t : model.tensors) by_position.push_back(&t);
@@ -182,7 +345,6 @@ Predictor::Predictor(const ModelFile& model, int threads) : model_(model), threa
   for (Parameter* p : network_->parameters()) load(p->name, p->value);
   for (const StateBuffer& b : network_->buffers()) load(b.name, *b.tensor);
   if (i != by_position.size()) throw corrupt("model: holds more tensors than its network has");
-  loss_ = backend_->loss(model.loss, model.outputs);
 }
 
 Predictor::~Predictor() = default;
@@ -198,17 +360,30 @@ std::vector<float> Predictor::predict(std::span<const float> features) {
   const Dims sample(model_.input_shape);
   std::vector<float> out(static_cast<std::size_t>(rows * model_.outputs));
   Tensor x;
+  std::vector<float> logits;
   PassContext ctx;
   ctx.training = false;
-  constexpr std::int64_t kBatch = 256;
-  for (std::int64_t start = 0; start < rows; start += kBatch) {
-    const std::int64_t n = std::min(kBatch, rows - start);
+  for (std::int64_t start = 0; start < rows; start += batch_) {
+    const std::int64_t n = std::min(batch_, rows - start);
+    if (inference_) {
+      // The raw outputs go through the loss's predict like the network's.
+      logits.resize(std::size_t(n * model_.outputs));
+      inference_->forward(features.data() + start * width, n, logits.data());
+      backend_->shape_plain(x, Dims{n, model_.outputs}, DType::kF32);
+      backend_->copy_from_host(logits.data(), x);
+      loss_->predict(x, out.data() + start * model_.outputs);
+      continue;
+    }
     backend_->shape_plain(x, sample.with_batch(n), DType::kF32);
     backend_->copy_from_host(features.data() + start * width, x);
     const Tensor& y = network_->forward(x, ctx);
     loss_->predict(y, out.data() + start * model_.outputs);
   }
   return out;
+}
+
+std::vector<InferenceLayerInfo> Predictor::kernels() const {
+  return inference_ ? inference_->describe() : std::vector<InferenceLayerInfo>();
 }
 
 std::string linear_weights_hash(const LinearModel& model) {

@@ -2,7 +2,12 @@
 // blobs (the store keeps them opaque), and the network rebuilt from a model
 // for inference.
 //
-// Model:      "ANMODEL1" | u64 LE header length | header JSON | f32 LE tensors
+// Model:      "ANMODEL1" | u64 LE header length | header JSON | tensors
+//   header "format" 1: f32 LE tensors, offsets in floats (every fp32/bf16 model)
+//   header "format" 2: each tensor f32, s8 (with per-output-channel scales) or
+//                      bitmask (mostly-zero: a bit per element, then the
+//                      nonzero f32 values), offsets in bytes; written only for
+//                      int8 and pruned models, so older models stay format 1
 // Checkpoint: "ANCKPT01" | u64 LE header length | header JSON | trainer state
 //
 // The model header holds everything predict and eval need: the feature
@@ -20,7 +25,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
+
 #include "anneal/backend.h"
+#include "anneal/inference.h"
 #include "anneal/linear.h"
 #include "anneal/network.h"
 #include "anneal/preprocess.h"
@@ -29,10 +37,20 @@
 
 namespace anneal::runs {
 
+enum class TensorEncoding : std::uint8_t { kF32, kS8, kBitmask };
+
 struct NamedTensor {
   std::string name;
   std::vector<std::int64_t> dims;
-  std::vector<float> values;
+  std::vector<float> values;  // always the real values (s8: dequantized q · scale)
+  TensorEncoding encoding = TensorEncoding::kF32;
+  std::vector<std::int8_t> q;  // s8: values ≈ q · scales[o], o = first dim
+  std::vector<float> scales;
+};
+
+// The activation scales of one int8 dense/conv layer (real ≈ q · scale).
+struct LayerScales {
+  float input = 0, output = 0;
 };
 
 struct ModelFile {
@@ -50,7 +68,17 @@ struct ModelFile {
   std::string label_column;
   std::string dataset_format;
   std::string weights_hash;
+  // int8: dense and conv run on int8 weights and activations; scales by
+  // layer prefix ("0.dense"). Stored as precision "int8".
+  bool int8 = false;
+  std::map<std::string, LayerScales> activation_scales;
+  nlohmann::json compression = nlohmann::json::object();  // how it was made: method, sparsity, ...
 };
+
+// True when the model needs InferenceNetwork (int8, or sparse-stored weights).
+bool needs_inference_network(const ModelFile& model);
+// The model's network as an InferenceSpec (weights by layer prefix).
+InferenceSpec inference_spec(const ModelFile& model);
 
 std::string encode_model(const ModelFile& model);
 // Throws kCorrupt naming `owner` for bytes that are not a model.
@@ -73,18 +101,25 @@ Checkpoint decode_checkpoint(std::string_view bytes, const std::string& owner);
 // one thread at a time; `threads` bounds its OpenMP team.
 class Predictor {
  public:
-  Predictor(const ModelFile& model, int threads);
+  // `batch`: rows per forward pass.
+  Predictor(const ModelFile& model, int threads, std::int64_t batch = 256);
   ~Predictor();
   Predictor(const Predictor&) = delete;
   Predictor& operator=(const Predictor&) = delete;
   // rows x outputs: class probabilities (bce: P(1)), or the standardized value.
   std::vector<float> predict(std::span<const float> features);
+  // True when the model runs on InferenceNetwork (int8, sparse weights).
+  bool uses_inference_network() const { return inference_ != nullptr; }
+  // InferenceNetwork: the kernel each layer ran on last; else empty.
+  std::vector<InferenceLayerInfo> kernels() const;
 
  private:
   const ModelFile& model_;
   int threads_;
+  std::int64_t batch_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Network> network_;
+  std::unique_ptr<InferenceNetwork> inference_;  // int8 and sparse models
   std::unique_ptr<LossOp> loss_;
 };
 

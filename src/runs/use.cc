@@ -9,6 +9,7 @@
 #include "anneal/runs.h"
 #include "runs/model_file.h"
 #include "runs/prepare.h"
+#include "runs/use.h"
 
 namespace anneal {
 using runs::ModelFile;
@@ -134,16 +135,16 @@ EvalSplit parse_eval_split(std::string_view text) {
   throw usage_error("--split " + std::string(text) + ": expected train, test or all");
 }
 
-EvalResult evaluate_model(Store& store, const ModelRef& ref, const DatasetRef& data, EvalSplit split,
-                          int threads) {
-  EvalResult result;
-  result.model = find_model(store, ref);
-  ModelFile model = load_model(store, result.model);
+namespace runs {
+
+ModelInputs model_inputs(Store& store, const ModelFile& model, const std::string& model_ref,
+                         const DatasetRef& data, EvalSplit split) {
+  ModelInputs result;
   LoadedDataset loaded = load_dataset(store, data);
   result.dataset = loaded.version.ref();
   if (loaded.version.label_column != model.label_column)
     throw usage_error("dataset " + result.dataset + " has label '" + loaded.version.label_column + "', model " +
-                      result.model.ref() + " predicts '" + model.label_column + "'");
+                      model_ref + " predicts '" + model.label_column + "'");
   if (split == EvalSplit::kDefault) split = loaded.test.rows > 0 ? EvalSplit::kTest : EvalSplit::kTrain;
   if (split == EvalSplit::kTest && loaded.test.rows == 0)
     throw usage_error("--split test: dataset " + result.dataset + " has no test split; use --split train or all");
@@ -164,11 +165,25 @@ EvalResult evaluate_model(Store& store, const ModelRef& ref, const DatasetRef& d
     }
     stored_labels.insert(stored_labels.end(), labels.begin(), labels.end());
   }
-  TransformCounts counts;
-  std::vector<float> x = model.features.apply(features, counts);
-  std::vector<float> y = model.labels.encode_all(stored_labels, where + " " + result.split);
-  result.missing = counts.missing;
-  result.unseen = counts.unseen;
+  result.x = model.features.apply(features, result.counts);
+  result.y = model.labels.encode_all(stored_labels, where + " " + result.split);
+  return result;
+}
+
+}  // namespace runs
+
+EvalResult evaluate_model(Store& store, const ModelRef& ref, const DatasetRef& data, EvalSplit split,
+                          int threads) {
+  EvalResult result;
+  result.model = find_model(store, ref);
+  ModelFile model = load_model(store, result.model);
+  runs::ModelInputs inputs = runs::model_inputs(store, model, result.model.ref(), data, split);
+  result.dataset = inputs.dataset;
+  result.split = inputs.split;
+  result.missing = inputs.counts.missing;
+  result.unseen = inputs.counts.unseen;
+  const std::vector<float>& x = inputs.x;
+  const std::vector<float>& y = inputs.y;
   runs::Predictor predictor(model, threads);
   std::vector<float> predictions = predictor.predict(x);
   result.classification = model.labels.classification();

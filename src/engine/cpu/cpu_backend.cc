@@ -220,6 +220,15 @@ class CpuBackend final : public Backend {
     running.mark_modified();
   }
 
+  void multiply(Tensor& t, const Tensor& mask) override {
+    check_same_layout(t, mask, "multiply");
+    float* x = f32_data(t, "multiply");
+    const float* m = f32_data(mask, "multiply");
+    const std::int64_t n = stored_elements(t);
+    for (std::int64_t i = 0; i < n; ++i) x[i] *= m[i];
+    t.mark_modified();
+  }
+
   void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed,
                        std::uint64_t stream) override {
     shape_like(y, x, x.dtype());

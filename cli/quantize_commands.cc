@@ -1,0 +1,196 @@
+// quantize, prune, bench: parse arguments, call quantize/, print the result
+// as text or JSON.
+#include <algorithm>
+#include <iostream>
+#include <thread>
+
+#include "anneal/error.h"
+#include "anneal/quantize.h"
+#include "anneal/store.h"
+#include "command.h"
+#include "output.h"
+
+namespace anneal::cli {
+namespace {
+
+using nlohmann::json;
+
+int default_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+int threads_of(const Invocation& inv) {
+  if (!inv.args.count("threads")) return default_threads();
+  const int t = inv.args["threads"].as<int>();
+  if (t < 1 || t > 1024) throw usage_error("--threads must be in 1..1024, not " + std::to_string(t));
+  return t;
+}
+
+std::string points(double v) {
+  return (v >= 0 ? "+" : "") + format_double(v, 3) + " points";
+}
+
+void print_compressed(const Invocation& inv, const CompressResult& r) {
+  const json& l = r.lineage;
+  if (inv.global.json) {
+    print_json({{"run", r.run.label()},
+                {"model", r.model.ref()},
+                {"parent", r.parent},
+                {"precision", l.value("precision", "")},
+                {"sparsity", l.value("sparsity", 0.0)},
+                {"size_bytes", l.value("size_bytes", 0)},
+                {"size_on_disk", l.value("size_on_disk", 0)},
+                {"parent_size_bytes", l.value("parent_size_bytes", 0)},
+                {"parent_size_on_disk", l.value("parent_size_on_disk", 0)},
+                {"metrics", r.metrics}});
+    return;
+  }
+  std::cout << r.run.label() << " succeeded: registered " << r.model.ref() << " from " << r.parent << "\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"  precision", l.value("precision", "")},
+      {"  sparsity", format_double(100.0 * l.value("sparsity", 0.0), 4) + "%"},
+      {"  size on disk", human_bytes(l.value("size_on_disk", 0)) + " (parent " +
+                             human_bytes(l.value("parent_size_on_disk", 0)) + ")"},
+      {"  size", human_bytes(l.value("size_bytes", 0)) + " (parent " + human_bytes(l.value("parent_size_bytes", 0)) + ")"}};
+  for (const auto& [key, value] : r.metrics.items())
+    rows.push_back({"  " + key, value.is_number_float() ? format_double(value.get<double>(), 4)
+                                : value.is_string() ? value.get<std::string>() : value.dump()});
+  if (r.metrics.contains("accuracy_change_points"))
+    rows.push_back({"  accuracy vs parent", points(r.metrics["accuracy_change_points"].get<double>())});
+  print_table(std::cout, rows);
+}
+
+int run_quantize(const Invocation& inv) {
+  const auto& a = inv.args;
+  if (!a["int8"].as<bool>()) throw usage_error("quantize: give --int8 (the one precision quantize produces)");
+  if (!a.count("calib")) throw usage_error("--calib: quantize needs calibration data (--calib DATA)");
+  QuantizeRequest request;
+  request.model = a["MODEL"].as<std::string>();
+  request.calib = a["calib"].as<std::string>();
+  request.calib_samples = a["calib-samples"].as<std::int64_t>();
+  if (a.count("method")) request.method = parse_calibration_method(a["method"].as<std::string>());
+  request.threads = threads_of(inv);
+  if (a["qat-epochs"].as<std::int64_t>() != 0)
+    throw usage_error("--qat-epochs: quantization-aware fine-tuning is not implemented in this version; "
+                      "use post-training quantization (omit --qat-epochs)");
+  Store store = Store::open(inv.global.store);
+  TerminalReporter reporter;
+  print_compressed(inv, quantize_model(store, request, reporter));
+  return kExitOk;
+}
+
+int run_prune(const Invocation& inv) {
+  const auto& a = inv.args;
+  if (!a.count("sparsity")) throw usage_error("--sparsity: prune needs the fraction to remove (--sparsity 0.9)");
+  PruneRequest request;
+  request.model = a["MODEL"].as<std::string>();
+  request.sparsity = a["sparsity"].as<double>();
+  if (a.count("schedule")) request.schedule = parse_prune_schedule(a["schedule"].as<std::string>());
+  request.finetune_epochs = a["finetune-epochs"].as<std::int64_t>();
+  request.structured = a["structured"].as<bool>();
+  request.global = a["global"].as<bool>();
+  if (a.count("data")) request.data = a["data"].as<std::string>();
+  request.lr = a["lr"].as<float>();
+  request.batch = a["batch"].as<std::int64_t>();
+  request.seed = a["seed"].as<std::uint64_t>();
+  request.threads = threads_of(inv);
+  Store store = Store::open(inv.global.store);
+  TerminalReporter reporter;
+  print_compressed(inv, prune_model(store, request, reporter));
+  return kExitOk;
+}
+
+int run_bench(const Invocation& inv) {
+  const auto& a = inv.args;
+  BenchRequest request;
+  request.model = a["MODEL"].as<std::string>();
+  request.batch = a["batch"].as<std::int64_t>();
+  request.repeats = a["repeats"].as<int>();
+  request.seconds = a["seconds"].as<double>();
+  request.threads = threads_of(inv);
+  Store store = Store::open(inv.global.store);
+  BenchResult r = bench_model(store, request);
+  if (inv.global.json) {
+    json layers = json::array();
+    for (const auto& l : r.layers) layers.push_back({{"layer", l.layer}, {"kernel", l.kernel}, {"sparsity", l.sparsity}});
+    print_json({{"model", r.model.ref()},
+                {"precision", r.precision},
+                {"sparsity", r.sparsity},
+                {"batch", r.batch},
+                {"threads", request.threads},
+                {"engine", r.engine},
+                {"samples_per_s", r.samples_per_s},
+                {"repeats", r.repeat_samples_per_s},
+                {"rows_per_repeat", r.rows_per_repeat},
+                {"layers", layers}});
+    return kExitOk;
+  }
+  std::cout << r.model.ref() << ": " << r.precision << ", " << format_double(100 * r.sparsity, 3)
+            << "% zero weights, batch " << r.batch << ", " << request.threads << " thread(s)\n";
+  std::cout << "  " << std::llround(r.samples_per_s) << " samples/s (median of " << r.repeat_samples_per_s.size()
+            << " repeats of " << r.rows_per_repeat << " rows)\n";
+  if (!r.layers.empty()) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& l : r.layers) rows.push_back({"  " + l.layer, l.kernel});
+    print_table(std::cout, rows);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_quantize_commands(std::vector<Command>& out) {
+  out.push_back(
+      {"quantize", "MODEL --int8 --calib DATA [--calib-samples N] [--method minmax|percentile|entropy]",
+       "quantize a model to INT8 (a new model version)",
+       "Static post-training quantization: the weights of every dense and conv layer become s8 with one scale "
+       "per output channel; activations get scales from --calib-samples rows of DATA's train split run through "
+       "the fp32 model (minmax: the largest magnitude; percentile: the 99.99th percentile; entropy: the "
+       "threshold with the least KL divergence). Registers NAME@vN+1 with its parent, the calibration data and "
+       "the method in its lineage, scored beside the parent on DATA's test split. eval, predict and bench then "
+       "run oneDNN int8 primitives with the relu fused.",
+       [](po::options_description& o) {
+         o.add_options()("int8", po::bool_switch(), "quantize to INT8 (required)")
+             ("calib", po::value<std::string>()->value_name("DATA"), "calibration dataset version")
+             ("calib-samples", po::value<std::int64_t>()->default_value(1000)->value_name("N"), "calibration rows")
+             ("method", po::value<std::string>()->value_name("METHOD"), "minmax (default), percentile or entropy")
+             ("qat-epochs", po::value<std::int64_t>()->default_value(0)->value_name("N"),
+              "quantization-aware fine-tuning (not implemented: must be 0)")
+             ("threads", po::value<int>()->value_name("N"), "threads (default: all cores)");
+       },
+       {"MODEL"}, run_quantize});
+  out.push_back(
+      {"prune", "MODEL --sparsity S [--schedule oneshot|gradual] [--finetune-epochs N] [--structured]",
+       "prune a model by weight magnitude (a new model version)",
+       "Unstructured (default): zeroes the fraction S of each dense/conv layer's weights with the smallest "
+       "magnitude (--global: one threshold over all layers), at once (oneshot) or on the gradual cubic schedule "
+       "of Zhu & Gupta over the first 3/4 of fine-tuning; the optimizer holds the masks, so pruned weights stay "
+       "zero. Stored as a bitmask plus the nonzero values. --structured removes the fraction S of every hidden "
+       "layer's neurons or channels (smallest L1 norm) and rebuilds smaller dense layers. Fine-tunes on --data "
+       "(default: the parent's dataset) with Adam.",
+       [](po::options_description& o) {
+         o.add_options()("sparsity", po::value<double>()->value_name("S"), "fraction removed, 0 < S < 1")
+             ("schedule", po::value<std::string>()->value_name("SCHEDULE"), "oneshot (default) or gradual")
+             ("finetune-epochs", po::value<std::int64_t>()->default_value(1)->value_name("N"), "fine-tuning epochs")
+             ("structured", po::bool_switch(), "remove whole neurons/channels")
+             ("global", po::bool_switch(), "one magnitude threshold over all layers")
+             ("data", po::value<std::string>()->value_name("DATA"), "fine-tuning dataset version")
+             ("lr", po::value<float>()->default_value(5e-4f, "0.0005")->value_name("LR"), "fine-tuning learning rate")
+             ("batch", po::value<std::int64_t>()->default_value(128)->value_name("N"), "fine-tuning batch size")
+             ("seed", po::value<std::uint64_t>()->default_value(1)->value_name("N"), "fine-tuning seed")
+             ("threads", po::value<int>()->value_name("N"), "threads (default: all cores)");
+       },
+       {"MODEL"}, run_prune});
+  out.push_back(
+      {"bench", "MODEL [--batch N] [--threads N]", "measure a model's batch inference throughput",
+       "Runs the model on fixed pseudo-random standardized rows through the path eval uses (fp32, bf16, int8 "
+       "or pruned), after a warm-up, in --repeats timed repeats of about --seconds in all, and reports the "
+       "median samples/s and, for int8 and pruned models, the kernel each layer ran on.",
+       [](po::options_description& o) {
+         o.add_options()("batch", po::value<std::int64_t>()->default_value(256)->value_name("N"), "rows per forward pass")
+             ("repeats", po::value<int>()->default_value(7)->value_name("N"), "timed repeats")
+             ("seconds", po::value<double>()->default_value(3.0)->value_name("S"), "total timed seconds (about)")
+             ("threads", po::value<int>()->value_name("N"), "threads (default: all cores)");
+       },
+       {"MODEL"}, run_bench});
+}
+
+}  // namespace anneal::cli

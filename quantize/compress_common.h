@@ -1,0 +1,48 @@
+// What quantize and prune share: reading the parent, scoring child against
+// parent on the same rows, sizes, and registering the child with its run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "anneal/quantize.h"
+#include "runs/model_file.h"
+
+namespace anneal::compress {
+
+struct Parent {
+  ModelRecord record;
+  runs::ModelFile model;
+};
+// The parent model; kUsage for a linear model (nothing to quantize/prune).
+Parent load_parent(Store& store, const std::string& ref, std::string_view operation);
+
+// Bytes the model blob takes in the store: each chunk as the object store
+// writes it (16-byte header + zstd level 1 frame).
+std::uint64_t size_on_disk(std::string_view bytes);
+
+// Fraction of zero weights over every dense/conv weight tensor.
+double weight_sparsity(const runs::ModelFile& model);
+
+// BLAKE2b-256 hex over the tensors' names, dims and real values.
+std::string tensors_hash(const runs::ModelFile& model);
+
+// The child's and the parent's scores on the test split of `data` (its train
+// split when it has none): "<split>_accuracy", "parent_<split>_accuracy",
+// "accuracy_change_points" (or rmse for regression).
+nlohmann::json score_against_parent(Store& store, const Parent& parent, const runs::ModelFile& child,
+                                    const DatasetRef& data, int threads);
+
+// Lineage fields every compressed model carries.
+nlohmann::json base_lineage(const Parent& parent, const std::string& operation, const std::string& data);
+
+// Records the run (config_text describes the operation, dataset = data) and
+// registers the child as the next version of the parent's name.
+CompressResult register_child(Store& store, const Parent& parent, const runs::ModelFile& child,
+                              const DatasetRef& data, const std::string& config_text,
+                              nlohmann::json lineage, const nlohmann::json& metrics);
+
+}  // namespace anneal::compress

@@ -1,0 +1,242 @@
+// INT8 post-training quantization: per-channel weight quantization,
+// activation calibration (minmax, percentile, entropy) and quantize_model.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "anneal/error.h"
+#include "anneal/quantize.h"
+#include "compress_common.h"
+#include "omp_scope.h"
+#include "runs/use.h"
+
+namespace anneal {
+using nlohmann::json;
+
+QuantizedWeights quantize_per_channel(std::span<const float> w, std::int64_t channels) {
+  if (channels < 1 || w.size() % std::size_t(channels) != 0)
+    throw usage_error("quantize: " + std::to_string(w.size()) + " weights are not " + std::to_string(channels) +
+                      " equal channels");
+  const std::size_t per = w.size() / std::size_t(channels);
+  QuantizedWeights out;
+  out.q.resize(w.size());
+  out.scales.resize(std::size_t(channels));
+  for (std::size_t o = 0; o < std::size_t(channels); ++o) {
+    float max = 0;
+    for (std::size_t i = 0; i < per; ++i) max = std::max(max, std::fabs(w[o * per + i]));
+    // An all-zero row (a pruned neuron) quantizes exactly with any scale.
+    const float scale = max > 0 ? max / 127.0f : 1.0f;
+    out.scales[o] = scale;
+    for (std::size_t i = 0; i < per; ++i) {
+      const float q = std::nearbyint(w[o * per + i] / scale);
+      out.q[o * per + i] = std::int8_t(std::clamp(q, -127.0f, 127.0f));
+    }
+  }
+  return out;
+}
+
+std::vector<float> dequantize(const QuantizedWeights& w) {
+  std::vector<float> out(w.q.size());
+  if (w.scales.empty()) return out;
+  const std::size_t per = w.q.size() / w.scales.size();
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = float(w.q[i]) * w.scales[i / per];
+  return out;
+}
+
+CalibrationMethod parse_calibration_method(std::string_view name) {
+  if (name == "minmax") return CalibrationMethod::kMinMax;
+  if (name == "percentile") return CalibrationMethod::kPercentile;
+  if (name == "entropy") return CalibrationMethod::kEntropy;
+  throw usage_error("--method " + std::string(name) + ": expected minmax, percentile or entropy");
+}
+
+const char* calibration_method_name(CalibrationMethod method) {
+  switch (method) {
+    case CalibrationMethod::kMinMax: return "minmax";
+    case CalibrationMethod::kPercentile: return "percentile";
+    case CalibrationMethod::kEntropy: return "entropy";
+  }
+  return "minmax";
+}
+
+void ActivationRange::add_max(std::span<const float> values) {
+  for (float v : values)
+    if (std::isfinite(v)) max_ = std::max(max_, std::fabs(v));
+}
+
+void ActivationRange::add_histogram(std::span<const float> values) {
+  if (histogram_.empty()) histogram_.assign(kBins, 0.0);
+  if (!(max_ > 0)) return;
+  const float per_bin = float(kBins) / max_;
+  for (float v : values) {
+    if (!std::isfinite(v)) continue;
+    const int b = std::min(kBins - 1, int(std::fabs(v) * per_bin));
+    histogram_[std::size_t(b)] += 1.0;
+  }
+}
+
+namespace {
+
+// KL(P || Q) of two unnormalized distributions over the same bins.
+double kl_divergence(const std::vector<double>& p, const std::vector<double>& q) {
+  double ps = 0, qs = 0;
+  for (double v : p) ps += v;
+  for (double v : q) qs += v;
+  if (ps <= 0 || qs <= 0) return std::numeric_limits<double>::infinity();
+  // Smoothing as MXNet/TensorRT do: a bin Q leaves empty where P has mass
+  // (the outliers folded into P's last bin) costs a large but finite
+  // amount instead of ruling the candidate out.
+  constexpr double kEpsilon = 1e-4;
+  double kl = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (p[i] <= 0) continue;
+    const double qi = std::max(q[i] / qs, kEpsilon / double(q.size()));
+    kl += (p[i] / ps) * std::log((p[i] / ps) / qi);
+  }
+  return kl;
+}
+
+}  // namespace
+
+float ActivationRange::threshold(CalibrationMethod method, int levels) const {
+  if (!(max_ > 0)) return 0.0f;
+  if (method == CalibrationMethod::kMinMax || histogram_.empty()) return max_;
+  const double width = double(max_) / kBins;
+  double total = 0;
+  for (double v : histogram_) total += v;
+  if (total <= 0) return max_;
+  if (method == CalibrationMethod::kPercentile) {
+    double seen = 0;
+    for (int b = 0; b < kBins; ++b) {
+      seen += histogram_[std::size_t(b)];
+      if (seen >= 0.9999 * total) return float((b + 1) * width);
+    }
+    return max_;
+  }
+  // Entropy: for each candidate i, P = the first i bins with everything
+  // beyond folded into the last; Q = P merged into `levels` bins and spread
+  // back over the bins that were nonzero. Keep the i with the least KL(P||Q).
+  double best = std::numeric_limits<double>::infinity();
+  int best_i = kBins;
+  for (int i = levels; i <= kBins; ++i) {
+    std::vector<double> p(histogram_.begin(), histogram_.begin() + i);
+    for (int b = i; b < kBins; ++b) p[std::size_t(i - 1)] += histogram_[std::size_t(b)];
+    std::vector<double> q(std::size_t(i), 0.0);
+    const double per = double(i) / levels;
+    for (int j = 0; j < levels; ++j) {
+      const int begin = int(std::floor(j * per)), end = std::max(begin + 1, int(std::floor((j + 1) * per)));
+      double sum = 0;
+      int nonzero = 0;
+      for (int b = begin; b < end && b < i; ++b) {
+        sum += histogram_[std::size_t(b)];
+        nonzero += histogram_[std::size_t(b)] > 0;
+      }
+      for (int b = begin; b < end && b < i; ++b)
+        if (histogram_[std::size_t(b)] > 0) q[std::size_t(b)] = sum / nonzero;
+    }
+    const double kl = kl_divergence(p, q);
+    if (kl < best) {
+      best = kl;
+      best_i = i;
+    }
+  }
+  return float((best_i + 0.5) * width);
+}
+
+CompressResult quantize_model(Store& store, const QuantizeRequest& request, Reporter& reporter) {
+  compress::Parent parent = compress::load_parent(store, request.model, "quantize");
+  if (parent.model.int8) throw usage_error("quantize " + parent.record.ref() + ": the model is already int8");
+  if (request.calib_samples < 1)
+    throw usage_error("--calib-samples must be >= 1, not " + std::to_string(request.calib_samples));
+  DatasetRef calib = parse_dataset_ref(request.calib, "--calib");
+  // Unsupported layers (batchnorm, layernorm) fail here, before any run.
+  const std::vector<WeightedLayer> layers = weighted_layers(parent.model.layers, Dims(parent.model.input_shape));
+  runs::ModelInputs in = runs::model_inputs(store, parent.model, parent.record.ref(), calib, EvalSplit::kTrain);
+  calib.version = parse_dataset_ref(in.dataset).version;
+  std::int64_t width = 1;
+  for (auto d : parent.model.input_shape) width *= d;
+  const auto rows = std::int64_t(in.y.size());
+  if (rows == 0) throw usage_error("--calib " + in.dataset + ": the train split has no rows");
+  // Evenly spaced rows of the train split, so a small sample still spans
+  // every part of the file.
+  const std::int64_t samples = std::min(request.calib_samples, rows);
+  std::vector<float> x(std::size_t(samples * width));
+  for (std::int64_t i = 0; i < samples; ++i) {
+    const std::int64_t r = i * rows / samples;
+    std::copy_n(in.x.data() + r * width, width, x.data() + i * width);
+  }
+  reporter.note("calibrating " + parent.record.ref() + " on " + std::to_string(samples) + " rows of " + in.dataset +
+                " (" + calibration_method_name(request.method) + ")");
+
+  // Range 0: the network input; range k + 1: layer k's output.
+  std::vector<ActivationRange> ranges(layers.size() + 1);
+  {
+    compress::OmpThreads threads(request.threads);
+    InferenceSpec spec = runs::inference_spec(parent.model);
+    spec.int8 = false;
+    spec.sparse = SparseKernel::kDense;
+    InferenceNetwork net(std::move(spec));
+    std::vector<float> out;
+    constexpr std::int64_t kBatch = 256;
+    const bool histogram = request.method != CalibrationMethod::kMinMax;
+    for (int pass = 0; pass < (histogram ? 2 : 1); ++pass) {
+      const InferenceNetwork::Observer observe = [&](std::size_t k, const float* v, std::size_t n) {
+        if (pass == 0) ranges[k + 1].add_max({v, n});
+        else ranges[k + 1].add_histogram({v, n});
+      };
+      for (std::int64_t start = 0; start < samples; start += kBatch) {
+        const std::int64_t n = std::min(kBatch, samples - start);
+        const std::span<const float> batch(x.data() + start * width, std::size_t(n * width));
+        if (pass == 0) ranges[0].add_max(batch);
+        else ranges[0].add_histogram(batch);
+        out.resize(std::size_t(n * parent.model.outputs));
+        net.forward(batch.data(), n, out.data(), observe);
+      }
+    }
+  }
+  auto scale_of = [&](std::size_t point, int levels) {
+    const float t = ranges[point].threshold(request.method, levels);
+    // A tensor that is zero on every calibration row: any scale is exact.
+    return t > 0 ? t / float(levels) : 1.0f;
+  };
+
+  runs::ModelFile child = parent.model;
+  child.int8 = true;
+  float input_scale = scale_of(0, 127);
+  json scales = json::array();
+  for (std::size_t k = 0; k < layers.size(); ++k) {
+    const WeightedLayer& layer = layers[k];
+    const float output_scale = layer.last ? 0.0f : scale_of(k + 1, layer.relu ? 255 : 127);
+    child.activation_scales[layer.prefix] = {input_scale, output_scale};
+    scales.push_back({{"layer", layer.text}, {"input_scale", input_scale}, {"output_scale", output_scale}});
+    for (auto& t : child.tensors) {
+      if (t.name != layer.prefix + ".weight") continue;
+      QuantizedWeights q = quantize_per_channel(t.values, layer.out);
+      t.encoding = runs::TensorEncoding::kS8;
+      t.values = dequantize(q);
+      t.q = std::move(q.q);
+      t.scales = std::move(q.scales);
+    }
+    input_scale = output_scale;
+  }
+  child.compression = {{"operation", "quantize"},
+                       {"method", calibration_method_name(request.method)},
+                       {"calibration_data", in.dataset},
+                       {"calibration_samples", samples}};
+  child.weights_hash = compress::tensors_hash(child);
+
+  reporter.note("scoring " + parent.record.ref() + " and its int8 version");
+  const json metrics = compress::score_against_parent(store, parent, child, calib, request.threads);
+  json lineage = compress::base_lineage(parent, "quantize", in.dataset);
+  lineage["method"] = calibration_method_name(request.method);
+  lineage["calibration_data"] = in.dataset;
+  lineage["calibration_samples"] = samples;
+  lineage["activation_scales"] = scales;
+  const std::string config = "operation = quantize\nmodel = " + parent.record.ref() + "\nprecision = int8\ncalib = " +
+                             in.dataset + "\ncalib_samples = " + std::to_string(samples) + "\nmethod = " +
+                             calibration_method_name(request.method) + "\nthreads = " +
+                             std::to_string(request.threads) + "\n";
+  return compress::register_child(store, parent, child, calib, config, lineage, metrics);
+}
+
+}  // namespace anneal
