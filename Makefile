@@ -6,7 +6,7 @@ DEMO_STORE ?= $(BUILD)/demo-store
 ANNEAL      = $(BUILD)/cli/anneal
 FMNIST      = /usr/share/datasets/fashion-mnist
 
-.PHONY: all deps build demo test test-sanitize bench clean
+.PHONY: all deps build demo test test-sanitize bench package package-test clean
 
 all: build
 
@@ -33,7 +33,11 @@ demo:
 	$(ANNEAL) --store $(DEMO_STORE) train docs/examples/fmnist-mlp.ini
 	$(ANNEAL) --store $(DEMO_STORE) eval fmnist-mlp fmnist
 
+# The suite includes the packaging checks (packaging/tests: man page against
+# --help, completion, systemd-analyze verify, lintian, rpmlint, the package
+# test), whose tools the package group installs.
 test: build
+	@packaging/install-deps package
 	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure
 
 test-sanitize: deps
@@ -46,6 +50,19 @@ bench:
 	@packaging/install-deps bench
 	@$(MAKE) --no-print-directory build
 	bench/run $(ANNEAL)
+
+# build/anneal_VERSION_ARCH.deb and build/anneal-VERSION.ARCH.rpm from the
+# Release build (packaging/CMakeLists.txt).
+package:
+	@packaging/install-deps package
+	@$(MAKE) --no-print-directory build
+	cd $(BUILD) && cpack
+
+# Installs the newest .deb into a throwaway Debian 12 root and uses it as
+# user anneal, then removes and purges it (packaging/package-test). Needs
+# root and the network; make test runs it too (ctest packaging.package_test).
+package-test: package
+	packaging/package-test "$$(ls -t $(BUILD)/anneal_*.deb | head -n1)" $(BUILD)/package-test
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
