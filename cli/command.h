@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "output.h"
+
 namespace anneal::cli {
 
 namespace po = boost::program_options;
@@ -18,6 +20,7 @@ namespace po = boost::program_options;
 struct GlobalOptions {
   std::filesystem::path store;  // resolved: --store, $ANNEAL_HOME, $XDG_DATA_HOME/anneal
   bool json = false;
+  LogFormat log_format = LogFormat::kText;  // --log-format
 };
 
 struct Invocation {
@@ -33,6 +36,9 @@ struct Command {
   std::function<void(po::options_description&)> add_options;
   std::vector<std::string> positional;  // names of positional arguments in order; "..." suffix: many
   std::function<int(const Invocation&)> run;
+  // Internal (the worker's child entry point): left out of --help, the man
+  // page and completion.
+  bool hidden = false;
 };
 
 // All commands, in the order --help lists them.
@@ -44,5 +50,8 @@ void add_store_commands(std::vector<Command>& out);
 void add_train_commands(std::vector<Command>& out);
 // Defined in quantize_commands.cc (quantize, prune, bench).
 void add_quantize_commands(std::vector<Command>& out);
+// Defined in job_commands.cc (submit, worker, jobs, retrain, metrics, and
+// model alias/promote/rollback).
+void add_job_commands(std::vector<Command>& out);
 
 }  // namespace anneal::cli

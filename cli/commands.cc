@@ -8,6 +8,7 @@ const std::vector<Command>& commands() {
     add_store_commands(all);
     add_train_commands(all);
     add_quantize_commands(all);
+    add_job_commands(all);
     return all;
   }();
   return kCommands;

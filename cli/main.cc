@@ -27,6 +27,7 @@ constexpr const char* kExitCodes =
     "  0   success (also: nothing to do, e.g. an import of identical content)\n"
     "  1   failure (I/O, a damaged store, something not found)\n"
     "  2   bad command line: unknown command or flag, bad flag value\n"
+    "  4   retrain / model promote: trained, but the gate refused the promotion\n"
     "  65  bad input data (the message gives file:line:column)\n"
     "  75  busy: a lock is held by another anneal process\n"
     "  130 training interrupted (SIGINT/SIGTERM) after writing a checkpoint\n";
@@ -38,6 +39,8 @@ po::options_description global_options() {
        "the store directory (default: $ANNEAL_HOME, else $XDG_DATA_HOME/anneal, "
        "else ~/.local/share/anneal)")
       ("json", po::bool_switch(), "print one JSON document instead of text")
+      ("log-format", po::value<std::string>()->value_name("FORMAT")->default_value("text"),
+       "how to log on stderr: text, or json (one JSON object per line)")
       ("help,h", po::bool_switch(), "show help (anneal COMMAND --help for a command)")
       ("version", po::bool_switch(), "show the version and the commit it was built from");
   return global;
@@ -57,7 +60,7 @@ void print_usage(std::ostream& out) {
   std::size_t width = 0;
   for (const auto& c : commands()) width = std::max(width, c.name.size());
   for (const auto& c : commands())
-    out << "  " << c.name << std::string(width - c.name.size() + 2, ' ') << c.summary << "\n";
+    if (!c.hidden) out << "  " << c.name << std::string(width - c.name.size() + 2, ' ') << c.summary << "\n";
   out << "\n" << global_options() << "\n" << kExitCodes;
 }
 
@@ -131,7 +134,7 @@ int run(int argc, char** argv) {
   // also accepted after it.
   std::size_t first_word = 0;
   while (first_word < args.size() && args[first_word].starts_with("-")) {
-    if (args[first_word] == "--store") ++first_word;
+    if (args[first_word] == "--store" || args[first_word] == "--log-format") ++first_word;
     ++first_word;
   }
   po::variables_map global;
@@ -184,6 +187,7 @@ int run(int argc, char** argv) {
                         command->name + " " + command->synopsis + ")");
 
   invocation.global.json = global["json"].as<bool>() || invocation.args["json"].as<bool>();
+  invocation.global.log_format = parse_log_format(global["log-format"].as<std::string>());
   if (invocation.args.count("store")) invocation.global.store = invocation.args["store"].as<std::string>();
   else if (global.count("store")) invocation.global.store = global["store"].as<std::string>();
   else invocation.global.store = default_store();
@@ -193,19 +197,38 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace anneal::cli
 
+namespace {
+
+// Whether the global flags ask for JSON logs: read straight from argv, since
+// an error may come before (or from) the parse.
+bool json_logs(int argc, char** argv) {
+  for (int i = 1; i < argc && argv[i][0] == '-'; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--log-format=json" || (a == "--log-format" && i + 1 < argc && std::string_view(argv[i + 1]) == "json"))
+      return true;
+  }
+  return false;
+}
+
+int report_error(bool json, const std::string& message, int code) {
+  if (json) std::cerr << anneal::cli::json_log_line("error", message) << std::flush;
+  else std::cerr << "anneal: " << message << "\n";
+  return code;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // Everything anneal creates in a store is owner-only.
   ::umask(077);
+  const bool json = json_logs(argc, argv);
   try {
     return anneal::cli::run(argc, argv);
   } catch (const anneal::Error& e) {
-    std::cerr << "anneal: " << e.what() << "\n";
-    return anneal::exit_code(e.kind());
+    return report_error(json, e.what(), anneal::exit_code(e.kind()));
   } catch (const boost::program_options::error& e) {
-    std::cerr << "anneal: " << e.what() << " (see 'anneal --help')\n";
-    return anneal::kExitUsage;
+    return report_error(json, std::string(e.what()) + " (see 'anneal --help')", anneal::kExitUsage);
   } catch (const std::exception& e) {
-    std::cerr << "anneal: internal error: " << e.what() << "\n";
-    return anneal::kExitFailure;
+    return report_error(json, std::string("internal error: ") + e.what(), anneal::kExitFailure);
   }
 }

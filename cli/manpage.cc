@@ -154,6 +154,7 @@ void write_manpage(std::ostream& out, const HelpText& help) {
 
   out << ".SH COMMANDS\n";
   for (const auto& c : commands()) {
+    if (c.hidden) continue;
     out << ".SS \"" << roff(c.name) << "\"\n"
         << "\\fBanneal " << roff(c.name) << "\\fR" << (c.synopsis.empty() ? "" : " ") << roff(c.synopsis)
         << "\n"
@@ -192,6 +193,7 @@ void write_bash_completion(std::ostream& out, const HelpText& help) {
   std::map<std::string, std::vector<std::string>> next_words;
   std::set<std::string> command_words;
   for (const auto& c : commands()) {
+    if (c.hidden) continue;
     std::istringstream parts(c.name);
     std::string prefix, part;
     while (parts >> part) {
@@ -222,7 +224,8 @@ void write_bash_completion(std::ostream& out, const HelpText& help) {
   // Options per command; the global options before any command word, and
   // under a group word such as "data".
   std::vector<std::pair<std::string, std::vector<OptionInfo>>> option_sets;
-  for (const auto& c : commands()) option_sets.emplace_back(c.name, option_infos(help.command_options(c)));
+  for (const auto& c : commands())
+    if (!c.hidden) option_sets.emplace_back(c.name, option_infos(help.command_options(c)));
   std::vector<OptionInfo> global = option_infos(help.global);
 
   auto names = [](const std::vector<OptionInfo>& options) {
@@ -257,6 +260,7 @@ void write_bash_completion(std::ostream& out, const HelpText& help) {
   out << "# _anneal_positional_kind CMD N: file or dir when CMD's Nth (from 0) argument is one.\n"
          "_anneal_positional_kind() {\n  case \"$1:$2\" in\n";
   for (const auto& c : commands()) {
+    if (c.hidden) continue;
     for (std::size_t i = 0; i < c.positional.size(); ++i) {
       std::string name = c.positional[i];
       bool many = name.ends_with("...");

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+
+#include "anneal/error.h"
 
 namespace anneal::cli {
 
@@ -56,16 +59,35 @@ std::string join(const std::vector<std::string>& parts, const std::string& sep) 
 
 void print_json(const nlohmann::json& document) { std::cout << document.dump(2) << "\n"; }
 
-TerminalReporter::TerminalReporter() : enabled_(::isatty(STDERR_FILENO) == 1) {}
+LogFormat parse_log_format(const std::string& text) {
+  if (text == "text") return LogFormat::kText;
+  if (text == "json") return LogFormat::kJson;
+  throw usage_error("--log-format '" + text + "': expected text or json");
+}
+
+std::string json_log_line(std::string_view level, std::string_view message) {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char time[32];
+  std::strftime(time, sizeof time, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  nlohmann::json line = {{"time", time}, {"level", level}, {"message", message}, {"pid", ::getpid()}};
+  // Replace, not throw, on bad UTF-8 (a file name from the user, say).
+  return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+TerminalReporter::TerminalReporter(LogFormat format)
+    : format_(format), enabled_(format == LogFormat::kJson || ::isatty(STDERR_FILENO) == 1) {}
 
 void TerminalReporter::note(std::string_view message) {
   if (!enabled_) return;
   std::lock_guard lock(mutex_);
-  std::cerr << message << "\n";
+  if (format_ == LogFormat::kJson) std::cerr << json_log_line("info", message) << std::flush;
+  else std::cerr << message << "\n";
 }
 
 void TerminalReporter::progress(std::string_view stage, std::uint64_t done, std::uint64_t total) {
-  if (!enabled_) return;
+  if (!enabled_ || format_ == LogFormat::kJson) return;
   std::lock_guard lock(mutex_);
   std::cerr << "\r" << stage << " " << done;
   if (total) std::cerr << "/" << total;

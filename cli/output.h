@@ -24,15 +24,25 @@ std::string join(const std::vector<std::string>& parts, const std::string& sep);
 // Prints one JSON document (pretty) to stdout.
 void print_json(const nlohmann::json& document);
 
-// Notes go to stderr, and only when stderr is a terminal, so scripts and cron
-// see nothing but the command's result.
+// How commands log on stderr: text for people, or (--log-format json) one
+// JSON object per line for a log collector: {"time", "level", "message"}.
+enum class LogFormat { kText, kJson };
+LogFormat parse_log_format(const std::string& text);  // "text" | "json"; kUsage otherwise
+
+// One JSON log line, newline included.
+std::string json_log_line(std::string_view level, std::string_view message);
+
+// Text: notes go to stderr, and only when stderr is a terminal, so scripts
+// and cron see nothing but the command's result. JSON: every note is a log
+// line on stderr, terminal or not; progress is not logged.
 class TerminalReporter final : public Reporter {
  public:
-  TerminalReporter();
+  explicit TerminalReporter(LogFormat format = LogFormat::kText);
   void note(std::string_view message) override;
   void progress(std::string_view stage, std::uint64_t done, std::uint64_t total) override;
 
  private:
+  LogFormat format_;
   bool enabled_;
   std::mutex mutex_;
 };

@@ -109,11 +109,13 @@ void sync_dir(const fs::path& dir) {
 }
 
 bool write_file_atomic(const fs::path& path, std::string_view bytes, const fs::path& tmp_dir,
-                       bool replace, bool sync_parent) {
+                       bool replace, bool sync_parent, unsigned mode) {
   if (!replace && ::access(path.c_str(), F_OK) == 0) return false;
   fs::path tmp = tmp_dir / (path.filename().string() + "." + unique_suffix() + ".tmp");
   {
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode)));
+    // The process umask (anneal's is 077) must not narrow a mode asked for.
+    if (fd.get() >= 0 && mode != 0600) ::fchmod(fd.get(), static_cast<mode_t>(mode));
     if (fd.get() < 0) throw failure(errno_message(tmp, "cannot create"));
     try {
       write_all(fd.get(), bytes, tmp);
@@ -167,5 +169,19 @@ FileLock::~FileLock() {
 }
 
 FileLock::FileLock(FileLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+
+void FileLock::describe(std::string_view holder) const {
+  if (fd_ < 0) throw failure("FileLock::describe: the lock is not held");
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, holder.data(), holder.size(), 0) != static_cast<ssize_t>(holder.size()))
+    throw failure(std::string("cannot record the lock holder: ") + std::strerror(errno));
+}
+
+std::string FileLock::holder(const fs::path& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return "";
+  char buffer[512];
+  const ssize_t n = ::pread(fd.get(), buffer, sizeof buffer, 0);
+  return n > 0 ? std::string(buffer, static_cast<std::size_t>(n)) : std::string();
+}
 
 }  // namespace anneal

@@ -157,4 +157,28 @@ GcReport gc(Store& store, bool dry_run, Reporter& reporter) {
   return report;
 }
 
+StoreUsage store_usage(Store& store) {
+  StoreUsage usage;
+  sql::Database& db = store.db();
+  {
+    // A blob owned twice (two versions sharing a stream) counts twice:
+    // that is the sharing dedup saves.
+    auto stmt = db.prepare(
+        "SELECT COALESCE(SUM(b.size), 0) FROM blobs b JOIN "
+        "(SELECT blob FROM dataset_streams UNION ALL SELECT blob FROM checkpoints UNION ALL SELECT blob FROM models) o "
+        "ON o.blob = b.hash");
+    stmt.step();
+    usage.logical_bytes = static_cast<std::uint64_t>(stmt.int64(0));
+  }
+  auto chunks = db.prepare("SELECT object, MAX(length) FROM blob_chunks GROUP BY object");
+  while (chunks.step()) {
+    usage.unique_bytes += static_cast<std::uint64_t>(chunks.int64(1));
+    ++usage.objects;
+    std::error_code ec;
+    const auto size = fs::file_size(store.objects().path_of(chunks.text(0)), ec);
+    if (!ec) usage.disk_bytes += size;
+  }
+  return usage;
+}
+
 }  // namespace anneal

@@ -2,6 +2,9 @@
 #include "anneal/catalog_runs.h"
 
 
+#include <cctype>
+
+#include "anneal/catalog_jobs.h"
 #include "anneal/chunker.h"
 #include "anneal/error.h"
 #include "sqlite.h"
@@ -250,12 +253,28 @@ std::string read_checkpoint(Store& store, const CheckpointRecord& checkpoint) {
 }
 
 std::string ModelRef::to_string() const {
+  if (alias) return name + "@" + *alias;
   return version ? name + "@v" + std::to_string(*version) : name + "@latest";
 }
 
 ModelRef parse_model_ref(std::string_view text, std::string_view what) {
+  const std::size_t at = text.find('@');
+  if (at != std::string_view::npos) {
+    std::string_view tag = text.substr(at + 1);
+    const bool version_like = tag == "latest" || (tag.size() >= 2 && tag[0] == 'v' &&
+                                                  std::isdigit(static_cast<unsigned char>(tag[1])));
+    if (!version_like) {
+      ModelRef ref{parse_dataset_ref(text.substr(0, at), what).name, std::nullopt, std::string(tag)};
+      try {
+        validate_alias_name(tag);
+      } catch (const Error& e) {
+        throw usage_error(std::string(what) + " '" + std::string(text) + "': " + e.what());
+      }
+      return ref;
+    }
+  }
   DatasetRef same_syntax = parse_dataset_ref(text, what);
-  return {same_syntax.name, same_syntax.version};
+  return {same_syntax.name, same_syntax.version, std::nullopt};
 }
 
 ModelRecord register_model(Store& store, std::int64_t run, const std::string& name,
@@ -287,10 +306,14 @@ ModelRecord register_model(Store& store, std::int64_t run, const std::string& na
         .bind(1, now).bind(2, summary.dump()).bind(3, run).run();
     txn.commit();
   }
-  return find_model(store, {name, version});
+  return find_model(store, ModelRef{name, version, std::nullopt});
 }
 
 ModelRecord find_model(Store& store, const ModelRef& ref) {
+  if (ref.alias) {
+    if (auto held = find_alias(store, ref.name, *ref.alias)) return *held;
+    throw not_found("alias '" + ref.to_string() + "' is not set (see 'anneal model alias list')");
+  }
   sql::Database& db = store.db();
   std::string sql = std::string("SELECT ") + kModelColumns + " WHERE m.name = ? " +
                     (ref.version ? "AND m.version = ?" : "ORDER BY m.version DESC LIMIT 1");

@@ -120,6 +120,65 @@ const std::vector<const char*>& migrations() {
         UNION SELECT blob FROM checkpoints
         UNION SELECT blob FROM models;
       )sql",
+      // 3: the job queue, model aliases with their history, and the record of
+      // nightly retrains. None of them owns blobs.
+      R"sql(
+      CREATE TABLE jobs (
+        id               INTEGER PRIMARY KEY,
+        name             TEXT NOT NULL,
+        config_text      TEXT NOT NULL,
+        config_source    TEXT NOT NULL,
+        priority         INTEGER NOT NULL,
+        cores            INTEGER NOT NULL CHECK (cores >= 1),
+        timeout_s        REAL,
+        state            TEXT NOT NULL
+                         CHECK (state IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')),
+        attempts         INTEGER NOT NULL DEFAULT 0,
+        max_attempts     INTEGER NOT NULL CHECK (max_attempts >= 1),
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        submitted        REAL NOT NULL,
+        started          REAL,
+        ended            REAL,
+        not_before       REAL NOT NULL DEFAULT 0,
+        worker           TEXT,
+        lease_expires    REAL,
+        run_id           INTEGER REFERENCES runs(id),
+        model_id         INTEGER REFERENCES models(id),
+        error            TEXT
+      );
+      CREATE INDEX jobs_by_state ON jobs(state, priority, id);
+      CREATE TABLE model_aliases (
+        name      TEXT NOT NULL,
+        alias     TEXT NOT NULL,
+        model_id  INTEGER NOT NULL REFERENCES models(id),
+        PRIMARY KEY (name, alias)
+      );
+      CREATE TABLE alias_history (
+        id                 INTEGER PRIMARY KEY,
+        name               TEXT NOT NULL,
+        alias              TEXT NOT NULL,
+        action             TEXT NOT NULL,
+        model_id           INTEGER REFERENCES models(id),
+        previous_model_id  INTEGER REFERENCES models(id),
+        at                 TEXT NOT NULL,
+        by                 TEXT NOT NULL,
+        reason             TEXT NOT NULL
+      );
+      CREATE TABLE retrains (
+        id           INTEGER PRIMARY KEY,
+        config       TEXT NOT NULL,
+        config_hash  TEXT NOT NULL,
+        dataset      TEXT NOT NULL,
+        outcome      TEXT NOT NULL
+                     CHECK (outcome IN ('trained', 'promoted', 'refused', 'skipped', 'failed')),
+        started      REAL NOT NULL,
+        ended        REAL NOT NULL,
+        run_id       INTEGER REFERENCES runs(id),
+        model_id     INTEGER REFERENCES models(id),
+        detail       TEXT NOT NULL
+      );
+      CREATE INDEX retrains_by_config ON retrains(config, id);
+      )sql",
   };
   return kMigrations;
 }

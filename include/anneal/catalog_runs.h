@@ -106,10 +106,13 @@ struct ModelRecord {
   std::string ref() const { return name + "@v" + std::to_string(version); }
 };
 
-// NAME, NAME@latest or NAME@vN, as for datasets.
+// NAME, NAME@latest or NAME@vN as for datasets, or NAME@ALIAS: a name
+// such as production that `anneal model alias set` points at a version
+// (catalog_jobs.h).
 struct ModelRef {
   std::string name;
   std::optional<int> version;
+  std::optional<std::string> alias;
   std::string to_string() const;
 };
 ModelRef parse_model_ref(std::string_view text, std::string_view what = "MODEL");
@@ -120,7 +123,8 @@ ModelRef parse_model_ref(std::string_view text, std::string_view what = "MODEL")
 ModelRecord register_model(Store& store, std::int64_t run, const std::string& name,
                            std::string_view bytes, const nlohmann::json& lineage,
                            const nlohmann::json& metrics, const nlohmann::json& summary);
-ModelRecord find_model(Store& store, const ModelRef& ref);  // throws kNotFound
+// Throws kNotFound, also for an alias that is not set.
+ModelRecord find_model(Store& store, const ModelRef& ref);
 std::vector<ModelRecord> list_models(Store& store);        // by name, then version
 // The model's bytes, verified; kCorrupt when damaged.
 std::string read_model(Store& store, const ModelRecord& model);

@@ -37,11 +37,12 @@ void sync_dir(const std::filesystem::path& dir);
 // Writes `bytes` to `path` atomically: a temporary file in `tmp_dir` (same
 // file system), fsync, rename over `path`, fsync of path's directory (unless
 // `sync_parent` is false: the caller then syncs it, once for many files).
-// Mode 0600. With `replace` false an existing `path` is left alone and the
-// call returns false; otherwise it returns true.
+// Mode `mode` (0600 unless other users must read it). With `replace` false
+// an existing `path` is left alone and the call returns false; otherwise it
+// returns true.
 bool write_file_atomic(const std::filesystem::path& path, std::string_view bytes,
                        const std::filesystem::path& tmp_dir, bool replace,
-                       bool sync_parent = true);
+                       bool sync_parent = true, unsigned mode = 0600);
 
 // An advisory lock (flock) on a lock file, released on destruction or when
 // the process dies, so a killed holder never leaves a stale lock.
@@ -60,6 +61,15 @@ class FileLock {
   FileLock& operator=(const FileLock&) = delete;
 
   bool held() const { return fd_ >= 0; }
+
+  // Replaces the lock file's content with `holder` (who holds it, for the
+  // message another process prints when it finds the lock taken). Only
+  // while held; the content outlives the lock and is overwritten by the
+  // next holder.
+  void describe(std::string_view holder) const;
+  // What the last holder of the lock at `path` wrote with describe();
+  // empty when nothing (or no file).
+  static std::string holder(const std::filesystem::path& path);
 
  private:
   FileLock() = default;

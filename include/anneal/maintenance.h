@@ -42,4 +42,15 @@ struct GcReport {
 // they have written. With dry_run, reports what it would remove.
 GcReport gc(Store& store, bool dry_run, Reporter& reporter);
 
+// What the store holds, for `anneal metrics`. Read-only.
+struct StoreUsage {
+  std::uint64_t logical_bytes = 0;  // every blob, at its full size (a version's streams, models, checkpoints)
+  std::uint64_t unique_bytes = 0;   // the distinct chunks those blobs share, uncompressed
+  std::uint64_t disk_bytes = 0;     // the object files, compressed, on disk
+  std::uint64_t objects = 0;
+  // How many logical bytes each unique byte stands for (>= 1); 1 when empty.
+  double dedup_ratio() const { return unique_bytes ? double(logical_bytes) / double(unique_bytes) : 1.0; }
+};
+StoreUsage store_usage(Store& store);
+
 }  // namespace anneal

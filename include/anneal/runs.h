@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -58,6 +59,8 @@ struct TrainRequest {
   std::vector<std::string> overrides;    // --set key=value, winning over the file
   std::optional<std::int64_t> resume;    // continue this run instead
   std::stop_token stop;                  // requested: checkpoint, record cancelled, return
+  // Called once the run is recorded (created or reopened), before training.
+  std::function<void(const RunRecord&)> on_run_started;
 };
 
 struct TrainResult {

@@ -197,6 +197,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
     run = create_run(store, config.name, setup.dataset, config.to_text(), host_name());
     run_lock.emplace(try_lock_run(store, run.id));
   }
+  if (request.on_run_started) request.on_run_started(run);
   reporter.note((setup.resumed ? "resuming " : "started ") + run.label() + ": " + config.name + " on " +
                 data.version.ref() + " (" + std::to_string(data.train_rows()) + " training rows" +
                 (data.y_val.empty() ? "" : ", " + std::to_string(data.y_val.size()) + " validation") + ")");

@@ -1,0 +1,155 @@
+#include "train_support.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+
+#include "anneal/error.h"
+
+namespace anneal::cli {
+
+std::string duration_text(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  auto s = static_cast<long long>(seconds + 0.5);
+  std::ostringstream out;
+  if (s >= 3600) out << s / 3600 << "h" << (s % 3600) / 60 << "m";
+  else if (s >= 60) out << s / 60 << "m" << s % 60 << "s";
+  else out << s << "s";
+  return out.str();
+}
+
+namespace {
+
+// Training output on stderr. On a terminal: a progress bar (epoch, step,
+// loss, samples/s, ETA) redrawn in place, with each epoch's line printed
+// above it. Otherwise: just the lines, one per epoch.
+class TrainReporter final : public TrainingReporter {
+ public:
+  explicit TrainReporter(LogFormat format)
+      : json_(format == LogFormat::kJson), terminal_(!json_ && ::isatty(STDERR_FILENO) == 1) {}
+  ~TrainReporter() override {
+    if (bar_shown_) std::cerr << "\r\x1b[K" << std::flush;
+  }
+
+  void note(std::string_view message) override {
+    std::lock_guard lock(mutex_);
+    if (json_) {
+      std::cerr << json_log_line("info", message) << std::flush;
+      return;
+    }
+    if (bar_shown_) std::cerr << "\r\x1b[K";
+    std::cerr << message << "\n";
+    if (bar_shown_) std::cerr << bar_ << std::flush;
+  }
+
+  void progress(std::string_view stage, std::uint64_t done, std::uint64_t total) override {
+    if (!terminal_) return;
+    std::lock_guard lock(mutex_);
+    std::cerr << "\r\x1b[K" << stage << " " << done;
+    if (total) std::cerr << "/" << total;
+    std::cerr << (done == total ? "\n" : "") << std::flush;
+  }
+
+  void training(const TrainProgress& p) override {
+    if (!terminal_) return;
+    auto now = std::chrono::steady_clock::now();
+    std::lock_guard lock(mutex_);
+    // Redrawing more than ~10 times a second only costs time.
+    if (bar_shown_ && now - last_draw_ < std::chrono::milliseconds(100) && p.step < p.total_steps) return;
+    last_draw_ = now;
+    constexpr int kWidth = 24;
+    double fraction = p.steps_per_epoch ? static_cast<double>(p.epoch_step) / static_cast<double>(p.steps_per_epoch) : 0;
+    int filled = static_cast<int>(fraction * kWidth);
+    std::ostringstream line;
+    line << "epoch " << p.epoch << "/" << p.epochs << " [" << std::string(static_cast<std::size_t>(filled), '#')
+         << std::string(static_cast<std::size_t>(kWidth - filled), '.') << "] step " << p.step << "/"
+         << p.total_steps;
+    if (!std::isnan(p.loss)) line << "  loss " << format_double(p.loss, 4);
+    line << "  " << static_cast<long long>(p.samples_per_s) << " samples/s  ETA " << duration_text(p.eta_seconds);
+    bar_ = line.str();
+    bar_shown_ = true;
+    std::cerr << "\r\x1b[K" << bar_ << std::flush;
+  }
+
+ private:
+  bool json_;
+  bool terminal_;
+  bool bar_shown_ = false;
+  std::string bar_;
+  std::chrono::steady_clock::time_point last_draw_{};
+  std::mutex mutex_;
+};
+
+// The write end of the pipe the signal handler below reports through. This
+// is anneal's one piece of global mutable state, and it has to be: a signal
+// handler can reach nothing else, and a handler is needed because libraries
+// (OpenBLAS) start threads before main() that would otherwise take the
+// signal with its default action. Set only while a StopOnSignal exists.
+std::atomic<int> g_signal_pipe{-1};
+std::atomic<int> g_signals_seen{0};
+
+extern "C" void on_stop_signal(int sig) {
+  // Async-signal-safe only: a second signal exits at once (the store
+  // survives that like any crash); the first wakes the waiting thread.
+  if (g_signals_seen.fetch_add(1) > 0) _exit(128 + sig);
+  int fd = g_signal_pipe.load();
+  if (fd >= 0) {
+    char byte = static_cast<char>(sig);
+    ssize_t ignored = ::write(fd, &byte, 1);
+    (void)ignored;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<TrainingReporter> make_train_reporter(LogFormat format) {
+  return std::make_unique<TrainReporter>(format);
+}
+
+StopOnSignal::StopOnSignal() {
+  if (::pipe2(pipe_, O_CLOEXEC) != 0) throw failure("cannot create a pipe for signal handling");
+  g_signal_pipe.store(pipe_[1]);
+  for (int sig : {SIGINT, SIGTERM}) {
+    struct sigaction action {};
+    action.sa_handler = on_stop_signal;
+    sigemptyset(&action.sa_mask);
+    sigaction(sig, nullptr, &previous_[sig == SIGINT ? 0 : 1]);
+    if (previous_[sig == SIGINT ? 0 : 1].sa_handler != SIG_IGN) sigaction(sig, &action, nullptr);
+  }
+  waiter_ = std::thread([this] {
+    char byte = 0;
+    while (::read(pipe_[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    if (byte != 0) source_.request_stop();  // 0: the destructor's wake-up
+  });
+}
+
+StopOnSignal::~StopOnSignal() {
+  sigaction(SIGINT, &previous_[0], nullptr);
+  sigaction(SIGTERM, &previous_[1], nullptr);
+  g_signal_pipe.store(-1);
+  char zero = 0;
+  ssize_t ignored = ::write(pipe_[1], &zero, 1);
+  (void)ignored;
+  waiter_.join();
+  ::close(pipe_[0]);
+  ::close(pipe_[1]);
+}
+
+std::string read_text_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw usage_error(what + " " + path + ": cannot read the file");
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+}  // namespace anneal::cli

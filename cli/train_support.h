@@ -1,0 +1,49 @@
+// What the commands that train share: the training progress display, the
+// SIGINT/SIGTERM stop request, and reading a config file.
+#pragma once
+
+#include <signal.h>
+
+#include <memory>
+#include <stop_token>
+#include <string>
+#include <thread>
+
+#include "anneal/runs.h"
+#include "command.h"
+#include "output.h"
+
+namespace anneal::cli {
+
+// Training output on stderr. Text on a terminal: a progress bar (epoch,
+// step, loss, samples/s, ETA) redrawn in place, each epoch's line above it;
+// text elsewhere: just the lines, one per epoch; JSON: each line as a JSON
+// log line.
+std::unique_ptr<TrainingReporter> make_train_reporter(LogFormat format);
+
+// Turns SIGINT/SIGTERM into a stop request for the training loop, which
+// checkpoints and records the run cancelled. A second signal exits at once.
+// A signal ignored when anneal started (nohup, a background job of a
+// script) stays ignored. One at a time per process.
+class StopOnSignal {
+ public:
+  StopOnSignal();
+  ~StopOnSignal();
+  StopOnSignal(const StopOnSignal&) = delete;
+  StopOnSignal& operator=(const StopOnSignal&) = delete;
+  std::stop_token token() const { return source_.get_token(); }
+
+ private:
+  int pipe_[2] = {-1, -1};
+  struct sigaction previous_[2] {};
+  std::stop_source source_;
+  std::thread waiter_;
+};
+
+// The whole file; kUsage naming `what` ("CONFIG path: cannot read the file").
+std::string read_text_file(const std::string& path, const std::string& what);
+
+// "42s", "3m5s", "1h2m".
+std::string duration_text(double seconds);
+
+}  // namespace anneal::cli

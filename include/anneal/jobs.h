@@ -1,0 +1,154 @@
+// Jobs: training queued in the catalog and run by workers, and the
+// foreground nightly retrain.
+//
+// A job is a frozen config plus scheduling terms (priority, retries,
+// timeout, cores). `run_worker` claims jobs (catalog_jobs.h: an atomic claim
+// with a lease the worker keeps renewing) and runs each in a child process,
+// `JOB_COMMAND job-N`, so a job that segfaults, aborts or runs out of memory
+// takes nothing else down. The child runs `execute_job`, which trains the
+// job's run (resuming it from its last checkpoint when an earlier attempt
+// got that far). Each child is started with its CPU affinity set to a share
+// of the worker's cores that no other running job holds, so every thread it
+// starts (oneDNN's OpenMP team, oneTBB, OpenBLAS) is confined to that share,
+// and its `threads` is set to the share's size.
+//
+// Every function takes a Store used by one thread, reports through the given
+// Reporter only, and throws anneal::Error.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "anneal/catalog_jobs.h"
+#include "anneal/report.h"
+#include "anneal/runs.h"
+#include "anneal/store.h"
+
+namespace anneal {
+
+// The exit code of `anneal retrain` and `anneal model promote` when the gate
+// refused the promotion (README.md).
+inline constexpr int kExitGateRefused = 4;
+
+// Reads CONFIG text, checks it (every key and value, as train would), and
+// builds the spec `anneal submit` queues. Throws kUsage naming SOURCE:LINE.
+JobSpec make_job_spec(const std::string& config_text, const std::string& config_source,
+                      const std::vector<std::string>& overrides);
+
+// A crash the child provokes in itself, for the tests of worker isolation:
+// set from $ANNEAL_TEST_FAULT ("segv:NAME:N" or "abort:NAME:N": the job
+// whose config name is NAME crashes on each of its first N attempts, once
+// it has trained a step). Unset in normal use.
+struct TestFault {
+  std::string kind;  // "segv" or "abort"
+  std::string job_name;
+  std::int64_t attempts = 0;
+};
+std::optional<TestFault> parse_test_fault(const char* text);  // nullptr -> nullopt; throws kUsage
+
+// In the child: trains job `job` (resuming its run when it has one) and
+// records the run on the job. Returns train_model's result; a stop request
+// checkpoints and returns cancelled.
+TrainResult execute_job(Store& store, std::int64_t job, std::stop_token stop, TrainingReporter& reporter,
+                        const std::optional<TestFault>& fault);
+
+struct WorkerOptions {
+  // argv that runs one job in a child, the job label ("job-7") appended:
+  // {"/usr/bin/anneal", "--store", ROOT, "job-exec"}.
+  std::vector<std::string> job_command;
+  std::int64_t cores = 1;      // cores all running jobs share
+  std::int64_t max_jobs = 0;   // jobs at once; 0: as many as the cores allow
+  bool drain = false;          // exit once no job is queued or running here
+  double lease_s = 30;         // a dead worker's jobs are taken over after this
+  double backoff_s = 2;        // first retry delay; doubles per attempt
+  double term_grace_s = 30;    // SIGTERM to SIGKILL for a timed-out job
+  std::optional<std::filesystem::path> metrics_textfile_dir;  // refreshed as jobs change
+};
+
+// Runs jobs until `stop` is requested (then stops its children, which
+// checkpoint, and puts their jobs back in the queue) or, with drain, until
+// none is left. Job logs go to STORE/logs/job-N.log. Notes one line per job
+// start and end.
+void run_worker(Store& store, const WorkerOptions& options, Reporter& reporter, std::stop_token stop);
+
+// Where a job's log is: STORE/logs/job-N.log (it may not exist yet).
+std::filesystem::path job_log_path(const Store& store, std::int64_t job);
+
+// ---- Promotion gates -------------------------------------------------------
+
+// "METRIC OP RHS": OP one of >= > <= < == !=, RHS a number or an alias of
+// the same model name (compare with the model holding it now). Throws
+// kUsage naming `what` and what was expected.
+struct Gate {
+  std::string metric, op, rhs;
+  std::optional<double> constant;  // RHS is a number
+  std::string text;
+};
+Gate parse_gate(std::string_view text, std::string_view what = "--gate");
+
+struct GateVerdict {
+  bool passed = false;
+  std::string reason;  // one line: "val_accuracy 0.93 >= 0.91 (production: fmnist@v2)"
+};
+// Evaluates the gate for `candidate`. An alias that is unset passes (there
+// is nothing to beat) and says so. Throws kUsage when a model lacks METRIC.
+GateVerdict evaluate_gate(Store& store, const Gate& gate, const ModelRecord& candidate);
+
+// Who is acting, for the alias history: "user@host".
+std::string acting_user();
+
+// Moves NAME@ALIAS to `model` when `gate` (if any) holds; records who, when
+// and why. Returns the verdict (passed true when there was no gate).
+GateVerdict promote_model(Store& store, const ModelRecord& model, const std::string& alias,
+                          const std::optional<Gate>& gate, const std::string& reason);
+
+// ---- Retrain -------------------------------------------------------------
+
+struct RetrainRequest {
+  std::string config_text, config_source;
+  std::vector<std::string> overrides;
+  std::optional<std::filesystem::path> data;  // import first as a new version of the config's dataset
+  bool if_changed = false;
+  std::optional<std::string> promote;  // alias
+  std::optional<Gate> gate;
+  std::stop_token stop;
+};
+
+struct RetrainResult {
+  RetrainOutcome outcome = RetrainOutcome::kTrained;
+  std::string reason;            // why skipped or refused; empty otherwise
+  std::string dataset;           // NAME@vN
+  bool imported = false;         // --data made a new version
+  std::optional<TrainResult> train;
+  std::optional<GateVerdict> gate;
+  nlohmann::json to_json() const;
+};
+
+// The cron path: under a per-config lock (held by another live process:
+// kBusy naming it; a killed holder's lock is taken over), optionally
+// imports --data, skips with --if-changed when the dataset version and the
+// config equal those of the last retrain that trained, trains in the
+// foreground, and promotes through the gate. Records the outcome for
+// `anneal metrics`. A cancelled training throws kFailure after the run is
+// recorded cancelled.
+RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingReporter& reporter);
+
+// ---- Telemetry -------------------------------------------------------------
+
+// The Prometheus text exposition format (version 0.0.4) of the store: jobs
+// by state, job durations, retries, last retrain success and duration per
+// config, the latest model metrics, training samples/s, store bytes and the
+// dedup ratio.
+std::string prometheus_metrics(Store& store);
+
+// Writes prometheus_metrics() to DIR/anneal.prom atomically, for
+// node_exporter's textfile collector.
+void write_metrics_textfile(Store& store, const std::filesystem::path& dir);
+
+}  // namespace anneal

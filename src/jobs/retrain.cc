@@ -1,0 +1,202 @@
+// The cron path: `anneal retrain`.
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+
+#include "anneal/config.h"
+#include "anneal/datasets.h"
+#include "anneal/error.h"
+#include "anneal/fs.h"
+#include "anneal/hash.h"
+#include "anneal/jobs.h"
+#include "anneal/version.h"
+
+namespace anneal {
+namespace {
+
+using nlohmann::json;
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string iso_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+std::string host() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || !name[0]) return "localhost";
+  return name;
+}
+
+// The version an import with the same options as the dataset's latest would
+// make of FILE: the user points --data at a fresh export every night and
+// expects it parsed the way the dataset always was.
+ImportRequest import_like_latest(Store& store, const std::string& dataset, const std::filesystem::path& file) {
+  ImportRequest request;
+  request.dataset = dataset;
+  request.file = file;
+  std::vector<DatasetVersion> versions;
+  try {
+    versions = dataset_versions(store, dataset);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kNotFound) throw;
+  }
+  if (versions.empty()) return request;
+  const json& o = versions.back().options;
+  if (o.value("test", false))
+    throw usage_error("--data: " + versions.back().ref() +
+                      " was imported with a separate --test file; import new versions with 'anneal data import'");
+  if (o.contains("format")) request.format = parse_format_name(o["format"].get<std::string>());
+  if (o.contains("label")) request.label = o["label"].get<std::string>();
+  if (o.contains("header")) request.header = o["header"].get<bool>();
+  if (o.contains("categorical")) request.categorical = o["categorical"].get<std::vector<std::string>>();
+  if (o.contains("split")) request.split = o["split"].get<double>();
+  if (o.contains("seed")) request.seed = o["seed"].get<std::uint64_t>();
+  return request;
+}
+
+class NoteForwarder final : public Reporter {
+ public:
+  explicit NoteForwarder(Reporter& inner) : inner_(inner) {}
+  void note(std::string_view message) override { inner_.note(message); }
+  void progress(std::string_view stage, std::uint64_t done, std::uint64_t total) override {
+    inner_.progress(stage, done, total);
+  }
+
+ private:
+  Reporter& inner_;
+};
+
+}  // namespace
+
+json RetrainResult::to_json() const {
+  json j = {{"outcome", retrain_outcome_name(outcome)},
+            {"reason", reason.empty() ? json(nullptr) : json(reason)},
+            {"dataset", dataset.empty() ? json(nullptr) : json(dataset)},
+            {"imported", imported}};
+  if (train) {
+    j["run"] = train->run.label();
+    j["model"] = train->model ? json(train->model->ref()) : json(nullptr);
+    j["samples_per_s"] = train->samples_per_s;
+    j["weights_hash"] = train->weights_hash;
+    j["metrics"] = train->metrics;
+  } else {
+    j["run"] = nullptr;
+    j["model"] = nullptr;
+  }
+  j["promoted"] = outcome == RetrainOutcome::kPromoted;
+  if (gate) j["gate"] = {{"passed", gate->passed}, {"reason", gate->reason}};
+  return j;
+}
+
+RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingReporter& reporter) {
+  // Everything about the config is checked before the lock or the store.
+  TrainConfig config = parse_train_config(request.config_text, request.config_source, request.overrides);
+  validate_dataset_name(config.name);
+  DatasetRef dataset_ref = parse_dataset_ref(config.dataset, request.config_source + ": dataset");
+  if (request.promote) validate_alias_name(*request.promote);
+  if (request.data && dataset_ref.version)
+    throw usage_error("--data: the config pins dataset " + dataset_ref.to_string() +
+                      "; a new version would never be trained (use NAME or NAME@latest)");
+  const std::string config_hash = to_hex(hash_bytes(config.to_text()));
+
+  // One retrain per config at a time. flock dies with its process, so a
+  // lock left by a killed retrain is simply taken.
+  const std::filesystem::path lock_path = store.root() / "locks" / ("retrain-" + config.name + ".lock");
+  FileLock lock = FileLock::try_lock(lock_path, FileLock::Mode::kExclusive);
+  if (!lock.held()) {
+    std::string holder = FileLock::holder(lock_path);
+    throw busy("retrain " + config.name + ": another retrain of this config is running" +
+               (holder.empty() ? "" : " (" + holder + ")") + "; lock " + lock_path.string());
+  }
+  lock.describe("pid " + std::to_string(::getpid()) + " on " + host() + " since " + iso_now());
+
+  const double started = unix_now();
+  RetrainRecord record;
+  record.config = config.name;
+  record.config_hash = config_hash;
+  record.started = started;
+  RetrainResult result;
+  bool recorded = false;
+  auto finish = [&](RetrainOutcome outcome, const std::string& detail) {
+    recorded = true;
+    record.outcome = outcome;
+    record.detail = detail;
+    record.ended = unix_now();
+    record_retrain(store, record);
+  };
+
+  try {
+    if (request.data) {
+      NoteForwarder notes(reporter);
+      ImportResult imported = import_dataset(store, import_like_latest(store, dataset_ref.name, *request.data), notes);
+      result.imported = imported.created;
+      reporter.note(imported.created ? "imported " + request.data->string() + " as " + imported.version.ref()
+                                     : request.data->string() + " is unchanged: " + imported.version.ref());
+    }
+    DatasetVersion version = find_dataset(store, dataset_ref);
+    result.dataset = version.ref();
+    record.dataset = version.ref();
+
+    if (request.if_changed) {
+      if (auto last = last_trained_retrain(store, config.name);
+          last && last->dataset == version.ref() && last->config_hash == config_hash) {
+        result.outcome = RetrainOutcome::kSkipped;
+        result.reason = "unchanged since the last retrain: " + version.ref() + " and the same config" +
+                        (last->model.empty() ? "" : " trained " + last->model);
+        finish(RetrainOutcome::kSkipped, result.reason);
+        return result;
+      }
+    }
+
+    TrainRequest train;
+    train.config_text = request.config_text;
+    train.config_source = request.config_source;
+    train.overrides = request.overrides;
+    // Train exactly the version resolved above, even if an import lands
+    // in between.
+    train.overrides.push_back("dataset=" + version.ref());
+    train.stop = request.stop;
+    result.train = train_model(store, train, reporter);
+    record.run = result.train->run.id;
+    if (result.train->cancelled) {
+      finish(RetrainOutcome::kFailed, "cancelled");
+      throw failure("retrain " + config.name + ": interrupted; " + result.train->run.label() + " is recorded cancelled");
+    }
+    const ModelRecord& model = *result.train->model;
+    record.model = model.ref();
+    result.outcome = RetrainOutcome::kTrained;
+    if (request.promote) {
+      result.gate = promote_model(store, model, *request.promote, request.gate,
+                                  request.gate ? "" : "retrain " + config.name);
+      result.outcome = result.gate->passed ? RetrainOutcome::kPromoted : RetrainOutcome::kRefused;
+      if (!result.gate->passed)
+        result.reason = "gate " + request.gate->text + " refused: " + result.gate->reason;
+    }
+    finish(result.outcome, result.gate ? result.gate->reason : "");
+    return result;
+  } catch (const Error& e) {
+    // Bad input (usage, data, a missing dataset) leaves the store as it
+    // was; a training that failed is a retrain that failed, for metrics.
+    const bool bad_input = e.kind() == ErrorKind::kUsage || e.kind() == ErrorKind::kBadData ||
+                           e.kind() == ErrorKind::kNotFound;
+    if (!recorded && !bad_input) {
+      try {
+        finish(RetrainOutcome::kFailed, e.what());
+      } catch (const std::exception&) {
+        // The original error is the one to report; the catalog may be why.
+      }
+    }
+    throw;
+  }
+}
+
+}  // namespace anneal

@@ -1,0 +1,412 @@
+// `anneal worker`: claims jobs and supervises one child process per job.
+//
+// The main thread owns the catalog connection and every decision: claims,
+// lease renewals, timeouts, cancellation, recording outcomes. It also
+// spawns the children, because a child's parent-death signal follows the
+// thread that spawned it, and this thread lives as long as the worker. A
+// oneTBB task per child blocks in waitpid and hands the exit status back
+// through a queue, so the main thread never blocks on any one job.
+#include <fcntl.h>
+#include <sched.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/task_arena.h>
+#include <oneapi/tbb/task_group.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "anneal/error.h"
+#include "anneal/fs.h"
+#include "anneal/jobs.h"
+
+extern char** environ;
+
+namespace anneal {
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string seconds_text(double s) {
+  if (s >= 1 && std::abs(s - std::round(s)) < 1e-9) return std::to_string(static_cast<long long>(std::round(s))) + "s";
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.3gs", s);
+  return buffer;
+}
+
+std::string signal_text(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  std::string text = "killed by signal " + std::to_string(sig) + (abbrev ? std::string(" (SIG") + abbrev + ")" : "");
+  if (sig == SIGKILL) text += "; out of memory, or killed by hand";
+  return text;
+}
+
+// The last non-empty line of a job's log: usually the child's error message.
+std::string last_log_line(const std::filesystem::path& log) {
+  std::ifstream in(log);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  return last;
+}
+
+// The CPUs this process may run on, lowest first.
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) throw failure(std::string("sched_getaffinity: ") + std::strerror(errno));
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+struct Child {
+  JobRecord job;
+  pid_t pid = -1;
+  std::vector<int> cpus;
+  double started = 0;
+  bool cancel = false;           // cancel requested: SIGTERM sent
+  bool released = false;         // the worker is stopping: SIGTERM sent, requeue
+  std::string forced_failure;    // why the worker stopped it: a timeout
+  double kill_at = 0;            // SIGKILL after this unless it exits
+};
+
+struct ExitStatus {
+  pid_t pid;
+  int status;
+};
+
+// Sets the calling thread's affinity for the duration of a spawn: the
+// child inherits it, and so does every thread the child starts.
+class ScopedAffinity {
+ public:
+  explicit ScopedAffinity(const std::vector<int>& cpus) {
+    CPU_ZERO(&saved_);
+    if (::sched_getaffinity(0, sizeof saved_, &saved_) != 0) throw failure("sched_getaffinity failed");
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : cpus) CPU_SET(c, &set);
+    if (::sched_setaffinity(0, sizeof set, &set) != 0)
+      throw failure(std::string("sched_setaffinity: ") + std::strerror(errno));
+  }
+  ~ScopedAffinity() { ::sched_setaffinity(0, sizeof saved_, &saved_); }
+  ScopedAffinity(const ScopedAffinity&) = delete;
+  ScopedAffinity& operator=(const ScopedAffinity&) = delete;
+
+ private:
+  cpu_set_t saved_;
+};
+
+class SpawnActions {
+ public:
+  SpawnActions() { ::posix_spawn_file_actions_init(&actions_); }
+  ~SpawnActions() { ::posix_spawn_file_actions_destroy(&actions_); }
+  SpawnActions(const SpawnActions&) = delete;
+  SpawnActions& operator=(const SpawnActions&) = delete;
+  posix_spawn_file_actions_t* get() { return &actions_; }
+
+ private:
+  posix_spawn_file_actions_t actions_;
+};
+
+class Worker {
+ public:
+  Worker(Store& store, const WorkerOptions& options, Reporter& reporter)
+      : store_(store), options_(options), reporter_(reporter),
+        id_(host_name() + ":" + std::to_string(::getpid())) {
+    if (options_.job_command.empty()) throw failure("worker: no job command");
+    if (options_.cores < 1) throw usage_error("--cores must be at least 1");
+    if (options_.max_jobs < 0) throw usage_error("--max-jobs must be at least 0");
+    if (!(options_.lease_s > 0)) throw usage_error("--lease must be positive");
+    std::vector<int> cpus = allowed_cpus();
+    if (static_cast<std::int64_t>(cpus.size()) < options_.cores)
+      throw usage_error("--cores " + std::to_string(options_.cores) + ": this process may run on only " +
+                        std::to_string(cpus.size()) + " CPUs");
+    free_cpus_.assign(cpus.begin(), cpus.begin() + options_.cores);
+    max_jobs_ = options_.max_jobs > 0 ? options_.max_jobs : options_.cores;
+    make_private_dir(store_.root() / "logs");
+  }
+
+  void run(std::stop_token stop) {
+    // One blocking waitpid per running job, on oneTBB threads: allow as
+    // many threads as jobs, whatever the core count.
+    tbb::global_control threads(tbb::global_control::max_allowed_parallelism,
+                                static_cast<std::size_t>(max_jobs_) + 1);
+    tbb::task_arena arena(static_cast<int>(max_jobs_) + 1);
+    tbb::task_group waits;
+    reporter_.note("worker " + id_ + ": " + std::to_string(options_.cores) + " cores, up to " +
+                   std::to_string(max_jobs_) + " jobs at once" + (options_.drain ? ", until the queue is empty" : ""));
+    refresh_metrics();
+    double next_heartbeat = 0, next_metrics = unix_now() + 15;
+    bool stopping = false;
+    try {
+      for (;;) {
+        collect_exits();
+        const double now = unix_now();
+        if (now >= next_heartbeat) {
+          heartbeat(now);
+          next_heartbeat = now + options_.lease_s / 4;
+        }
+        enforce_timeouts(now);
+        if (stop.stop_requested() && !stopping) {
+          stopping = true;
+          reporter_.note("worker " + id_ + ": stopping; running jobs checkpoint and go back to the queue");
+          for (auto& [pid, child] : children_) {
+            child.released = true;
+            ::kill(pid, SIGTERM);
+          }
+        }
+        if (stopping) {
+          if (children_.empty()) break;
+        } else {
+          while (static_cast<std::int64_t>(children_.size()) < max_jobs_ && !free_cpus_.empty()) {
+            auto job = claim_job(store_, id_, static_cast<std::int64_t>(free_cpus_.size()), unix_now(), options_.lease_s);
+            if (!job) break;
+            arena.execute([&] { start(*job, waits); });
+          }
+          if (options_.drain && children_.empty() && !work_left()) break;
+        }
+        if (now >= next_metrics) {
+          refresh_metrics();
+          next_metrics = now + 15;
+        }
+        std::unique_lock lock(mutex_);
+        wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return !exits_.empty(); });
+      }
+    } catch (...) {
+      // Leave no child behind unsupervised: stop them and wait, then report.
+      for (auto& [pid, child] : children_) ::kill(pid, SIGKILL);
+      arena.execute([&] { waits.wait(); });
+      throw;
+    }
+    arena.execute([&] { waits.wait(); });
+    refresh_metrics();
+    reporter_.note("worker " + id_ + ": done");
+  }
+
+ private:
+  static std::string host_name() {
+    char name[256] = {};
+    if (::gethostname(name, sizeof name - 1) != 0 || !name[0]) return "localhost";
+    return name;
+  }
+
+  // A queued job this worker could ever run (one needing more cores than
+  // it has waits for another worker).
+  bool work_left() {
+    for (const JobRecord& j : list_jobs(store_)) {
+      if (j.state == JobState::kQueued && j.spec.cores <= options_.cores) return true;
+      if (j.state == JobState::kRunning && j.worker != id_ && j.lease_expires < unix_now() &&
+          j.spec.cores <= options_.cores)
+        return true;
+    }
+    return false;
+  }
+
+  void start(const JobRecord& job, tbb::task_group& waits) {
+    Child child;
+    child.job = job;
+    child.cpus.assign(free_cpus_.begin(), free_cpus_.begin() + job.spec.cores);
+    free_cpus_.erase(free_cpus_.begin(), free_cpus_.begin() + job.spec.cores);
+    child.started = unix_now();
+    const auto log = job_log_path(store_, job.id);
+    try {
+      child.pid = spawn(job, child.cpus, log);
+    } catch (const std::exception& e) {
+      free_cpus_.insert(free_cpus_.end(), child.cpus.begin(), child.cpus.end());
+      std::sort(free_cpus_.begin(), free_cpus_.end());
+      finish(job, JobState::kFailed, "", std::string("cannot start: ") + e.what());
+      return;
+    }
+    std::string cpus;
+    for (int c : child.cpus) {
+      if (!cpus.empty()) cpus += ',';
+      cpus += std::to_string(c);
+    }
+    reporter_.note(job.label() + " (" + job.spec.name + ") started: attempt " + std::to_string(job.attempts) + " of " +
+                   std::to_string(job.max_attempts) + ", pid " + std::to_string(child.pid) + ", cpus " + cpus);
+    const pid_t pid = child.pid;
+    children_.emplace(pid, std::move(child));
+    waits.run([this, pid] {
+      int status = 0;
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      {
+        std::lock_guard lock(mutex_);
+        exits_.push_back({pid, status});
+      }
+      wake_.notify_one();
+    });
+  }
+
+  pid_t spawn(const JobRecord& job, const std::vector<int>& cpus, const std::filesystem::path& log) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0) throw failure(errno_message(log, "cannot open the job log"));
+    std::string header = "--- " + job.label() + " attempt " + std::to_string(job.attempts) + " on worker " + id_ + "\n";
+    ssize_t ignored = ::write(fd, header.data(), header.size());
+    (void)ignored;
+    SpawnActions actions;
+    ::posix_spawn_file_actions_addopen(actions.get(), STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    ::posix_spawn_file_actions_adddup2(actions.get(), fd, STDOUT_FILENO);
+    ::posix_spawn_file_actions_adddup2(actions.get(), fd, STDERR_FILENO);
+    std::vector<std::string> args = options_.job_command;
+    args.push_back(job.label());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    // The child checks this against getppid() after asking for SIGKILL on
+    // its parent's death, so a worker killed with -9 leaves no orphan
+    // training on.
+    std::string parent = "ANNEAL_WORKER_PID=" + std::to_string(::getpid());
+    std::vector<char*> envp;
+    for (char** e = environ; *e; ++e)
+      if (std::strncmp(*e, "ANNEAL_WORKER_PID=", 18) != 0) envp.push_back(*e);
+    envp.push_back(parent.data());
+    envp.push_back(nullptr);
+    pid_t pid = -1;
+    int rc = 0;
+    {
+      ScopedAffinity affinity(cpus);
+      rc = ::posix_spawn(&pid, argv[0], actions.get(), nullptr, argv.data(), envp.data());
+    }
+    ::close(fd);
+    if (rc != 0) throw failure(std::string(argv[0]) + ": " + std::strerror(rc));
+    return pid;
+  }
+
+  void collect_exits() {
+    std::deque<ExitStatus> exits;
+    {
+      std::lock_guard lock(mutex_);
+      exits.swap(exits_);
+    }
+    for (const ExitStatus& e : exits) {
+      auto it = children_.find(e.pid);
+      if (it == children_.end()) continue;
+      Child child = std::move(it->second);
+      children_.erase(it);
+      free_cpus_.insert(free_cpus_.end(), child.cpus.begin(), child.cpus.end());
+      std::sort(free_cpus_.begin(), free_cpus_.end());
+      record_exit(child, e.status);
+    }
+  }
+
+  void record_exit(const Child& child, int status) {
+    const JobRecord& job = child.job;
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (child.released && !ok) {
+      release_job(store_, job.id, id_);
+      reporter_.note(job.label() + " stopped with the worker; back in the queue");
+      refresh_metrics();
+      return;
+    }
+    if (ok) {
+      std::string model;
+      JobRecord now = find_job(store_, job.id);
+      if (now.run) model = find_run(store_, *now.run).model;
+      finish(job, JobState::kSucceeded, model, "");
+      return;
+    }
+    if (!child.forced_failure.empty()) {
+      finish(job, JobState::kFailed, "", child.forced_failure);
+      return;
+    }
+    if (child.cancel) {
+      finish(job, JobState::kCancelled, "", "cancelled");
+      return;
+    }
+    std::string why;
+    if (WIFSIGNALED(status)) {
+      why = signal_text(WTERMSIG(status));
+    } else {
+      why = "exited with status " + std::to_string(WEXITSTATUS(status));
+      std::string last = last_log_line(job_log_path(store_, job.id));
+      if (!last.empty()) why += ": " + last;
+    }
+    finish(job, JobState::kFailed, "", why);
+  }
+
+  void finish(const JobRecord& job, JobState outcome, const std::string& model, const std::string& error) {
+    const double backoff = options_.backoff_s * std::pow(2.0, static_cast<double>(std::max<std::int64_t>(job.attempts - 1, 0)));
+    auto after = finish_job(store_, job.id, id_, outcome, model, error, unix_now(), backoff);
+    if (!after) {
+      reporter_.note(job.label() + ": another worker took it over; leaving it alone");
+    } else if (*after == JobState::kQueued) {
+      reporter_.note(job.label() + " failed (attempt " + std::to_string(job.attempts) + " of " +
+                     std::to_string(job.max_attempts) + "): " + error + "; retrying in " + seconds_text(backoff));
+    } else {
+      reporter_.note(job.label() + " " + job_state_name(*after) + (model.empty() ? "" : ": " + model) +
+                     (error.empty() || *after == JobState::kCancelled ? "" : ": " + error));
+    }
+    refresh_metrics();
+  }
+
+  void heartbeat(double now) {
+    for (std::int64_t id : renew_leases(store_, id_, now, options_.lease_s))
+      for (auto& [pid, child] : children_)
+        if (child.job.id == id && !child.cancel) {
+          child.cancel = true;
+          reporter_.note(child.job.label() + ": cancelling at the next step");
+          ::kill(pid, SIGTERM);
+        }
+  }
+
+  void enforce_timeouts(double now) {
+    for (auto& [pid, child] : children_) {
+      if (child.kill_at > 0 && now >= child.kill_at) {
+        ::kill(pid, SIGKILL);
+        child.kill_at = 0;
+        continue;
+      }
+      const auto& timeout = child.job.spec.timeout_s;
+      if (!timeout || !child.forced_failure.empty() || now - child.started < *timeout) continue;
+      child.forced_failure = "timed out after " + seconds_text(*timeout);
+      reporter_.note(child.job.label() + " " + child.forced_failure + "; stopping it");
+      ::kill(pid, SIGTERM);
+      child.kill_at = now + options_.term_grace_s;
+    }
+  }
+
+  void refresh_metrics() {
+    if (options_.metrics_textfile_dir) write_metrics_textfile(store_, *options_.metrics_textfile_dir);
+  }
+
+  Store& store_;
+  const WorkerOptions& options_;
+  Reporter& reporter_;
+  const std::string id_;
+  std::vector<int> free_cpus_;
+  std::int64_t max_jobs_ = 1;
+  std::map<pid_t, Child> children_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<ExitStatus> exits_;
+};
+
+}  // namespace
+
+std::filesystem::path job_log_path(const Store& store, std::int64_t job) {
+  return store.root() / "logs" / ("job-" + std::to_string(job) + ".log");
+}
+
+void run_worker(Store& store, const WorkerOptions& options, Reporter& reporter, std::stop_token stop) {
+  Worker worker(store, options, reporter);
+  worker.run(stop);
+}
+
+}  // namespace anneal
