@@ -33,7 +33,17 @@ if [ "$rc" -ne 0 ] || [ -n "$out" ]; then
   failures=$((failures + 1))
 fi
 
-# The settings the issue asks for, as systemd itself parses them.
+# The sandbox as systemd rates it: exposure at most 2.0 of 10 ("OK"; the
+# units are at 1.4 now). --threshold counts in tenths.
+for unit in anneal-worker.service anneal-retrain@nightly.service; do
+  if ! out=$(systemd-analyze security --offline=true --root="$root" --threshold=20 "$unit" 2>&1); then
+    echo "FAIL: $unit exposure above 2.0:" >&2
+    echo "$out" | tail -n 1 >&2
+    failures=$((failures + 1))
+  fi
+done
+
+# The settings the issue asks for, spelled as it asks.
 for unit in anneal-worker.service anneal-retrain@nightly.service; do
   for want in "User=anneal" "Environment=ANNEAL_HOME=/var/lib/anneal" "NoNewPrivileges=yes" \
               "ProtectSystem=strict" "ProtectHome=yes" "PrivateTmp=yes" \
