@@ -177,7 +177,10 @@ std::optional<JobRecord> claim_job(Store& store, const std::string& worker, std:
       "((state = 'queued' AND not_before <= ?) OR (state = 'running' AND lease_expires < ?)) "
       "ORDER BY priority DESC, id LIMIT 1");
   pick.bind(1, max_cores).bind(2, now).bind(3, now);
-  if (!pick.step()) return std::nullopt;
+  if (!pick.step()) {
+    txn.commit();  // keep the orphans closed above
+    return std::nullopt;
+  }
   const std::int64_t id = pick.int64(0);
   const bool taken_over = pick.text(1) == "running";
   db.prepare(std::string("UPDATE jobs SET state = 'running', worker = ?, lease_expires = ?, error = NULL, ") +

@@ -1,0 +1,179 @@
+#!/bin/bash
+# The job queue end to end: two workers and 20 small jobs each run exactly
+# once; priorities; a job that segfaults (ANNEAL_TEST_FAULT) is failed with
+# the reason and retried from its checkpoint while a sibling finishes; a
+# timeout; cancel of a running job; the per-job core cap seen on the job's
+# threads; bad submits leave the store as it was.
+source "$E2E_LIB"
+
+cat > "$WORK/tiny.ini" <<'EOF'
+name = tiny
+dataset = iris@latest
+layers = dense(8) relu dense(3)
+loss = softmax_ce
+optimizer = adam
+lr = 0.01
+batch = 16
+epochs = 3
+seed = 1
+EOF
+# A few seconds of training with a checkpoint every 20 steps.
+long_config() {  # NAME EPOCHS
+  cat > "$WORK/$1.ini" <<EOF
+name = $1
+dataset = digits@latest
+layers = dense(128) relu dense(10)
+loss = softmax_ce
+optimizer = adam
+lr = 0.001
+batch = 32
+epochs = $2
+seed = 3
+checkpoint_every = 20
+EOF
+}
+
+# wait_until SECONDS CMD...: polls CMD every 0.1s; false when time runs out.
+wait_until() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    [ "$SECONDS" -ge "$deadline" ] && return 1
+    sleep 0.1
+  done
+}
+job_field() {  # JOB FIELD
+  "$ANNEAL" --json jobs show "$1" | python3 -c "import json,sys; v=json.load(sys.stdin)['$2']; print('' if v is None else v)"
+}
+job_state_is() { [ "$(job_field "$1" state)" = "$2" ]; }
+catalog() {  # every row of every table: the store's catalog as text
+  python3 - "$ANNEAL_HOME/catalog.db" <<'EOF'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name"):
+    for row in db.execute(f"SELECT * FROM {name} ORDER BY 1"):
+        print(name, row)
+EOF
+}
+
+expect_rc 0 init
+expect_rc 0 data import iris "$TEST_DATA/iris.csv"
+expect_rc 0 data import digits "$TEST_DATA/digits.csv"
+
+# --- bad submits: one line, exit 2, nothing queued --------------------------
+before=$(catalog | sha256sum)
+printf 'name = x\ndataset = iris\nlayers = dense(3)\nlearning_rat = 0.1\n' > "$WORK/bad.ini"
+expect_rc 2 submit "$WORK/bad.ini"
+expect_contains "$ERR" "bad.ini:4" "unknown key is located"
+expect_eq "$(printf '%s\n' "$ERR" | wc -l)" "1" "one-line error"
+expect_rc 2 submit "$WORK/tiny.ini" --timeout soon
+expect_contains "$ERR" "--timeout 'soon'" "bad duration names the flag"
+expect_rc 2 submit "$WORK/missing.ini"
+expect_rc 2 submit "$WORK/tiny.ini" --cores 0
+expect_eq "$(catalog | sha256sum)" "$before" "bad submits leave the catalog as it was"
+
+# --- 20 jobs, two workers: each runs exactly once ---------------------------
+for i in $(seq 1 20); do
+  run submit "$WORK/tiny.ini" --set "seed=$i"
+  [ "$RC" -eq 0 ] || fail "submit $i exited $RC: $ERR"
+done
+expect_eq "$OUT" "job-20" "submit prints the job id"
+"$ANNEAL" worker --cores 1 --drain > "$WORK/w1.log" 2>&1 &
+w1=$!
+"$ANNEAL" worker --cores 1 --drain > "$WORK/w2.log" 2>&1 &
+w2=$!
+wait "$w1"; rc1=$?
+wait "$w2"; rc2=$?
+expect_eq "$rc1:$rc2" "0:0" "both workers drain and exit 0"
+run --json jobs list
+expect_eq "$(json_get "sum(1 for x in j['jobs'] if x['state'] == 'succeeded')")" "20" "20 jobs succeeded"
+expect_eq "$(json_get "sorted(set(x['attempts'] for x in j['jobs']))")" "[1]" "each job ran once"
+expect_eq "$(json_get "len(set(x['run'] for x in j['jobs']))")" "20" "20 distinct runs"
+expect_eq "$(json_get "len(set(x['model'] for x in j['jobs']))")" "20" "20 distinct models"
+run --json runs list
+expect_eq "$(json_get "len(j['runs'])")" "20" "no run was started twice"
+both=$(grep -h "succeeded" "$WORK/w1.log" "$WORK/w2.log" | wc -l)
+expect_eq "$both" "20" "the workers together report 20 successes"
+grep -q succeeded "$WORK/w1.log" && grep -q succeeded "$WORK/w2.log" && pass || fail "both workers took jobs"
+
+# --- priorities: the higher one first ---------------------------------------
+expect_rc 0 submit "$WORK/tiny.ini" --set name=low
+expect_rc 0 submit "$WORK/tiny.ini" --set name=high --priority 10
+"$ANNEAL" worker --cores 1 --max-jobs 1 --drain > "$WORK/prio.log" 2>&1
+first=$(grep -o "(\(low\|high\)) started" "$WORK/prio.log" | head -1)
+expect_eq "$first" "(high) started" "higher priority runs first"
+
+# --- a job that segfaults is failed and retried; its sibling finishes -------
+long_config crashy 30
+long_config sibling 30
+expect_rc 0 submit "$WORK/crashy.ini" --retries 1
+crashy=$OUT
+expect_rc 0 submit "$WORK/sibling.ini"
+sibling=$OUT
+ANNEAL_TEST_FAULT=segv:crashy:1 "$ANNEAL" worker --cores 2 --drain --backoff 1s > "$WORK/crash.log" 2>&1 &
+wpid=$!
+wait "$wpid"
+expect_eq "$?" "0" "the worker survives a crashing job"
+expect_contains "$(cat "$WORK/crash.log")" "$crashy failed (attempt 1 of 2): killed by signal 11 (SIGSEGV)" "the crash is named"
+expect_eq "$(job_field "$crashy" state)" "succeeded" "the crashed job succeeded on its retry"
+expect_eq "$(job_field "$crashy" attempts)" "2" "two attempts"
+expect_eq "$(job_field "$sibling" state)" "succeeded" "the sibling finished"
+expect_eq "$(job_field "$sibling" attempts)" "1" "the sibling ran once"
+expect_contains "$("$ANNEAL" jobs logs "$crashy")" "resuming run-" "the retry resumed the crashed run"
+# The same fault with no retries left: failed, with the reason.
+expect_rc 0 submit "$WORK/tiny.ini" --set name=doomed --retries 0
+doomed=$OUT
+ANNEAL_TEST_FAULT=segv:doomed:5 "$ANNEAL" worker --cores 1 --drain > /dev/null 2>&1
+expect_eq "$(job_field "$doomed" state)" "failed" "a crash without retries fails the job"
+expect_contains "$(job_field "$doomed" error)" "SIGSEGV" "the job records why"
+expect_rc 0 jobs retry "$doomed"
+"$ANNEAL" worker --cores 1 --drain > /dev/null 2>&1
+expect_eq "$(job_field "$doomed" state)" "succeeded" "jobs retry gives it another attempt"
+
+# --- timeout --------------------------------------------------------------
+long_config slow 100000
+expect_rc 0 submit "$WORK/slow.ini" --timeout 2s
+slow=$OUT
+"$ANNEAL" worker --cores 1 --drain > "$WORK/timeout.log" 2>&1
+expect_eq "$(job_field "$slow" state)" "failed" "a job past its timeout fails"
+expect_eq "$(job_field "$slow" error)" "timed out after 2s" "and says why"
+
+# --- cancel a running job; the core cap on its threads ----------------------
+long_config capped 100000
+expect_rc 0 submit "$WORK/capped.ini" --cores 1
+capped=$OUT
+"$ANNEAL" worker --cores 2 > "$WORK/cancel.log" 2>&1 &
+wpid=$!
+child_pid() { pgrep -f "job-exec $capped\$"; }
+wait_until 30 job_state_is "$capped" running || fail "job never started"
+wait_until 30 child_pid > /dev/null || fail "no child process for the job"
+cpid=$(child_pid)
+wait_until 30 test -n "$(job_field "$capped" run)" || fail "the job never recorded its run"
+sleep 0.5
+cpus=$(cat /proc/"$cpid"/task/*/status 2>/dev/null | awk '/^Cpus_allowed_list/ {print $2}' | sort -u)
+expect_eq "$(printf '%s\n' "$cpus" | wc -l)" "1" "every thread of the job has one CPU list"
+case "$cpus" in *,*|*-*) fail "a 1-core job may run on more than one CPU: $cpus" ;; *) pass ;; esac
+threads=$(ls /proc/"$cpid"/task | wc -l)
+run runs show "$(job_field "$capped" run)" --json
+expect_eq "$(json_get "[l for l in j['config'].splitlines() if l.startswith('threads')][0]")" "threads = 1" \
+  "the run trains with the job's core budget"
+expect_rc 0 jobs cancel "$capped"
+expect_contains "$OUT" "stops it at the next step" "cancel of a running job waits for a step"
+wait_until 30 job_state_is "$capped" cancelled || fail "cancel did not end the job"
+run --json runs show "$(job_field "$capped" run)"
+expect_eq "$(json_get "j['status']")" "cancelled" "the run is recorded cancelled"
+[ "$(json_get "len(j['checkpoints'])")" -ge 1 ] && pass || fail "cancel left no checkpoint"
+kill -TERM "$wpid"
+wait "$wpid"
+expect_eq "$?" "0" "SIGTERM stops an idle worker cleanly"
+echo "job threads seen: $threads on CPU $cpus"
+
+# --- jobs show / logs / list on bad ids --------------------------------------
+expect_rc 1 jobs show job-999
+expect_contains "$ERR" "no job job-999" "unknown job"
+expect_rc 2 jobs show nonsense
+expect_rc 0 jobs logs "$sibling"
+expect_contains "$OUT" "attempt 1" "the log has the attempt header"
+expect_rc 0 jobs list
+
+finish

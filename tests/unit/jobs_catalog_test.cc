@@ -1,0 +1,228 @@
+// The job queue, aliases and retrain records in the catalog (store/jobs.cc),
+// and promotion gates (src/jobs/promote.cc): claim order, leases and
+// takeover, retries with backoff, cancel and retry, alias history and
+// rollback, NAME@ALIAS resolution.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <thread>
+
+#include "anneal/catalog_jobs.h"
+#include "anneal/error.h"
+#include "anneal/jobs.h"
+#include "test_util.h"
+
+namespace anneal {
+namespace {
+
+namespace fs = std::filesystem;
+
+class JobsCatalogTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Store::init(root());
+    Store store = Store::open(root());
+    ImportRequest request;
+    request.dataset = "iris";
+    request.file = test::data_file("iris.csv");
+    import_dataset(store, request, reporter_);
+  }
+  fs::path root() const { return dir_.path() / "store"; }
+  static JobSpec spec(const std::string& name, std::int64_t priority = 0, std::int64_t cores = 1,
+                      std::int64_t retries = 0) {
+    JobSpec s;
+    s.name = name;
+    s.config_text = "name = " + name + "\n";
+    s.config_source = name + ".ini";
+    s.priority = priority;
+    s.cores = cores;
+    s.retries = retries;
+    return s;
+  }
+  ModelRecord model(Store& store, const std::string& name, double val_accuracy) {
+    RunRecord run = create_run(store, name, {"iris", 1}, "name = " + name + "\n", "host");
+    nlohmann::json metrics = {{"val_accuracy", val_accuracy}};
+    return register_model(store, run.id, name, "weights of " + std::to_string(val_accuracy), {}, metrics, {});
+  }
+  test::TempDir dir_;
+  NullReporter reporter_;
+};
+
+TEST_F(JobsCatalogTest, ClaimsByPriorityThenAgeWithinTheCores) {
+  Store store = Store::open(root());
+  submit_job(store, spec("a"), 100);
+  submit_job(store, spec("b", 5), 101);
+  submit_job(store, spec("c", 5), 102);
+  submit_job(store, spec("big", 9, 4), 103);
+  std::vector<std::string> order;
+  while (auto j = claim_job(store, "w1", 2, 200, 30)) order.push_back(j->spec.name);
+  // "big" needs 4 cores and never fits a 2-core claim.
+  EXPECT_EQ(order, (std::vector<std::string>{"b", "c", "a"}));
+  auto big = claim_job(store, "w2", 4, 200, 30);
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->spec.name, "big");
+  EXPECT_EQ(big->state, JobState::kRunning);
+  EXPECT_EQ(big->attempts, 1);
+  EXPECT_EQ(big->worker, "w2");
+}
+
+TEST_F(JobsCatalogTest, ConcurrentClaimsTakeEachJobOnce) {
+  {
+    Store store = Store::open(root());
+    for (int i = 0; i < 40; ++i) submit_job(store, spec(std::string("j").append(std::to_string(i))), 100);
+  }
+  std::vector<std::vector<std::int64_t>> taken(4);
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 4; ++w)
+    workers.emplace_back([&, w] {
+      Store store = Store::open(root());
+      const std::string worker = std::string("w").append(std::to_string(w));
+      while (auto j = claim_job(store, worker, 1, 200, 30)) taken[w].push_back(j->id);
+    });
+  for (auto& t : workers) t.join();
+  std::set<std::int64_t> all;
+  std::size_t count = 0;
+  for (const auto& t : taken) {
+    count += t.size();
+    all.insert(t.begin(), t.end());
+  }
+  EXPECT_EQ(count, 40u);
+  EXPECT_EQ(all.size(), 40u);
+}
+
+TEST_F(JobsCatalogTest, ExpiredLeaseIsTakenOverWithoutCountingAnAttempt) {
+  Store store = Store::open(root());
+  JobRecord job = submit_job(store, spec("a"), 100);
+  ASSERT_TRUE(claim_job(store, "dead", 1, 100, 10));
+  EXPECT_FALSE(claim_job(store, "w2", 1, 105, 10));  // the lease still runs
+  renew_leases(store, "dead", 108, 10);               // renewed until 118
+  EXPECT_FALSE(claim_job(store, "w2", 1, 115, 10));
+  auto taken = claim_job(store, "w2", 1, 119, 10);
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(taken->worker, "w2");
+  EXPECT_EQ(taken->attempts, 1);
+  // The dead worker's late report is ignored: the job is no longer its.
+  EXPECT_FALSE(finish_job(store, job.id, "dead", JobState::kSucceeded, "", "", 120, 0));
+  EXPECT_EQ(finish_job(store, job.id, "w2", JobState::kSucceeded, "", "", 121, 0), JobState::kSucceeded);
+  EXPECT_EQ(find_job(store, job.id).state, JobState::kSucceeded);
+}
+
+TEST_F(JobsCatalogTest, FailuresRetryAfterBackoffUntilAttemptsRunOut) {
+  Store store = Store::open(root());
+  JobRecord job = submit_job(store, spec("a", 0, 1, 1), 100);
+  EXPECT_EQ(job.max_attempts, 2);
+  ASSERT_TRUE(claim_job(store, "w", 1, 100, 30));
+  EXPECT_EQ(finish_job(store, job.id, "w", JobState::kFailed, "", "killed by signal 11", 110, 4), JobState::kQueued);
+  EXPECT_EQ(find_job(store, job.id).error, "killed by signal 11");
+  EXPECT_FALSE(claim_job(store, "w", 1, 113, 30));  // backing off until 114
+  auto again = claim_job(store, "w", 1, 114, 30);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->attempts, 2);
+  EXPECT_EQ(finish_job(store, job.id, "w", JobState::kFailed, "", "again", 120, 8), JobState::kFailed);
+  EXPECT_FALSE(claim_job(store, "w", 1, 1000, 30));
+  retry_job(store, job.id, 1000);  // by hand: one more attempt
+  auto third = claim_job(store, "w", 1, 1000, 30);
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->attempts, 3);
+  EXPECT_THROW(retry_job(store, job.id, 1001), Error);  // running: nothing to retry
+}
+
+TEST_F(JobsCatalogTest, CancelQueuedAtOnceAndRunningThroughItsWorker) {
+  Store store = Store::open(root());
+  JobRecord queued = submit_job(store, spec("q"), 100);
+  JobRecord running = submit_job(store, spec("r", 9), 100);
+  ASSERT_EQ(claim_job(store, "w", 1, 100, 30)->id, running.id);
+  EXPECT_EQ(cancel_job(store, queued.id, 101), JobState::kCancelled);
+  EXPECT_FALSE(claim_job(store, "w", 1, 102, 30));
+  EXPECT_EQ(cancel_job(store, running.id, 103), JobState::kRunning);
+  EXPECT_EQ(renew_leases(store, "w", 104, 30), std::vector<std::int64_t>{running.id});
+  EXPECT_EQ(finish_job(store, running.id, "w", JobState::kCancelled, "", "cancelled", 105, 0), JobState::kCancelled);
+  EXPECT_THROW(cancel_job(store, running.id, 106), Error);
+  // A job cancelled while its worker died is closed by the next claim.
+  JobRecord orphan = submit_job(store, spec("o"), 107);
+  ASSERT_TRUE(claim_job(store, "dead", 1, 107, 5));
+  cancel_job(store, orphan.id, 108);
+  EXPECT_FALSE(claim_job(store, "w", 1, 200, 30));
+  EXPECT_EQ(find_job(store, orphan.id).state, JobState::kCancelled);
+}
+
+TEST_F(JobsCatalogTest, ReleaseRequeuesWithoutSpendingTheAttempt) {
+  Store store = Store::open(root());
+  JobRecord job = submit_job(store, spec("a"), 100);
+  ASSERT_TRUE(claim_job(store, "w", 1, 100, 30));
+  release_job(store, job.id, "w");
+  JobRecord back = find_job(store, job.id);
+  EXPECT_EQ(back.state, JobState::kQueued);
+  EXPECT_EQ(back.attempts, 0);
+}
+
+TEST_F(JobsCatalogTest, AliasesResolveKeepHistoryAndRollBack) {
+  Store store = Store::open(root());
+  ModelRecord v1 = model(store, "m", 0.80), v2 = model(store, "m", 0.90);
+  EXPECT_THROW(find_model(store, parse_model_ref("m@production")), Error);
+  set_alias(store, v1, "production", "set", "alice@host", "first");
+  EXPECT_EQ(find_model(store, parse_model_ref("m@production")).version, 1);
+  set_alias(store, v2, "production", "promote", "bob@host", "better");
+  EXPECT_EQ(find_model(store, parse_model_ref("m@production")).version, 2);
+  EXPECT_EQ(parse_model_ref("m@production").to_string(), "m@production");
+  EXPECT_EQ(parse_model_ref("m@v2").version, 2);
+  EXPECT_FALSE(parse_model_ref("m@latest").alias);
+  EXPECT_THROW(parse_model_ref("m@1bad"), Error);
+  auto history = alias_history(store, "m");
+  ASSERT_EQ(history.size(), 2u);
+  EXPECT_EQ(history[1].by, "bob@host");
+  EXPECT_EQ(history[1].reason, "better");
+  EXPECT_EQ(history[1].previous, 1);
+  EXPECT_EQ(history[1].version, 2);
+  EXPECT_EQ(rollback_alias(store, "m", "production", "carol@host", "regression").version, 1);
+  EXPECT_EQ(find_model(store, parse_model_ref("m@production")).version, 1);
+  EXPECT_EQ(alias_history(store, "m").back().action, "rollback");
+  EXPECT_THROW(rollback_alias(store, "m", "staging", "x", "y"), Error);
+  EXPECT_THROW(validate_alias_name("latest"), Error);
+  EXPECT_THROW(validate_alias_name("v3"), Error);
+}
+
+TEST_F(JobsCatalogTest, GatesCompareWithAnAliasOrAConstant) {
+  Store store = Store::open(root());
+  ModelRecord v1 = model(store, "m", 0.80), v2 = model(store, "m", 0.90), v3 = model(store, "m", 0.85);
+  Gate gate = parse_gate("val_accuracy >= production");
+  EXPECT_EQ(gate.metric, "val_accuracy");
+  EXPECT_EQ(gate.op, ">=");
+  EXPECT_FALSE(gate.constant);
+  // Unset alias: nothing to beat.
+  EXPECT_TRUE(promote_model(store, v1, "production", gate, "").passed);
+  EXPECT_TRUE(promote_model(store, v2, "production", gate, "").passed);
+  GateVerdict refused = promote_model(store, v3, "production", gate, "");
+  EXPECT_FALSE(refused.passed);
+  EXPECT_NE(refused.reason.find("m@v2"), std::string::npos);
+  EXPECT_EQ(find_model(store, parse_model_ref("m@production")).version, 2);  // unchanged
+  EXPECT_TRUE(evaluate_gate(store, parse_gate("val_accuracy>0.84"), v3).passed);
+  EXPECT_FALSE(evaluate_gate(store, parse_gate("val_accuracy < 0.5"), v3).passed);
+  EXPECT_THROW(evaluate_gate(store, parse_gate("test_rmse <= 1"), v3), Error);
+  for (const char* bad : {"val_accuracy", "val_accuracy => 1", ">= 1", "val_accuracy >=", "val_accuracy >= @x",
+                          "val accuracy >= 1"})
+    EXPECT_THROW(parse_gate(bad), Error) << bad;
+}
+
+TEST_F(JobsCatalogTest, RetrainRecordsFindTheLastTrainedOne) {
+  Store store = Store::open(root());
+  EXPECT_FALSE(last_trained_retrain(store, "m"));
+  RetrainRecord r;
+  r.config = "m";
+  r.config_hash = "h1";
+  r.dataset = "iris@v1";
+  r.outcome = RetrainOutcome::kPromoted;
+  r.started = 1;
+  r.ended = 2;
+  record_retrain(store, r);
+  r.outcome = RetrainOutcome::kSkipped;
+  r.config_hash = "h2";
+  record_retrain(store, r);
+  auto last = last_trained_retrain(store, "m");
+  ASSERT_TRUE(last);
+  EXPECT_EQ(last->config_hash, "h1");
+  EXPECT_EQ(list_retrains(store).size(), 2u);
+}
+
+}  // namespace
+}  // namespace anneal
