@@ -99,9 +99,11 @@ grep -q succeeded "$WORK/w1.log" && grep -q succeeded "$WORK/w2.log" && pass || 
 # --- priorities: the higher one first ---------------------------------------
 expect_rc 0 submit "$WORK/tiny.ini" --set name=low
 expect_rc 0 submit "$WORK/tiny.ini" --set name=high --priority 10
-"$ANNEAL" worker --cores 1 --max-jobs 1 --drain > "$WORK/prio.log" 2>&1
+mkdir -p "$WORK/textfile"
+"$ANNEAL" worker --cores 1 --max-jobs 1 --drain --metrics-textfile "$WORK/textfile" > "$WORK/prio.log" 2>&1
 first=$(grep -o "(\(low\|high\)) started" "$WORK/prio.log" | head -1)
 expect_eq "$first" "(high) started" "higher priority runs first"
+expect_contains "$(cat "$WORK/textfile/anneal.prom")" 'anneal_jobs{state="succeeded"} 22' "the worker keeps the textfile current"
 
 # --- a job that segfaults is failed and retried; its sibling finishes -------
 long_config crashy 30
