@@ -110,7 +110,7 @@ int run_import(const Invocation& inv) {
     throw usage_error("--split: a version with --test FILE takes its test split from that file");
 
   Store store = Store::open(inv.global.store);
-  TerminalReporter reporter;
+  TerminalReporter reporter(inv.global.log_format);
   ImportResult result = import_dataset(store, request, reporter);
   if (inv.global.json) {
     print_json({{"created", result.created}, {"bytes_added", result.bytes_added},
@@ -192,7 +192,7 @@ int run_export(const Invocation& inv) {
 
 int run_fsck(const Invocation& inv) {
   Store store = Store::open(inv.global.store);
-  TerminalReporter reporter;
+  TerminalReporter reporter(inv.global.log_format);
   FsckReport report = fsck(store, reporter);
   if (inv.global.json) {
     print_json({{"ok", report.ok()}, {"objects_checked", report.objects_checked},
@@ -212,7 +212,7 @@ int run_fsck(const Invocation& inv) {
 
 int run_gc(const Invocation& inv) {
   Store store = Store::open(inv.global.store);
-  TerminalReporter reporter;
+  TerminalReporter reporter(inv.global.log_format);
   GcReport report = gc(store, inv.args["dry-run"].as<bool>(), reporter);
   if (inv.global.json) {
     print_json({{"dry_run", report.dry_run}, {"blobs_removed", report.blobs_removed},

@@ -72,7 +72,7 @@ int run_quantize(const Invocation& inv) {
     throw usage_error("--qat-epochs: quantization-aware fine-tuning is not implemented in this version; "
                       "use post-training quantization (omit --qat-epochs)");
   Store store = Store::open(inv.global.store);
-  TerminalReporter reporter;
+  TerminalReporter reporter(inv.global.log_format);
   print_compressed(inv, quantize_model(store, request, reporter));
   return kExitOk;
 }
@@ -93,7 +93,7 @@ int run_prune(const Invocation& inv) {
   request.seed = a["seed"].as<std::uint64_t>();
   request.threads = threads_of(inv);
   Store store = Store::open(inv.global.store);
-  TerminalReporter reporter;
+  TerminalReporter reporter(inv.global.log_format);
   print_compressed(inv, prune_model(store, request, reporter));
   return kExitOk;
 }
