@@ -169,13 +169,13 @@ void add_quantize_commands(std::vector<Command>& out) {
        [](po::options_description& o) {
          o.add_options()("sparsity", po::value<double>()->value_name("S"), "fraction removed, 0 < S < 1")
              ("schedule", po::value<std::string>()->value_name("SCHEDULE"), "oneshot (default) or gradual")
-             ("finetune-epochs", po::value<std::int64_t>()->default_value(1)->value_name("N"), "fine-tuning epochs")
+             ("finetune-epochs", po::value<std::int64_t>()->default_value(1)->value_name("N"), "epochs of training after pruning")
              ("structured", po::bool_switch(), "remove whole neurons/channels")
              ("global", po::bool_switch(), "one magnitude threshold over all layers")
-             ("data", po::value<std::string>()->value_name("DATA"), "fine-tuning dataset version")
-             ("lr", po::value<float>()->default_value(5e-4f, "0.0005")->value_name("LR"), "fine-tuning learning rate")
-             ("batch", po::value<std::int64_t>()->default_value(128)->value_name("N"), "fine-tuning batch size")
-             ("seed", po::value<std::uint64_t>()->default_value(1)->value_name("N"), "fine-tuning seed")
+             ("data", po::value<std::string>()->value_name("DATA"), "dataset version to train on")
+             ("lr", po::value<float>()->default_value(5e-4f, "0.0005")->value_name("LR"), "learning rate after pruning")
+             ("batch", po::value<std::int64_t>()->default_value(128)->value_name("N"), "batch size after pruning")
+             ("seed", po::value<std::uint64_t>()->default_value(1)->value_name("N"), "seed of training after pruning")
              ("threads", po::value<int>()->value_name("N"), "threads (default: all cores)");
        },
        {"MODEL"}, run_prune});
