@@ -33,35 +33,14 @@ checkpoint_every = 20
 EOF
 }
 
-# wait_until SECONDS CMD...: polls CMD every 0.1s; false when time runs out.
-wait_until() {
-  local deadline=$((SECONDS + $1))
-  shift
-  until "$@"; do
-    [ "$SECONDS" -ge "$deadline" ] && return 1
-    sleep 0.1
-  done
-}
-job_field() {  # JOB FIELD
-  "$ANNEAL" --json jobs show "$1" | python3 -c "import json,sys; v=json.load(sys.stdin)['$2']; print('' if v is None else v)"
-}
 job_state_is() { [ "$(job_field "$1" state)" = "$2" ]; }
-catalog() {  # every row of every table: the store's catalog as text
-  python3 - "$ANNEAL_HOME/catalog.db" <<'EOF'
-import sqlite3, sys
-db = sqlite3.connect(sys.argv[1])
-for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name"):
-    for row in db.execute(f"SELECT * FROM {name} ORDER BY 1"):
-        print(name, row)
-EOF
-}
 
 expect_rc 0 init
 expect_rc 0 data import iris "$TEST_DATA/iris.csv"
 expect_rc 0 data import digits "$TEST_DATA/digits.csv"
 
 # --- bad submits: one line, exit 2, nothing queued --------------------------
-before=$(catalog | sha256sum)
+before=$(catalog_dump | sha256sum)
 printf 'name = x\ndataset = iris\nlayers = dense(3)\nlearning_rat = 0.1\n' > "$WORK/bad.ini"
 expect_rc 2 submit "$WORK/bad.ini"
 expect_contains "$ERR" "bad.ini:4" "unknown key is located"
@@ -70,7 +49,7 @@ expect_rc 2 submit "$WORK/tiny.ini" --timeout soon
 expect_contains "$ERR" "--timeout 'soon'" "bad duration names the flag"
 expect_rc 2 submit "$WORK/missing.ini"
 expect_rc 2 submit "$WORK/tiny.ini" --cores 0
-expect_eq "$(catalog | sha256sum)" "$before" "bad submits leave the catalog as it was"
+expect_eq "$(catalog_dump | sha256sum)" "$before" "bad submits leave the catalog as it was"
 
 # --- 20 jobs, two workers: each runs exactly once ---------------------------
 for i in $(seq 1 20); do

@@ -17,17 +17,6 @@ seed = 7
 checkpoint_every = 20
 EOF
 
-wait_until() {
-  local deadline=$((SECONDS + $1))
-  shift
-  until "$@"; do
-    [ "$SECONDS" -ge "$deadline" ] && return 1
-    sleep 0.1
-  done
-}
-job_field() {
-  "$ANNEAL" --json jobs show "$1" | python3 -c "import json,sys; v=json.load(sys.stdin)['$2']; print('' if v is None else v)"
-}
 has_checkpoint() {
   local run
   run=$(job_field "$job" run)

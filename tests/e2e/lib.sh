@@ -58,6 +58,33 @@ store_state() {
     "$ANNEAL" data list --json 2>/dev/null ) | sha256sum
 }
 
+# wait_until SECONDS CMD...: polls CMD every 0.1s; false when time runs out.
+wait_until() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    [ "$SECONDS" -ge "$deadline" ] && return 1
+    sleep 0.1
+  done
+}
+
+# catalog_dump: every row of every catalog table, as text (to compare the
+# store's catalog before and after a command).
+catalog_dump() {
+  python3 - "$ANNEAL_HOME/catalog.db" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name"):
+    for row in db.execute(f"SELECT * FROM {name} ORDER BY 1"):
+        print(name, row)
+PY
+}
+
+# job_field JOB FIELD: one field of `anneal jobs show JOB --json` ('' for null).
+job_field() {
+  "$ANNEAL" --json jobs show "$1" | python3 -c "import json,sys; v=json.load(sys.stdin)['$2']; print('' if v is None else v)"
+}
+
 finish() {
   if [ "$FAILURES" -ne 0 ]; then
     echo "$FAILURES of $((CHECKS + FAILURES)) checks failed" >&2

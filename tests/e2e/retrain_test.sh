@@ -20,15 +20,6 @@ seed = 1
 threads = 1
 validation = 0.25
 EOF
-catalog() {
-  python3 - "$ANNEAL_HOME/catalog.db" <<'EOF'
-import sqlite3, sys
-db = sqlite3.connect(sys.argv[1])
-for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name"):
-    for row in db.execute(f"SELECT * FROM {name} ORDER BY 1"):
-        print(name, row)
-EOF
-}
 alias_version() { "$ANNEAL" --json model show "iris-mlp@$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['version'])"; }
 
 expect_rc 0 init
@@ -65,11 +56,11 @@ expect_rc 2 retrain "$WORK/iris.ini" --promote production --gate 'val_accuracy =
 expect_contains "$ERR" "--gate" "a malformed gate names the flag"
 
 # --- bad --data: exit 65, the store exactly as it was ------------------------
-before=$( (catalog; cd "$ANNEAL_HOME" && find objects -type f | sort) | sha256sum)
+before=$( (catalog_dump; cd "$ANNEAL_HOME" && find objects -type f | sort) | sha256sum)
 { head -n 3 "$TEST_DATA/iris.csv"; printf '5.0,3.1,1.4,setosa\n'; } > "$WORK/bad.csv"
 expect_rc 65 retrain "$WORK/iris.ini" --data "$WORK/bad.csv"
 expect_contains "$ERR" "bad.csv:4:" "the error locates the bad row"
-expect_eq "$( (catalog; cd "$ANNEAL_HOME" && find objects -type f | sort) | sha256sum)" "$before" "store unchanged"
+expect_eq "$( (catalog_dump; cd "$ANNEAL_HOME" && find objects -type f | sort) | sha256sum)" "$before" "store unchanged"
 
 # --- overlapping retrains of one config: the second exits 75 ---------------
 cat > "$WORK/long.ini" <<'EOF'
