@@ -234,6 +234,20 @@ class Backend : public MemoryAllocator {
   // keeps removed weights at exactly zero. Marks t modified.
   virtual void multiply(Tensor& t, const Tensor& mask) = 0;
 
+  // Fake quantization for quantization-aware training (fp32 tensors only;
+  // kUsage otherwise). The backward of both is the straight-through
+  // estimator: the caller passes gradients through unchanged.
+  //
+  // y (x's dims and layout) = clamp(nearbyint(x / scale), lo, hi) · scale:
+  // an activation as an int8 layer sees it (lo, hi = 0, 255 for u8 after a
+  // relu; −127, 127 for s8).
+  virtual void fake_quantize(const Tensor& x, Tensor& y, float scale, float lo, float hi) = 0;
+  // Weights w (O, ...) quantized to s8 per output channel and back, with the
+  // arithmetic of quantize_per_channel + dequantize (bit for bit):
+  // s_o = max|w[o, ...]| / 127 (1 for an all-zero row),
+  // y[o, ...] (w's dims and layout) = clamp(nearbyint(w / s_o), −127, 127) · s_o.
+  virtual void fake_quantize_channels(const Tensor& w, Tensor& y) = 0;
+
   // Inverted dropout: y = x·mask/(1 − p), mask ~ Bernoulli(1 − p) drawn from a
   // counter-based generator keyed by (seed, stream), so the mask is a pure
   // function of the key: backward recomputes it, resume reproduces it.

@@ -49,6 +49,19 @@ struct NetworkOptions {
   std::int64_t batch = 128;        // expected batch size (lets the backend pick layouts)
 };
 
+// Quantization-aware training: which tensors the forward pass passes
+// through fake quantization (Backend::fake_quantize*), so training sees the
+// rounding and clipping of the int8 model it will become.
+struct FakeQuantization {
+  float input_scale = 0;  // the network input, s8 levels; 0: left as is
+  struct Point {
+    std::string prefix;       // a dense/conv layer, "3.conv": its weight per channel
+    float output_scale = 0;   // its output (fused activation included); 0: left as is
+    bool output_unsigned = false;  // u8 levels 0..255 (after a relu), else s8 ±127
+  };
+  std::vector<Point> layers;
+};
+
 class Network {
  public:
   // Parses and builds `spec`, checking every shape: throws anneal::Error
@@ -72,6 +85,15 @@ class Network {
   // ∂L/∂input of the latest backward; only with options.input_gradient.
   const Tensor& input_gradient() const;
 
+  // From now on every forward fake-quantizes what `fq` names (empty: none).
+  // Weights: the forward and backward passes use the quantized weights
+  // while the fp32 master weights are set aside, and backward puts the
+  // masters back, so the optimizer applies the gradient to them (the
+  // straight-through estimator); an inference forward puts them back at its
+  // end. Activations: the next layer gets the quantized copy and the
+  // gradient passes through unchanged. kUsage for an unknown prefix.
+  void set_fake_quantization(const FakeQuantization& fq);
+
   const std::vector<Parameter*>& parameters() const { return parameters_; }
   const std::vector<StateBuffer>& buffers() const { return buffers_; }
   std::int64_t parameter_count() const;  // scalars over all parameters
@@ -91,6 +113,25 @@ class Network {
   const Tensor* input_grad_ = nullptr;
   // Index of the first layer with parameters: backward needs nothing below it.
   std::size_t first_trainable_ = 0;
+
+  // Fake quantization (set_fake_quantization). While `swapped`, each
+  // weight's Parameter::value holds the quantized weights and `master` the
+  // fp32 ones.
+  struct QuantizedWeight {
+    Parameter* param = nullptr;
+    Tensor master;
+  };
+  struct QuantizedOutput {
+    std::size_t layer = 0;  // index into layers_
+    float scale = 0, lo = 0, hi = 0;
+    Tensor y;               // the quantized output the next layer reads
+  };
+  void restore_master_weights();
+  float fq_input_scale_ = 0;
+  Tensor fq_input_;
+  std::vector<QuantizedWeight> fq_weights_;
+  std::vector<QuantizedOutput> fq_outputs_;  // in layer order
+  bool swapped_ = false;
 };
 
 }  // namespace anneal

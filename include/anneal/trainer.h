@@ -143,6 +143,9 @@ class Trainer {
   // Holds a pruning mask on parameter `name` in the optimizer (see
   // Optimizer::set_mask): applied now and after every step.
   void set_mask(const std::string& name, const std::vector<float>& mask);
+  // Quantization-aware training: fake quantization in every forward from
+  // now on (see Network::set_fake_quantization). fp32 precision only (kUsage).
+  void set_fake_quantization(const FakeQuantization& fq);
 
  private:
   class Impl;

@@ -313,9 +313,75 @@ const Tensor& Network::forward(const Tensor& x, const PassContext& ctx) {
   if (x.dims().without_batch() != input_shape_)
     throw usage_error("network input " + x.dims().str() + " does not match the input shape " +
                       input_shape_.str());
+  if (fq_weights_.empty() && fq_outputs_.empty() && fq_input_scale_ == 0) {
+    const Tensor* h = &x;
+    for (auto& layer : layers_) h = &layer->forward(*h, ctx);
+    return *h;
+  }
+  // Fake-quantized pass. A training forward that never got its backward
+  // (an exception in between) left the masters aside: bring them back first.
+  restore_master_weights();
+  for (QuantizedWeight& w : fq_weights_) {
+    // Swapping Tensor objects keeps the Parameter (which layers and the
+    // optimizer refer to) in place; only the storage changes hands.
+    std::swap(w.param->value, w.master);
+    backend_.fake_quantize_channels(w.master, w.param->value);
+  }
+  swapped_ = true;
   const Tensor* h = &x;
-  for (auto& layer : layers_) h = &layer->forward(*h, ctx);
+  if (fq_input_scale_ > 0) {
+    backend_.fake_quantize(x, fq_input_, fq_input_scale_, -127.0f, 127.0f);
+    h = &fq_input_;
+  }
+  auto next = fq_outputs_.begin();
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    h = &layers_[i]->forward(*h, ctx);
+    if (next != fq_outputs_.end() && next->layer == i) {
+      backend_.fake_quantize(*h, next->y, next->scale, next->lo, next->hi);
+      h = &next->y;
+      ++next;
+    }
+  }
+  if (!ctx.training) restore_master_weights();
   return *h;
+}
+
+void Network::restore_master_weights() {
+  if (!swapped_) return;
+  for (QuantizedWeight& w : fq_weights_) {
+    std::swap(w.param->value, w.master);
+    // The quantized storage now sits in `master`; anything keyed on the
+    // value's version (a bf16 working copy) must not mistake it for current.
+    w.param->value.mark_modified();
+  }
+  swapped_ = false;
+}
+
+void Network::set_fake_quantization(const FakeQuantization& fq) {
+  restore_master_weights();
+  std::vector<QuantizedWeight> weights;
+  std::vector<QuantizedOutput> outputs;
+  for (const FakeQuantization::Point& point : fq.layers) {
+    const std::string weight = point.prefix + ".weight";
+    bool found = false;
+    for (std::size_t i = 0; i < layers_.size() && !found; ++i) {
+      std::vector<Parameter*> own;
+      layers_[i]->collect_parameters(own);
+      for (Parameter* p : own) {
+        if (p->name != weight) continue;
+        found = true;
+        weights.push_back({p, Tensor()});
+        if (point.output_scale > 0)
+          outputs.push_back({i, point.output_scale, point.output_unsigned ? 0.0f : -127.0f,
+                             point.output_unsigned ? 255.0f : 127.0f, Tensor()});
+      }
+    }
+    if (!found) throw usage_error("fake quantization: the network has no parameter " + weight);
+  }
+  std::sort(outputs.begin(), outputs.end(), [](const auto& a, const auto& b) { return a.layer < b.layer; });
+  fq_input_scale_ = fq.input_scale;
+  fq_weights_ = std::move(weights);
+  fq_outputs_ = std::move(outputs);
 }
 
 void Network::backward(const Tensor& dloss, const PassContext& ctx) {
@@ -330,6 +396,9 @@ void Network::backward(const Tensor& dloss, const PassContext& ctx) {
     d = &layers_[i]->backward(*d, ctx, need_dx);
   }
   input_grad_ = input_gradient_ ? d : nullptr;
+  // The gradient was taken at the quantized weights; the optimizer applies
+  // it to the fp32 masters (straight-through estimator).
+  restore_master_weights();
 }
 
 const Tensor& Network::input_gradient() const {

@@ -387,6 +387,12 @@ class Trainer::Impl {
     optimizer_->set_mask(index, mask);
   }
 
+  void set_fake_quantization(const FakeQuantization& fq) {
+    if (config_.precision != Precision::kFp32)
+      throw usage_error("fake quantization: train in fp32 precision (the int8 model is built from fp32 weights)");
+    network_->set_fake_quantization(fq);
+  }
+
   TrainerConfig config_;
   DataView train_;
   std::optional<DataView> validation_;
@@ -645,5 +651,7 @@ std::vector<float> Trainer::values(const std::string& name) { return impl_->valu
 void Trainer::set_mask(const std::string& name, const std::vector<float>& mask) {
   impl_->set_mask(name, mask);
 }
+
+void Trainer::set_fake_quantization(const FakeQuantization& fq) { impl_->set_fake_quantization(fq); }
 
 }  // namespace anneal

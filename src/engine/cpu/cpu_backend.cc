@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "anneal/backend.h"
 #include "anneal/error.h"
@@ -229,6 +230,47 @@ class CpuBackend final : public Backend {
     t.mark_modified();
   }
 
+  void fake_quantize(const Tensor& x, Tensor& y, float scale, float lo, float hi) override {
+    if (!(scale > 0)) throw usage_error("fake_quantize: the scale must be > 0");
+    const float* in = f32_data(x, "fake_quantize");
+    shape_like(y, x, DType::kF32);
+    float* out = static_cast<float*>(y.data());
+    // Elementwise, so any layout works as is; a blocked layout's zero
+    // padding stays zero (0 quantizes to 0 because lo <= 0 <= hi).
+    const std::int64_t n = stored_elements(x);
+#pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
+    for (std::int64_t i = 0; i < n; ++i) out[i] = std::clamp(std::nearbyint(in[i] / scale), lo, hi) * scale;
+    y.mark_modified();
+  }
+
+  void fake_quantize_channels(const Tensor& w, Tensor& y) override {
+    (void)f32_data(w, "fake_quantize_channels");  // fp32 only
+    // Per-channel maxima need the plain (O, I...) order; the weights are
+    // small beside a batch's activations, so a round trip through a host
+    // buffer (kept across steps, so steady state allocates nothing) is cheap.
+    const auto n = static_cast<std::size_t>(w.elements());
+    const auto channels = static_cast<std::size_t>(w.dims()[0]);
+    if (fq_host_.size() < n) fq_host_.resize(n);
+    float* h = fq_host_.data();
+    copy_to_host(w, h);
+    const std::size_t per = n / channels;
+#pragma omp parallel for schedule(static) if (std::int64_t(n) >= kParallelThreshold)
+    for (std::size_t o = 0; o < channels; ++o) {
+      float* row = h + o * per;
+      float max = 0;
+      for (std::size_t i = 0; i < per; ++i) max = std::max(max, std::fabs(row[i]));
+      // The same expressions as quantize_per_channel and dequantize, so the
+      // fine-tuned network sees exactly the weights the int8 model stores.
+      const float scale = max > 0 ? max / 127.0f : 1.0f;
+      for (std::size_t i = 0; i < per; ++i) {
+        const float q = std::clamp(std::nearbyint(row[i] / scale), -127.0f, 127.0f);
+        row[i] = float(std::int8_t(q)) * scale;
+      }
+    }
+    shape_like(y, w, DType::kF32);
+    copy_from_host(h, y);
+  }
+
   void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed,
                        std::uint64_t stream) override {
     shape_like(y, x, x.dtype());
@@ -320,6 +362,7 @@ class CpuBackend final : public Backend {
   CpuContext ctx_;
   Reorders edge_reorders_;
   ScratchBuffer partials_;
+  std::vector<float> fq_host_;  // fake_quantize_channels: plain (O, I...) weights
 };
 
 }  // namespace
