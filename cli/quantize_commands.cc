@@ -68,9 +68,7 @@ int run_quantize(const Invocation& inv) {
   request.calib_samples = a["calib-samples"].as<std::int64_t>();
   if (a.count("method")) request.method = parse_calibration_method(a["method"].as<std::string>());
   request.threads = threads_of(inv);
-  if (a["qat-epochs"].as<std::int64_t>() != 0)
-    throw usage_error("--qat-epochs: quantization-aware fine-tuning is not implemented in this version; "
-                      "use post-training quantization (omit --qat-epochs)");
+  request.qat_epochs = a["qat-epochs"].as<std::int64_t>();
   Store store = Store::open(inv.global.store);
   TerminalReporter reporter(inv.global.log_format);
   print_compressed(inv, quantize_model(store, request, reporter));
@@ -139,21 +137,23 @@ int run_bench(const Invocation& inv) {
 
 void add_quantize_commands(std::vector<Command>& out) {
   out.push_back(
-      {"quantize", "MODEL --int8 --calib DATA [--calib-samples N] [--method minmax|percentile|entropy]",
+      {"quantize", "MODEL --int8 --calib DATA [--calib-samples N] [--method minmax|percentile|entropy] [--qat-epochs N]",
        "quantize a model to INT8 (a new model version)",
        "Static post-training quantization: the weights of every dense and conv layer become s8 with one scale "
        "per output channel; activations get scales from --calib-samples rows of DATA's train split run through "
        "the fp32 model (minmax: the largest magnitude; percentile: the 99.99th percentile; entropy: the "
        "threshold with the least KL divergence). Registers NAME@vN+1 with its parent, the calibration data and "
        "the method in its lineage, scored beside the parent on DATA's test split. eval, predict and bench then "
-       "run oneDNN int8 primitives with the relu fused.",
+       "run oneDNN int8 primitives with the relu fused. With --qat-epochs N the model first trains N more "
+       "epochs (Adam) on DATA's train split with fake quantization in the forward pass: weights per channel and "
+       "activations at the calibrated scales, the gradient passed straight through to the fp32 weights.",
        [](po::options_description& o) {
          o.add_options()("int8", po::bool_switch(), "quantize to INT8 (required)")
              ("calib", po::value<std::string>()->value_name("DATA"), "calibration dataset version")
              ("calib-samples", po::value<std::int64_t>()->default_value(1000)->value_name("N"), "calibration rows")
              ("method", po::value<std::string>()->value_name("METHOD"), "minmax (default), percentile or entropy")
              ("qat-epochs", po::value<std::int64_t>()->default_value(0)->value_name("N"),
-              "quantization-aware fine-tuning (not implemented: must be 0)")
+              "epochs of quantization aware training before converting (default 0: none)")
              ("threads", po::value<int>()->value_name("N"), "threads (default: all cores)");
        },
        {"MODEL"}, run_quantize});

@@ -6,6 +6,7 @@
 
 #include "anneal/error.h"
 #include "anneal/quantize.h"
+#include "anneal/trainer.h"
 #include "compress_common.h"
 #include "omp_scope.h"
 #include "runs/use.h"
@@ -143,11 +144,93 @@ float ActivationRange::threshold(CalibrationMethod method, int levels) const {
   return float((best_i + 0.5) * width);
 }
 
+namespace {
+
+// Scale per calibration point: 0 the network input, k + 1 weighted layer k's
+// output (fused activation included), observed on `x` (samples rows) through
+// the fp32 network of `model`.
+std::vector<float> calibrate(const runs::ModelFile& model, const std::vector<WeightedLayer>& layers,
+                             const std::vector<float>& x, std::int64_t samples, std::int64_t width,
+                             CalibrationMethod method, int threads) {
+  std::vector<ActivationRange> ranges(layers.size() + 1);
+  {
+    compress::OmpThreads scope(threads);
+    InferenceSpec spec = runs::inference_spec(model);
+    spec.int8 = false;
+    spec.sparse = SparseKernel::kDense;
+    InferenceNetwork net(std::move(spec));
+    std::vector<float> out;
+    constexpr std::int64_t kBatch = 256;
+    const bool histogram = method != CalibrationMethod::kMinMax;
+    for (int pass = 0; pass < (histogram ? 2 : 1); ++pass) {
+      const InferenceNetwork::Observer observe = [&](std::size_t k, const float* v, std::size_t n) {
+        if (pass == 0) ranges[k + 1].add_max({v, n});
+        else ranges[k + 1].add_histogram({v, n});
+      };
+      for (std::int64_t start = 0; start < samples; start += kBatch) {
+        const std::int64_t n = std::min(kBatch, samples - start);
+        const std::span<const float> batch(x.data() + start * width, std::size_t(n * width));
+        if (pass == 0) ranges[0].add_max(batch);
+        else ranges[0].add_histogram(batch);
+        out.resize(std::size_t(n * model.outputs));
+        net.forward(batch.data(), n, out.data(), observe);
+      }
+    }
+  }
+  std::vector<float> scales(ranges.size(), 0.0f);
+  for (std::size_t point = 0; point < ranges.size(); ++point) {
+    // The last layer's output stays fp32: no scale.
+    if (point > 0 && layers[point - 1].last) continue;
+    const int levels = point > 0 && layers[point - 1].relu ? 255 : 127;
+    const float t = ranges[point].threshold(method, levels);
+    // A tensor that is zero on every calibration row: any scale is exact.
+    scales[point] = t > 0 ? t / float(levels) : 1.0f;
+  }
+  return scales;
+}
+
+// Fine-tunes `model`'s weights in place for request.qat_epochs epochs on
+// `in` with fake quantization at the given scales (see calibrate()).
+void fine_tune_quantized(runs::ModelFile& model, const std::vector<WeightedLayer>& layers,
+                         const std::vector<float>& scales, const runs::ModelInputs& in,
+                         const QuantizeRequest& request, Reporter& reporter) {
+  TrainerConfig tc;
+  tc.layers = model.layers;
+  tc.loss = model.loss;
+  tc.classes = model.labels.classification() && model.loss == LossKind::kSoftmaxCrossEntropy ? model.labels.classes() : 0;
+  tc.optimizer.kind = OptimizerKind::kAdam;
+  tc.optimizer.lr = request.qat_lr;
+  tc.batch = request.qat_batch;
+  tc.epochs = request.qat_epochs;
+  tc.seed = request.qat_seed;
+  tc.threads = request.threads;
+  // The int8 model is made from fp32 weights, whatever the parent trained in.
+  tc.precision = Precision::kFp32;
+  const DataView view{in.x, in.y, model.input_shape};
+  Trainer trainer(tc, view, std::nullopt, reporter);
+  std::vector<std::pair<std::string, std::vector<float>>> weights;
+  for (const auto& t : model.tensors) weights.emplace_back(t.name, t.values);
+  trainer.load_weights(weights);
+  FakeQuantization fq;
+  fq.input_scale = scales[0];
+  for (std::size_t k = 0; k < layers.size(); ++k)
+    fq.layers.push_back({layers[k].prefix, scales[k + 1], layers[k].relu});
+  trainer.set_fake_quantization(fq);
+  trainer.train();
+  for (auto& t : model.tensors) t.values = trainer.values(t.name);
+}
+
+}  // namespace
+
 CompressResult quantize_model(Store& store, const QuantizeRequest& request, Reporter& reporter) {
   compress::Parent parent = compress::load_parent(store, request.model, "quantize");
   if (parent.model.int8) throw usage_error("quantize " + parent.record.ref() + ": the model is already int8");
   if (request.calib_samples < 1)
     throw usage_error("--calib-samples must be >= 1, not " + std::to_string(request.calib_samples));
+  if (request.qat_epochs < 0)
+    throw usage_error("--qat-epochs must be >= 0, not " + std::to_string(request.qat_epochs));
+  if (!(request.qat_lr > 0)) throw usage_error("--qat-lr must be > 0");
+  if (request.qat_batch < 1) throw usage_error("--qat-batch must be >= 1");
   DatasetRef calib = parse_dataset_ref(request.calib, "--calib");
   // Unsupported layers (batchnorm, layernorm) fail here, before any run.
   const std::vector<WeightedLayer> layers = weighted_layers(parent.model.layers, Dims(parent.model.input_shape));
@@ -167,48 +250,25 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
   }
   reporter.note("calibrating " + parent.record.ref() + " on " + std::to_string(samples) + " rows of " + in.dataset +
                 " (" + calibration_method_name(request.method) + ")");
-
-  // Range 0: the network input; range k + 1: layer k's output.
-  std::vector<ActivationRange> ranges(layers.size() + 1);
-  {
-    compress::OmpThreads threads(request.threads);
-    InferenceSpec spec = runs::inference_spec(parent.model);
-    spec.int8 = false;
-    spec.sparse = SparseKernel::kDense;
-    InferenceNetwork net(std::move(spec));
-    std::vector<float> out;
-    constexpr std::int64_t kBatch = 256;
-    const bool histogram = request.method != CalibrationMethod::kMinMax;
-    for (int pass = 0; pass < (histogram ? 2 : 1); ++pass) {
-      const InferenceNetwork::Observer observe = [&](std::size_t k, const float* v, std::size_t n) {
-        if (pass == 0) ranges[k + 1].add_max({v, n});
-        else ranges[k + 1].add_histogram({v, n});
-      };
-      for (std::int64_t start = 0; start < samples; start += kBatch) {
-        const std::int64_t n = std::min(kBatch, samples - start);
-        const std::span<const float> batch(x.data() + start * width, std::size_t(n * width));
-        if (pass == 0) ranges[0].add_max(batch);
-        else ranges[0].add_histogram(batch);
-        out.resize(std::size_t(n * parent.model.outputs));
-        net.forward(batch.data(), n, out.data(), observe);
-      }
-    }
-  }
-  auto scale_of = [&](std::size_t point, int levels) {
-    const float t = ranges[point].threshold(request.method, levels);
-    // A tensor that is zero on every calibration row: any scale is exact.
-    return t > 0 ? t / float(levels) : 1.0f;
-  };
+  std::vector<float> scales =
+      calibrate(parent.model, layers, x, samples, width, request.method, request.threads);
 
   runs::ModelFile child = parent.model;
+  if (request.qat_epochs > 0) {
+    reporter.note("quantization-aware fine-tuning of " + parent.record.ref() + ": " +
+                  std::to_string(request.qat_epochs) + " epoch(s) on " + in.dataset);
+    fine_tune_quantized(child, layers, scales, in, request, reporter);
+    // The usual conversion from here on, on the fine-tuned weights: their
+    // activations are calibrated afresh (fine-tuning moves the ranges).
+    scales = calibrate(child, layers, x, samples, width, request.method, request.threads);
+  }
   child.int8 = true;
-  float input_scale = scale_of(0, 127);
-  json scales = json::array();
+  json scales_json = json::array();
   for (std::size_t k = 0; k < layers.size(); ++k) {
     const WeightedLayer& layer = layers[k];
-    const float output_scale = layer.last ? 0.0f : scale_of(k + 1, layer.relu ? 255 : 127);
+    const float input_scale = scales[k], output_scale = scales[k + 1];
     child.activation_scales[layer.prefix] = {input_scale, output_scale};
-    scales.push_back({{"layer", layer.text}, {"input_scale", input_scale}, {"output_scale", output_scale}});
+    scales_json.push_back({{"layer", layer.text}, {"input_scale", input_scale}, {"output_scale", output_scale}});
     for (auto& t : child.tensors) {
       if (t.name != layer.prefix + ".weight") continue;
       QuantizedWeights q = quantize_per_channel(t.values, layer.out);
@@ -217,12 +277,12 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
       t.q = std::move(q.q);
       t.scales = std::move(q.scales);
     }
-    input_scale = output_scale;
   }
   child.compression = {{"operation", "quantize"},
                        {"method", calibration_method_name(request.method)},
                        {"calibration_data", in.dataset},
-                       {"calibration_samples", samples}};
+                       {"calibration_samples", samples},
+                       {"qat_epochs", request.qat_epochs}};
   child.weights_hash = compress::tensors_hash(child);
 
   reporter.note("scoring " + parent.record.ref() + " and its int8 version");
@@ -231,11 +291,21 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
   lineage["method"] = calibration_method_name(request.method);
   lineage["calibration_data"] = in.dataset;
   lineage["calibration_samples"] = samples;
-  lineage["activation_scales"] = scales;
-  const std::string config = "operation = quantize\nmodel = " + parent.record.ref() + "\nprecision = int8\ncalib = " +
-                             in.dataset + "\ncalib_samples = " + std::to_string(samples) + "\nmethod = " +
-                             calibration_method_name(request.method) + "\nthreads = " +
-                             std::to_string(request.threads) + "\n";
+  lineage["activation_scales"] = scales_json;
+  lineage["qat_epochs"] = request.qat_epochs;
+  std::string config = "operation = quantize\nmodel = " + parent.record.ref() + "\nprecision = int8\ncalib = " +
+                       in.dataset + "\ncalib_samples = " + std::to_string(samples) + "\nmethod = " +
+                       calibration_method_name(request.method) + "\nqat_epochs = " +
+                       std::to_string(request.qat_epochs) + "\n";
+  if (request.qat_epochs > 0) {
+    lineage["qat_data"] = in.dataset;
+    lineage["qat_lr"] = request.qat_lr;
+    lineage["qat_batch"] = request.qat_batch;
+    lineage["qat_seed"] = request.qat_seed;
+    config += "qat_lr = " + std::to_string(request.qat_lr) + "\nqat_batch = " + std::to_string(request.qat_batch) +
+              "\nqat_seed = " + std::to_string(request.qat_seed) + "\n";
+  }
+  config += "threads = " + std::to_string(request.threads) + "\n";
   return compress::register_child(store, parent, child, calib, config, lineage, metrics);
 }
 

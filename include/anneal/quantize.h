@@ -6,6 +6,8 @@
 //     one scale each from calibration rows run through the fp32 network
 //     (minmax, percentile or entropy), u8 after a relu and s8 otherwise.
 //     eval/predict then run oneDNN int8 primitives (InferenceNetwork).
+//     With qat_epochs, quantization-aware fine-tuning comes first (fake
+//     quantization in the training forward pass, straight-through backward).
 //   prune_model: magnitude pruning, one-shot or on the gradual cubic schedule
 //     of Zhu & Gupta (2017), per layer or global, fine-tuned with the masks
 //     held by the optimizer; or --structured: whole neurons/channels with the
@@ -94,6 +96,15 @@ struct QuantizeRequest {
   std::string calib;                    // DATA ref: calibration rows (train split)
   std::int64_t calib_samples = 1000;
   CalibrationMethod method = CalibrationMethod::kMinMax;
+  // Quantization-aware fine-tuning before the conversion: this many epochs
+  // (0: none) with Adam on the calibration data's train split, the forward
+  // pass fake-quantizing weights per channel and activations with the scales
+  // calibrated on the parent; then the fine-tuned weights are calibrated and
+  // converted as in PTQ.
+  std::int64_t qat_epochs = 0;
+  float qat_lr = 1e-4f;
+  std::int64_t qat_batch = 128;
+  std::uint64_t qat_seed = 1;
   int threads = 1;
 };
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <random>
 
 #include "anneal/backend.h"
@@ -380,6 +381,174 @@ TEST_F(QuantizeStoreTest, BadRequestsLeaveNoRun) {
   EXPECT_THROW(quantize_model(store, q, reporter_), Error);
   EXPECT_EQ(list_runs(store).size(), runs_before);
   EXPECT_EQ(list_models(store).size(), 1u);
+}
+
+// ---- quantization-aware training ---------------------------------------------
+
+// The backend's fake quantization in the weights' own (possibly blocked)
+// layout is exactly quantize_per_channel then dequantize, so QAT trains
+// against the very weights the int8 model will hold.
+TEST(QuantizeQat, FakeQuantizeChannelsEqualsQuantizeDequantize) {
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  DenseSpec dense;
+  dense.in = Dims{3, 7, 7};
+  dense.out = 24;
+  ConvSpec conv;
+  conv.in = Dims{5, 9, 9};
+  conv.out_channels = 16;
+  conv.kernel = 3;
+  Tensor dw, db, cw, cb;
+  backend->dense(dense)->shape_parameters(dw, db);  // (24, 3, 7, 7) in the backend's layout
+  backend->conv(conv)->shape_parameters(cw, cb);    // (16, 5, 3, 3)
+  std::uint32_t seed = 7;
+  for (Tensor* w : {&dw, &cw}) {
+    std::vector<float> host = random_values(std::size_t(w->elements()), seed++, 0.3f);
+    const std::size_t per = host.size() / std::size_t(w->dims()[0]);
+    std::fill_n(host.begin() + std::ptrdiff_t(2 * per), per, 0.0f);  // an all-zero (pruned) channel
+    host[per] = 9.0f;                                                // an outlier channel
+    backend->copy_from_host(host.data(), *w);
+    Tensor fq;
+    backend->fake_quantize_channels(*w, fq);
+    EXPECT_EQ(fq.dims(), w->dims());
+    std::vector<float> got(host.size());
+    backend->copy_to_host(fq, got.data());
+    EXPECT_EQ(got, dequantize(quantize_per_channel(host, w->dims()[0])));
+    std::vector<float> unchanged(host.size());
+    backend->copy_to_host(*w, unchanged.data());
+    EXPECT_EQ(unchanged, host);
+  }
+}
+
+TEST(QuantizeQat, FakeQuantizeActivationsRoundsAndClips) {
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  std::vector<float> host = random_values(4 * 50, 3, 2.0f);
+  host[0] = 1e6f;
+  host[1] = -1e6f;
+  Tensor x, y;
+  backend->shape_plain(x, Dims{4, 50}, DType::kF32);
+  backend->copy_from_host(host.data(), x);
+  const float scale = 0.02f;
+  for (bool unsigned_levels : {false, true}) {
+    const float lo = unsigned_levels ? 0.0f : -127.0f, hi = unsigned_levels ? 255.0f : 127.0f;
+    backend->fake_quantize(x, y, scale, lo, hi);
+    std::vector<float> got(host.size());
+    backend->copy_to_host(y, got.data());
+    for (std::size_t i = 0; i < host.size(); ++i) {
+      const float q = std::clamp(std::nearbyint(host[i] / scale), lo, hi);
+      EXPECT_EQ(got[i], q * scale) << i;
+      // A value inside the range moves by at most half a step.
+      if (host[i] / scale > lo && host[i] / scale < hi) {
+        EXPECT_LE(std::fabs(got[i] - host[i]), 0.5f * scale * 1.0001f);
+      }
+    }
+    EXPECT_EQ(got[0], hi * scale);
+    EXPECT_EQ(got[1], lo * scale);
+  }
+}
+
+class QuantizeQatStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Store::init(root());
+    Store store = Store::open(root());
+    ImportRequest request;
+    request.dataset = "digits";
+    request.file = test::data_file("digits.csv");
+    import_dataset(store, request, reporter_);
+    TrainRequest train;
+    train.config_text = "name = digits-mlp\ndataset = digits\nlayers = dense(64) relu dense(32) relu dense(10)\n"
+                        "epochs = 10\nbatch = 32\nlr = 0.003\nseed = 5\nthreads = 1\nbaseline = false\n";
+    train.config_source = "digits.ini";
+    QuietTraining quiet;
+    train_model(store, train, quiet);
+  }
+  std::filesystem::path root() const { return dir_.path() / "store"; }
+  test::TempDir dir_;
+  NullReporter reporter_;
+};
+
+TEST_F(QuantizeQatStoreTest, QatFineTunesAndItsInt8ModelEvaluates) {
+  Store store = Store::open(root());
+  QuantizeRequest request;
+  request.model = "digits-mlp@v1";
+  request.calib = "digits";
+  CompressResult ptq = quantize_model(store, request, reporter_);
+  request.qat_epochs = 3;
+  CompressResult qat = quantize_model(store, request, reporter_);
+  EXPECT_EQ(ptq.lineage["qat_epochs"], 0);
+  EXPECT_EQ(qat.model.ref(), "digits-mlp@v3");
+  EXPECT_EQ(qat.lineage["parent"], "digits-mlp@v1");
+  EXPECT_EQ(qat.lineage["qat_epochs"], 3);
+  EXPECT_EQ(qat.lineage["precision"], "int8");
+  EXPECT_NE(qat.run.config_text.find("qat_epochs = 3"), std::string::npos);
+
+  // Fine-tuning moved the weights: the QAT model's s8 weights are not the
+  // parent's quantized, yet they are the quantization of its own values.
+  const runs::ModelFile parent =
+      runs::decode_model(read_model(store, find_model(store, parse_model_ref("digits-mlp@v1"))), "parent");
+  const runs::ModelFile child =
+      runs::decode_model(read_model(store, find_model(store, parse_model_ref("digits-mlp@v3"))), "child");
+  ASSERT_TRUE(child.int8);
+  bool moved = false;
+  for (std::size_t i = 0; i < child.tensors.size(); ++i) {
+    const auto& t = child.tensors[i];
+    if (!t.name.ends_with(".weight")) continue;
+    ASSERT_EQ(t.encoding, runs::TensorEncoding::kS8);
+    moved = moved || t.q != quantize_per_channel(parent.tensors[i].values, t.dims[0]).q;
+    EXPECT_EQ(t.values, dequantize(quantize_per_channel(t.values, t.dims[0])));
+  }
+  EXPECT_TRUE(moved);
+
+  const auto test_split = EvalSplit::kTest;
+  const double ptq_acc = evaluate_model(store, parse_model_ref("digits-mlp@v2"), parse_dataset_ref("digits"), test_split, 1)
+                             .classification_metrics.accuracy;
+  const double qat_acc = evaluate_model(store, parse_model_ref("digits-mlp@v3"), parse_dataset_ref("digits"), test_split, 1)
+                             .classification_metrics.accuracy;
+  const double fp32_acc = evaluate_model(store, parse_model_ref("digits-mlp@v1"), parse_dataset_ref("digits"), test_split, 1)
+                              .classification_metrics.accuracy;
+  EXPECT_GT(fp32_acc, 0.9);
+  // Fine-tuning against the int8 rounding must not lose to plain PTQ by
+  // more than a few of the 360 test rows.
+  EXPECT_GE(qat_acc, ptq_acc - 0.01) << "ptq " << ptq_acc << " qat " << qat_acc;
+  std::cout << "digits test accuracy: fp32 " << fp32_acc << ", ptq " << ptq_acc << ", qat " << qat_acc << "\n";
+  EXPECT_NEAR(qat.metrics["test_accuracy"].get<double>(), qat_acc, 1e-12);
+
+  request.qat_epochs = -1;
+  EXPECT_THROW(quantize_model(store, request, reporter_), Error);
+  EXPECT_EQ(list_models(store).size(), 3u);
+}
+
+// The masters survive fake quantization: a forward puts back what it set
+// aside, so the weights a trainer reports are the fp32 ones it updates.
+TEST(QuantizeQat, MasterWeightsRestoredAfterForward) {
+  std::vector<float> x = random_values(64 * 10, 11);
+  std::vector<float> y(64);
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = float(i % 3);
+  TrainerConfig tc;
+  tc.layers = "dense(16) relu dense(3)";
+  tc.classes = 3;
+  tc.batch = 16;
+  tc.epochs = 1;
+  tc.optimizer.lr = 0.01f;
+  NullReporter reporter;
+  Trainer trainer(tc, DataView{x, y, {10}}, std::nullopt, reporter);
+  const std::vector<float> before = trainer.values("0.dense.weight");
+  FakeQuantization fq;
+  fq.input_scale = 3.0f / 127;
+  fq.layers = {{"0.dense", 0.05f, true}, {"1.dense", 0.0f, false}};
+  const Evaluation exact = trainer.evaluate(DataView{x, y, {10}});
+  trainer.set_fake_quantization(fq);
+  const Evaluation simulated = trainer.evaluate(DataView{x, y, {10}});
+  EXPECT_NE(simulated.loss, exact.loss);  // the forward pass does see the rounding
+  EXPECT_NEAR(simulated.loss, exact.loss, 0.1);
+  EXPECT_EQ(trainer.values("0.dense.weight"), before);  // not the quantized copy
+  trainer.train();
+  const std::vector<float> after = trainer.values("0.dense.weight");
+  EXPECT_NE(after, before);
+  // Adam's small steps leave most weights off the s8 grid: these are masters.
+  EXPECT_NE(after, dequantize(quantize_per_channel(after, 16)));
+  fq.layers[0].prefix = "9.dense";
+  EXPECT_THROW(trainer.set_fake_quantization(fq), Error);
 }
 
 TEST(QuantizeModelFile, Fp32ModelsKeepFormat1) {
