@@ -108,8 +108,14 @@ dnnl::algorithm algorithm_of(Activation a) { return cpu::eltwise_algorithm(a, fa
 
 // An activation tensor in the chain: its memory and its scale (1 for fp32).
 struct Value {
+  Value() = default;
+  Value(memory m, float s, memory::dims hwc = {}) : mem(std::move(m)), scale(s), hwc_image(std::move(hwc)) {}
   memory mem;
   float scale = 1.0f;
+  // Set (to its (N, C, H, W) dims) when `mem` is a 2-D view of an image
+  // stored (N, H, W, C): its features run in H, W, C order, not the C, H, W
+  // order Network flattens in, so a dense layer permutes its weights to match.
+  memory::dims hwc_image;
   dt type() const { return mem.get_desc().data_type(); }
   bool int8() const { return type() == dt::s8 || type() == dt::u8; }
 };
@@ -365,7 +371,17 @@ class InferenceNetwork::Impl {
       dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, src_md, w_any, bias_md, dst_md);
       dnnl::inner_product_forward::primitive_desc pd(d, attr, engine_);
       Value src = convert(plan, cur, pd.src_desc(), s_in);
-      memory wm = weights_memory(pd.weights_desc(), MD({o, in}, dt::s8, tag::ab), w.q.data(), {});
+      memory wm;
+      if (!cur.hwc_image.empty() && src.mem.get() == cur.mem.get()) {
+        // Weights (O, C, H, W) row-major → (O, H, W, C) row-major, the
+        // order of the input's features, then into the primitive's layout.
+        const memory::dims& d = cur.hwc_image;
+        const memory::dims w4{o, d[1], d[2], d[3]};
+        memory ohwc = weights_memory(MD(w4, dt::s8, tag::acdb), MD(w4, dt::s8, tag::abcd), w.q.data(), {});
+        wm = weights_memory(pd.weights_desc(), MD({o, in}, dt::s8, tag::ab), ohwc.get_data_handle(), {});
+      } else {
+        wm = weights_memory(pd.weights_desc(), MD({o, in}, dt::s8, tag::ab), w.q.data(), {});
+      }
       memory bm(bias_md, engine_);
       std::memcpy(bm.get_data_handle(), bias.data(), bias.size() * sizeof(float));
       memory dst(pd.dst_desc(), engine_);
@@ -541,6 +557,16 @@ class InferenceNetwork::Impl {
         ++k;
       } else if (name == "maxpool" || name == "avgpool") {
         cur = pool(*plan, c, cur);
+      } else if (name == "flatten" && spec_.int8 && cur.int8() && &c + 1 != chain_.data() + chain_.size() &&
+                 (&c + 1)->spec.name == "dense" &&
+                 cur.mem.get_desc() == MD(cur.mem.get_desc().dims(), cur.type(), tag::acdb)) {
+        // An int8 image in (N, H, W, C), as the int8 conv and pool leave it,
+        // already is a row-major (N, H·W·C) matrix: the int8 dense after it
+        // reads it as such with its weights permuted once (int8_layer),
+        // instead of a reorder to (N, C, H, W) on every batch.
+        const memory::dims dims = cur.mem.get_desc().dims();
+        cur = {memory(MD({n, c.out[0]}, cur.type(), tag::ab), engine_, cur.mem.get_data_handle()), cur.scale, dims};
+        plan->info.push_back({c.text, "view (H, W, C order)", 0});
       } else if (name == "flatten") {
         // Row-major (C, H, W) order as Network flattens; the 2-D view
         // shares the plain 4-D buffer.
