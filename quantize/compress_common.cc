@@ -54,7 +54,7 @@ std::string tensors_hash(const runs::ModelFile& model) {
   std::string bytes;
   for (const auto& t : model.tensors) {
     bytes += t.name;
-    for (auto d : t.dims) bytes += ":" + std::to_string(d);
+    for (auto d : t.dims) bytes.append(":").append(std::to_string(d));
     bytes += "\n";
     bytes.append(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float));
   }

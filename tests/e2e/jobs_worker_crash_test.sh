@@ -43,7 +43,10 @@ wait_until 10 bash -c "! kill -0 $child 2>/dev/null" && pass || fail "the job's 
 expect_eq "$(job_field "$job" state)" "running" "the job still reads running"
 step_before=$("$ANNEAL" --json runs show "$(job_field "$job" run)" | python3 -c "import json,sys; print(json.load(sys.stdin)['checkpoints'][-1]['step'])")
 
-# A new worker takes the job over once the dead one's lease expires.
+# A new worker takes the job over once the dead one's lease (2s) expires;
+# until then the job is held as if its worker lived, and --drain would not
+# wait for it.
+sleep 2.5
 "$ANNEAL" worker --cores 1 --lease 2s --drain > "$WORK/w2.log" 2>&1
 expect_eq "$?" "0" "the second worker drains"
 expect_eq "$(job_field "$job" state)" "succeeded" "the job finished"
