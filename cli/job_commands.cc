@@ -24,10 +24,6 @@ namespace {
 
 using nlohmann::json;
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 std::string time_text(double unix_seconds) {
   if (unix_seconds <= 0) return "";
   const auto t = static_cast<std::time_t>(unix_seconds);

@@ -2,6 +2,7 @@
 #include "anneal/catalog_jobs.h"
 
 #include <cctype>
+#include <chrono>
 #include <cmath>
 
 #include "anneal/error.h"
@@ -108,6 +109,10 @@ RetrainRecord read_retrain(sql::Statement& row) {
 }
 
 }  // namespace
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 const char* job_state_name(JobState state) {
   switch (state) {

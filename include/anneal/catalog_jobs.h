@@ -63,6 +63,9 @@ struct JobRecord {
   std::string label() const { return "job-" + std::to_string(id); }
 };
 
+// Now, in the Unix seconds the queue's times are kept in.
+double unix_now();
+
 // "job-7" or "7" -> 7. Throws kUsage naming `what` otherwise.
 std::int64_t parse_job_id(std::string_view text, std::string_view what = "JOB");
 

@@ -76,6 +76,10 @@ struct TrainResult {
 
 TrainResult train_model(Store& store, const TrainRequest& request, TrainingReporter& reporter);
 
+// This machine's name as runs, leases and locks record it ("localhost"
+// when it has none).
+std::string host_name();
+
 // Which rows of a dataset version eval scores.
 enum class EvalSplit { kDefault, kTrain, kTest, kAll };  // default: test when present, else train
 EvalSplit parse_eval_split(std::string_view text);     // "train" | "test" | "all"; kUsage otherwise

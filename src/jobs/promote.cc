@@ -111,9 +111,7 @@ std::string acting_user() {
   std::string user;
   if (const passwd* pw = ::getpwuid(::geteuid()); pw && pw->pw_name) user = pw->pw_name;
   else user = "uid " + std::to_string(::geteuid());
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  return user + "@" + (host[0] ? host : "localhost");
+  return user + "@" + host_name();
 }
 
 GateVerdict promote_model(Store& store, const ModelRecord& model, const std::string& alias,

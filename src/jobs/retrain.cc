@@ -17,10 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 std::string iso_now() {
   const std::time_t now = std::time(nullptr);
   std::tm utc{};
@@ -28,12 +24,6 @@ std::string iso_now() {
   char text[32];
   std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
   return text;
-}
-
-std::string host() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0 || !name[0]) return "localhost";
-  return name;
 }
 
 // The version an import with the same options as the dataset's latest would
@@ -117,7 +107,7 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
     throw busy("retrain " + config.name + ": another retrain of this config is running" +
                (holder.empty() ? "" : " (" + holder + ")") + "; lock " + lock_path.string());
   }
-  lock.describe("pid " + std::to_string(::getpid()) + " on " + host() + " since " + iso_now());
+  lock.describe("pid " + std::to_string(::getpid()) + " on " + host_name() + " since " + iso_now());
 
   const double started = unix_now();
   RetrainRecord record;

@@ -37,10 +37,6 @@ extern char** environ;
 namespace anneal {
 namespace {
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 std::string seconds_text(double s) {
   if (s >= 1 && std::abs(s - std::round(s)) < 1e-9) return std::to_string(static_cast<long long>(std::round(s))) + "s";
   char buffer[32];
@@ -200,12 +196,6 @@ class Worker {
   }
 
  private:
-  static std::string host_name() {
-    char name[256] = {};
-    if (::gethostname(name, sizeof name - 1) != 0 || !name[0]) return "localhost";
-    return name;
-  }
-
   // A queued job this worker could ever run (one needing more cores than
   // it has waits for another worker).
   bool work_left() {

@@ -22,12 +22,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
-  return buf;
-}
-
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Hands the engine's per-epoch lines through to the user's reporter. The
@@ -150,6 +144,12 @@ Setup resolve(Store& store, const TrainRequest& request) {
 }
 
 }  // namespace
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || !name[0]) return "localhost";
+  return name;
+}
 
 TrainResult train_model(Store& store, const TrainRequest& request, TrainingReporter& reporter) {
   Setup setup = resolve(store, request);
