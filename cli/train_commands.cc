@@ -337,7 +337,7 @@ void add_train_commands(std::vector<Command>& out) {
                  "RUN is run-N or N.", nullptr, {"RUN"}, run_runs_show});
   out.push_back({"model list", "", "list registered model versions", "", nullptr, {}, run_model_list});
   out.push_back({"model show", "REF", "show a model version: lineage and metrics",
-                 "REF is NAME (the latest version), NAME@latest or NAME@vN.", nullptr, {"REF"}, run_model_show});
+                 "REF is NAME (the latest version), NAME@latest, NAME@vN or NAME@ALIAS (anneal model alias).", nullptr, {"REF"}, run_model_show});
   out.push_back({"eval", "MODEL DATA [--split train|test|all]", "score a model on a dataset version",
                  "Classification: accuracy, macro precision/recall/F1, the confusion matrix and, for two "
                  "classes, ROC AUC. Regression: RMSE, MAE and R2. The default split is the version's test "
