@@ -146,7 +146,9 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   EXPECT_LE(max_err, relative * max_ref) << "max error " << max_err << " of max " << max_ref;
 }
 
-void check_int8_against_fp32(const std::string& layers, const Dims& input, std::int64_t outputs) {
+// Also checks that the int8 chain's kernels, in order, are `kernels` when given.
+void check_int8_against_fp32(const std::string& layers, const Dims& input, std::int64_t outputs,
+                             const std::vector<std::string>& kernels = {}) {
   const std::int64_t rows = 37;
   const InferenceSpec f32 = random_spec(layers, input, outputs, 11);
   const std::vector<float> x = random_values(std::size_t(rows * input.product()), 3);
@@ -159,6 +161,11 @@ void check_int8_against_fp32(const std::string& layers, const Dims& input, std::
   std::vector<float> y8(reference.size());
   int8_chain.forward(x.data(), rows, y8.data());
   expect_close(y8, reference, 0.04);
+  if (!kernels.empty()) {
+    std::vector<std::string> got;
+    for (const auto& info : int8_chain.describe()) got.push_back(info.kernel);
+    EXPECT_EQ(got, kernels);
+  }
   for (const auto& info : int8_chain.describe()) {
     if (info.layer.starts_with("dense") || info.layer.starts_with("conv")) {
       EXPECT_TRUE(info.kernel.starts_with("int8")) << info.layer << ": " << info.kernel;
@@ -180,6 +187,29 @@ TEST(QuantizeInt8Layer, ConvMatchesFp32) {
 TEST(QuantizeInt8Layer, ConvReluPoolChainMatchesFp32) {
   check_int8_against_fp32("conv(16,3,pad=1) relu maxpool(2) conv(8,3) relu avgpool(2) flatten dense(32) relu dense(5)",
                           Dims{1, 12, 12}, 5);
+}
+
+// Convs with fewer than 4 input channels run as im2col and a u8 matmul
+// (a signed input shifted by 128, the shift taken off the bias), and a
+// pooling that tiles their output exactly reads the matmul's rows. These
+// cover the other shapes of that path: 3 channels, a 5-wide kernel (runs
+// of 5 bytes padded to 8), stride 2, a non-square image, no pooling after
+// it; an avgpool read from the rows; a pooling that does not tile the
+// output (9×9 by 2), which then runs on the conv's (N, H, W, C) output.
+TEST(QuantizeInt8Layer, FewChannelConvStrideAndWideKernelMatchesFp32) {
+  check_int8_against_fp32("conv(6,5,pad=2,stride=2) relu conv(4,3) relu flatten dense(5)", Dims{3, 13, 11}, 5,
+                          {"int8 matmul (im2col)", "int8 convolution", "view (H, W, C order)", "int8 inner product"});
+}
+
+TEST(QuantizeInt8Layer, FewChannelConvAvgpoolMatchesFp32) {
+  check_int8_against_fp32("conv(8,3) relu avgpool(2) flatten dense(4)", Dims{2, 10, 10}, 4,
+                          {"int8 matmul (im2col)", "int8 pooling (of the matmul's rows)", "view (H, W, C order)",
+                           "int8 inner product"});
+}
+
+TEST(QuantizeInt8Layer, FewChannelConvUntiledPoolMatchesFp32) {
+  check_int8_against_fp32("conv(4,3,pad=1) relu maxpool(2) flatten dense(3)", Dims{1, 9, 9}, 3,
+                          {"int8 matmul (im2col)", "int8 pooling", "view (H, W, C order)", "int8 inner product"});
 }
 
 // ---- the sparse kernel --------------------------------------------------------

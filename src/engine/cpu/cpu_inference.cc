@@ -107,6 +107,63 @@ std::vector<ChainLayer> chain_of(const std::string& layers, const Dims& input) {
 
 dnnl::algorithm algorithm_of(Activation a) { return cpu::eltwise_algorithm(a, false); }
 
+// The geometry of a convolution lowered to a matrix product (im2col): each
+// output pixel becomes one row of its input patch in (C, KH, KW) order, each
+// run of KW bytes padded to kq (a multiple of 4, VNNI's group of bytes):
+// row[(c·k + ky)·kq + kx] = input[c][y·stride + ky][x·stride + kx].
+// The padding columns meet zero weights, so im2col copies whole kq-byte runs
+// and leaves whatever follows each run's k bytes in them.
+//
+// Rows are ordered (n, oh, j, ow') with ow = group·ow' + j. With group 1
+// that is plain (N, OH, OW): the product (rows, O) is the conv's output in
+// (N, H, W, C). With group = a following non-overlapping pooling window p,
+// the p×p pixels each pooled output reads lie in p² contiguous runs of
+// OW/p pixels, so the pooling reads the product as (N·OH/p, (OW/p)·O, p, p)
+// in (N, H, W, C): one big channel vector per output row instead of one
+// small one per output pixel (oneDNN's int8 pooling runs a kernel call per
+// output pixel and vector).
+struct Im2col {
+  std::int64_t c = 0, hp = 0, wp = 0;  // input channels, padded input height and width
+  std::int64_t oh = 0, ow = 0, k = 0, stride = 1, group = 1;
+  std::uint8_t flip = 0;  // XORed into every byte copied (0x80: s8 to u8 + 128)
+  std::int64_t kq() const { return (k + 3) / 4 * 4; }
+  std::int64_t cols() const { return c * k * kq(); }
+  std::int64_t rows_per_image() const { return oh * ow; }
+  // Bytes im2col may read past the end of the padded input.
+  std::int64_t overread() const { return kq() - k; }
+};
+
+// dst (n·oh·ow, cols()) from src (n, c, hp, wp), already zero-padded and
+// followed by overread() readable bytes.
+void im2col(const Im2col& g, const std::uint8_t* src, std::uint8_t* dst, std::int64_t n) {
+  // Locals: every byte stored may alias g, so its fields would be reloaded.
+  const std::int64_t c = g.c, hp = g.hp, wp = g.wp, oh = g.oh, k = g.k, stride = g.stride, kq = g.kq();
+  const std::int64_t group = g.group, owg = g.ow / g.group, image = c * hp * wp, rows = g.rows_per_image();
+  const std::int64_t cols = g.cols();
+  const std::uint32_t flip4 = 0x01010101u * g.flip;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t b = 0; b < n; ++b) {
+    const std::uint8_t* s = src + b * image;
+    std::uint8_t* d = dst + b * rows * cols;
+    for (std::int64_t y = 0; y < oh; ++y)
+      for (std::int64_t j = 0; j < group; ++j)
+        for (std::int64_t x = 0; x < owg; ++x, d += cols) {
+          const std::uint8_t* patch = s + y * stride * wp + (group * x + j) * stride;
+          std::uint8_t* o = d;
+          for (std::int64_t ch = 0; ch < c; ++ch)
+            for (std::int64_t ky = 0; ky < k; ++ky) {
+              const std::uint8_t* r = patch + ch * hp * wp + ky * wp;
+              for (std::int64_t q = 0; q < kq; q += 4, o += 4) {
+                std::uint32_t v;
+                std::memcpy(&v, r + q, 4);
+                v ^= flip4;
+                std::memcpy(o, &v, 4);
+              }
+            }
+        }
+  }
+}
+
 // An activation tensor in the chain: its memory and its scale (1 for fp32).
 struct Value {
   Value() = default;
@@ -344,7 +401,12 @@ class InferenceNetwork::Impl {
   // s8), s8 weights with per-channel scales, bias pre-divided into the
   // accumulator's scale, and the output rescaled to the next layer's scale
   // (oneDNN 2.x: dst = oscale · (Σ src·wei + bias), then post-ops).
-  Value int8_layer(Plan& plan, const ChainLayer& c, const InferenceWeights& w, Value cur, bool last) {
+  //
+  // A conv with fewer than 4 input channels runs as im2col and an int8
+  // matmul (int8_conv_as_matmul); `pool`, when set, is the pooling layer
+  // after it, which that path then runs too (the result is pooled).
+  Value int8_layer(Plan& plan, const ChainLayer& c, const InferenceWeights& w, Value cur, bool last,
+                   const ChainLayer* pool) {
     const bool conv = c.spec.name == "conv";
     const std::int64_t n = plan.n, o = c.out[0];
     const dt src_type = cur.int8() ? cur.type() : dt::s8;
@@ -391,6 +453,8 @@ class InferenceNetwork::Impl {
       plan.info.push_back({c.text, "int8 inner product", zero_fraction(w.weight)});
       return {dst, s_out};
     }
+    if (lowers_to_matmul(c))
+      return int8_conv_as_matmul(plan, c, w, cur, src_type, s_in, dst_type, s_out, attr, bias, pool);
     const auto k = std::int64_t(c.spec.args[1]);
     const auto stride = std::int64_t(option(c.spec, "stride", 1));
     const auto pad = std::int64_t(option(c.spec, "pad", 0));
@@ -400,13 +464,12 @@ class InferenceNetwork::Impl {
     dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                       src_any, w_any, bias_md, dst_any, {stride, stride}, {pad, pad}, {pad, pad});
     dnnl::convolution_forward::primitive_desc pd(d, attr, engine_);
-    if (c.in[0] < 4) {
-      // VNNI multiplies groups of 4 input channels; with fewer (the first
-      // conv of a grey image: 1) oneDNN's first choice, brgconv, pads them
-      // and ran 15-30% slower than jit_int8 on the Fashion-MNIST CNN's
-      // first layer (1→32, 3×3, 28×28, batch 256, 1 thread). Take jit_int8
-      // when it exists; the choice depends on the shape only, never on a
-      // timing, so predictions stay reproducible.
+    {
+      // oneDNN 2.6 tries brgconv first; on this Zen 5 its jit_int8 kernel
+      // ran the Fashion-MNIST CNN's second conv (32→64, 3×3, 14×14, batch
+      // 256, 1 thread) 8% faster (15.1 against 16.4 µs a row). Take jit_int8
+      // when it exists: a choice by shape only, never by a timing, so
+      // predictions stay reproducible.
       // A fresh descriptor: copies share one handle, which next_impl moves.
       dnnl::convolution_forward::primitive_desc probe(d, attr, engine_);
       while (!std::string_view(probe.impl_info_str()).starts_with("jit_int8") && probe.next_impl()) {
@@ -422,6 +485,121 @@ class InferenceNetwork::Impl {
                   {{DNNL_ARG_SRC, src.mem}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_BIAS, bm}, {DNNL_ARG_DST, dst}});
     plan.info.push_back({c.text, "int8 convolution", zero_fraction(w.weight)});
     return {dst, s_out};
+  }
+
+  // VNNI multiplies groups of 4 input channels; with fewer (the first conv
+  // of a grey image: 1) oneDNN's convolutions pad each group and ran the
+  // Fashion-MNIST CNN's first layer (1→32, 3×3, 28×28) at 7 µs a row, 60
+  // GOP/s (batch 256, 1 thread). As im2col (patches of 3 runs of 3 bytes,
+  // each padded to 4) and a u8 matmul it took about 1 + 3.9 µs, and the
+  // maxpool after it 1.0-1.9 µs instead of 3.7-6.6 (see Im2col).
+  static bool lowers_to_matmul(const ChainLayer& c) { return c.spec.name == "conv" && c.in[0] < 4; }
+
+  // A pooling layer that int8_conv_as_matmul can run on conv c's rows:
+  // a window equal to its stride that tiles c's output exactly.
+  static bool pools_conv_rows(const ChainLayer& c, const ChainLayer& next) {
+    if (next.spec.name != "maxpool" && next.spec.name != "avgpool") return false;
+    const auto p = std::int64_t(next.spec.args[0]);
+    return std::int64_t(option(next.spec, "stride", double(p))) == p && p > 0 && c.out[1] % p == 0 &&
+           c.out[2] % p == 0;
+  }
+
+  Value int8_conv_as_matmul(Plan& plan, const ChainLayer& c, const InferenceWeights& w, const Value& cur,
+                            dt src_type, float s_in, dt dst_type, float s_out, const dnnl::primitive_attr& attr,
+                            const std::vector<float>& bias, const ChainLayer* pool) {
+    const std::int64_t n = plan.n, o = c.out[0], ic = c.in[0];
+    const auto k = std::int64_t(c.spec.args[1]);
+    const auto pad = std::int64_t(option(c.spec, "pad", 0));
+    Im2col g;
+    g.c = ic;
+    g.hp = c.in[1] + 2 * pad;
+    g.wp = c.in[2] + 2 * pad;
+    g.oh = c.out[1];
+    g.ow = c.out[2];
+    g.k = k;
+    g.stride = std::int64_t(option(c.spec, "stride", 1));
+    const std::int64_t patch = ic * k * k, kq = g.kq(), kp = g.cols();
+    g.group = pool ? std::int64_t(pool->spec.args[0]) : 1;
+
+    // The input quantized into the interior of a zero-padded (N, C, Hp, Wp)
+    // buffer whose border is never written (plus the bytes im2col may read
+    // past its end).
+    memory padded(MD({n * ic * g.hp * g.wp + g.overread()}, src_type, tag::a), engine_);
+    std::memset(padded.get_data_handle(), 0, padded.get_desc().get_size());
+    MD interior_md({n, ic, c.in[1], c.in[2]}, src_type, memory::dims{ic * g.hp * g.wp, g.hp * g.wp, g.wp, 1});
+    memory interior(interior_md, engine_,
+                    static_cast<std::uint8_t*>(padded.get_data_handle()) + pad * g.wp + pad);
+    {
+      dnnl::primitive_attr q;
+      const float ratio = cur.scale / s_in;
+      if (ratio != 1.0f) q.set_output_scales(0, {ratio});
+      dnnl::reorder r(dnnl::reorder::primitive_desc(engine_, cur.mem.get_desc(), engine_, interior_md, q));
+      memory src = cur.mem;
+      plan.steps.push_back([r, src, interior](dnnl::stream& s) mutable { r.execute(s, src, interior); });
+    }
+
+    // cols (M, KP) · W (KP, O): W is the (O, C, K, K) weights transposed,
+    // its padding rows zero like the padding columns of cols.
+    //
+    // A signed input goes into cols as u8 with zero point 128 (q + 128, the
+    // byte with its top bit flipped): VNNI multiplies u8 by s8, and oneDNN's
+    // s8-input matmul (a compensation pass) ran ~10% slower. The 128 · Σ
+    // weights this adds to each output channel comes off the bias below.
+    // (oneDNN 2.6's reorder left the zero point off the tail of short rows,
+    // hence the flip in im2col rather than in the quantizing reorder.)
+    const std::int32_t zero_point = src_type == dt::s8 ? 128 : 0;
+    g.flip = zero_point ? 0x80 : 0;
+    const dt cols_type = dt::u8;
+    const std::int64_t m = n * g.rows_per_image();
+    memory cols(MD({m, kp}, cols_type, tag::ab), engine_);
+    plan.steps.push_back([g, padded, cols, n](dnnl::stream& s) {
+      s.wait();  // the quantized input must be complete before the host loop reads it
+      im2col(g, static_cast<const std::uint8_t*>(padded.get_data_handle()),
+             static_cast<std::uint8_t*>(cols.get_data_handle()), n);
+    });
+    MD bias_md({1, o}, dt::f32, tag::ab);
+    dnnl::matmul::desc d(cols.get_desc(), MD({kp, o}, dt::s8, tag::any), bias_md, MD({m, o}, dst_type, tag::ab));
+    dnnl::matmul::primitive_desc pd(d, attr, engine_);
+    std::vector<std::int8_t> wt(std::size_t(kp * o), 0);
+    for (std::int64_t oc = 0; oc < o; ++oc)
+      for (std::int64_t run = 0; run < ic * k; ++run)  // (c, ky)
+        for (std::int64_t kx = 0; kx < k; ++kx)
+          wt[std::size_t((run * kq + kx) * o + oc)] = w.q[std::size_t(oc * patch + run * k + kx)];
+    memory wm = weights_memory(pd.weights_desc(), MD({kp, o}, dt::s8, tag::ab), wt.data(), {});
+    memory bm(bias_md, engine_);
+    std::vector<float> shifted = bias;
+    for (std::int64_t oc = 0; oc < o; ++oc) {
+      std::int64_t sum = 0;
+      for (std::int64_t t = 0; t < patch; ++t) sum += w.q[std::size_t(oc * patch + t)];
+      shifted[std::size_t(oc)] -= float(zero_point * sum);
+    }
+    std::memcpy(bm.get_data_handle(), shifted.data(), shifted.size() * sizeof(float));
+    memory dst(pd.dst_desc(), engine_);
+    add_primitive(plan, dnnl::matmul(pd),
+                  {{DNNL_ARG_SRC, cols}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_BIAS, bm}, {DNNL_ARG_DST, dst}});
+    plan.info.push_back({c.text, "int8 matmul (im2col)", zero_fraction(w.weight)});
+    if (!pool) {
+      // Rows (N, OH, OW) by O: the conv's output in (N, H, W, C).
+      MD nhwc({n, o, g.oh, g.ow}, dst_type, tag::acdb);
+      return {memory(nhwc, engine_, dst.get_data_handle()), s_out};
+    }
+    // Rows (N·OH/p, p, p, OW/p) by O: a (N·OH/p, (OW/p)·O, p, p) image in
+    // (N, H, W, C), pooled to (N·OH/p, (OW/p)·O, 1, 1), which is the pooled
+    // (N, O, OH/p, OW/p) in (N, H, W, C).
+    const std::int64_t p = g.group, rows = n * g.oh / p, chans = g.ow / p * o;
+    MD view({rows, chans, p, p}, dst_type, tag::acdb);
+    MD pooled({rows, chans, 1, 1}, dst_type, tag::acdb);
+    dnnl::pooling_forward::desc pool_d(dnnl::prop_kind::forward_inference,
+                                       pool->spec.name == "maxpool" ? dnnl::algorithm::pooling_max
+                                                                    : dnnl::algorithm::pooling_avg_exclude_padding,
+                                       view, pooled, {p, p}, {p, p}, {0, 0}, {0, 0});
+    memory pool_src(view, engine_, dst.get_data_handle());
+    memory pool_dst(pooled, engine_);
+    add_primitive(plan, dnnl::pooling_forward(dnnl::pooling_forward::primitive_desc(pool_d, engine_)),
+                  {{DNNL_ARG_SRC, pool_src}, {DNNL_ARG_DST, pool_dst}});
+    plan.info.push_back({pool->text, "int8 pooling (of the matmul's rows)", 0});
+    MD out({n, o, g.oh / p, g.ow / p}, dst_type, tag::acdb);
+    return {memory(out, engine_, pool_dst.get_data_handle()), s_out};
   }
 
   // fp32 oneDNN dense (inner product) on a plain (N, I) input.
@@ -560,15 +738,23 @@ class InferenceNetwork::Impl {
     Value cur{plan->input, 1.0f};
     std::size_t k = 0;
     const ChainLayer* last = last_weighted();
-    for (const ChainLayer& c : chain_) {
+    for (std::size_t i = 0; i < chain_.size(); ++i) {
+      const ChainLayer& c = chain_[i];
       const std::string& name = c.spec.name;
       if (!c.prefix.empty()) {
         const InferenceWeights& w = spec_.weights.at(c.prefix);
-        if (spec_.int8) cur = int8_layer(*plan, c, w, cur, &c == last);
+        // A pooling after a conv lowered to a matmul runs on its rows, unless
+        // the conv's own output is to be observed.
+        const ChainLayer* pool = nullptr;
+        if (spec_.int8 && !observing && lowers_to_matmul(c) && i + 1 < chain_.size() &&
+            pools_conv_rows(c, chain_[i + 1]))
+          pool = &chain_[i + 1];
+        if (spec_.int8) cur = int8_layer(*plan, c, w, cur, &c == last, pool);
         else if (name == "dense") cur = dense_f32_or_sparse(*plan, c, w, cur);
         else cur = conv_f32(*plan, c, w, cur);
         if (observing) observe_step(*plan, cur, k);
         ++k;
+        if (pool) ++i;  // already run
       } else if (name == "maxpool" || name == "avgpool") {
         cur = pool(*plan, c, cur);
       } else if (name == "flatten" && spec_.int8 && cur.int8() && &c + 1 != chain_.data() + chain_.size() &&
