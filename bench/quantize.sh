@@ -8,7 +8,7 @@
 #     change (goal >= -1 point), speed and size.
 #   50% structured channel pruning of the CNN (fine-tuned): speed against
 #     fp32 (goal >= 1.8x) and accuracy change (goal >= -1 point).
-# Throughput: `anneal bench` (median of 7 repeats), batch $BATCH, $THREADS thread(s).
+# Throughput: `anneal bench`, batch $BATCH, $THREADS thread(s), $ROUNDS interleaved rounds.
 set -euo pipefail
 : "${ANNEAL:?}"
 HERE=$(dirname "$(realpath "$0")")
@@ -18,6 +18,7 @@ CNN_EPOCHS=${CNN_EPOCHS:-3}
 FINETUNE=${FINETUNE:-3}
 THREADS=${THREADS:-1}
 BATCH=${BATCH:-256}
+ROUNDS=${ROUNDS:-5}
 FMNIST=/usr/share/datasets/fashion-mnist
 PYTHON=/usr/bin/python3
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/anneal-bench-XXXXXX")
@@ -36,42 +37,53 @@ A prune fmnist-mlp@v1 --sparsity 0.9 --schedule gradual --finetune-epochs "$FINE
 A quantize fmnist-cnn@v1 --int8 --calib fmnist --calib-samples 1000 > /dev/null           # fmnist-cnn@v2
 A prune fmnist-cnn@v1 --structured --sparsity 0.5 --finetune-epochs "$FINETUNE" > /dev/null  # @v3
 
-# row MODEL -> "accuracy samples_per_s size_on_disk"
-row() {
-  local acc sps size
-  acc=$(A --json eval "$1" fmnist | jget 'j["metrics"]["accuracy"]')
-  sps=$(A --json bench "$1" --batch "$BATCH" --threads "$THREADS" --repeats 7 --seconds 3 | jget 'j["samples_per_s"]')
-  size=$(A --json model show "$1" | jget 'j["lineage"].get("size_on_disk", 0)')
-  echo "$acc $sps $size"
-}
-
-report() {  # NAME GOAL_SPEEDUP GOAL_DROP BASE_ROW ROW
-  awk -v n="$1" -v gs="$2" -v gd="$3" -v b="$4" -v r="$5" 'BEGIN {
-    split(b, B, " "); split(r, R, " ")
-    s = R[2] / B[2]; d = 100 * (R[1] - B[1])
-    printf "%-34s %8.2f%% %+7.2f pt %10.0f %6.2fx %9s   goal: %s\n", n, 100 * R[1], d, R[2], s,
-      (R[3] > 0 ? sprintf("%.0f KiB", R[3] / 1024) : "-"),
-      ((gs == 0 || s >= gs) && d >= -gd) ? "met" : "NOT met"
-  }'
-}
-
-mlp=$(row fmnist-mlp@v1); mlp8=$(row fmnist-mlp@v2); mlps=$(row fmnist-mlp@v3)
-cnn=$(row fmnist-cnn@v1); cnn8=$(row fmnist-cnn@v2); cnns=$(row fmnist-cnn@v3)
+# Accuracy and size once per model; throughput in $ROUNDS rounds, each
+# benching every model in turn, so a drift of the machine's speed hits a
+# model and its parent alike: a speed-up is the median over rounds of that
+# round's ratio to the parent, and samples/s the median over rounds.
+MODELS="fmnist-mlp@v1 fmnist-mlp@v2 fmnist-mlp@v3 fmnist-cnn@v1 fmnist-cnn@v2 fmnist-cnn@v3"
+for m in $MODELS; do
+  acc=$(A --json eval "$m" fmnist | jget 'j["metrics"]["accuracy"]')
+  size=$(A --json model show "$m" | jget 'j["lineage"].get("size_on_disk", 0)')
+  echo "$m $acc $size"
+done > "$WORK/static"
+for round in $(seq "$ROUNDS"); do
+  for m in $MODELS; do
+    echo "$round $m $(A --json bench "$m" --batch "$BATCH" --threads "$THREADS" --repeats 3 --seconds 1 | jget 'j["samples_per_s"]')"
+  done
+done > "$WORK/speed"
 torch=$("$PYTHON" "$HERE/torch_quantize.py" "$THREADS" "$MLP_EPOCHS" "$BATCH")
 
-echo "== quantize/prune: Fashion-MNIST test split, batch $BATCH, $THREADS thread(s), median of 7 repeats"
-printf "%-34s %9s %10s %10s %7s %9s\n" "model" "test acc" "vs fp32" "samples/s" "speed" "on disk"
-for pair in "MLP fp32 (parent)|0|100|$mlp|$mlp" "MLP int8 PTQ (minmax)|3|0.5|$mlp|$mlp8" \
-            "MLP 90% unstructured, gradual|0|1|$mlp|$mlps" "CNN fp32 (parent)|0|100|$cnn|$cnn" \
-            "CNN int8 PTQ (minmax)|3|0.5|$cnn|$cnn8" "CNN 50% structured channels|1.8|1|$cnn|$cnns"; do
-  IFS='|' read -r name gs gd b r <<< "$pair"
-  report "$name" "$gs" "$gd" "$b" "$r"
-done
+echo "== quantize/prune: Fashion-MNIST test split, batch $BATCH, $THREADS thread(s), medians of $ROUNDS interleaved rounds"
+"$PYTHON" - "$WORK/static" "$WORK/speed" "$WORK/speed_medians" <<'PY'
+import statistics, sys
+static = {l.split()[0]: (float(l.split()[1]), float(l.split()[2])) for l in open(sys.argv[1])}
+speed, medians = {}, open(sys.argv[3], "w")
+for l in open(sys.argv[2]):
+    r, m, s = l.split()
+    speed.setdefault(m, {})[r] = float(s)
+rows = [("MLP fp32 (parent)", "fmnist-mlp@v1", "fmnist-mlp@v1", 0, 100),
+        ("MLP int8 PTQ (minmax)", "fmnist-mlp@v2", "fmnist-mlp@v1", 3, 0.5),
+        ("MLP 90% unstructured, gradual", "fmnist-mlp@v3", "fmnist-mlp@v1", 0, 1),
+        ("CNN fp32 (parent)", "fmnist-cnn@v1", "fmnist-cnn@v1", 0, 100),
+        ("CNN int8 PTQ (minmax)", "fmnist-cnn@v2", "fmnist-cnn@v1", 3, 0.5),
+        ("CNN 50% structured channels", "fmnist-cnn@v3", "fmnist-cnn@v1", 1.8, 1)]
+print("%-34s %9s %10s %10s %7s %13s %9s" % ("model", "test acc", "vs fp32", "samples/s", "speed", "(min-max)", "on disk"))
+for name, m, parent, goal_speed, goal_drop in rows:
+    ratios = [speed[m][r] / speed[parent][r] for r in speed[m]]
+    s, d = statistics.median(ratios), 100 * (static[m][0] - static[parent][0])
+    met = (goal_speed == 0 or s >= goal_speed) and d >= -goal_drop
+    size = "%.0f KiB" % (static[m][1] / 1024) if static[m][1] > 0 else "-"
+    print("%-34s %8.2f%% %+7.2f pt %10.0f %6.2fx %13s %9s   goal: %s" % (
+        name, 100 * static[m][0], d, statistics.median(speed[m].values()), s,
+        "(%.2f-%.2f)" % (min(ratios), max(ratios)), size, "met" if met else "NOT met"))
+    print("%s %.0f" % (m, statistics.median(speed[m].values())), file=medians)
+PY
 printf '%s' "$torch" | "$PYTHON" -c "
 import json, sys
 t = json.load(sys.stdin)
-a = '$mlp $mlp8'.split()
+a = dict(l.split() for l in open('$WORK/speed_medians'))
 print('pytorch 1.13 MLP quantize_dynamic: fp32 %.0f, int8 %.0f samples/s (%.2fx), accuracy %.2f%% -> %.2f%%'
       % (t['fp32_samples_per_s'], t['int8_samples_per_s'], t['int8_samples_per_s'] / t['fp32_samples_per_s'],
          100 * t['fp32_accuracy'], 100 * t['int8_accuracy']))
-print('ratio anneal/pytorch: fp32 %.2fx, int8 %.2fx' % (float(a[1]) / t['fp32_samples_per_s'], float(a[4]) / t['int8_samples_per_s']))"
+print('ratio anneal/pytorch: fp32 %.2fx, int8 %.2fx' % (float(a['fmnist-mlp@v1']) / t['fp32_samples_per_s'], float(a['fmnist-mlp@v2']) / t['int8_samples_per_s']))"
