@@ -1,7 +1,8 @@
 #!/bin/bash
 # Training benchmark (training issue): anneal beside PyTorch 1.13 on
 # Fashion-MNIST, batch 128, Adam, the MLP 784-256-128-10 and the CNN of
-# docs/examples. Each side runs at 1 and 2 threads and is quoted at its best.
+# docs/examples. Each side runs at 1 and 2 threads and is quoted at its best,
+# in $ROUNDS rounds.
 # Prints samples/s and the ratio, test accuracy after the same epochs, GFLOP/s
 # against this machine's sgemm peak measured in the same run, and peak RSS.
 set -euo pipefail
@@ -10,6 +11,7 @@ HERE=$(dirname "$(realpath "$0")")
 ROOT=$(dirname "$HERE")
 MLP_EPOCHS=${MLP_EPOCHS:-3}
 CNN_EPOCHS=${CNN_EPOCHS:-1}
+ROUNDS=${ROUNDS:-3}
 FMNIST=/usr/share/datasets/fashion-mnist
 PYTHON=/usr/bin/python3  # Debian's, where python3-torch lives
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/anneal-bench-XXXXXX")
@@ -53,25 +55,38 @@ print(j['samples_per_s'], j['test_accuracy'], j['peak_rss_mib'])"
 # best_of "CMD1" "CMD2": the line with the highest samples/s.
 best_of() { printf '%s\n' "$@" | sort -g -r | head -n 1; }
 
+# report MODEL EPOCHS FLOPS ROUNDS_FILE: each line of ROUNDS_FILE one round,
+# "anneal-fp32 anneal-bf16 pytorch" rows of samples/s, accuracy and RSS.
+# Samples/s and the ratio are medians over rounds (the ratio taken within
+# each round, so a drift of the machine's speed hits both sides alike).
 report() {
-  local model=$1 epochs=$2 flops=$3 a=$4 b=$5 t=$6
-  awk -v m="$model" -v e="$epochs" -v f="$flops" -v a="$a" -v b="$b" -v t="$t" -v p="$peak2" 'BEGIN {
-    split(a, A, " "); split(b, B, " "); split(t, T, " ")
-    printf "== train %s, %d epoch(s), batch 128, Adam (best of 1 and 2 threads)\n", m, e
-    printf "%-16s %10s %9s %9s %9s\n", "", "samples/s", "test acc", "GFLOP/s", "peak RSS"
-    printf "%-16s %10.0f %8.2f%% %9.1f %6.0f MiB\n", "anneal fp32", A[1], 100 * A[2], A[1] * f / 1e9, A[3]
-    printf "%-16s %10.0f %8.2f%% %9.1f %6.0f MiB\n", "anneal bf16", B[1], 100 * B[2], B[1] * f / 1e9, B[3]
-    printf "%-16s %10.0f %8.2f%% %9.1f %6.0f MiB\n", "pytorch 1.13", T[1], 100 * T[2], T[1] * f / 1e9, T[3]
-    printf "ratio anneal/pytorch: fp32 %.2fx, bf16 %.2fx; accuracy difference (fp32) %+.2f points\n", A[1] / T[1], B[1] / T[1], 100 * (A[2] - T[2])
-    printf "fp32 GFLOP/s are %.0f%% of the best sgemm peak (%.0f GFLOP/s on 2 threads)\n", 100 * A[1] * f / 1e9 / p, p
-  }'
+  "$PYTHON" - "$@" "$peak2" <<'PY'
+import statistics as st, sys
+model, epochs, flops, path, peak = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+rounds = [list(map(float, l.split())) for l in open(path)]
+col = lambda k: [r[k] for r in rounds]
+med = lambda k: st.median(col(k))
+print("== train %s, %d epoch(s), batch 128, Adam (each side at its best of 1 and 2 threads; medians of %d rounds)"
+      % (model, epochs, len(rounds)))
+print("%-16s %10s %9s %9s %9s" % ("", "samples/s", "test acc", "GFLOP/s", "peak RSS"))
+for name, k in (("anneal fp32", 0), ("anneal bf16", 3), ("pytorch 1.13", 6)):
+    print("%-16s %10.0f %8.2f%% %9.1f %6.0f MiB" % (name, med(k), 100 * med(k + 1), med(k) * flops / 1e9, med(k + 2)))
+fp32 = [r[0] / r[6] for r in rounds]
+bf16 = [r[3] / r[6] for r in rounds]
+print("ratio anneal/pytorch: fp32 %.2fx (rounds %s), bf16 %.2fx (rounds %s); accuracy difference (fp32) %+.2f points"
+      % (st.median(fp32), " ".join("%.2f" % x for x in fp32), st.median(bf16), " ".join("%.2f" % x for x in bf16),
+         100 * (med(1) - med(7))))
+print("fp32 GFLOP/s are %.0f%% of the best sgemm peak (%.0f GFLOP/s on 2 threads)" % (100 * med(0) * flops / 1e9 / peak, peak))
+PY
 }
-
 echo "== sgemm peak (2048^3, GFLOP/s): OpenBLAS ${blas1} on 1 thread, ${blas2} on 2; oneDNN ${dnnl1} on 1, ${dnnl2} on 2"
 for model in mlp cnn; do
   if [ "$model" = mlp ]; then epochs=$MLP_EPOCHS; flops=$mlp_flops; else epochs=$CNN_EPOCHS; flops=$cnn_flops; fi
-  a=$(best_of "$(anneal_run "$model" 1 fp32 "$epochs")" "$(anneal_run "$model" 2 fp32 "$epochs")")
-  b=$(best_of "$(anneal_run "$model" 1 bf16 "$epochs")" "$(anneal_run "$model" 2 bf16 "$epochs")")
-  t=$(best_of "$(torch_run "$model" 1 "$epochs")" "$(torch_run "$model" 2 "$epochs")")
-  report "$model" "$epochs" "$flops" "$a" "$b" "$t"
+  for round in $(seq "$ROUNDS"); do
+    a=$(best_of "$(anneal_run "$model" 1 fp32 "$epochs")" "$(anneal_run "$model" 2 fp32 "$epochs")")
+    b=$(best_of "$(anneal_run "$model" 1 bf16 "$epochs")" "$(anneal_run "$model" 2 bf16 "$epochs")")
+    t=$(best_of "$(torch_run "$model" 1 "$epochs")" "$(torch_run "$model" 2 "$epochs")")
+    echo "$a $b $t"
+  done > "$WORK/$model.rounds"
+  report "$model" "$epochs" "$flops" "$WORK/$model.rounds"
 done
