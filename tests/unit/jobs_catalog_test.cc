@@ -19,14 +19,7 @@ namespace fs = std::filesystem;
 
 class JobsCatalogTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    Store::init(root());
-    Store store = Store::open(root());
-    ImportRequest request;
-    request.dataset = "iris";
-    request.file = test::data_file("iris.csv");
-    import_dataset(store, request, reporter_);
-  }
+  void SetUp() override { test::init_store_with_dataset(root(), "iris", "iris.csv"); }
   fs::path root() const { return dir_.path() / "store"; }
   static JobSpec spec(const std::string& name, std::int64_t priority = 0, std::int64_t cores = 1,
                       std::int64_t retries = 0) {

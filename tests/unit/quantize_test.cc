@@ -309,25 +309,29 @@ class QuietTraining final : public TrainingReporter {
   void training(const TrainProgress&) override {}
 };
 
-class QuantizeStoreTest : public ::testing::Test {
+// A store holding one dataset and one small MLP trained on it.
+class TrainedStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    Store::init(root());
+  void train_on(const std::string& dataset, const std::string& config_text) {
+    test::init_store_with_dataset(root(), dataset, dataset + ".csv");
     Store store = Store::open(root());
-    ImportRequest request;
-    request.dataset = "iris";
-    request.file = test::data_file("iris.csv");
-    import_dataset(store, request, reporter_);
     TrainRequest train;
-    train.config_text = "name = iris-mlp\ndataset = iris\nlayers = dense(32) relu dense(16) relu dense(3)\n"
-                        "epochs = 60\nbatch = 16\nlr = 0.01\nseed = 3\nthreads = 1\nbaseline = false\n";
-    train.config_source = "iris.ini";
+    train.config_text = config_text;
+    train.config_source = dataset + ".ini";
     QuietTraining quiet;
     train_model(store, train, quiet);
   }
   std::filesystem::path root() const { return dir_.path() / "store"; }
   test::TempDir dir_;
   NullReporter reporter_;
+};
+
+class QuantizeStoreTest : public TrainedStoreTest {
+ protected:
+  void SetUp() override {
+    train_on("iris", "name = iris-mlp\ndataset = iris\nlayers = dense(32) relu dense(16) relu dense(3)\n"
+                     "epochs = 60\nbatch = 16\nlr = 0.01\nseed = 3\nthreads = 1\nbaseline = false\n");
+  }
 };
 
 TEST_F(QuantizeStoreTest, QuantizedModelRoundTripsAndEvaluates) {
@@ -483,25 +487,12 @@ TEST(QuantizeQat, FakeQuantizeActivationsRoundsAndClips) {
   }
 }
 
-class QuantizeQatStoreTest : public ::testing::Test {
+class QuantizeQatStoreTest : public TrainedStoreTest {
  protected:
   void SetUp() override {
-    Store::init(root());
-    Store store = Store::open(root());
-    ImportRequest request;
-    request.dataset = "digits";
-    request.file = test::data_file("digits.csv");
-    import_dataset(store, request, reporter_);
-    TrainRequest train;
-    train.config_text = "name = digits-mlp\ndataset = digits\nlayers = dense(64) relu dense(32) relu dense(10)\n"
-                        "epochs = 10\nbatch = 32\nlr = 0.003\nseed = 5\nthreads = 1\nbaseline = false\n";
-    train.config_source = "digits.ini";
-    QuietTraining quiet;
-    train_model(store, train, quiet);
+    train_on("digits", "name = digits-mlp\ndataset = digits\nlayers = dense(64) relu dense(32) relu dense(10)\n"
+                       "epochs = 10\nbatch = 32\nlr = 0.003\nseed = 5\nthreads = 1\nbaseline = false\n");
   }
-  std::filesystem::path root() const { return dir_.path() / "store"; }
-  test::TempDir dir_;
-  NullReporter reporter_;
 };
 
 TEST_F(QuantizeQatStoreTest, QatFineTunesAndItsInt8ModelEvaluates) {

@@ -1,5 +1,9 @@
 #include "test_util.h"
 
+#include "anneal/datasets.h"
+#include "anneal/report.h"
+#include "anneal/store.h"
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -21,6 +25,16 @@ TempDir::~TempDir() {
 
 std::filesystem::path data_file(const std::string& name) {
   return std::filesystem::path(ANNEAL_TEST_DATA_DIR) / name;
+}
+
+void init_store_with_dataset(const std::filesystem::path& root, const std::string& name, const std::string& file) {
+  Store::init(root);
+  Store store = Store::open(root);
+  ImportRequest request;
+  request.dataset = name;
+  request.file = data_file(file);
+  NullReporter quiet;
+  import_dataset(store, request, quiet);
 }
 
 std::string read_file(const std::filesystem::path& path) {

@@ -22,6 +22,10 @@ class TempDir {
 // Path of a file under tests/data.
 std::filesystem::path data_file(const std::string& name);
 
+// Creates a store at `root` holding one dataset, `name`, imported from
+// tests/data/`file` with the default options. Throws what init or import throw.
+void init_store_with_dataset(const std::filesystem::path& root, const std::string& name, const std::string& file);
+
 std::string read_file(const std::filesystem::path& path);
 void write_file(const std::filesystem::path& path, const std::string& bytes);
 
