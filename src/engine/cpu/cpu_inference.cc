@@ -16,6 +16,7 @@
 #include "anneal/error.h"
 #include "anneal/network.h"
 #include "engine/cpu/cpu_common.h"
+#include "engine/cpu/cpu_kernels.h"
 
 namespace anneal {
 namespace {
@@ -133,35 +134,33 @@ struct Im2col {
   std::int64_t overread() const { return kq() - k; }
 };
 
+// The byte offsets of the dwords of one output image row's ow matmul rows,
+// in (j, ow') order, from the first input byte of its top window row: the
+// same for every y, so im2col is one gather per output image row.
+std::vector<std::int32_t> im2col_offsets(const Im2col& g) {
+  std::vector<std::int32_t> offsets;
+  offsets.reserve(std::size_t(g.ow * g.cols() / 4));
+  for (std::int64_t j = 0; j < g.group; ++j)
+    for (std::int64_t x = 0; x < g.ow / g.group; ++x)
+      for (std::int64_t ch = 0; ch < g.c; ++ch)
+        for (std::int64_t ky = 0; ky < g.k; ++ky)
+          for (std::int64_t q = 0; q < g.kq(); q += 4)
+            offsets.push_back(std::int32_t(ch * g.hp * g.wp + ky * g.wp + (g.group * x + j) * g.stride + q));
+  return offsets;
+}
+
 // dst (n·oh·ow, cols()) from src (n, c, hp, wp), already zero-padded and
-// followed by overread() readable bytes.
-void im2col(const Im2col& g, const std::uint8_t* src, std::uint8_t* dst, std::int64_t n) {
-  // Locals: every byte stored may alias g, so its fields would be reloaded.
-  const std::int64_t c = g.c, hp = g.hp, wp = g.wp, oh = g.oh, k = g.k, stride = g.stride, kq = g.kq();
-  const std::int64_t group = g.group, owg = g.ow / g.group, image = c * hp * wp, rows = g.rows_per_image();
-  const std::int64_t cols = g.cols();
+// followed by overread() readable bytes; `offsets` from im2col_offsets(g).
+void im2col(const Im2col& g, const std::vector<std::int32_t>& offsets, const std::uint8_t* src,
+            std::uint8_t* dst, std::int64_t n) {
+  const std::int64_t image = g.c * g.hp * g.wp, row_step = g.stride * g.wp, oh = g.oh;
+  const std::int64_t out_row = g.ow * g.cols(), count = std::int64_t(offsets.size());
   const std::uint32_t flip4 = 0x01010101u * g.flip;
+  const std::int32_t* table = offsets.data();
 #pragma omp parallel for schedule(static)
-  for (std::int64_t b = 0; b < n; ++b) {
-    const std::uint8_t* s = src + b * image;
-    std::uint8_t* d = dst + b * rows * cols;
+  for (std::int64_t b = 0; b < n; ++b)
     for (std::int64_t y = 0; y < oh; ++y)
-      for (std::int64_t j = 0; j < group; ++j)
-        for (std::int64_t x = 0; x < owg; ++x, d += cols) {
-          const std::uint8_t* patch = s + y * stride * wp + (group * x + j) * stride;
-          std::uint8_t* o = d;
-          for (std::int64_t ch = 0; ch < c; ++ch)
-            for (std::int64_t ky = 0; ky < k; ++ky) {
-              const std::uint8_t* r = patch + ch * hp * wp + ky * wp;
-              for (std::int64_t q = 0; q < kq; q += 4, o += 4) {
-                std::uint32_t v;
-                std::memcpy(&v, r + q, 4);
-                v ^= flip4;
-                std::memcpy(o, &v, 4);
-              }
-            }
-        }
-  }
+      cpu::gather_dwords(src + b * image + y * row_step, table, count, flip4, dst + (b * oh + y) * out_row);
 }
 
 // An activation tensor in the chain: its memory and its scale (1 for fp32).
@@ -552,9 +551,9 @@ class InferenceNetwork::Impl {
     const dt cols_type = dt::u8;
     const std::int64_t m = n * g.rows_per_image();
     memory cols(MD({m, kp}, cols_type, tag::ab), engine_);
-    plan.steps.push_back([g, padded, cols, n](dnnl::stream& s) {
+    plan.steps.push_back([g, offsets = im2col_offsets(g), padded, cols, n](dnnl::stream& s) {
       s.wait();  // the quantized input must be complete before the host loop reads it
-      im2col(g, static_cast<const std::uint8_t*>(padded.get_data_handle()),
+      im2col(g, offsets, static_cast<const std::uint8_t*>(padded.get_data_handle()),
              static_cast<std::uint8_t*>(cols.get_data_handle()), n);
     });
     MD bias_md({1, o}, dt::f32, tag::ab);

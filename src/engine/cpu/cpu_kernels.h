@@ -1,4 +1,5 @@
-// Elementwise optimizer kernels for the CPU backend, compiled twice (AVX-512
+// Hand-written kernels for the CPU backend (the optimizers' elementwise
+// updates, the int8 im2col gather), compiled twice (AVX-512
 // and baseline x86-64) and picked at run time, since the project builds
 // without -march. Each processes one contiguous range; callers split work
 // across threads in fixed chunks, so results never depend on thread count.
@@ -27,5 +28,11 @@ struct SgdKernelArgs {
 
 void sgd_kernel(float* w, const float* g, float* velocity, std::int64_t n,
                 const SgdKernelArgs& a);
+
+// dst[i] = (4 bytes at src + offsets[i]) XOR flip, for i in [0, n): dst gets
+// 4·n bytes. Offsets are in bytes and may be unaligned; every read must lie
+// in readable memory.
+void gather_dwords(const std::uint8_t* src, const std::int32_t* offsets, std::int64_t n,
+                   std::uint32_t flip, std::uint8_t* dst);
 
 }  // namespace anneal::cpu
