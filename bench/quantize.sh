@@ -52,7 +52,10 @@ for round in $(seq "$ROUNDS"); do
     echo "$round $m $(A --json bench "$m" --batch "$BATCH" --threads "$THREADS" --repeats 3 --seconds 1 | jget 'j["samples_per_s"]')"
   done
 done > "$WORK/speed"
-torch=$("$PYTHON" "$HERE/torch_quantize.py" "$THREADS" "$MLP_EPOCHS" "$BATCH")
+# Debian's PyTorch runs its fp32 Linear on OpenBLAS, whose own thread pool
+# ignores torch.set_num_threads (a "1 thread" run used 1.5 cores); capped
+# here so the peer runs on as many threads as anneal does.
+torch=$(OPENBLAS_NUM_THREADS="$THREADS" "$PYTHON" "$HERE/torch_quantize.py" "$THREADS" "$MLP_EPOCHS" "$BATCH")
 
 echo "== quantize/prune: Fashion-MNIST test split, batch $BATCH, $THREADS thread(s), medians of $ROUNDS interleaved rounds"
 "$PYTHON" - "$WORK/static" "$WORK/speed" "$WORK/speed_medians" <<'PY'

@@ -45,6 +45,10 @@ j = json.load(sys.stdin)
 print(j['samples_per_s'], j['metrics']['test_accuracy'], $(cat "$WORK/rss") / 1024)"
 }
 
+# PyTorch's "threads" is torch.set_num_threads. Debian's build runs its fp32
+# Linear layers on OpenBLAS, whose own thread pool that setting does not cap:
+# at 1 thread the MLP used about 1.4 cores. That is PyTorch's default and
+# its best here, so the peer is left that way.
 torch_run() {
   "$PYTHON" "$HERE/torch_train.py" "$1" "$2" "$3" | "$PYTHON" -c "
 import json, sys
