@@ -8,7 +8,7 @@
 #include "anneal/quantize.h"
 #include "anneal/trainer.h"
 #include "compress_common.h"
-#include "omp_scope.h"
+#include "engine/omp_threads.h"
 #include "runs/use.h"
 
 namespace anneal {
@@ -154,7 +154,7 @@ std::vector<float> calibrate(const runs::ModelFile& model, const std::vector<Wei
                              CalibrationMethod method, int threads) {
   std::vector<ActivationRange> ranges(layers.size() + 1);
   {
-    compress::OmpThreads scope(threads);
+    engine::OmpThreads scope(threads);
     InferenceSpec spec = runs::inference_spec(model);
     spec.int8 = false;
     spec.sparse = SparseKernel::kDense;

@@ -14,6 +14,7 @@
 
 #include "anneal/error.h"
 #include "engine/names.h"
+#include "engine/omp_threads.h"
 #include "engine/random.h"
 #include "engine/state_io.h"
 
@@ -54,21 +55,6 @@ constexpr std::uint64_t kShufflePurpose = 0x5f1e;  // "shuffle"
 // A batch gather this large (in floats: 256 KiB) is split across the OpenMP
 // team; smaller ones are not worth waking it for.
 constexpr std::size_t kParallelGatherFloats = 1 << 16;
-
-// Bounds the OpenMP team of the calling thread (oneDNN's and ours) for the
-// lifetime of the scope, restoring the previous bound after.
-class OmpThreadScope {
- public:
-  explicit OmpThreadScope(int threads) : previous_(omp_get_max_threads()) {
-    omp_set_num_threads(threads);
-  }
-  ~OmpThreadScope() { omp_set_num_threads(previous_); }
-  OmpThreadScope(const OmpThreadScope&) = delete;
-  OmpThreadScope& operator=(const OmpThreadScope&) = delete;
-
- private:
-  int previous_;
-};
 
 std::int64_t sample_size(const std::vector<std::int64_t>& shape) {
   return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
@@ -146,7 +132,7 @@ class Trainer::Impl {
     micro_per_epoch_ = (rows_ + config_.batch - 1) / config_.batch;
     steps_per_epoch_ = (micro_per_epoch_ + config_.grad_accum - 1) / config_.grad_accum;
 
-    OmpThreadScope threads(config_.threads);
+    engine::OmpThreads threads(config_.threads);
     NetworkOptions options;
     options.input_shape = sample_shape;
     options.outputs = loss_output_width(config_.loss, config_.classes);
@@ -166,7 +152,7 @@ class Trainer::Impl {
   }
 
   bool train(std::uint64_t max_steps) {
-    OmpThreadScope threads(config_.threads);
+    engine::OmpThreads threads(config_.threads);
     std::uint64_t done = 0;
     if (micro_index_ == 0 && !finished_) epoch_start_ = Clock::now();
     while (!finished_ && done < max_steps) {
@@ -182,7 +168,7 @@ class Trainer::Impl {
 
   Evaluation evaluate(const DataView& data) {
     validate_data(data, "evaluation", Dims(train_.sample_shape), config_);
-    OmpThreadScope threads(config_.threads);
+    engine::OmpThreads threads(config_.threads);
     LossTotals totals = run_inference(data.features, &data.labels, nullptr);
     Evaluation e;
     e.loss = totals.mean_loss();
@@ -195,7 +181,7 @@ class Trainer::Impl {
     if (features.size() % std::size_t(width_) != 0)
       throw data_error("predict: " + std::to_string(features.size()) +
                        " feature values is not a whole number of rows of " + std::to_string(width_));
-    OmpThreadScope threads(config_.threads);
+    engine::OmpThreads threads(config_.threads);
     std::vector<float> out(features.size() / std::size_t(width_) * std::size_t(outputs()));
     run_inference(features, nullptr, out.data());
     return out;
@@ -204,7 +190,7 @@ class Trainer::Impl {
   std::int64_t outputs() const { return network_->output_shape()[0]; }
 
   std::string weights_hash() {
-    OmpThreadScope threads(config_.threads);
+    engine::OmpThreads threads(config_.threads);
     crypto_generichash_state state;
     crypto_generichash_init(&state, nullptr, 0, crypto_generichash_BYTES);
     std::vector<float> host;
@@ -231,7 +217,7 @@ class Trainer::Impl {
   }
 
   std::vector<std::uint8_t> save_state() {
-    OmpThreadScope threads(config_.threads);
+    engine::OmpThreads threads(config_.threads);
     engine::StateWriter w;
     w.bytes(kMagic, sizeof kMagic);
     w.u32(kStateVersion);
@@ -275,7 +261,7 @@ class Trainer::Impl {
   }
 
   void load_state(std::span<const std::uint8_t> bytes) {
-    OmpThreadScope threads(config_.threads);
+    engine::OmpThreads threads(config_.threads);
     engine::StateReader r(bytes);
     char magic[sizeof kMagic];
     r.bytes(magic, sizeof magic);
@@ -364,7 +350,7 @@ class Trainer::Impl {
   }
 
   void load_weights(const std::vector<std::pair<std::string, std::vector<float>>>& named) {
-    OmpThreadScope threads(config_.threads);
+    engine::OmpThreads threads(config_.threads);
     for (const auto& [name, host] : named) {
       Tensor* t = named_tensor(name, nullptr);
       if (t == nullptr) throw usage_error("load_weights: the network has no tensor " + name);

@@ -1,7 +1,5 @@
 #include "runs/model_file.h"
 
-#include <omp.h>
-
 #include <bit>
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -9,6 +7,7 @@
 #include "anneal/datasets.h"
 #include "anneal/error.h"
 #include "anneal/hash.h"
+#include "engine/omp_threads.h"
 
 namespace anneal::runs {
 using nlohmann::json;
@@ -45,21 +44,6 @@ std::pair<json, std::string_view> unframe(const char (&magic)[8], std::string_vi
   }
 }
 
-// Bounds the calling thread's OpenMP team for a scope, as the Trainer does.
-class OmpThreads {
- public:
-  explicit OmpThreads(int threads) : previous_(omp_get_max_threads()) { omp_set_num_threads(threads); }
-  ~OmpThreads() { omp_set_num_threads(previous_); }
-  OmpThreads(const OmpThreads&) = delete;
-  OmpThreads& operator=(const OmpThreads&) = delete;
-
- private:
-  int previous_;
-};
-
-}  // namespace
-
-namespace {
 
 // Format 2 tensor bytes: f32 LE values; s8 values; or a bitmask (bit i of
 // byte i/8 set for each nonzero element, LSB first) followed by the nonzero
@@ -319,7 +303,7 @@ Checkpoint decode_checkpoint(std::string_view bytes, const std::string& owner) {
 Predictor::Predictor(const ModelFile& model, int threads, std::int64_t batch)
     : model_(model), threads_(threads), batch_(std::max<std::int64_t>(batch, 1)) {
   if (model.linear) return;
-  OmpThreads scope(threads_);
+  engine::OmpThreads scope(threads_);
   backend_ = make_cpu_backend();
   loss_ = backend_->loss(model.loss, model.outputs);
   if (needs_inference_network(model)) {
@@ -351,7 +335,7 @@ Predictor::~Predictor() = default;
 
 std::vector<float> Predictor::predict(std::span<const float> features) {
   if (model_.linear) return model_.linear_model.predict(features);
-  OmpThreads scope(threads_);
+  engine::OmpThreads scope(threads_);
   std::int64_t width = 1;
   for (auto d : model_.input_shape) width *= d;
   if (features.size() % static_cast<std::size_t>(width) != 0)

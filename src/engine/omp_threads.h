@@ -1,9 +1,12 @@
-// Bounds the calling thread's OpenMP team for a scope (oneDNN runs on it).
+// OmpThreads: bounds the calling thread's OpenMP team (ours and oneDNN's)
+// to `threads` for the lifetime of the scope, restoring the previous bound
+// after. The bound is a per-thread OpenMP setting, so scopes on different
+// threads do not interfere.
 #pragma once
 
 #include <omp.h>
 
-namespace anneal::compress {
+namespace anneal::engine {
 
 class OmpThreads {
  public:
@@ -16,4 +19,4 @@ class OmpThreads {
   int previous_;
 };
 
-}  // namespace anneal::compress
+}  // namespace anneal::engine
