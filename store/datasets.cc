@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "anneal/error.h"
+#include "anneal/fault_point.h"
 #include "anneal/fs.h"
 #include "anneal/hash.h"
 #include "sqlite.h"
@@ -398,7 +399,10 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
     }
     return std::nullopt;
   };
-  if (auto same = existing()) return *same;
+  // An import of bytes already stored goes on through the object commit
+  // all the same: it verifies every object of the version and rewrites any
+  // that is missing or damaged, so importing the same file again heals the
+  // store. The catalog transaction below then finds the existing version.
 
   // The parsed form: features and labels in source row order (so appended
   // rows append to these streams too), and a split mask or the test part.
@@ -437,6 +441,7 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
   }
   for (auto& t : tensors) group.run([&t, &objects] { t.prepared = prepare_stream(objects, t.bytes, kTensorChunking); });
   group.wait();
+  fault_point("import.prepared");
 
   // From the first object written until the catalog commit, hold the writer
   // lock so a concurrent gc cannot take objects that are not yet referenced.
@@ -446,12 +451,16 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
   for (const auto& s : source_streams) all_streams.push_back(&s);
   for (const auto& t : tensors) all_streams.push_back(&t.prepared);
   result.bytes_added = commit_streams(objects, all_streams);
+  fault_point("import.objects-written");
 
   sql::Database& db = store.db();
   int version_number = 0;
   {
     sql::Transaction txn(db);
-    if (auto same = existing()) return *same;  // a concurrent import got there first
+    if (auto same = existing()) {  // imported before, or by a concurrent import
+      same->bytes_added = result.bytes_added;  // what healing rewrote
+      return *same;
+    }
     std::string now = sql::timestamp_now();
     db.prepare("INSERT OR IGNORE INTO datasets(name, created_at) VALUES (?, ?)")
         .bind(1, request.dataset).bind(2, now).run();
@@ -496,8 +505,10 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
       insert_stream.bind(1, version_id).bind(2, t.role).bind(3, t.prepared.hash).bind_null(4)
           .bind(5, t.dtype).bind(6, shape_json(t.shape).dump()).run();
     }
+    fault_point("import.before-commit");
     txn.commit();
   }
+  fault_point("import.committed");
   std::uint64_t added = result.bytes_added;
   result.version = find_dataset(store, {request.dataset, version_number});
   result.created = true;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "anneal/error.h"
+#include "anneal/fault_point.h"
 #include "sqlite.h"
 
 namespace anneal {
@@ -192,7 +193,9 @@ std::optional<JobRecord> claim_job(Store& store, const std::string& worker, std:
              (taken_over ? "" : "attempts = attempts + 1, ") + "started = ? WHERE id = ?")
       .bind(1, worker).bind(2, now + lease_s).bind(3, now).bind(4, id).run();
   JobRecord record = job_in(db, id);
+  fault_point("job.claim.before-commit");
   txn.commit();
+  fault_point("job.claimed");
   return record;
 }
 
@@ -312,7 +315,9 @@ void set_alias(Store& store, const ModelRecord& model, const std::string& alias,
   if (had) history.bind(5, previous_id);
   else history.bind_null(5);
   history.bind(6, sql::timestamp_now()).bind(7, by).bind(8, reason).run();
+  fault_point("alias.before-commit");
   txn.commit();
+  fault_point("alias.committed");
 }
 
 std::optional<ModelRecord> find_alias(Store& store, const std::string& name, const std::string& alias) {

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "anneal/error.h"
+#include "anneal/fault_point.h"
 #include "sqlite.h"
 #include "streams.h"
 
@@ -134,6 +135,7 @@ GcReport gc(Store& store, bool dry_run, Reporter& reporter) {
       txn.commit();
     }
   }
+  if (!dry_run) fault_point("gc.catalog-pruned");
   std::unordered_set<std::string> keep;
   auto live = db.prepare(
       "SELECT DISTINCT object FROM blob_chunks WHERE blob IN (SELECT blob FROM referenced_blobs)");
@@ -143,7 +145,10 @@ GcReport gc(Store& store, bool dry_run, Reporter& reporter) {
     if (keep.count(id)) continue;
     report.bytes_freed += objects.stored_size(id);
     ++report.objects_removed;
-    if (!dry_run) objects.remove(id);
+    if (!dry_run) {
+      objects.remove(id);
+      fault_point("gc.object-removed");
+    }
   }
   // With the exclusive lock held no writer is running, so every temporary
   // file is left over from an interrupted one.

@@ -7,6 +7,7 @@
 #include "anneal/catalog_jobs.h"
 #include "anneal/chunker.h"
 #include "anneal/error.h"
+#include "anneal/fault_point.h"
 #include "sqlite.h"
 #include "streams.h"
 
@@ -201,10 +202,12 @@ CheckpointRecord save_checkpoint(Store& store, std::int64_t run, std::int64_t st
   if (keep < 1) throw std::logic_error("save_checkpoint: keep must be >= 1");
   const ObjectStore& objects = store.objects();
   PreparedStream prepared = prepare_stream(objects, bytes, kTensorChunking);
+  fault_point("checkpoint.prepared");
   // Objects first, under the writer lock, then the row that owns them in the
   // same transaction as the blob record: gc can never see them unowned.
   FileLock writer = store.writer_lock();
   commit_stream(objects, prepared);
+  fault_point("checkpoint.objects-written");
   sql::Database& db = store.db();
   std::int64_t id = 0;
   {
@@ -229,8 +232,10 @@ CheckpointRecord save_checkpoint(Store& store, std::int64_t run, std::int64_t st
           "DELETE FROM checkpoints WHERE run_id = ? AND id != ? AND id NOT IN "
           "(SELECT id FROM checkpoints WHERE run_id = ? ORDER BY step DESC LIMIT ?)")
         .bind(1, run).bind(2, best).bind(3, run).bind(4, keep).run();
+    fault_point("checkpoint.before-commit");
     txn.commit();
   }
+  fault_point("checkpoint.committed");
   for (const auto& c : run_checkpoints(store, run))
     if (c.id == id) return c;
   throw failure("checkpoint of run-" + std::to_string(run) + " vanished after it was recorded");
@@ -283,8 +288,10 @@ ModelRecord register_model(Store& store, std::int64_t run, const std::string& na
   validate_dataset_name(name);  // models follow the same naming rules
   const ObjectStore& objects = store.objects();
   PreparedStream prepared = prepare_stream(objects, bytes, kTensorChunking);
+  fault_point("model.prepared");
   FileLock writer = store.writer_lock();
   commit_stream(objects, prepared);
+  fault_point("model.objects-written");
   sql::Database& db = store.db();
   int version = 0;
   {
@@ -304,8 +311,10 @@ ModelRecord register_model(Store& store, std::int64_t run, const std::string& na
     db.prepare(
           "UPDATE runs SET status = 'succeeded', ended_at = ?, error = NULL, summary_json = ? WHERE id = ?")
         .bind(1, now).bind(2, summary.dump()).bind(3, run).run();
+    fault_point("model.before-commit");
     txn.commit();
   }
+  fault_point("model.committed");
   return find_model(store, ModelRef{name, version, std::nullopt});
 }
 
