@@ -120,8 +120,10 @@ int run_import(const Invocation& inv) {
               << result.version.columns.size() << " columns; " << human_bytes(result.bytes_added)
               << " new in the store\n";
   } else {
-    std::cout << "unchanged: identical content and options are already " << result.version.ref()
-              << "\n";
+    std::cout << "unchanged: identical content and options are already " << result.version.ref();
+    if (result.bytes_added > 0)
+      std::cout << "; rewrote " << human_bytes(result.bytes_added) << " of missing or damaged objects";
+    std::cout << "\n";
   }
   return kExitOk;
 }

@@ -18,6 +18,7 @@
 #include <tbb/parallel_for.h>
 
 #include "anneal/error.h"
+#include "anneal/fault_point.h"
 #include "anneal/fs.h"
 #include "anneal/hash.h"
 
@@ -31,6 +32,9 @@ constexpr char kMagic[4] = {'A', 'N', 'O', 'B'};
 constexpr std::uint8_t kFormatVersion = 1;
 constexpr std::uint8_t kCodecZstd = 1;
 constexpr std::size_t kHeaderSize = 16;
+// The largest object anneal writes is a 4 MiB chunk; a reader accepts up to
+// 16 times that, so a future larger chunk size still reads.
+constexpr std::uint64_t kMaxObjectSize = std::uint64_t{64} << 20;
 
 void put_u64le(char* out, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
@@ -57,8 +61,16 @@ std::optional<std::string> decode(std::string_view file, ZSTD_DCtx* dctx, std::s
   if (static_cast<std::uint8_t>(file[5]) != kCodecZstd)
     return "unsupported codec " + std::to_string(std::uint8_t(file[5]));
   std::uint64_t raw_size = get_u64le(file.data() + 8);
-  // A corrupt header must not make us allocate terabytes.
-  if (raw_size > (std::uint64_t(1) << 40)) return "implausible size in header";
+  // A damaged header must not make us allocate terabytes: the length must be
+  // the one the zstd frame itself declares, and no object is larger than
+  // kMaxObjectSize (the largest chunk is 4 MiB).
+  if (raw_size > kMaxObjectSize)
+    return "header claims " + std::to_string(raw_size) + " bytes, more than any object holds (" +
+           std::to_string(kMaxObjectSize) + ")";
+  const unsigned long long frame_size = ZSTD_getFrameContentSize(file.data() + kHeaderSize, file.size() - kHeaderSize);
+  if (frame_size == ZSTD_CONTENTSIZE_ERROR) return "cannot decompress: not a zstd frame";
+  if (frame_size != ZSTD_CONTENTSIZE_UNKNOWN && frame_size != raw_size)
+    return "header says " + std::to_string(raw_size) + " bytes, the zstd frame " + std::to_string(frame_size);
   raw.resize(raw_size);
   std::size_t n = ZSTD_decompressDCtx(dctx, raw.data(), raw.size(), file.data() + kHeaderSize,
                                       file.size() - kHeaderSize);
@@ -154,10 +166,28 @@ std::uint64_t ObjectStore::commit(const std::vector<const PreparedObject*>& obje
     std::uint64_t size = 0;
     bool written = false;
   };
-  std::vector<Pending> pending;
+  // What is on disk is decided here, under the caller's writer lock (gc
+  // cannot run), not when the object was prepared: an object that existed
+  // then, unreferenced, may have been collected since. An object file that
+  // exists but fails verification is written again and replaces the damaged
+  // copy, so importing the same data heals it.
+  std::vector<const PreparedObject*> unique;
   std::set<std::string> seen;  // the same chunk may appear twice in a batch
   for (const PreparedObject* object : objects)
-    if (!object->stored && seen.insert(object->id).second) pending.push_back({object, {}, 0, false});
+    if (seen.insert(object->id).second) unique.push_back(object);
+  enum class OnDisk : std::uint8_t { kIntact, kMissing, kDamaged };
+  std::vector<OnDisk> state(unique.size());
+  tbb::parallel_for(std::size_t(0), unique.size(), [&](std::size_t i) {
+    if (!contains(unique[i]->id)) state[i] = OnDisk::kMissing;
+    else state[i] = check(unique[i]->id) ? OnDisk::kDamaged : OnDisk::kIntact;
+  });
+  std::vector<Pending> pending;
+  std::vector<bool> replace;
+  for (std::size_t i = 0; i < unique.size(); ++i) {
+    if (state[i] == OnDisk::kIntact) continue;
+    pending.push_back({unique[i], {}, 0, false});
+    replace.push_back(state[i] == OnDisk::kDamaged);
+  }
 
   // Temporary names unique among concurrent commits in this and other processes.
   const std::string batch = std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}());
@@ -195,6 +225,7 @@ std::uint64_t ObjectStore::commit(const std::vector<const PreparedObject*>& obje
       }
       ::close(fd);
     });
+    fault_point("objects.tmp-written");
 
     // 2. Make each durable and link it into place: waits on the disk.
     std::set<fs::path> dirs;
@@ -203,6 +234,12 @@ std::uint64_t ObjectStore::commit(const std::vector<const PreparedObject*>& obje
       Pending& p = pending[i];
       fsync_path(p.tmp, O_RDONLY);
       fs::path final_path = path_of(p.object->id);
+      if (replace[i]) {  // a damaged copy: the verified new file takes its name
+        if (::rename(p.tmp.c_str(), final_path.c_str()) != 0)
+          throw failure(errno_message(final_path, "cannot replace damaged object"));
+        p.written = true;
+        return;
+      }
       // link() fails with EEXIST rather than replacing: an object a
       // concurrent writer stored first is kept as it is.
       int rc = ::link(p.tmp.c_str(), final_path.c_str());

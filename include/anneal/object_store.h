@@ -24,7 +24,9 @@ namespace anneal {
 struct PreparedObject {
   std::string id;
   std::string_view raw;
-  bool stored = false;  // an object with this id already existed when prepared
+  // An object with this id existed when prepared. Only a hint (for
+  // reporting): commit() decides again, under the writer lock.
+  bool stored = false;
 };
 
 class ObjectStore {
@@ -39,11 +41,14 @@ class ObjectStore {
 
   // Hashes `raw` and notes whether that object is already stored.
   PreparedObject prepare(std::string_view raw) const;
-  // Writes every prepared object not yet stored, durably: compresses each
-  // into a temporary file (in parallel on oneTBB), then on a pool of I/O
-  // threads (they wait on the disk, not the CPU) fsyncs each, links it into
-  // place and fsyncs every directory it touched. Returns the bytes added to
-  // disk (0 for objects already there).
+  // Writes every prepared object that is not stored intact, durably. The
+  // caller holds Store::writer_lock(), so what exists cannot change under
+  // it (gc waits): an object present and verifying is skipped, one missing
+  // is written, one whose file is damaged is written again and replaces it.
+  // Compresses into temporary files (in parallel on oneTBB), then on a pool
+  // of I/O threads (they wait on the disk, not the CPU) fsyncs each, links
+  // it into place and fsyncs every directory it touched. Returns the bytes
+  // added to disk (0 for objects already there).
   std::uint64_t commit(const std::vector<const PreparedObject*>& objects) const;
 
   // prepare + commit for one object; returns its id.
