@@ -136,11 +136,10 @@ int run_job_exec(const Invocation& inv) {
     if (std::to_string(::getppid()) != parent) return kExitFailure;  // the worker died already
   }
   const std::int64_t id = parse_job_id(inv.args["JOB"].as<std::string>());
-  std::optional<TestFault> fault = parse_test_fault(std::getenv("ANNEAL_TEST_FAULT"));
   Store store = Store::open(inv.global.store);
   StopOnSignal stop;
   auto reporter = make_train_reporter(inv.global.log_format);
-  TrainResult result = execute_job(store, id, stop.token(), *reporter, fault);
+  TrainResult result = execute_job(store, id, stop.token(), *reporter);
   if (result.cancelled) return 130;
   reporter->note("registered " + (result.model ? result.model->ref() : std::string("nothing")) +
                  ", weights " + result.weights_hash);

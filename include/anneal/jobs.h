@@ -41,22 +41,12 @@ inline constexpr int kExitGateRefused = 4;
 JobSpec make_job_spec(const std::string& config_text, const std::string& config_source,
                       const std::vector<std::string>& overrides);
 
-// A crash the child provokes in itself, for the tests of worker isolation:
-// set from $ANNEAL_TEST_FAULT ("segv:NAME:N" or "abort:NAME:N": the job
-// whose config name is NAME crashes on each of its first N attempts, once
-// it has trained a step). Unset in normal use.
-struct TestFault {
-  std::string kind;  // "segv" or "abort"
-  std::string job_name;
-  std::int64_t attempts = 0;
-};
-std::optional<TestFault> parse_test_fault(const char* text);  // nullptr -> nullopt; throws kUsage
-
 // In the child: trains job `job` (resuming its run when it has one) and
 // records the run on the job. Returns train_model's result; a stop request
-// checkpoints and returns cancelled.
-TrainResult execute_job(Store& store, std::int64_t job, std::stop_token stop, TrainingReporter& reporter,
-                        const std::optional<TestFault>& fault);
+// checkpoints and returns cancelled. After each slice of training steps it
+// passes the fault point "job.NAME.attempt-N.trained" (NAME the config's
+// name, N the attempt), where the tests of worker isolation crash a job.
+TrainResult execute_job(Store& store, std::int64_t job, std::stop_token stop, TrainingReporter& reporter);
 
 struct WorkerOptions {
   // argv that runs one job in a child, the job label ("job-7") appended:

@@ -1,38 +1,32 @@
 // One job in its child process: make_job_spec (at submit) and execute_job.
-#include <csignal>
-#include <cstdlib>
 
 #include "anneal/config.h"
 #include "anneal/error.h"
+#include "anneal/fault_point.h"
 #include "anneal/jobs.h"
 
 namespace anneal {
 namespace {
 
-// Passes training progress on, and provokes the test fault once a step is
-// done: a crash in the middle of training, after the run and (with
-// checkpoint_every) a checkpoint exist.
+// Passes training progress on, through a fault point named after the job
+// and attempt once a step is done: where a test crashes a job in the middle
+// of training, after its run (and, with checkpoint_every, a checkpoint)
+// exists.
 class FaultingReporter final : public TrainingReporter {
  public:
-  FaultingReporter(TrainingReporter& inner, const std::optional<TestFault>& fault) : inner_(inner), fault_(fault) {}
+  FaultingReporter(TrainingReporter& inner, std::string point) : inner_(inner), point_(std::move(point)) {}
   void note(std::string_view message) override { inner_.note(message); }
   void progress(std::string_view stage, std::uint64_t done, std::uint64_t total) override {
     inner_.progress(stage, done, total);
   }
   void training(const TrainProgress& progress) override {
     inner_.training(progress);
-    if (!fault_ || progress.step < 1) return;
-    inner_.note("ANNEAL_TEST_FAULT: provoking " + fault_->kind + " at step " + std::to_string(progress.step));
-    // The default action, whatever handler a sanitizer installed: the test
-    // is of a process the kernel kills, not of a crash report.
-    const int sig = fault_->kind == "segv" ? SIGSEGV : SIGABRT;
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
+    if (progress.step >= 1) fault_point(point_);
   }
 
  private:
   TrainingReporter& inner_;
-  const std::optional<TestFault>& fault_;
+  const std::string point_;
 };
 
 }  // namespace
@@ -55,27 +49,7 @@ JobSpec make_job_spec(const std::string& config_text, const std::string& config_
   return spec;
 }
 
-std::optional<TestFault> parse_test_fault(const char* text) {
-  if (text == nullptr || *text == '\0') return std::nullopt;
-  const std::string s(text);
-  const std::size_t a = s.find(':'), b = s.rfind(':');
-  TestFault fault;
-  if (a != std::string::npos && b > a) {
-    fault.kind = s.substr(0, a);
-    fault.job_name = s.substr(a + 1, b - a - 1);
-    try {
-      fault.attempts = std::stoll(s.substr(b + 1));
-    } catch (const std::exception&) {
-      fault.attempts = -1;
-    }
-  }
-  if ((fault.kind != "segv" && fault.kind != "abort") || fault.job_name.empty() || fault.attempts < 0)
-    throw usage_error("ANNEAL_TEST_FAULT '" + s + "': expected segv:NAME:N or abort:NAME:N");
-  return fault;
-}
-
-TrainResult execute_job(Store& store, std::int64_t job_id, std::stop_token stop, TrainingReporter& reporter,
-                        const std::optional<TestFault>& fault) {
+TrainResult execute_job(Store& store, std::int64_t job_id, std::stop_token stop, TrainingReporter& reporter) {
   JobRecord job = find_job(store, job_id);
   TrainRequest request;
   request.stop = stop;
@@ -101,9 +75,7 @@ TrainResult execute_job(Store& store, std::int64_t job_id, std::stop_token stop,
     request.overrides = {"threads=" + std::to_string(job.spec.cores)};
     request.on_run_started = [&](const RunRecord& run) { set_job_run(store, job.id, run.id); };
   }
-  std::optional<TestFault> armed;
-  if (fault && fault->job_name == job.spec.name && job.attempts <= fault->attempts) armed = fault;
-  FaultingReporter faulting(reporter, armed);
+  FaultingReporter faulting(reporter, "job." + job.spec.name + ".attempt-" + std::to_string(job.attempts) + ".trained");
   reporter.note(job.label() + " attempt " + std::to_string(job.attempts) + " of " + std::to_string(job.max_attempts) +
                 (request.resume ? ": resuming run-" + std::to_string(*request.resume) : ": starting"));
   return train_model(store, request, faulting);

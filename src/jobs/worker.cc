@@ -29,6 +29,7 @@
 #include <set>
 
 #include "anneal/error.h"
+#include "anneal/fault_point.h"
 #include "anneal/fs.h"
 #include "anneal/jobs.h"
 
@@ -172,7 +173,10 @@ class Worker {
         } else {
           while (static_cast<std::int64_t>(children_.size()) < max_jobs_ && !free_cpus_.empty()) {
             auto job = claim_job(store_, id_, static_cast<std::int64_t>(free_cpus_.size()), unix_now(), options_.lease_s);
-            if (!job) break;
+            if (!job) {
+              if (children_.empty()) fault_point("worker.idle");
+              break;
+            }
             arena.execute([&] { start(*job, waits); });
           }
           if (options_.drain && children_.empty() && !work_left()) break;

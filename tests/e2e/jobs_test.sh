@@ -1,6 +1,6 @@
 #!/bin/bash
 # The job queue end to end: two workers and 20 small jobs each run exactly
-# once; priorities; a job that segfaults (ANNEAL_TEST_FAULT) is failed with
+# once; priorities; a job that segfaults (a fault point of the test build) is failed with
 # the reason and retried from its checkpoint while a sibling finishes; a
 # timeout; cancel of a running job; the per-job core cap seen on the job's
 # threads; bad submits leave the store as it was.
@@ -33,7 +33,6 @@ checkpoint_every = 20
 EOF
 }
 
-job_state_is() { [ "$(job_field "$1" state)" = "$2" ]; }
 
 expect_rc 0 init
 expect_rc 0 data import iris "$TEST_DATA/iris.csv"
@@ -91,7 +90,8 @@ expect_rc 0 submit "$WORK/crashy.ini" --retries 1
 crashy=$OUT
 expect_rc 0 submit "$WORK/sibling.ini"
 sibling=$OUT
-ANNEAL_TEST_FAULT=segv:crashy:1 "$ANNEAL" worker --cores 2 --drain --backoff 1s > "$WORK/crash.log" 2>&1 &
+ANNEAL_FAULT='job.crashy.attempt-1.trained=segv' "$ANNEAL_FAULTS_BIN" worker --cores 2 --drain --backoff 1s \
+  > "$WORK/crash.log" 2>&1 &
 wpid=$!
 wait "$wpid"
 expect_eq "$?" "0" "the worker survives a crashing job"
@@ -104,7 +104,7 @@ expect_contains "$("$ANNEAL" jobs logs "$crashy")" "resuming run-" "the retry re
 # The same fault with no retries left: failed, with the reason.
 expect_rc 0 submit "$WORK/tiny.ini" --set name=doomed --retries 0
 doomed=$OUT
-ANNEAL_TEST_FAULT=segv:doomed:5 "$ANNEAL" worker --cores 1 --drain > /dev/null 2>&1
+ANNEAL_FAULT='job.doomed.*=segv' "$ANNEAL_FAULTS_BIN" worker --cores 1 --drain > /dev/null 2>&1
 expect_eq "$(job_field "$doomed" state)" "failed" "a crash without retries fails the job"
 expect_contains "$(job_field "$doomed" error)" "SIGSEGV" "the job records why"
 expect_rc 0 jobs retry "$doomed"
@@ -120,17 +120,19 @@ expect_eq "$(job_field "$slow" state)" "failed" "a job past its timeout fails"
 expect_eq "$(job_field "$slow" error)" "timed out after 2s" "and says why"
 
 # --- cancel a running job; the core cap on its threads ----------------------
+# The job's process stops at its first checkpoint (fault point), so the run,
+# its threads and a checkpoint all exist when the test looks.
 long_config capped 100000
 expect_rc 0 submit "$WORK/capped.ini" --cores 1
 capped=$OUT
-"$ANNEAL" worker --cores 2 > "$WORK/cancel.log" 2>&1 &
+fault_fifos
+ANNEAL_FAULT='checkpoint.committed@1=pause' "$ANNEAL_FAULTS_BIN" worker --cores 2 --lease 2s --drain \
+  > "$WORK/cancel.log" 2>&1 &
 wpid=$!
-child_pid() { pgrep -f "job-exec $capped\$"; }
-wait_until 30 job_state_is "$capped" running || fail "job never started"
-wait_until 30 child_pid > /dev/null || fail "no child process for the job"
-cpid=$(child_pid)
-wait_until 30 test -n "$(job_field "$capped" run)" || fail "the job never recorded its run"
-sleep 0.5
+reached=$(fault_reached) || fail "the job never reached its first checkpoint"
+cpid=${reached##* }
+expect_eq "$(job_field "$capped" state)" "running" "the job runs"
+test -n "$(job_field "$capped" run)" && pass || fail "the job recorded its run"
 cpus=$(cat /proc/"$cpid"/task/*/status 2>/dev/null | awk '/^Cpus_allowed_list/ {print $2}' | sort -u)
 expect_eq "$(printf '%s\n' "$cpus" | wc -l)" "1" "every thread of the job has one CPU list"
 case "$cpus" in *,*|*-*) fail "a 1-core job may run on more than one CPU: $cpus" ;; *) pass ;; esac
@@ -140,14 +142,25 @@ expect_eq "$(json_get "[l for l in j['config'].splitlines() if l.startswith('thr
   "the run trains with the job's core budget"
 expect_rc 0 jobs cancel "$capped"
 expect_contains "$OUT" "stops it at the next step" "cancel of a running job waits for a step"
-wait_until 30 job_state_is "$capped" cancelled || fail "cancel did not end the job"
+fault_resume
+wait "$wpid"
+expect_eq "$?" "0" "the draining worker ends once the job is cancelled"
+expect_eq "$(job_field "$capped" state)" "cancelled" "cancel ended the job"
 run --json runs show "$(job_field "$capped" run)"
 expect_eq "$(json_get "j['status']")" "cancelled" "the run is recorded cancelled"
 [ "$(json_get "len(j['checkpoints'])")" -ge 1 ] && pass || fail "cancel left no checkpoint"
+echo "job threads seen: $threads on CPU $cpus"
+
+# --- SIGTERM stops an idle worker cleanly ------------------------------------
+# It stops where it found nothing to claim; the signal lands while it waits.
+fault_fifos
+ANNEAL_FAULT='worker.idle=pause' "$ANNEAL_FAULTS_BIN" worker --cores 1 > "$WORK/idle.log" 2>&1 &
+wpid=$!
+fault_reached > /dev/null || fail "the worker never went idle"
 kill -TERM "$wpid"
+fault_resume
 wait "$wpid"
 expect_eq "$?" "0" "SIGTERM stops an idle worker cleanly"
-echo "job threads seen: $threads on CPU $cpus"
 
 # --- jobs show / logs / list on bad ids --------------------------------------
 expect_rc 1 jobs show job-999

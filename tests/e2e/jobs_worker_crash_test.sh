@@ -17,12 +17,6 @@ seed = 7
 checkpoint_every = 20
 EOF
 
-has_checkpoint() {
-  local run
-  run=$(job_field "$job" run)
-  [ -n "$run" ] && [ "$("$ANNEAL" --json runs show "$run" | python3 -c "import json,sys; print(len(json.load(sys.stdin)['checkpoints']))")" -ge 2 ]
-}
-
 expect_rc 0 init
 expect_rc 0 data import digits "$TEST_DATA/digits.csv"
 
@@ -32,21 +26,27 @@ reference=$(json_get "j['weights_hash']")
 
 expect_rc 0 submit "$WORK/digits.ini" --cores 1
 job=$OUT
-"$ANNEAL" worker --cores 1 --lease 2s > "$WORK/w1.log" 2>&1 &
+# The job's process stops right after its second checkpoint (fault point of
+# the test build), whatever the machine's speed; the worker is killed there.
+fault_fifos
+ANNEAL_FAULT='checkpoint.committed@2=pause' "$ANNEAL_FAULTS_BIN" worker --cores 1 --lease 2s \
+  > "$WORK/w1.log" 2>&1 &
 w1=$!
-wait_until 60 has_checkpoint || fail "the job never wrote a checkpoint"
-child=$(pgrep -f "job-exec $job\$")
+reached=$(fault_reached) || fail "the job never wrote its second checkpoint"
+child=${reached##* }
+expect_contains "$reached" "checkpoint.committed" "the job paused after a checkpoint"
 kill -9 "$w1"
 wait "$w1" 2>/dev/null
 # The child asked for SIGKILL on its parent's death: nothing trains on.
-wait_until 10 bash -c "! kill -0 $child 2>/dev/null" && pass || fail "the job's process outlived its worker"
+wait_gone "$child" && pass || fail "the job's process outlived its worker"
 expect_eq "$(job_field "$job" state)" "running" "the job still reads running"
 step_before=$("$ANNEAL" --json runs show "$(job_field "$job" run)" | python3 -c "import json,sys; print(json.load(sys.stdin)['checkpoints'][-1]['step'])")
+expect_eq "$step_before" "40" "the last checkpoint is the second one"
 
 # A new worker takes the job over once the dead one's lease (2s) expires;
 # until then the job is held as if its worker lived, and --drain would not
 # wait for it.
-sleep 2.5
+wait_for_lease_expiry "$job"
 "$ANNEAL" worker --cores 1 --lease 2s --drain > "$WORK/w2.log" 2>&1
 expect_eq "$?" "0" "the second worker drains"
 expect_eq "$(job_field "$job" state)" "succeeded" "the job finished"

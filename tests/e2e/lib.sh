@@ -58,14 +58,60 @@ store_state() {
     "$ANNEAL" data list --json 2>/dev/null ) | sha256sum
 }
 
-# wait_until SECONDS CMD...: polls CMD every 0.1s; false when time runs out.
-wait_until() {
-  local deadline=$((SECONDS + $1))
-  shift
-  until "$@"; do
-    [ "$SECONDS" -ge "$deadline" ] && return 1
-    sleep 0.1
-  done
+# --- fault points (include/anneal/fault_point.h) ------------------------------
+# A test that must stop or kill anneal at an exact place runs the test build
+# ($ANNEAL_FAULTS_BIN, fault points armed) with ANNEAL_FAULT=POINT[@N]=ACTION.
+# No sleeps and no polling: a paused process and the test meet at two FIFOs.
+# The 600 s bounds below only turn a process that died before its point
+# into a failure instead of a hang; no correct run comes near them.
+
+# use_fault_build: this test drives the test build from here on.
+use_fault_build() {
+  : "${ANNEAL_FAULTS_BIN:?ANNEAL_FAULTS_BIN must point at the anneal-faults binary}"
+  ANNEAL=$ANNEAL_FAULTS_BIN
+}
+
+# fault_fifos: (re)makes the FIFOs a `pause` action meets and exports
+# ANNEAL_FAULT_DIR for the processes started after it.
+fault_fifos() {
+  export ANNEAL_FAULT_DIR="$WORK/fault"
+  rm -rf "$ANNEAL_FAULT_DIR"
+  mkdir -p "$ANNEAL_FAULT_DIR"
+  mkfifo "$ANNEAL_FAULT_DIR/reached" "$ANNEAL_FAULT_DIR/resume"
+}
+
+# fault_reached: blocks until a process stops at a paused point; prints the
+# line it wrote ("POINT PID"). Fails if none arrives within the bound.
+fault_reached() {
+  local line
+  line=$(timeout 600 head -n 1 "$ANNEAL_FAULT_DIR/reached") || return 1
+  [ -n "$line" ] || return 1
+  printf '%s\n' "$line"
+}
+
+# fault_resume: lets the paused process go on.
+fault_resume() {
+  timeout 600 sh -c ': > "$1"' sh "$ANNEAL_FAULT_DIR/resume"
+}
+
+# wait_gone PID: blocks until process PID (not necessarily our child) exits.
+wait_gone() {
+  timeout 600 tail --pid="$1" -f /dev/null
+}
+
+# wait_for_lease_expiry JOB: the job's lease is wall-clock time the worker
+# set; sleeps until that instant has passed (read from the catalog), so a
+# second worker may take the job over. This waits on the clock the code under
+# test defines, not on how fast anything runs.
+wait_for_lease_expiry() {
+  local left
+  left=$(python3 - "$ANNEAL_HOME/catalog.db" "${1#job-}" <<'PY'
+import sqlite3, sys, time
+row = sqlite3.connect(sys.argv[1]).execute("SELECT lease_expires FROM jobs WHERE id = ?", (int(sys.argv[2]),)).fetchone()
+print(max(0.0, (row[0] or 0) - time.time()) + 0.05)
+PY
+)
+  sleep "$left"
 }
 
 # catalog_dump: every row of every catalog table, as text (to compare the
