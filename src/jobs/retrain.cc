@@ -7,6 +7,7 @@
 #include "anneal/config.h"
 #include "anneal/datasets.h"
 #include "anneal/error.h"
+#include "anneal/fault_point.h"
 #include "anneal/fs.h"
 #include "anneal/hash.h"
 #include "anneal/jobs.h"
@@ -108,6 +109,7 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
                (holder.empty() ? "" : " (" + holder + ")") + "; lock " + lock_path.string());
   }
   lock.describe("pid " + std::to_string(::getpid()) + " on " + host_name() + " since " + iso_now());
+  fault_point("retrain.locked");
 
   const double started = unix_now();
   RetrainRecord record;

@@ -74,13 +74,11 @@ batch = 16
 epochs = 1000000
 seed = 1
 EOF
-"$ANNEAL" retrain "$WORK/long.ini" > /dev/null 2>&1 &
+# The holder stops right after taking the lock (fault point of the test build).
+fault_fifos
+ANNEAL_FAULT='retrain.locked=pause' "$ANNEAL_FAULTS_BIN" retrain "$WORK/long.ini" > /dev/null 2>&1 &
 holder=$!
-lock="$ANNEAL_HOME/locks/retrain-iris-long.lock"
-for _ in $(seq 1 300); do
-  grep -q "pid $holder" "$lock" 2>/dev/null && break
-  sleep 0.1
-done
+fault_reached > /dev/null || fail "the first retrain never took its lock"
 expect_rc 75 retrain "$WORK/long.ini" --set epochs=1
 expect_contains "$ERR" "pid $holder" "the refusal names the holder"
 expect_eq "$(printf '%s\n' "$ERR" | wc -l)" "1" "in one line"

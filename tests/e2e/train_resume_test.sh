@@ -30,79 +30,58 @@ n=$(json_get 'len(j["checkpoints"])')
 
 latest_run() { "$ANNEAL" --json runs list | python3 -c "import json,sys; print(json.load(sys.stdin)['runs'][-1]['id'])"; }
 
-# run_signalled STEP SIGNAL ARGS...: runs anneal ARGS and, as soon as the
-# newest run is running with a checkpoint at step >= STEP, sends it SIGNAL,
-# so the signal lands mid-run. Reads the catalog directly (docs/TRAINING.md,
-# schema 2), polling every 2 ms. Sets RC to anneal's exit status (negative:
-# killed by that signal).
-run_signalled() {
-  RC=$(python3 - "$ANNEAL_HOME/catalog.db" "$ANNEAL" "$@" <<'PY'
-import signal, sqlite3, subprocess, sys, time
-db, anneal, step, sig = sys.argv[1], sys.argv[2], int(sys.argv[3]), getattr(signal, "SIG" + sys.argv[4])
-proc = subprocess.Popen([anneal] + sys.argv[5:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-while proc.poll() is None:
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
-        row = con.execute("SELECT r.status, MAX(c.step) FROM runs r LEFT JOIN checkpoints c ON c.run_id = r.id "
-                          "GROUP BY r.id ORDER BY r.id DESC LIMIT 1").fetchone()
-        con.close()
-    except sqlite3.Error:
-        row = None
-    if row and row[0] == "running" and (row[1] or 0) >= step:
-        proc.send_signal(sig)
-        break
-    time.sleep(0.002)
-print(proc.wait())
-PY
-)
+# The kills land at fault points of the test build (include/anneal/
+# fault_point.h), so each one hits the moment it names on any machine:
+# POINT@N is the Nth time the process gets there (a checkpoint every 50 of
+# the run's 1620 steps).
+# killed_at POINT ARGS...: runs anneal ARGS, killed (SIGKILL) at POINT.
+killed_at() {
+  ANNEAL_FAULT="$1=crash" "$ANNEAL_FAULTS_BIN" "${@:2}" > /dev/null 2>&1
+  RC=$?
 }
 
-resumed=0
-for attempt in 1 2 3; do
-  # Spread the kills over the training: early, middle, late (1620 steps).
-  at_step=$(( attempt * 400 ))
-  run_signalled "$at_step" KILL train "$WORK/r.ini"
+resume_matches() {  # RUN LABEL: resumes RUN, checks it ends at the uninterrupted weights
+  expect_rc 0 --json train --resume "$1"
+  expect_eq "$(json_get 'j["weights_hash"]')" "$want" "$2"
+  expect_eq "$(json_get 'j["run"]')" "$1" "$2: the same run continues"
+}
+
+# Early, middle and late, after a checkpoint's catalog commit, between its
+# objects and its commit, and in the middle of its object writes.
+for point in checkpoint.committed@8 checkpoint.objects-written@16 objects.tmp-written@24 checkpoint.committed@30; do
+  killed_at "$point" train "$WORK/r.ini"
+  expect_eq "$RC" "137" "killed at $point"
   run_id=$(latest_run)
-  expect_rc 0 --json runs list
-  status=$(json_get 'j["runs"][-1]["status"]')
+  expect_rc 0 --json runs show "$run_id"
   # Killed before it finished, the run still reads running (its process died).
-  case "$status" in running|succeeded) pass ;; *) fail "status after kill -9: $status" ;; esac
-  if [ "$status" = running ]; then
-    expect_rc 0 --json train --resume "$run_id"
-    expect_eq "$(json_get 'j["weights_hash"]')" "$want" "resume after kill past step ${at_step} gives the uninterrupted weights"
-    expect_eq "$(json_get 'j["run"]')" "$run_id" "resume continues the same run"
-    resumed=$((resumed + 1))
-  fi
+  expect_eq "$(json_get 'j["status"]')" "running" "after a kill at $point the run reads running"
+  resume_matches "$run_id" "resume after a kill at $point"
   expect_rc 0 fsck
 done
-[ "$resumed" -ge 2 ] && pass || fail "only $resumed of 3 kills landed mid-run"
 
 # A kill during a resume, and a resume again.
-run_signalled 300 KILL train "$WORK/r.ini"
+killed_at checkpoint.committed@6 train "$WORK/r.ini"
 run_id=$(latest_run)
-run_signalled 900 KILL train --resume "$run_id"
-expect_rc 0 --json runs show "$run_id"
-if [ "$(json_get 'j["status"]')" = running ]; then
-  expect_rc 0 --json train --resume "$run_id"
-  expect_eq "$(json_get 'j["weights_hash"]')" "$want" "kill during a resume, resumed again"
-else
-  pass
-fi
+killed_at checkpoint.committed@12 train --resume "$run_id"
+expect_eq "$RC" "137" "the resume was killed too"
+resume_matches "$run_id" "kill during a resume, resumed again"
 
-# SIGTERM (and Ctrl-C, the same path): checkpoint, cancelled, resumable.
-# A signal that arrives as the last steps finish cannot cancel anything; try
-# again then (the other runs are just more succeeded runs).
-for try in 1 2 3; do
-  run_signalled 600 TERM train "$WORK/r.ini"
-  [ "$RC" = 130 ] && break
-done
+# SIGTERM (and Ctrl-C, the same path): checkpoint, cancelled, resumable. The
+# run stops at its 12th checkpoint; the signal lands while it waits there.
+fault_fifos
+ANNEAL_FAULT='checkpoint.committed@12=pause' "$ANNEAL_FAULTS_BIN" train "$WORK/r.ini" > /dev/null 2>&1 &
+trainer=$!
+fault_reached > /dev/null || fail "training never reached its 12th checkpoint"
+kill -TERM "$trainer"
+fault_resume
+wait "$trainer"
+RC=$?
 run_id=$(latest_run)
 expect_eq "$RC" "130" "a cancelled train exits 130"
 expect_rc 0 --json runs show "$run_id"
 expect_eq "$(json_get 'j["status"]')" "cancelled" "SIGTERM records the run cancelled"
 expect_contains "$(json_get 'j["error"]')" "--resume $run_id" "the run says how to continue"
-expect_rc 0 --json train --resume "$run_id"
-expect_eq "$(json_get 'j["weights_hash"]')" "$want" "resume after SIGTERM gives the uninterrupted weights"
+resume_matches "$run_id" "resume after SIGTERM"
 expect_rc 2 train --resume "$run_id"
 expect_contains "$ERR" "already succeeded" "a finished run cannot be resumed"
 expect_rc 2 train "$WORK/r.ini" --resume "$run_id"
