@@ -41,6 +41,10 @@ JobSpec make_job_spec(const std::string& config_text, const std::string& config_
   // The resolved text (overrides folded in, every key explicit): the job
   // trains exactly what was checked here, whatever happens to the file.
   spec.config_text = config.to_text();
+  // What the worker will parse must be what was checked here.
+  if (parse_train_config(spec.config_text, config_source, {}).to_text() != spec.config_text)
+    throw usage_error(config_source + ": the resolved config does not read back as written; a value holds "
+                      "characters a config file cannot carry");
   spec.config_source = config_source;
   // A config that names its threads asks for that many cores; otherwise a
   // job takes one, so a worker runs as many small jobs side by side as it

@@ -260,7 +260,18 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
     std::string key = trim(o.substr(0, eq));
     if (!is_known(key))
       throw usage_error("--set " + o + ": unknown key '" + key + "'; did you mean '" + closest_key(key) + "'?");
-    settings[key] = {trim(o.substr(eq + 1)), "--set " + key};
+    std::string value = trim(o.substr(eq + 1));
+    // The resolved config is written back as INI text (to_text(), frozen
+    // in a job or a run) and must parse back to exactly this value: in that
+    // text '#' starts a comment and a line break starts a new key, and INI
+    // has no escape for either.
+    for (char ch : value)
+      if (ch == '#' || static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f)
+        throw usage_error("--set " + key + ": the value may not contain " +
+                          (ch == '#' ? std::string("'#' (it starts a comment in a config file)")
+                                     : std::string("a line break or control character")) +
+                          (key == "label" ? "; name the label column by its 0-based index instead" : ""));
+    settings[key] = {value, "--set " + key};
   }
 
   TrainConfig c;

@@ -48,6 +48,14 @@ expect_rc 2 submit "$WORK/tiny.ini" --timeout soon
 expect_contains "$ERR" "--timeout 'soon'" "bad duration names the flag"
 expect_rc 2 submit "$WORK/missing.ini"
 expect_rc 2 submit "$WORK/tiny.ini" --cores 0
+# A value the frozen INI text could not carry: '#' would start a comment
+# (the job would run with label 'y'), a line break would add a key.
+expect_rc 2 submit "$WORK/tiny.ini" --set 'label=y#z'
+expect_contains "$ERR" "--set label: the value may not contain '#'" "a '#' in a value is refused"
+expect_eq "$(printf '%s\n' "$ERR" | wc -l)" "1" "one-line error"
+expect_rc 2 submit "$WORK/tiny.ini" --set "$(printf 'name=a\nepochs=99')"
+expect_contains "$ERR" "line break" "a line break in a value is refused"
+expect_rc 2 train "$WORK/tiny.ini" --set 'name=x#y'
 expect_eq "$(catalog_dump | sha256sum)" "$before" "bad submits leave the catalog as it was"
 
 # --- 20 jobs, two workers: each runs exactly once ---------------------------

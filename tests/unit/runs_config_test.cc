@@ -91,6 +91,20 @@ TEST(RunsConfig, ResolvedTextParsesBackToTheSameConfig) {
   EXPECT_NE(c.to_text().find("lr = 0.0003\n"), std::string::npos);
 }
 
+// Regression (issue 12): `--set label=y#z` was checked as 'y#z', frozen as
+// "label = y#z" and read back as 'y'; a line break could add a key.
+TEST(RunsConfig, SetValuesTheFrozenTextCannotCarryAreRefused) {
+  EXPECT_NE(error_of(kExample, {"label=y#z"}).find("--set label: the value may not contain '#'"), std::string::npos);
+  EXPECT_NE(error_of(kExample, {"label=y#z"}).find("0-based index"), std::string::npos);
+  EXPECT_NE(error_of(kExample, {"name=a\nepochs=99"}).find("line break"), std::string::npos);
+  EXPECT_NE(error_of(kExample, {"name=a\repochs=99"}).find("line break"), std::string::npos);
+  // Every value that is accepted reads back unchanged.
+  for (const char* set : {"label=y z", "label=col=3", "name=a-b_c.d", "dataset=x@v2"}) {
+    TrainConfig c = parse_train_config(kExample, "cfg.ini", {set});
+    EXPECT_EQ(parse_train_config(c.to_text(), "frozen", {}).to_text(), c.to_text()) << set;
+  }
+}
+
 TEST(RunsConfig, LinearLayersMeanTheLinearModel) {
   TrainConfig c = parse_train_config("name = a\ndataset = b\nlayers = linear\n", "cfg.ini", {});
   EXPECT_TRUE(c.linear_only);
