@@ -1,6 +1,7 @@
 #include "anneal/store.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <string>
@@ -207,6 +208,19 @@ void create_private_file(const fs::path& path) {
   ::close(fd);
 }
 
+// Makes an existing directory or file of the store owner-only: clears the
+// group and other permission bits. Refuses one owned by another user, whose
+// mode this process cannot (and should not) change.
+void restrict_to_owner(const fs::path& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) throw failure(errno_message(path, "cannot stat"));
+  if (st.st_uid != ::geteuid())
+    throw usage_error(path.string() + " belongs to user id " + std::to_string(st.st_uid) +
+                      ", not to you; a store must be owned by the user that runs anneal");
+  if ((st.st_mode & 077) != 0 && ::chmod(path.c_str(), st.st_mode & 0700) != 0)
+    throw failure(errno_message(path, "cannot make it owner-only"));
+}
+
 }  // namespace
 
 struct Store::Impl {
@@ -224,6 +238,18 @@ int Store::schema_version() { return static_cast<int>(migrations().size()); }
 
 bool Store::init(const fs::path& root) {
   bool existed = fs::exists(root / "catalog.db");
+  std::error_code ec;
+  if (!existed && fs::exists(root, ec)) {
+    // A directory that is not a store yet: only an empty one becomes one,
+    // because init makes it owner-only, and doing that to a directory
+    // holding other things (a home directory given by mistake) would lock
+    // others out of them.
+    if (!fs::is_directory(root, ec))
+      throw usage_error(root.string() + " exists and is not a directory; 'anneal init' needs a new or empty directory");
+    if (!fs::is_empty(root, ec))
+      throw usage_error(root.string() + " is not empty and holds no store; 'anneal init' needs a new or empty "
+                        "directory, because it makes the store owner-only (0700)");
+  }
   make_private_dir(root);
   for (const char* sub : {"objects", "tmp", "locks"}) make_private_dir(root / sub);
   // All 256 fan-out directories up front, as restic does: a store is
@@ -235,6 +261,13 @@ bool Store::init(const fs::path& root) {
   if (!existed) create_private_file(root / "catalog.db");
   Impl impl(root, /*create=*/true);
   migrate(impl.db, root);
+  // Owner-only, however the directory came to be (made by hand with 0755,
+  // or a store from before this rule): the store holds the business's data.
+  restrict_to_owner(root);
+  for (const char* sub : {"objects", "tmp", "locks", "logs"})
+    if (fs::exists(root / sub, ec)) restrict_to_owner(root / sub);
+  for (const char* file : {"catalog.db", "catalog.db-wal", "catalog.db-shm"})
+    if (fs::exists(root / file, ec)) restrict_to_owner(root / file);
   sync_dir(root);
   return !existed;
 }

@@ -28,6 +28,20 @@ expect_eq "$(stat -c %a "$ANNEAL_HOME/catalog.db")" "600" "catalog mode"
 expect_rc 0 init
 expect_contains "$OUT" "already exists" "init is idempotent"
 expect_rc 0 --store "$WORK/other" init
+# Regression (issue 12): init on an existing 0755 directory left it 0755.
+mkdir -m 0755 "$WORK/handmade"
+expect_rc 0 --store "$WORK/handmade" init
+expect_eq "$(stat -c %a "$WORK/handmade")" "700" "init makes an existing empty directory owner-only"
+chmod 0755 "$WORK/handmade" "$WORK/handmade/objects"
+chmod 0644 "$WORK/handmade/catalog.db"
+expect_rc 0 --store "$WORK/handmade" init
+expect_eq "$(stat -c %a "$WORK/handmade"):$(stat -c %a "$WORK/handmade/objects"):$(stat -c %a "$WORK/handmade/catalog.db")" \
+  "700:700:600" "init on a loosened store makes it owner-only again"
+# A directory holding other things is refused, and left as it was.
+mkdir -m 0755 "$WORK/notastore" && echo keep > "$WORK/notastore/file.txt"
+expect_rc 2 --store "$WORK/notastore" init
+expect_contains "$ERR" "is not empty and holds no store" "init refuses a non-empty directory"
+expect_eq "$(stat -c %a "$WORK/notastore"):$(ls "$WORK/notastore")" "755:file.txt" "and leaves it alone"
 [ -f "$WORK/other/catalog.db" ] && pass || fail "--store wins over ANNEAL_HOME"
 ( unset ANNEAL_HOME; XDG_DATA_HOME="$WORK/xdg" "$ANNEAL" init >/dev/null ) || fail "xdg init"
 [ -f "$WORK/xdg/anneal/catalog.db" ] && pass || fail "XDG_DATA_HOME/anneal used"
