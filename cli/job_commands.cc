@@ -1,5 +1,6 @@
 // submit, worker, jobs, retrain, metrics, model alias/promote/rollback:
 // parse arguments, call src/jobs/, print the result as text or JSON.
+#include <charconv>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -137,9 +138,18 @@ int run_job_exec(const Invocation& inv) {
   }
   const std::int64_t id = parse_job_id(inv.args["JOB"].as<std::string>());
   Store store = Store::open(inv.global.store);
+  // The worker passes the claim it was given; run by hand, the job's own.
+  std::int64_t claim = 0;
+  if (const char* text = std::getenv("ANNEAL_JOB_CLAIM")) {
+    const std::string_view s(text);
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), claim);
+    if (ec != std::errc() || end != s.data() + s.size()) throw usage_error("ANNEAL_JOB_CLAIM '" + std::string(s) + "': expected a number");
+  } else {
+    claim = find_job(store, id).claim;
+  }
   StopOnSignal stop;
   auto reporter = make_train_reporter(inv.global.log_format);
-  TrainResult result = execute_job(store, id, stop.token(), *reporter);
+  TrainResult result = execute_job(store, id, claim, stop.token(), *reporter);
   if (result.cancelled) return 130;
   reporter->note("registered " + (result.model ? result.model->ref() : std::string("nothing")) +
                  ", weights " + result.weights_hash);

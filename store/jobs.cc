@@ -7,6 +7,7 @@
 
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
+#include "fence.h"
 #include "sqlite.h"
 
 namespace anneal {
@@ -23,7 +24,7 @@ constexpr const char* kJobColumns =
     "j.max_attempts, j.cancel_requested, j.submitted, COALESCE(j.started, 0), COALESCE(j.ended, 0), "
     "j.not_before, COALESCE(j.worker, ''), COALESCE(j.lease_expires, 0), j.run_id, "
     "COALESCE((SELECT m.name || '@v' || m.version FROM models m WHERE m.id = j.model_id), ''), "
-    "COALESCE(j.error, '') FROM jobs j";
+    "COALESCE(j.error, ''), j.claim FROM jobs j";
 
 JobRecord read_job(sql::Statement& row) {
   JobRecord j;
@@ -48,6 +49,7 @@ JobRecord read_job(sql::Statement& row) {
   if (!row.is_null(17)) j.run = row.int64(17);
   j.model = row.text(18);
   j.error = row.text(19);
+  j.claim = row.int64(20);
   return j;
 }
 
@@ -189,8 +191,25 @@ std::optional<JobRecord> claim_job(Store& store, const std::string& worker, std:
   }
   const std::int64_t id = pick.int64(0);
   const bool taken_over = pick.text(1) == "running";
-  db.prepare(std::string("UPDATE jobs SET state = 'running', worker = ?, lease_expires = ?, error = NULL, ") +
-             (taken_over ? "" : "attempts = attempts + 1, ") + "started = ? WHERE id = ?")
+  if (taken_over) {
+    // The attempt whose worker died counts: a job that kills its worker
+    // every time (out of memory, say) must end, not be retried forever.
+    const JobRecord dead = job_in(db, id);
+    if (dead.attempts >= dead.max_attempts) {
+      db.prepare("UPDATE jobs SET state = 'failed', worker = NULL, lease_expires = NULL, ended = ?, error = ? "
+                 "WHERE id = ?")
+          .bind(1, now)
+          .bind(2, "its worker " + dead.worker + " stopped (killed, crashed or the machine restarted) during attempt " +
+                       std::to_string(dead.attempts) + " of " + std::to_string(dead.max_attempts) +
+                       "; 'anneal jobs retry " + dead.label() + "' runs it again")
+          .bind(3, id)
+          .run();
+      txn.commit();
+      return claim_job(store, worker, max_cores, now, lease_s);  // the next candidate
+    }
+  }
+  db.prepare("UPDATE jobs SET state = 'running', worker = ?, lease_expires = ?, error = NULL, "
+             "attempts = attempts + 1, claim = claim + 1, started = ? WHERE id = ?")
       .bind(1, worker).bind(2, now + lease_s).bind(3, now).bind(4, id).run();
   JobRecord record = job_in(db, id);
   fault_point("job.claim.before-commit");
@@ -199,33 +218,58 @@ std::optional<JobRecord> claim_job(Store& store, const std::string& worker, std:
   return record;
 }
 
-std::vector<std::int64_t> renew_leases(Store& store, const std::string& worker, double now, double lease_s) {
-  sql::Database& db = store.db();
-  sql::Transaction txn(db);
-  db.prepare("UPDATE jobs SET lease_expires = ? WHERE state = 'running' AND worker = ?")
-      .bind(1, now + lease_s).bind(2, worker).run();
-  auto stmt = db.prepare("SELECT id FROM jobs WHERE state = 'running' AND worker = ? AND cancel_requested = 1");
-  stmt.bind(1, worker);
-  std::vector<std::int64_t> cancelled;
-  while (stmt.step()) cancelled.push_back(stmt.int64(0));
-  txn.commit();
-  return cancelled;
+void require_job_fence(sql::Database& db, const JobFence& fence) {
+  auto stmt = db.prepare("SELECT state = 'running' AND claim = ? FROM jobs WHERE id = ?");
+  stmt.bind(1, fence.claim).bind(2, fence.job);
+  if (!stmt.step() || stmt.int64(0) == 0)
+    throw busy("job-" + std::to_string(fence.job) + ": this attempt lost its lease (its worker stopped renewing it "
+               "and another worker took the job over); it records nothing more");
 }
 
-void set_job_run(Store& store, std::int64_t job, std::int64_t run) {
+bool job_fence_holds(Store& store, const JobFence& fence) {
+  auto stmt = store.db().prepare("SELECT state = 'running' AND claim = ? FROM jobs WHERE id = ?");
+  stmt.bind(1, fence.claim).bind(2, fence.job);
+  return stmt.step() && stmt.int64(0) != 0;
+}
+
+LeaseRenewal renew_leases(Store& store, const std::string& worker, const std::vector<JobFence>& held, double now,
+                          double lease_s) {
   sql::Database& db = store.db();
   sql::Transaction txn(db);
-  db.prepare("UPDATE jobs SET run_id = ? WHERE id = ?").bind(1, run).bind(2, job).run();
+  LeaseRenewal renewal;
+  auto renew = db.prepare("UPDATE jobs SET lease_expires = ? WHERE id = ? AND claim = ? AND state = 'running' AND worker = ?");
+  auto cancel = db.prepare("SELECT cancel_requested FROM jobs WHERE id = ?");
+  for (const JobFence& f : held) {
+    renew.reset();
+    renew.bind(1, now + lease_s).bind(2, f.job).bind(3, f.claim).bind(4, worker).run();
+    if (sqlite3_changes(db.handle()) == 0) {
+      renewal.lost.push_back(f.job);
+      continue;
+    }
+    cancel.reset();
+    cancel.bind(1, f.job);
+    if (cancel.step() && cancel.int64(0) != 0) renewal.cancelled.push_back(f.job);
+  }
+  txn.commit();
+  return renewal;
+}
+
+void set_job_run(Store& store, const JobFence& fence, std::int64_t run) {
+  sql::Database& db = store.db();
+  sql::Transaction txn(db);
+  require_job_fence(db, fence);
+  db.prepare("UPDATE jobs SET run_id = ? WHERE id = ?").bind(1, run).bind(2, fence.job).run();
   txn.commit();
 }
 
-std::optional<JobState> finish_job(Store& store, std::int64_t job, const std::string& worker, JobState outcome,
+std::optional<JobState> finish_job(Store& store, const JobFence& fence, const std::string& worker, JobState outcome,
                                    const std::string& model, const std::string& error, double now,
                                    double backoff_s) {
+  const std::int64_t job = fence.job;
   sql::Database& db = store.db();
   sql::Transaction txn(db);
   JobRecord j = job_in(db, job);
-  if (j.state != JobState::kRunning || j.worker != worker) return std::nullopt;
+  if (j.state != JobState::kRunning || j.worker != worker || j.claim != fence.claim) return std::nullopt;
   JobState next = outcome;
   if (outcome == JobState::kFailed && j.attempts < j.max_attempts && !j.cancel_requested) next = JobState::kQueued;
   auto stmt = db.prepare(
@@ -241,13 +285,13 @@ std::optional<JobState> finish_job(Store& store, std::int64_t job, const std::st
   return next;
 }
 
-void release_job(Store& store, std::int64_t job, const std::string& worker) {
+void release_job(Store& store, const JobFence& fence, const std::string& worker) {
   sql::Database& db = store.db();
   sql::Transaction txn(db);
   db.prepare(
         "UPDATE jobs SET state = 'queued', attempts = MAX(attempts - 1, 0), worker = NULL, lease_expires = NULL, "
-        "not_before = 0 WHERE id = ? AND state = 'running' AND worker = ?")
-      .bind(1, job).bind(2, worker).run();
+        "not_before = 0 WHERE id = ? AND claim = ? AND state = 'running' AND worker = ?")
+      .bind(1, fence.job).bind(2, fence.claim).bind(3, worker).run();
   txn.commit();
 }
 

@@ -8,6 +8,7 @@
 #include "anneal/chunker.h"
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
+#include "fence.h"
 #include "sqlite.h"
 #include "streams.h"
 
@@ -143,10 +144,11 @@ void reopen_run(Store& store, std::int64_t run) {
 }
 
 void end_run(Store& store, std::int64_t run, RunStatus status, const std::string& error,
-             const json& summary) {
+             const json& summary, const JobFence* fence) {
   sql::Database& db = store.db();
   sql::Transaction txn(db);
   require_run(db, run);
+  if (fence) require_job_fence(db, *fence);
   auto stmt = db.prepare("UPDATE runs SET status = ?, ended_at = ?, error = ?, summary_json = ? WHERE id = ?");
   stmt.bind(1, run_status_name(status)).bind(2, sql::timestamp_now());
   if (error.empty()) stmt.bind_null(3);
@@ -198,7 +200,7 @@ std::vector<EpochRecord> run_epochs(Store& store, std::int64_t run) {
 
 CheckpointRecord save_checkpoint(Store& store, std::int64_t run, std::int64_t step,
                                  std::string_view bytes, std::optional<double> score,
-                                 std::int64_t keep) {
+                                 std::int64_t keep, const JobFence* fence) {
   if (keep < 1) throw std::logic_error("save_checkpoint: keep must be >= 1");
   const ObjectStore& objects = store.objects();
   PreparedStream prepared = prepare_stream(objects, bytes, kTensorChunking);
@@ -213,6 +215,7 @@ CheckpointRecord save_checkpoint(Store& store, std::int64_t run, std::int64_t st
   {
     sql::Transaction txn(db);
     require_run(db, run);
+    if (fence) require_job_fence(db, *fence);
     record_blob(db, prepared);
     db.prepare("DELETE FROM checkpoints WHERE run_id = ? AND step = ?").bind(1, run).bind(2, step).run();
     auto insert = db.prepare(
@@ -284,7 +287,7 @@ ModelRef parse_model_ref(std::string_view text, std::string_view what) {
 
 ModelRecord register_model(Store& store, std::int64_t run, const std::string& name,
                            std::string_view bytes, const json& lineage, const json& metrics,
-                           const json& summary) {
+                           const json& summary, const JobFence* fence) {
   validate_dataset_name(name);  // models follow the same naming rules
   const ObjectStore& objects = store.objects();
   PreparedStream prepared = prepare_stream(objects, bytes, kTensorChunking);
@@ -297,6 +300,7 @@ ModelRecord register_model(Store& store, std::int64_t run, const std::string& na
   {
     sql::Transaction txn(db);
     require_run(db, run);
+    if (fence) require_job_fence(db, *fence);
     record_blob(db, prepared);
     auto next = db.prepare("SELECT COALESCE(MAX(version), 0) + 1 FROM models WHERE name = ?");
     next.bind(1, name);
@@ -352,6 +356,10 @@ std::string read_model(Store& store, const ModelRecord& model) {
 FileLock try_lock_run(const Store& store, std::int64_t run) {
   return FileLock::try_lock(store.root() / "locks" / ("run-" + std::to_string(run) + ".lock"),
                             FileLock::Mode::kExclusive);
+}
+
+FileLock lock_run(const Store& store, std::int64_t run) {
+  return FileLock(store.root() / "locks" / ("run-" + std::to_string(run) + ".lock"), FileLock::Mode::kExclusive);
 }
 
 }  // namespace anneal

@@ -180,6 +180,12 @@ const std::vector<const char*>& migrations() {
       );
       CREATE INDEX retrains_by_config ON retrains(config, id);
       )sql",
+      // 4: the claim generation of each job, the fencing token of its
+      // attempts: every claim (a takeover too) increments it, and a write
+      // made on behalf of an attempt checks it in its own transaction.
+      R"sql(
+      ALTER TABLE jobs ADD COLUMN claim INTEGER NOT NULL DEFAULT 0;
+      )sql",
   };
   return kMigrations;
 }

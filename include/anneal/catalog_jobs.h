@@ -60,7 +60,10 @@ struct JobRecord {
   std::optional<std::int64_t> run;  // the training run, once started
   std::string model;              // NAME@vN it registered, else empty
   std::string error;              // why the last attempt failed
+  std::int64_t claim = 0;         // claim generation: +1 on every claim, takeovers too
   std::string label() const { return "job-" + std::to_string(id); }
+  // The fencing token of the attempt this record was claimed for.
+  JobFence fence() const { return {id, claim}; }
 };
 
 // Now, in the Unix seconds the queue's times are kept in.
@@ -78,32 +81,42 @@ std::vector<JobRecord> list_jobs(Store& store);     // oldest first
 // Atomically takes the next job for `worker`: the highest priority, then the
 // oldest, among queued jobs whose backoff has passed and running jobs whose
 // lease expired (their worker died), that needs at most `max_cores`. Marks
-// it running with a lease until now + lease_s; a queued job's attempt count
-// goes up by one (a job taken over from a dead worker keeps its count: the
-// death was not the job's fault). Returns nothing when no job fits.
+// it running with a lease until now + lease_s, increments its claim
+// generation (the new attempt's fencing token) and its attempt count: a
+// takeover from a dead worker counts too, so a job that kills its worker
+// every time ends. A taken-over job with no attempts left is failed instead
+// (saying its worker stopped) and the next candidate claimed. Returns
+// nothing when no job fits.
 std::optional<JobRecord> claim_job(Store& store, const std::string& worker, std::int64_t max_cores,
                                    double now, double lease_s);
 
-// Extends the leases of `worker`'s running jobs to now + lease_s. Returns
-// the ids of those jobs whose cancellation was requested.
-std::vector<std::int64_t> renew_leases(Store& store, const std::string& worker, double now, double lease_s);
+struct LeaseRenewal {
+  std::vector<std::int64_t> cancelled;  // renewed, and cancellation was requested
+  std::vector<std::int64_t> lost;       // no longer held under that claim: stop them
+};
+// Extends to now + lease_s the lease of each job attempt in `held` that
+// `worker` still holds under that claim. A worker that stalled past its lease
+// (stopped, starved) finds here the attempts another worker took over.
+LeaseRenewal renew_leases(Store& store, const std::string& worker, const std::vector<JobFence>& held, double now,
+                          double lease_s);
 
-// Records the run a running job trains, so a retry resumes it.
-void set_job_run(Store& store, std::int64_t job, std::int64_t run);
+// Records the run a running job trains, so a retry resumes it; kBusy when
+// the attempt `fence` names lost its claim.
+void set_job_run(Store& store, const JobFence& fence, std::int64_t run);
 
 // Ends a running job held by `worker`: succeeded (with the model it
 // registered), cancelled, or failed with `error`. A failure with attempts
 // left goes back to the queue, claimable after now + backoff_s; the return
 // value is the state the job is in afterwards. A job no longer held by
-// `worker` (its lease expired and another took it) is left alone and
-// std::nullopt returned.
-std::optional<JobState> finish_job(Store& store, std::int64_t job, const std::string& worker, JobState outcome,
+// `worker` under that claim (its lease expired and another took it) is left
+// alone and std::nullopt returned.
+std::optional<JobState> finish_job(Store& store, const JobFence& fence, const std::string& worker, JobState outcome,
                                    const std::string& model, const std::string& error, double now,
                                    double backoff_s);
 
 // Puts a running job held by `worker` back in the queue without counting
 // the attempt: the worker is shutting down, not the job failing.
-void release_job(Store& store, std::int64_t job, const std::string& worker);
+void release_job(Store& store, const JobFence& fence, const std::string& worker);
 
 // Cancels a job: a queued one at once (returns kCancelled); a running one is
 // flagged for its worker, which stops it at the next step (returns

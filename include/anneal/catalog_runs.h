@@ -45,6 +45,20 @@ struct RunRecord {
   std::string label() const { return "run-" + std::to_string(id); }
 };
 
+// The fencing token of one attempt at a queued job (catalog_jobs.h): the
+// job and the claim generation its worker was given. A write made for that
+// attempt passes it, and the write's own transaction checks that the job is
+// still running under that claim; otherwise it throws kBusy and writes
+// nothing. So a process whose worker stalled past its lease, while another
+// worker took the job over, can record no checkpoint, model or outcome.
+struct JobFence {
+  std::int64_t job = 0;
+  std::int64_t claim = 0;
+};
+// Whether the job is still running under that claim (a read: a write
+// checks it again in its own transaction).
+bool job_fence_holds(Store& store, const JobFence& fence);
+
 // "run-7" or "7" -> 7. Throws kUsage naming `what` otherwise.
 std::int64_t parse_run_id(std::string_view text, std::string_view what = "RUN");
 
@@ -58,8 +72,9 @@ void reopen_run(Store& store, std::int64_t run);
 
 // Ends a run that registers no model: failed or cancelled (with `error`
 // saying why), or succeeded. `summary` replaces the stored summary.
+// With `fence`, only while that job attempt still holds its claim.
 void end_run(Store& store, std::int64_t run, RunStatus status, const std::string& error,
-             const nlohmann::json& summary);
+             const nlohmann::json& summary, const JobFence* fence = nullptr);
 
 RunRecord find_run(Store& store, std::int64_t run);  // throws kNotFound
 std::vector<RunRecord> list_runs(Store& store);     // oldest first
@@ -85,10 +100,11 @@ struct CheckpointRecord {
 // (replacing one at the same step), then releases (deletes the rows of) the
 // oldest checkpoints beyond the newest `keep`, never the one with the best
 // score; their blobs become garbage for gc. Atomic: after a crash the
-// checkpoint is either fully recorded or absent. Returns the record.
+// checkpoint is either fully recorded or absent. Returns the record. With
+// `fence`, only while that job attempt still holds its claim.
 CheckpointRecord save_checkpoint(Store& store, std::int64_t run, std::int64_t step,
                                  std::string_view bytes, std::optional<double> score,
-                                 std::int64_t keep);
+                                 std::int64_t keep, const JobFence* fence = nullptr);
 std::vector<CheckpointRecord> run_checkpoints(Store& store, std::int64_t run);  // by step
 // The checkpoint's bytes, verified; kCorrupt when damaged.
 std::string read_checkpoint(Store& store, const CheckpointRecord& checkpoint);
@@ -120,9 +136,11 @@ ModelRef parse_model_ref(std::string_view text, std::string_view what = "MODEL")
 // In one transaction: writes `bytes` as the model blob, registers the next
 // version NAME@vN of `name` owned by `run`, and marks the run succeeded with
 // `summary`. Returns the new record.
+// With `fence`, only while that job attempt still holds its claim.
 ModelRecord register_model(Store& store, std::int64_t run, const std::string& name,
                            std::string_view bytes, const nlohmann::json& lineage,
-                           const nlohmann::json& metrics, const nlohmann::json& summary);
+                           const nlohmann::json& metrics, const nlohmann::json& summary,
+                           const JobFence* fence = nullptr);
 // Throws kNotFound, also for an alias that is not set.
 ModelRecord find_model(Store& store, const ModelRef& ref);
 std::vector<ModelRecord> list_models(Store& store);        // by name, then version
@@ -132,5 +150,7 @@ std::string read_model(Store& store, const ModelRecord& model);
 // The advisory lock a training process holds on its run for as long as it
 // trains: try_lock fails (held() false) while another process trains it.
 FileLock try_lock_run(const Store& store, std::int64_t run);
+// The same lock, waiting until the process that holds it lets go.
+FileLock lock_run(const Store& store, std::int64_t run);
 
 }  // namespace anneal

@@ -42,11 +42,17 @@ JobSpec make_job_spec(const std::string& config_text, const std::string& config_
                       const std::vector<std::string>& overrides);
 
 // In the child: trains job `job` (resuming its run when it has one) and
-// records the run on the job. Returns train_model's result; a stop request
-// checkpoints and returns cancelled. After each slice of training steps it
-// passes the fault point "job.NAME.attempt-N.trained" (NAME the config's
-// name, N the attempt), where the tests of worker isolation crash a job.
-TrainResult execute_job(Store& store, std::int64_t job, std::stop_token stop, TrainingReporter& reporter);
+// records the run on the job, as the attempt of claim generation `claim`
+// (the worker's fencing token): every record it makes checks that claim, so
+// once another worker has taken the job over it throws kBusy having
+// recorded nothing. Resuming a run another process still trains (the
+// attempt before a takeover) waits until that process stops. Returns
+// train_model's result; a stop request checkpoints and returns cancelled.
+// After each slice of training steps it passes the fault point
+// "job.NAME.attempt-N.trained" (NAME the config's name, N the attempt),
+// where the tests of worker isolation crash a job.
+TrainResult execute_job(Store& store, std::int64_t job, std::int64_t claim, std::stop_token stop,
+                        TrainingReporter& reporter);
 
 struct WorkerOptions {
   // argv that runs one job in a child, the job label ("job-7") appended:

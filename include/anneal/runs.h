@@ -61,6 +61,12 @@ struct TrainRequest {
   std::stop_token stop;                  // requested: checkpoint, record cancelled, return
   // Called once the run is recorded (created or reopened), before training.
   std::function<void(const RunRecord&)> on_run_started;
+  // Set when training for a queued job: every checkpoint, the model and the
+  // run's outcome are recorded only while this attempt holds its claim.
+  std::optional<JobFence> fence;
+  // With resume: wait for a process still training the run to stop,
+  // instead of failing kBusy (a job taken over from a stalled worker).
+  bool wait_for_run_lock = false;
 };
 
 struct TrainResult {

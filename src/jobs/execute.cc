@@ -53,10 +53,13 @@ JobSpec make_job_spec(const std::string& config_text, const std::string& config_
   return spec;
 }
 
-TrainResult execute_job(Store& store, std::int64_t job_id, std::stop_token stop, TrainingReporter& reporter) {
+TrainResult execute_job(Store& store, std::int64_t job_id, std::int64_t claim, std::stop_token stop,
+                        TrainingReporter& reporter) {
   JobRecord job = find_job(store, job_id);
+  const JobFence fence{job.id, claim};
   TrainRequest request;
   request.stop = stop;
+  request.fence = fence;
   if (job.run) {
     RunRecord run = find_run(store, *job.run);
     if (run.status == RunStatus::kSucceeded) {
@@ -72,12 +75,13 @@ TrainResult execute_job(Store& store, std::int64_t job_id, std::stop_token stop,
       return done;
     }
     request.resume = run.id;
+    request.wait_for_run_lock = true;
   } else {
     request.config_text = job.spec.config_text;
     request.config_source = job.spec.config_source;
     // The job's share of cores is its thread budget, whatever the file said.
     request.overrides = {"threads=" + std::to_string(job.spec.cores)};
-    request.on_run_started = [&](const RunRecord& run) { set_job_run(store, job.id, run.id); };
+    request.on_run_started = [&store, fence](const RunRecord& run) { set_job_run(store, fence, run.id); };
   }
   FaultingReporter faulting(reporter, "job." + job.spec.name + ".attempt-" + std::to_string(job.attempts) + ".trained");
   reporter.note(job.label() + " attempt " + std::to_string(job.attempts) + " of " + std::to_string(job.max_attempts) +

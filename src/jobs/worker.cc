@@ -79,6 +79,7 @@ struct Child {
   double started = 0;
   bool cancel = false;           // cancel requested: SIGTERM sent
   bool released = false;         // the worker is stopping: SIGTERM sent, requeue
+  bool lost = false;             // another worker took the job over: SIGKILL sent
   std::string forced_failure;    // why the worker stopped it: a timeout
   double kill_at = 0;            // SIGKILL after this unless it exits
 };
@@ -267,10 +268,14 @@ class Worker {
     // its parent's death, so a worker killed with -9 leaves no orphan
     // training on.
     std::string parent = "ANNEAL_WORKER_PID=" + std::to_string(::getpid());
+    // The attempt's fencing token: every record the child makes checks it.
+    std::string claim = "ANNEAL_JOB_CLAIM=" + std::to_string(job.claim);
     std::vector<char*> envp;
     for (char** e = environ; *e; ++e)
-      if (std::strncmp(*e, "ANNEAL_WORKER_PID=", 18) != 0) envp.push_back(*e);
+      if (std::strncmp(*e, "ANNEAL_WORKER_PID=", 18) != 0 && std::strncmp(*e, "ANNEAL_JOB_CLAIM=", 17) != 0)
+        envp.push_back(*e);
     envp.push_back(parent.data());
+    envp.push_back(claim.data());
     envp.push_back(nullptr);
     pid_t pid = -1;
     int rc = 0;
@@ -303,8 +308,13 @@ class Worker {
   void record_exit(const Child& child, int status) {
     const JobRecord& job = child.job;
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (child.lost) {
+      reporter_.note(job.label() + ": its lease was lost to another worker; the attempt here is stopped and "
+                     "records nothing");
+      return;
+    }
     if (child.released && !ok) {
-      release_job(store_, job.id, id_);
+      release_job(store_, job.fence(), id_);
       reporter_.note(job.label() + " stopped with the worker; back in the queue");
       refresh_metrics();
       return;
@@ -337,7 +347,7 @@ class Worker {
 
   void finish(const JobRecord& job, JobState outcome, const std::string& model, const std::string& error) {
     const double backoff = options_.backoff_s * std::pow(2.0, static_cast<double>(std::max<std::int64_t>(job.attempts - 1, 0)));
-    auto after = finish_job(store_, job.id, id_, outcome, model, error, unix_now(), backoff);
+    auto after = finish_job(store_, job.fence(), id_, outcome, model, error, unix_now(), backoff);
     if (!after) {
       reporter_.note(job.label() + ": another worker took it over; leaving it alone");
     } else if (*after == JobState::kQueued) {
@@ -351,13 +361,27 @@ class Worker {
   }
 
   void heartbeat(double now) {
-    for (std::int64_t id : renew_leases(store_, id_, now, options_.lease_s))
-      for (auto& [pid, child] : children_)
-        if (child.job.id == id && !child.cancel) {
-          child.cancel = true;
-          reporter_.note(child.job.label() + ": cancelling at the next step");
-          ::kill(pid, SIGTERM);
-        }
+    std::vector<JobFence> held;
+    for (const auto& [pid, child] : children_)
+      if (!child.lost) held.push_back(child.job.fence());
+    if (held.empty()) return;
+    const LeaseRenewal renewal = renew_leases(store_, id_, held, now, options_.lease_s);
+    for (auto& [pid, child] : children_) {
+      const std::int64_t id = child.job.id;
+      if (std::find(renewal.lost.begin(), renewal.lost.end(), id) != renewal.lost.end() && !child.lost) {
+        // This worker stalled past its lease (stopped, or starved of CPU or
+        // of the catalog) and another took the job over. Its writes are
+        // fenced already; stop it at once so only one process trains.
+        child.lost = true;
+        reporter_.note(child.job.label() + ": lost its lease to another worker; stopping the attempt here");
+        ::kill(pid, SIGKILL);
+      } else if (std::find(renewal.cancelled.begin(), renewal.cancelled.end(), id) != renewal.cancelled.end() &&
+                 !child.cancel) {
+        child.cancel = true;
+        reporter_.note(child.job.label() + ": cancelling at the next step");
+        ::kill(pid, SIGTERM);
+      }
+    }
   }
 
   void enforce_timeouts(double now) {

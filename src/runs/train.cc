@@ -152,13 +152,19 @@ std::string host_name() {
 }
 
 TrainResult train_model(Store& store, const TrainRequest& request, TrainingReporter& reporter) {
+  const JobFence* fence = request.fence ? &*request.fence : nullptr;
   Setup setup = resolve(store, request);
   const TrainConfig& config = setup.config;
 
   // Everything that can be checked without training, before a run exists.
   // Held while this process trains the run, so two resumes cannot race.
   std::optional<FileLock> run_lock;
-  if (setup.resumed) run_lock.emplace(try_lock_run(store, setup.resumed->id));
+  if (setup.resumed && request.wait_for_run_lock && !try_lock_run(store, setup.resumed->id).held()) {
+    reporter.note("waiting for the process still training " + setup.resumed->label() + " to stop");
+    run_lock.emplace(lock_run(store, setup.resumed->id));
+  } else if (setup.resumed) {
+    run_lock.emplace(try_lock_run(store, setup.resumed->id));
+  }
   if (run_lock && !run_lock->held())
     throw busy("--resume " + setup.resumed->label() + ": another anneal process is training this run");
   reporter.note("loading " + setup.dataset.to_string());
@@ -240,7 +246,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
         c.header["step"] = trainer->step();
         c.state = trainer->save_state();
         save_checkpoint(store, run.id, trainer->step(), runs::encode_checkpoint(c), checkpoint_score(*trainer),
-                        config.keep_checkpoints);
+                        config.keep_checkpoints, fence);
       };
       const std::int64_t per_epoch = trainer->steps_per_epoch();
       // Slices of about a quarter second between progress reports, stop
@@ -296,7 +302,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       if (result.cancelled) {
         json summary = {{"step", trainer->step()}, {"samples_per_s", result.samples_per_s}};
         end_run(store, run.id, RunStatus::kCancelled, "cancelled at step " + std::to_string(trainer->step()) +
-                                                          "; continue with --resume " + run.label(), summary);
+                                                          "; continue with --resume " + run.label(), summary, fence);
         result.run = find_run(store, run.id);
         return result;
       }
@@ -321,13 +327,16 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
                     {"metrics", metrics}};
     if (trainer) summary["steps"] = trainer->step();
     result.model = register_model(store, run.id, config.name, runs::encode_model(model),
-                                  lineage_json(config, data, run), metrics, summary);
+                                  lineage_json(config, data, run), metrics, summary, fence);
     result.run = find_run(store, run.id);
     return result;
   } catch (const std::exception& e) {
     // The run stays recorded as failed with the reason; the error goes on up.
+    // An attempt that lost its job's claim records nothing: the run is the
+    // new attempt's now.
+    if (fence && !job_fence_holds(store, *fence)) throw;
     try {
-      end_run(store, run.id, RunStatus::kFailed, e.what(), json::object());
+      end_run(store, run.id, RunStatus::kFailed, e.what(), json::object(), fence);
     } catch (const std::exception& second) {
       throw failure(std::string(e.what()) + " (and recording the failure failed: " + second.what() + ")");
     }

@@ -24,7 +24,7 @@ expect_rc 0 data import digits "$TEST_DATA/digits.csv"
 expect_rc 0 --json train "$WORK/digits.ini" --set threads=1
 reference=$(json_get "j['weights_hash']")
 
-expect_rc 0 submit "$WORK/digits.ini" --cores 1
+expect_rc 0 submit "$WORK/digits.ini" --cores 1 --retries 1
 job=$OUT
 # The job's process stops right after its second checkpoint (fault point of
 # the test build), whatever the machine's speed; the worker is killed there.
@@ -50,7 +50,7 @@ wait_for_lease_expiry "$job"
 "$ANNEAL" worker --cores 1 --lease 2s --drain > "$WORK/w2.log" 2>&1
 expect_eq "$?" "0" "the second worker drains"
 expect_eq "$(job_field "$job" state)" "succeeded" "the job finished"
-expect_eq "$(job_field "$job" attempts)" "1" "a worker's death does not spend an attempt"
+expect_eq "$(job_field "$job" attempts)" "2" "the dead worker's attempt counts"
 expect_contains "$(cat "$WORK/w2.log")" "$job (digits-job) started" "the second worker ran it"
 expect_contains "$("$ANNEAL" jobs logs "$job")" "continuing from step $step_before" "it resumed from the checkpoint"
 run --json runs show "$(job_field "$job" run)"

@@ -71,27 +71,28 @@ use_fault_build() {
   ANNEAL=$ANNEAL_FAULTS_BIN
 }
 
-# fault_fifos: (re)makes the FIFOs a `pause` action meets and exports
-# ANNEAL_FAULT_DIR for the processes started after it.
+# fault_fifos [NAME]: (re)makes the FIFOs a `pause` action meets, in
+# $WORK/fault-NAME, and exports ANNEAL_FAULT_DIR for the processes started
+# after it. Two processes paused at once each need their own NAME.
 fault_fifos() {
-  export ANNEAL_FAULT_DIR="$WORK/fault"
+  export ANNEAL_FAULT_DIR="$WORK/fault-${1:-main}"
   rm -rf "$ANNEAL_FAULT_DIR"
   mkdir -p "$ANNEAL_FAULT_DIR"
   mkfifo "$ANNEAL_FAULT_DIR/reached" "$ANNEAL_FAULT_DIR/resume"
 }
 
-# fault_reached: blocks until a process stops at a paused point; prints the
-# line it wrote ("POINT PID"). Fails if none arrives within the bound.
+# fault_reached [NAME]: blocks until a process stops at a paused point;
+# prints the line it wrote ("POINT PID"). Fails if none arrives in the bound.
 fault_reached() {
   local line
-  line=$(timeout 600 head -n 1 "$ANNEAL_FAULT_DIR/reached") || return 1
+  line=$(timeout 600 head -n 1 "$WORK/fault-${1:-main}/reached") || return 1
   [ -n "$line" ] || return 1
   printf '%s\n' "$line"
 }
 
-# fault_resume: lets the paused process go on.
+# fault_resume [NAME]: lets the process paused there go on.
 fault_resume() {
-  timeout 600 sh -c ': > "$1"' sh "$ANNEAL_FAULT_DIR/resume"
+  timeout 600 sh -c ': > "$1"' sh "$WORK/fault-${1:-main}/resume"
 }
 
 # wait_gone PID: blocks until process PID (not necessarily our child) exits.

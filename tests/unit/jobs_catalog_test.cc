@@ -83,35 +83,62 @@ TEST_F(JobsCatalogTest, ConcurrentClaimsTakeEachJobOnce) {
   EXPECT_EQ(all.size(), 40u);
 }
 
-TEST_F(JobsCatalogTest, ExpiredLeaseIsTakenOverWithoutCountingAnAttempt) {
+TEST_F(JobsCatalogTest, ExpiredLeaseIsTakenOverAsANewAttemptUnderANewClaim) {
   Store store = Store::open(root());
-  JobRecord job = submit_job(store, spec("a"), 100);
-  ASSERT_TRUE(claim_job(store, "dead", 1, 100, 10));
+  JobRecord job = submit_job(store, spec("a", 0, 1, 1), 100);  // one retry
+  auto first = claim_job(store, "stalled", 1, 100, 10);
+  ASSERT_TRUE(first);
   EXPECT_FALSE(claim_job(store, "w2", 1, 105, 10));  // the lease still runs
-  renew_leases(store, "dead", 108, 10);               // renewed until 118
+  renew_leases(store, "stalled", {first->fence()}, 108, 10);  // renewed until 118
   EXPECT_FALSE(claim_job(store, "w2", 1, 115, 10));
   auto taken = claim_job(store, "w2", 1, 119, 10);
   ASSERT_TRUE(taken);
   EXPECT_EQ(taken->worker, "w2");
-  EXPECT_EQ(taken->attempts, 1);
-  // The dead worker's late report is ignored: the job is no longer its.
-  EXPECT_FALSE(finish_job(store, job.id, "dead", JobState::kSucceeded, "", "", 120, 0));
-  EXPECT_EQ(finish_job(store, job.id, "w2", JobState::kSucceeded, "", "", 121, 0), JobState::kSucceeded);
+  EXPECT_EQ(taken->attempts, 2);  // the stalled worker's attempt counts
+  EXPECT_EQ(taken->claim, first->claim + 1);
+  // The stalled worker comes back: its renewal finds the attempt lost, its
+  // fenced writes and its late report are refused.
+  LeaseRenewal late = renew_leases(store, "stalled", {first->fence()}, 120, 10);
+  EXPECT_EQ(late.lost, std::vector<std::int64_t>{job.id});
+  EXPECT_FALSE(job_fence_holds(store, first->fence()));
+  EXPECT_TRUE(job_fence_holds(store, taken->fence()));
+  EXPECT_THROW(set_job_run(store, first->fence(), 1), Error);
+  EXPECT_FALSE(finish_job(store, first->fence(), "stalled", JobState::kSucceeded, "", "", 120, 0));
+  EXPECT_EQ(finish_job(store, taken->fence(), "w2", JobState::kSucceeded, "", "", 121, 0), JobState::kSucceeded);
   EXPECT_EQ(find_job(store, job.id).state, JobState::kSucceeded);
+}
+
+// Regression (issue 12): a takeover did not count as an attempt, so a job
+// that killed its worker every time was retried forever.
+TEST_F(JobsCatalogTest, AJobWhoseWorkersKeepDyingEndsFailedAfterItsRetries) {
+  Store store = Store::open(root());
+  JobRecord job = submit_job(store, spec("oom", 0, 1, 1), 100);  // two attempts
+  ASSERT_TRUE(claim_job(store, "w1", 1, 100, 10));
+  auto second = claim_job(store, "w2", 1, 111, 10);  // w1 died
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->attempts, 2);
+  EXPECT_FALSE(claim_job(store, "w3", 1, 122, 10));  // w2 died too: nothing left to run
+  JobRecord ended = find_job(store, job.id);
+  EXPECT_EQ(ended.state, JobState::kFailed);
+  EXPECT_NE(ended.error.find("its worker w2 stopped"), std::string::npos) << ended.error;
+  EXPECT_NE(ended.error.find("attempt 2 of 2"), std::string::npos) << ended.error;
+  retry_job(store, job.id, 130);
+  EXPECT_TRUE(claim_job(store, "w3", 1, 130, 10));
 }
 
 TEST_F(JobsCatalogTest, FailuresRetryAfterBackoffUntilAttemptsRunOut) {
   Store store = Store::open(root());
   JobRecord job = submit_job(store, spec("a", 0, 1, 1), 100);
   EXPECT_EQ(job.max_attempts, 2);
-  ASSERT_TRUE(claim_job(store, "w", 1, 100, 30));
-  EXPECT_EQ(finish_job(store, job.id, "w", JobState::kFailed, "", "killed by signal 11", 110, 4), JobState::kQueued);
+  auto first = claim_job(store, "w", 1, 100, 30);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(finish_job(store, first->fence(), "w", JobState::kFailed, "", "killed by signal 11", 110, 4), JobState::kQueued);
   EXPECT_EQ(find_job(store, job.id).error, "killed by signal 11");
   EXPECT_FALSE(claim_job(store, "w", 1, 113, 30));  // backing off until 114
   auto again = claim_job(store, "w", 1, 114, 30);
   ASSERT_TRUE(again);
   EXPECT_EQ(again->attempts, 2);
-  EXPECT_EQ(finish_job(store, job.id, "w", JobState::kFailed, "", "again", 120, 8), JobState::kFailed);
+  EXPECT_EQ(finish_job(store, again->fence(), "w", JobState::kFailed, "", "again", 120, 8), JobState::kFailed);
   EXPECT_FALSE(claim_job(store, "w", 1, 1000, 30));
   retry_job(store, job.id, 1000);  // by hand: one more attempt
   auto third = claim_job(store, "w", 1, 1000, 30);
@@ -124,12 +151,13 @@ TEST_F(JobsCatalogTest, CancelQueuedAtOnceAndRunningThroughItsWorker) {
   Store store = Store::open(root());
   JobRecord queued = submit_job(store, spec("q"), 100);
   JobRecord running = submit_job(store, spec("r", 9), 100);
-  ASSERT_EQ(claim_job(store, "w", 1, 100, 30)->id, running.id);
+  auto claimed = claim_job(store, "w", 1, 100, 30);
+  ASSERT_EQ(claimed->id, running.id);
   EXPECT_EQ(cancel_job(store, queued.id, 101), JobState::kCancelled);
   EXPECT_FALSE(claim_job(store, "w", 1, 102, 30));
   EXPECT_EQ(cancel_job(store, running.id, 103), JobState::kRunning);
-  EXPECT_EQ(renew_leases(store, "w", 104, 30), std::vector<std::int64_t>{running.id});
-  EXPECT_EQ(finish_job(store, running.id, "w", JobState::kCancelled, "", "cancelled", 105, 0), JobState::kCancelled);
+  EXPECT_EQ(renew_leases(store, "w", {claimed->fence()}, 104, 30).cancelled, std::vector<std::int64_t>{running.id});
+  EXPECT_EQ(finish_job(store, claimed->fence(), "w", JobState::kCancelled, "", "cancelled", 105, 0), JobState::kCancelled);
   EXPECT_THROW(cancel_job(store, running.id, 106), Error);
   // A job cancelled while its worker died is closed by the next claim.
   JobRecord orphan = submit_job(store, spec("o"), 107);
@@ -142,8 +170,9 @@ TEST_F(JobsCatalogTest, CancelQueuedAtOnceAndRunningThroughItsWorker) {
 TEST_F(JobsCatalogTest, ReleaseRequeuesWithoutSpendingTheAttempt) {
   Store store = Store::open(root());
   JobRecord job = submit_job(store, spec("a"), 100);
-  ASSERT_TRUE(claim_job(store, "w", 1, 100, 30));
-  release_job(store, job.id, "w");
+  auto claimed = claim_job(store, "w", 1, 100, 30);
+  ASSERT_TRUE(claimed);
+  release_job(store, claimed->fence(), "w");
   JobRecord back = find_job(store, job.id);
   EXPECT_EQ(back.state, JobState::kQueued);
   EXPECT_EQ(back.attempts, 0);
