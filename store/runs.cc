@@ -253,7 +253,7 @@ std::vector<CheckpointRecord> run_checkpoints(Store& store, std::int64_t run) {
 
 std::string read_checkpoint(Store& store, const CheckpointRecord& checkpoint) {
   return read_blob(store.db(), store.objects(), checkpoint.blob,
-                   "checkpoint of run-" + std::to_string(checkpoint.run) + " at step " +
+                   "run-" + std::to_string(checkpoint.run) + " checkpoint at step " +
                        std::to_string(checkpoint.step));
 }
 
@@ -347,6 +347,33 @@ std::vector<ModelRecord> list_models(Store& store) {
 
 std::string read_model(Store& store, const ModelRecord& model) {
   return read_blob(store.db(), store.objects(), model.blob, "model " + model.ref());
+}
+
+std::vector<RunArtifact> list_run_artifacts(Store& store) {
+  std::vector<RunArtifact> out;
+  auto models = store.db().prepare("SELECT name || '@v' || version, run_id, blob FROM models ORDER BY name, version");
+  while (models.step())
+    out.push_back({RunArtifact::Kind::kModel, "model " + models.text(0), models.int64(1), 0, models.text(2)});
+  auto checkpoints = store.db().prepare("SELECT run_id, step, blob FROM checkpoints ORDER BY run_id, step");
+  while (checkpoints.step())
+    out.push_back({RunArtifact::Kind::kCheckpoint,
+                   "run-" + std::to_string(checkpoints.int64(0)) + " checkpoint at step " +
+                       std::to_string(checkpoints.int64(1)),
+                   checkpoints.int64(0), checkpoints.int64(1), checkpoints.text(2)});
+  return out;
+}
+
+std::string read_run_artifact(Store& store, const RunArtifact& artifact) {
+  return read_blob(store.db(), store.objects(), artifact.blob, artifact.owner);
+}
+
+std::vector<StoredConfig> list_stored_configs(Store& store) {
+  std::vector<StoredConfig> out;
+  auto stmt = store.db().prepare(
+      "SELECT 'run-' || id, config_text, 0 AS kind, id FROM runs "
+      "UNION ALL SELECT 'job ' || id, config_text, 1 AS kind, id FROM jobs ORDER BY kind, id");
+  while (stmt.step()) out.push_back({stmt.text(0), stmt.text(1)});
+  return out;
 }
 
 FileLock try_lock_run(const Store& store, std::int64_t run) {

@@ -129,6 +129,29 @@ std::vector<ModelRecord> list_models(Store& store);        // by name, then vers
 // The model's bytes, verified; kCorrupt when damaged.
 std::string read_model(Store& store, const ModelRecord& model);
 
+// What a run-level check (fsck_runs) reads, listed without interpreting any
+// JSON column, so one damaged row cannot hide the others.
+struct RunArtifact {
+  enum class Kind { kModel, kCheckpoint } kind = Kind::kModel;
+  std::string owner;          // "model iris@v2", "run-3 checkpoint at step 120"
+  std::int64_t run = 0;
+  std::int64_t step = 0;      // checkpoints
+  std::string blob;
+};
+// Every model and checkpoint, models first (by name, version), then
+// checkpoints (by run, step).
+std::vector<RunArtifact> list_run_artifacts(Store& store);
+// The artifact's bytes, verified; kCorrupt when damaged.
+std::string read_run_artifact(Store& store, const RunArtifact& artifact);
+
+// A training config the catalog keeps as text: each run's resolved config
+// (owner "run-3") and each job's (owner "job 4").
+struct StoredConfig {
+  std::string owner;
+  std::string text;
+};
+std::vector<StoredConfig> list_stored_configs(Store& store);
+
 // The advisory lock a training process holds on its run for as long as it
 // trains: try_lock fails (held() false) while another process trains it.
 FileLock try_lock_run(const Store& store, std::int64_t run);
