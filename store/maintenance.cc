@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -372,6 +373,52 @@ GcReport gc(Store& store, bool dry_run, Reporter& reporter) {
     ++report.temp_files_removed;
     report.bytes_freed += e.file_size(ec);
     if (!dry_run) fs::remove(e.path(), ec);
+  }
+  return report;
+}
+
+ReclaimReport reclaim_blobs(Store& store, const std::vector<std::string>& blobs) {
+  ReclaimReport report;
+  if (blobs.empty()) return report;
+  FileLock exclusive = FileLock::try_lock(store.root() / "locks" / "gc.lock", FileLock::Mode::kExclusive);
+  if (!exclusive.held()) {
+    report.deferred = true;
+    return report;
+  }
+  sql::Database& db = store.db();
+  std::vector<std::string> doomed;
+  {
+    sql::Transaction txn(db);
+    std::set<std::string> candidates;
+    auto unowned = db.prepare("SELECT 1 FROM blobs WHERE hash = ? AND hash NOT IN (SELECT blob FROM referenced_blobs)");
+    auto chunks = db.prepare("SELECT object FROM blob_chunks WHERE blob = ?");
+    auto remove_blob = db.prepare("DELETE FROM blobs WHERE hash = ?");  // its chunk rows cascade
+    for (const std::string& blob : blobs) {
+      unowned.reset();
+      unowned.bind(1, blob);
+      const bool released = unowned.step();
+      unowned.reset();
+      if (!released) continue;  // still owned (or already gone)
+      chunks.reset();
+      chunks.bind(1, blob);
+      while (chunks.step()) candidates.insert(chunks.text(0));
+      remove_blob.reset();
+      remove_blob.bind(1, blob).run();
+      ++report.blobs_removed;
+    }
+    auto listed = db.prepare("SELECT 1 FROM blob_chunks WHERE object = ? LIMIT 1");
+    for (const std::string& object : candidates) {
+      listed.reset();
+      listed.bind(1, object);
+      if (!listed.step()) doomed.push_back(object);
+    }
+    txn.commit();
+  }
+  const ObjectStore& objects = store.objects();
+  for (const std::string& object : doomed) {
+    report.bytes_freed += objects.stored_size(object);
+    objects.remove(object);
+    ++report.objects_removed;
   }
   return report;
 }

@@ -8,6 +8,7 @@
 #include "anneal/chunker.h"
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
+#include "anneal/maintenance.h"
 #include "sqlite.h"
 #include "streams.h"
 
@@ -196,24 +197,27 @@ std::vector<EpochRecord> run_epochs(Store& store, std::int64_t run) {
   return out;
 }
 
-CheckpointRecord save_checkpoint(Store& store, std::int64_t run, std::int64_t step,
-                                 std::string_view bytes, std::optional<double> score,
-                                 std::int64_t keep) {
+SavedCheckpoint save_checkpoint(Store& store, std::int64_t run, std::int64_t step, std::string_view bytes,
+                                std::optional<double> score, std::int64_t keep) {
   if (keep < 1) throw std::logic_error("save_checkpoint: keep must be >= 1");
   const ObjectStore& objects = store.objects();
   PreparedStream prepared = prepare_stream(objects, bytes, kTensorChunking);
   fault_point("checkpoint.prepared");
-  // Objects first, under the writer lock, then the row that owns them in the
-  // same transaction as the blob record: gc can never see them unowned.
-  FileLock writer = store.writer_lock();
-  commit_stream(objects, prepared);
-  fault_point("checkpoint.objects-written");
   sql::Database& db = store.db();
   std::int64_t id = 0;
+  std::vector<std::string> released;  // blobs of the checkpoints this save drops
   {
+    // Objects first, under the writer lock, then the row that owns them in
+    // the same transaction as the blob record: gc can never see them unowned.
+    FileLock writer = store.writer_lock();
+    commit_stream(objects, prepared);
+    fault_point("checkpoint.objects-written");
     sql::Transaction txn(db);
     require_run(db, run);
     record_blob(db, prepared);
+    auto replaced = db.prepare("SELECT blob FROM checkpoints WHERE run_id = ? AND step = ?");
+    replaced.bind(1, run).bind(2, step);
+    while (replaced.step()) released.push_back(replaced.text(0));  // a resume saving this step again
     db.prepare("DELETE FROM checkpoints WHERE run_id = ? AND step = ?").bind(1, run).bind(2, step).run();
     auto insert = db.prepare(
         "INSERT INTO checkpoints(run_id, step, created_at, blob, score) VALUES (?, ?, ?, ?, ?)");
@@ -228,17 +232,32 @@ CheckpointRecord save_checkpoint(Store& store, std::int64_t run, std::int64_t st
         "SELECT id FROM checkpoints WHERE run_id = ? AND score IS NOT NULL ORDER BY score, step LIMIT 1");
     b.bind(1, run);
     if (b.step()) best = b.int64(0);
-    db.prepare(
-          "DELETE FROM checkpoints WHERE run_id = ? AND id != ? AND id NOT IN "
-          "(SELECT id FROM checkpoints WHERE run_id = ? ORDER BY step DESC LIMIT ?)")
-        .bind(1, run).bind(2, best).bind(3, run).bind(4, keep).run();
+    const char* beyond_keep =
+        "FROM checkpoints WHERE run_id = ?1 AND id != ?2 AND id NOT IN "
+        "(SELECT id FROM checkpoints WHERE run_id = ?1 ORDER BY step DESC LIMIT ?3)";
+    auto dropped = db.prepare(std::string("SELECT DISTINCT blob ") + beyond_keep);
+    dropped.bind(1, run).bind(2, best).bind(3, keep);
+    while (dropped.step()) released.push_back(dropped.text(0));
+    db.prepare(std::string("DELETE ") + beyond_keep).bind(1, run).bind(2, best).bind(3, keep).run();
     fault_point("checkpoint.before-commit");
     txn.commit();
+    fault_point("checkpoint.committed");
   }
-  fault_point("checkpoint.committed");
+  SavedCheckpoint saved;
   for (const auto& c : run_checkpoints(store, run))
-    if (c.id == id) return c;
-  throw failure("checkpoint of run-" + std::to_string(run) + " vanished after it was recorded");
+    if (c.id == id) saved.checkpoint = c;
+  if (saved.checkpoint.id != id)
+    throw failure("checkpoint of run-" + std::to_string(run) + " vanished after it was recorded");
+  // The writer lock is released: the released checkpoints' objects can go
+  // now if no one holds the gc lock, so keep_checkpoints bounds the disk a
+  // run uses, not only its rows. The checkpoint is saved whatever happens
+  // here; gc reclaims what this leaves.
+  try {
+    saved.reclaimed = reclaim_blobs(store, released);
+  } catch (const Error& e) {
+    saved.reclaim_error = e.what();
+  }
+  return saved;
 }
 
 std::vector<CheckpointRecord> run_checkpoints(Store& store, std::int64_t run) {

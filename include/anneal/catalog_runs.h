@@ -23,6 +23,7 @@
 
 #include "anneal/datasets.h"
 #include "anneal/fs.h"
+#include "anneal/maintenance.h"
 #include "anneal/store.h"
 
 namespace anneal {
@@ -81,14 +82,25 @@ struct CheckpointRecord {
   std::optional<double> score;  // lower is better; the best is never released
 };
 
+struct SavedCheckpoint {
+  CheckpointRecord checkpoint;
+  ReclaimReport reclaimed;    // the released checkpoints' blobs and objects removed
+  std::string reclaim_error;  // why removing them failed (gc removes them later); empty when it did not
+};
+
 // Writes `bytes` as a blob and records it as checkpoint `step` of `run`
 // (replacing one at the same step), then releases (deletes the rows of) the
 // oldest checkpoints beyond the newest `keep`, never the one with the best
-// score; their blobs become garbage for gc. Atomic: after a crash the
-// checkpoint is either fully recorded or absent. Returns the record.
-CheckpointRecord save_checkpoint(Store& store, std::int64_t run, std::int64_t step,
-                                 std::string_view bytes, std::optional<double> score,
-                                 std::int64_t keep);
+// score. Atomic: after a crash the checkpoint is either fully recorded or
+// absent. After the commit, with the writer lock released, removes the blobs
+// and objects only the released checkpoints held when the gc lock is free
+// at once (reclaim_blobs; never waits, so training never blocks on gc or
+// an import): keep bounds the disk a run uses. A failure there does not
+// undo the saved checkpoint; it is returned in reclaim_error. Throws
+// anneal::Error when the checkpoint cannot be saved (a full disk: kFailure);
+// the run's previous checkpoints are then unchanged.
+SavedCheckpoint save_checkpoint(Store& store, std::int64_t run, std::int64_t step, std::string_view bytes,
+                                std::optional<double> score, std::int64_t keep);
 std::vector<CheckpointRecord> run_checkpoints(Store& store, std::int64_t run);  // by step
 // The checkpoint's bytes, verified; kCorrupt when damaged.
 std::string read_checkpoint(Store& store, const CheckpointRecord& checkpoint);

@@ -74,6 +74,26 @@ struct GcReport {
 // they have written. With dry_run, reports what it would remove.
 GcReport gc(Store& store, bool dry_run, Reporter& reporter);
 
+struct ReclaimReport {
+  bool deferred = false;  // the gc lock was taken: nothing was done
+  std::uint64_t blobs_removed = 0;
+  std::uint64_t objects_removed = 0;
+  std::uint64_t bytes_freed = 0;  // on disk
+};
+
+// A targeted gc, for blobs the caller has just released (the checkpoints a
+// rotation dropped): removes each of `blobs` that nothing references any
+// more, then the objects of those blobs that no remaining blob lists. Does
+// not scan the store. Objects may only go under the exclusive gc lock (a
+// writer holding it shared may have just found an object present and be
+// about to reference it), and the caller must not wait for that: when the
+// lock is not free at once it does nothing and returns deferred (the next
+// call or `anneal gc` reclaims them). The caller must not hold the lock
+// itself. Catalog rows go in one transaction before any file, so a crash
+// leaves only unreferenced objects. Throws anneal::Error on I/O or catalog
+// errors.
+ReclaimReport reclaim_blobs(Store& store, const std::vector<std::string>& blobs);
+
 // What the store holds, for `anneal metrics`. Read-only.
 struct StoreUsage {
   std::uint64_t logical_bytes = 0;  // every blob, at its full size (a version's streams, models, checkpoints)
