@@ -5,6 +5,7 @@
 #include "anneal/datasets.h"
 #include "anneal/error.h"
 #include "anneal/maintenance.h"
+#include "anneal/runs.h"
 #include "anneal/store.h"
 #include "command.h"
 #include "output.h"
@@ -196,13 +197,16 @@ int run_fsck(const Invocation& inv) {
   Store store = Store::open(inv.global.store);
   TerminalReporter reporter(inv.global.log_format);
   FsckReport report = fsck(store, reporter);
+  fsck_runs(store, reporter, report);
   if (inv.global.json) {
     print_json({{"ok", report.ok()}, {"objects_checked", report.objects_checked},
                 {"blobs_checked", report.blobs_checked}, {"problems", report.problems},
+                {"findings", report.findings},
                 {"unreferenced_objects", report.unreferenced_objects},
                 {"stale_temp_files", report.stale_temp_files}});
   } else {
     for (const auto& p : report.problems) std::cout << "BROKEN " << p << "\n";
+    for (const auto& f : report.findings) std::cout << "NOTE " << f << "\n";
     std::cout << "checked " << report.objects_checked << " objects, " << report.blobs_checked << " streams: "
               << (report.ok() ? "ok" : std::to_string(report.problems.size()) + " problems") << "\n";
     if (report.unreferenced_objects || report.stale_temp_files)
@@ -274,8 +278,11 @@ void add_store_commands(std::vector<Command>& out) {
                  },
                  {"REF"}, run_export});
   out.push_back({"fsck", "", "verify every object and catalog reference",
-                 "Re-hashes every object and checks that every catalog reference resolves. Lists what "
-                 "is broken and exits 1 when anything is.",
+                 "Re-hashes every object, checks that every catalog reference resolves, that every JSON "
+                 "column parses, that dataset streams match their shapes and that every model and "
+                 "checkpoint decodes. Lists what is broken and exits 1 when anything is; lists runs "
+                 "and jobs left running by a process that died as notes (exit 0). Waits for a "
+                 "running gc.",
                  nullptr, {}, run_fsck});
   out.push_back({"gc", "[--dry-run]", "remove objects nothing references",
                  "Waits for running imports, then removes unreferenced streams, objects and leftover "

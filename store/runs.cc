@@ -8,6 +8,7 @@
 #include "anneal/chunker.h"
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
+#include "anneal/maintenance.h"
 #include "fence.h"
 #include "sqlite.h"
 #include "streams.h"
@@ -198,25 +199,28 @@ std::vector<EpochRecord> run_epochs(Store& store, std::int64_t run) {
   return out;
 }
 
-CheckpointRecord save_checkpoint(Store& store, std::int64_t run, std::int64_t step,
-                                 std::string_view bytes, std::optional<double> score,
-                                 std::int64_t keep, const JobFence* fence) {
+SavedCheckpoint save_checkpoint(Store& store, std::int64_t run, std::int64_t step, std::string_view bytes,
+                                std::optional<double> score, std::int64_t keep, const JobFence* fence) {
   if (keep < 1) throw std::logic_error("save_checkpoint: keep must be >= 1");
   const ObjectStore& objects = store.objects();
   PreparedStream prepared = prepare_stream(objects, bytes, kTensorChunking);
   fault_point("checkpoint.prepared");
-  // Objects first, under the writer lock, then the row that owns them in the
-  // same transaction as the blob record: gc can never see them unowned.
-  FileLock writer = store.writer_lock();
-  commit_stream(objects, prepared);
-  fault_point("checkpoint.objects-written");
   sql::Database& db = store.db();
   std::int64_t id = 0;
+  std::vector<std::string> released;  // blobs of the checkpoints this save drops
   {
+    // Objects first, under the writer lock, then the row that owns them in
+    // the same transaction as the blob record: gc can never see them unowned.
+    FileLock writer = store.writer_lock();
+    commit_stream(objects, prepared);
+    fault_point("checkpoint.objects-written");
     sql::Transaction txn(db);
     require_run(db, run);
     if (fence) require_job_fence(db, *fence);
     record_blob(db, prepared);
+    auto replaced = db.prepare("SELECT blob FROM checkpoints WHERE run_id = ? AND step = ?");
+    replaced.bind(1, run).bind(2, step);
+    while (replaced.step()) released.push_back(replaced.text(0));  // a resume saving this step again
     db.prepare("DELETE FROM checkpoints WHERE run_id = ? AND step = ?").bind(1, run).bind(2, step).run();
     auto insert = db.prepare(
         "INSERT INTO checkpoints(run_id, step, created_at, blob, score) VALUES (?, ?, ?, ?, ?)");
@@ -231,17 +235,32 @@ CheckpointRecord save_checkpoint(Store& store, std::int64_t run, std::int64_t st
         "SELECT id FROM checkpoints WHERE run_id = ? AND score IS NOT NULL ORDER BY score, step LIMIT 1");
     b.bind(1, run);
     if (b.step()) best = b.int64(0);
-    db.prepare(
-          "DELETE FROM checkpoints WHERE run_id = ? AND id != ? AND id NOT IN "
-          "(SELECT id FROM checkpoints WHERE run_id = ? ORDER BY step DESC LIMIT ?)")
-        .bind(1, run).bind(2, best).bind(3, run).bind(4, keep).run();
+    const char* beyond_keep =
+        "FROM checkpoints WHERE run_id = ?1 AND id != ?2 AND id NOT IN "
+        "(SELECT id FROM checkpoints WHERE run_id = ?1 ORDER BY step DESC LIMIT ?3)";
+    auto dropped = db.prepare(std::string("SELECT DISTINCT blob ") + beyond_keep);
+    dropped.bind(1, run).bind(2, best).bind(3, keep);
+    while (dropped.step()) released.push_back(dropped.text(0));
+    db.prepare(std::string("DELETE ") + beyond_keep).bind(1, run).bind(2, best).bind(3, keep).run();
     fault_point("checkpoint.before-commit");
     txn.commit();
+    fault_point("checkpoint.committed");
   }
-  fault_point("checkpoint.committed");
+  SavedCheckpoint saved;
   for (const auto& c : run_checkpoints(store, run))
-    if (c.id == id) return c;
-  throw failure("checkpoint of run-" + std::to_string(run) + " vanished after it was recorded");
+    if (c.id == id) saved.checkpoint = c;
+  if (saved.checkpoint.id != id)
+    throw failure("checkpoint of run-" + std::to_string(run) + " vanished after it was recorded");
+  // The writer lock is released: the released checkpoints' objects can go
+  // now if no one holds the gc lock, so keep_checkpoints bounds the disk a
+  // run uses, not only its rows. The checkpoint is saved whatever happens
+  // here; gc reclaims what this leaves.
+  try {
+    saved.reclaimed = reclaim_blobs(store, released);
+  } catch (const Error& e) {
+    saved.reclaim_error = e.what();
+  }
+  return saved;
 }
 
 std::vector<CheckpointRecord> run_checkpoints(Store& store, std::int64_t run) {
@@ -256,7 +275,7 @@ std::vector<CheckpointRecord> run_checkpoints(Store& store, std::int64_t run) {
 
 std::string read_checkpoint(Store& store, const CheckpointRecord& checkpoint) {
   return read_blob(store.db(), store.objects(), checkpoint.blob,
-                   "checkpoint of run-" + std::to_string(checkpoint.run) + " at step " +
+                   "run-" + std::to_string(checkpoint.run) + " checkpoint at step " +
                        std::to_string(checkpoint.step));
 }
 
@@ -351,6 +370,33 @@ std::vector<ModelRecord> list_models(Store& store) {
 
 std::string read_model(Store& store, const ModelRecord& model) {
   return read_blob(store.db(), store.objects(), model.blob, "model " + model.ref());
+}
+
+std::vector<RunArtifact> list_run_artifacts(Store& store) {
+  std::vector<RunArtifact> out;
+  auto models = store.db().prepare("SELECT name || '@v' || version, run_id, blob FROM models ORDER BY name, version");
+  while (models.step())
+    out.push_back({RunArtifact::Kind::kModel, "model " + models.text(0), models.int64(1), 0, models.text(2)});
+  auto checkpoints = store.db().prepare("SELECT run_id, step, blob FROM checkpoints ORDER BY run_id, step");
+  while (checkpoints.step())
+    out.push_back({RunArtifact::Kind::kCheckpoint,
+                   "run-" + std::to_string(checkpoints.int64(0)) + " checkpoint at step " +
+                       std::to_string(checkpoints.int64(1)),
+                   checkpoints.int64(0), checkpoints.int64(1), checkpoints.text(2)});
+  return out;
+}
+
+std::string read_run_artifact(Store& store, const RunArtifact& artifact) {
+  return read_blob(store.db(), store.objects(), artifact.blob, artifact.owner);
+}
+
+std::vector<StoredConfig> list_stored_configs(Store& store) {
+  std::vector<StoredConfig> out;
+  auto stmt = store.db().prepare(
+      "SELECT 'run-' || id, config_text, 0 AS kind, id FROM runs "
+      "UNION ALL SELECT 'job ' || id, config_text, 1 AS kind, id FROM jobs ORDER BY kind, id");
+  while (stmt.step()) out.push_back({stmt.text(0), stmt.text(1)});
+  return out;
 }
 
 FileLock try_lock_run(const Store& store, std::int64_t run) {

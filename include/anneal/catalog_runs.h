@@ -23,6 +23,7 @@
 
 #include "anneal/datasets.h"
 #include "anneal/fs.h"
+#include "anneal/maintenance.h"
 #include "anneal/store.h"
 
 namespace anneal {
@@ -96,15 +97,26 @@ struct CheckpointRecord {
   std::optional<double> score;  // lower is better; the best is never released
 };
 
+struct SavedCheckpoint {
+  CheckpointRecord checkpoint;
+  ReclaimReport reclaimed;    // the released checkpoints' blobs and objects removed
+  std::string reclaim_error;  // why removing them failed (gc removes them later); empty when it did not
+};
+
 // Writes `bytes` as a blob and records it as checkpoint `step` of `run`
 // (replacing one at the same step), then releases (deletes the rows of) the
 // oldest checkpoints beyond the newest `keep`, never the one with the best
-// score; their blobs become garbage for gc. Atomic: after a crash the
-// checkpoint is either fully recorded or absent. Returns the record. With
-// `fence`, only while that job attempt still holds its claim.
-CheckpointRecord save_checkpoint(Store& store, std::int64_t run, std::int64_t step,
-                                 std::string_view bytes, std::optional<double> score,
-                                 std::int64_t keep, const JobFence* fence = nullptr);
+// score. Atomic: after a crash the checkpoint is either fully recorded or
+// absent. After the commit, with the writer lock released, removes the blobs
+// and objects only the released checkpoints held when the gc lock is free
+// at once (reclaim_blobs; never waits, so training never blocks on gc or
+// an import): keep bounds the disk a run uses. A failure there does not
+// undo the saved checkpoint; it is returned in reclaim_error. Throws
+// anneal::Error when the checkpoint cannot be saved (a full disk: kFailure);
+// the run's previous checkpoints are then unchanged. With `fence`, only
+// while that job attempt still holds its claim (kBusy otherwise).
+SavedCheckpoint save_checkpoint(Store& store, std::int64_t run, std::int64_t step, std::string_view bytes,
+                                std::optional<double> score, std::int64_t keep, const JobFence* fence = nullptr);
 std::vector<CheckpointRecord> run_checkpoints(Store& store, std::int64_t run);  // by step
 // The checkpoint's bytes, verified; kCorrupt when damaged.
 std::string read_checkpoint(Store& store, const CheckpointRecord& checkpoint);
@@ -146,6 +158,29 @@ ModelRecord find_model(Store& store, const ModelRef& ref);
 std::vector<ModelRecord> list_models(Store& store);        // by name, then version
 // The model's bytes, verified; kCorrupt when damaged.
 std::string read_model(Store& store, const ModelRecord& model);
+
+// What a run-level check (fsck_runs) reads, listed without interpreting any
+// JSON column, so one damaged row cannot hide the others.
+struct RunArtifact {
+  enum class Kind { kModel, kCheckpoint } kind = Kind::kModel;
+  std::string owner;          // "model iris@v2", "run-3 checkpoint at step 120"
+  std::int64_t run = 0;
+  std::int64_t step = 0;      // checkpoints
+  std::string blob;
+};
+// Every model and checkpoint, models first (by name, version), then
+// checkpoints (by run, step).
+std::vector<RunArtifact> list_run_artifacts(Store& store);
+// The artifact's bytes, verified; kCorrupt when damaged.
+std::string read_run_artifact(Store& store, const RunArtifact& artifact);
+
+// A training config the catalog keeps as text: each run's resolved config
+// (owner "run-3") and each job's (owner "job 4").
+struct StoredConfig {
+  std::string owner;
+  std::string text;
+};
+std::vector<StoredConfig> list_stored_configs(Store& store);
 
 // The advisory lock a training process holds on its run for as long as it
 // trains: try_lock fails (held() false) while another process trains it.

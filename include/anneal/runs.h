@@ -28,6 +28,7 @@
 
 #include "anneal/catalog_runs.h"
 #include "anneal/datasets.h"
+#include "anneal/maintenance.h"
 #include "anneal/metrics.h"
 #include "anneal/report.h"
 #include "anneal/store.h"
@@ -81,6 +82,16 @@ struct TrainResult {
 };
 
 TrainResult train_model(Store& store, const TrainRequest& request, TrainingReporter& reporter);
+
+// The run-level half of `anneal fsck`, run after store's fsck (maintenance.h),
+// which cannot know what a model or checkpoint holds: every model blob
+// decodes as a model, every checkpoint blob as a checkpoint of its own run
+// and step, and every config the catalog keeps (runs', jobs') parses. Adds
+// one line per failure to `report.problems`, naming the model, "run-N
+// checkpoint at step S", run or job; skips blobs `report` already lists as
+// unreadable (reported once, by fsck). Holds the gc lock shared while it
+// reads (lock_out_gc). An error in one item never stops the others.
+void fsck_runs(Store& store, Reporter& reporter, FsckReport& report);
 
 // This machine's name as runs, leases and locks record it ("localhost"
 // when it has none).

@@ -209,6 +209,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
                 (data.y_val.empty() ? "" : ", " + std::to_string(data.y_val.size()) + " validation") + ")");
 
   TrainResult result;
+  std::optional<std::int64_t> last_saved_step;  // the newest checkpoint of this run that is recorded
   try {
     json metrics = json::object();
     runs::ModelFile model = model_shell(data);
@@ -226,27 +227,60 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       const json prep = {{"features", data.features.to_json()}, {"labels", data.labels.to_json()}};
       std::int64_t recorded_epochs = 0;
       if (setup.resumed) {
+        // The newest checkpoint that verifies: a damaged one (a bad disk
+        // sector, a partial restore) costs the steps since the one before
+        // it, not the run.
         auto checkpoints = run_checkpoints(store, run.id);
-        if (!checkpoints.empty()) {
-          const CheckpointRecord& latest = checkpoints.back();
-          std::string owner = "checkpoint of " + run.label() + " at step " + std::to_string(latest.step);
-          runs::Checkpoint c = runs::decode_checkpoint(read_checkpoint(store, latest), owner);
-          if (c.header.value("features", json()) != prep["features"] || c.header.value("labels", json()) != prep["labels"])
+        bool loaded = false;
+        for (auto it = checkpoints.rbegin(); it != checkpoints.rend() && !loaded; ++it) {
+          std::string owner = run.label() + " checkpoint at step " + std::to_string(it->step);
+          std::optional<runs::Checkpoint> c;
+          try {
+            c = runs::decode_checkpoint(read_checkpoint(store, *it), owner);
+          } catch (const Error& e) {
+            if (e.kind() != ErrorKind::kCorrupt) throw;
+            reporter.note(std::string(e.what()) + "; " +
+                          (std::next(it) != checkpoints.rend()
+                               ? "trying the one at step " + std::to_string(std::next(it)->step)
+                               : std::string("no earlier checkpoint: starting from step 0")));
+            continue;
+          }
+          if (c->header.value("features", json()) != prep["features"] || c->header.value("labels", json()) != prep["labels"])
             throw corrupt(owner + ": its preprocessing differs from the one rebuilt from " + data.version.ref());
-          trainer->load_state(c.state);
+          trainer->load_state(c->state);
+          last_saved_step = it->step;
+          loaded = true;
           reporter.note("continuing from step " + std::to_string(trainer->step()) + " of " +
                         std::to_string(trainer->total_steps()));
         }
       }
       const std::uint64_t rows = data.train_rows();
-      auto save = [&] {
+      // Saves a checkpoint of where the trainer is. A periodic one that
+      // fails (a full disk) is a note, not the end of the run: the previous
+      // checkpoint stays valid and training goes on. The end-of-run and
+      // cancel saves throw: the run then stops, resumable.
+      auto save = [&](bool periodic) {
         runs::Checkpoint c;
         c.header = prep;
         c.header["run"] = run.id;
         c.header["step"] = trainer->step();
         c.state = trainer->save_state();
-        save_checkpoint(store, run.id, trainer->step(), runs::encode_checkpoint(c), checkpoint_score(*trainer),
-                        config.keep_checkpoints, fence);
+        try {
+          SavedCheckpoint saved = save_checkpoint(store, run.id, trainer->step(), runs::encode_checkpoint(c),
+                                                  checkpoint_score(*trainer), config.keep_checkpoints, fence);
+          last_saved_step = trainer->step();
+          if (!saved.reclaim_error.empty())
+            reporter.note("checkpoint at step " + std::to_string(trainer->step()) +
+                          " saved, but removing the released checkpoints failed: " + saved.reclaim_error +
+                          "; 'anneal gc' removes them");
+        } catch (const Error& e) {
+          // A lost claim is no disk trouble: this attempt must stop.
+          if (!periodic || (fence && !job_fence_holds(store, *fence))) throw;
+          reporter.note("checkpoint at step " + std::to_string(trainer->step()) + " not saved: " + e.what() + "; " +
+                        (last_saved_step ? "the one at step " + std::to_string(*last_saved_step) + " stays"
+                                         : std::string("there is no earlier one")) +
+                        "; training goes on");
+        }
       };
       const std::int64_t per_epoch = trainer->steps_per_epoch();
       // Slices of about a quarter second between progress reports, stop
@@ -257,7 +291,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       auto last_checkpoint = Clock::now();
       while (!trainer->finished()) {
         if (request.stop.stop_requested()) {
-          save();
+          save(/*periodic=*/false);
           result.cancelled = true;
           break;
         }
@@ -295,7 +329,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
         bool due = (config.checkpoint_every.steps > 0 && trainer->step() % config.checkpoint_every.steps == 0) ||
                    (config.checkpoint_every.seconds > 0 && seconds_since(last_checkpoint) >= config.checkpoint_every.seconds);
         if (due && !trainer->finished()) {
-          save();
+          save(/*periodic=*/true);
           last_checkpoint = Clock::now();
         }
       }
@@ -306,7 +340,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
         result.run = find_run(store, run.id);
         return result;
       }
-      save();  // the end state: a finished run can be inspected like any other
+      save(/*periodic=*/false);  // the end state: a finished run can be inspected like any other
 
       model.layers = config.trainer.layers;
       model.precision = config.trainer.precision;
@@ -331,15 +365,24 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
     result.run = find_run(store, run.id);
     return result;
   } catch (const std::exception& e) {
-    // The run stays recorded as failed with the reason; the error goes on up.
+    // The run stays recorded as failed with the reason; the error goes on
+    // up. An I/O failure (a full disk at the end-of-run save or at the model
+    // registration) leaves the run resumable, and the message says how.
     // An attempt that lost its job's claim records nothing: the run is the
     // new attempt's now.
     if (fence && !job_fence_holds(store, *fence)) throw;
+    const Error* error = dynamic_cast<const Error*>(&e);
+    const bool resumable = error && (error->kind() == ErrorKind::kFailure || error->kind() == ErrorKind::kBusy);
+    const std::string message =
+        resumable ? std::string(e.what()) + "; 'anneal train --resume " + run.label() + "' continues it" +
+                        (last_saved_step ? " from step " + std::to_string(*last_saved_step) : std::string())
+                  : std::string(e.what());
     try {
-      end_run(store, run.id, RunStatus::kFailed, e.what(), json::object(), fence);
+      end_run(store, run.id, RunStatus::kFailed, message, json::object(), fence);
     } catch (const std::exception& second) {
-      throw failure(std::string(e.what()) + " (and recording the failure failed: " + second.what() + ")");
+      throw failure(message + " (and recording the failure failed: " + second.what() + ")");
     }
+    if (resumable) throw Error(error->kind(), message);
     throw;
   }
 }

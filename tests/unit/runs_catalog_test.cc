@@ -66,10 +66,34 @@ TEST_F(RunsCatalogTest, CheckpointsBeyondKeepAreReleasedButNotTheBest) {
   EXPECT_EQ(kept[1].step, 40);
   EXPECT_EQ(kept[2].step, 50);
   EXPECT_EQ(read_checkpoint(store, kept[2]), bytes_of('e', 100004));
-  // The released checkpoints' objects are garbage now; the kept ones are not.
-  GcReport report = gc(store, false, reporter_);
-  EXPECT_GE(report.blobs_removed, 2u);
+  // The rotation removed the released checkpoints' blobs and objects
+  // itself (no one held the gc lock): gc finds nothing left of them.
+  GcReport report = gc(store, /*dry_run=*/true, reporter_);
+  EXPECT_EQ(report.blobs_removed, 0u);
+  EXPECT_EQ(report.objects_removed, 0u);
   for (const auto& c : run_checkpoints(store, run.id)) EXPECT_NO_THROW(read_checkpoint(store, c));
+  EXPECT_TRUE(fsck(store, reporter_).ok());
+}
+
+TEST_F(RunsCatalogTest, RotationLeavesReleasedObjectsToGcWhileTheGcLockIsHeld) {
+  Store store = Store::open(root());
+  RunRecord run = create_run(store, "m", {"iris", 1}, "", "h");
+  save_checkpoint(store, run.id, 10, bytes_of('a', 100000), std::nullopt, 1);
+  SavedCheckpoint second;
+  {
+    // Another process's import holds the writer lock shared: the rotation
+    // must neither wait for it nor remove objects under it.
+    FileLock importer(root() / "locks" / "gc.lock", FileLock::Mode::kShared);
+    second = save_checkpoint(store, run.id, 20, bytes_of('b', 100000), std::nullopt, 1);
+  }
+  EXPECT_TRUE(second.reclaimed.deferred);
+  EXPECT_EQ(second.reclaimed.objects_removed, 0u);
+  EXPECT_GE(gc(store, /*dry_run=*/true, reporter_).blobs_removed, 1u);  // left for gc
+  SavedCheckpoint third = save_checkpoint(store, run.id, 30, bytes_of('c', 100000), std::nullopt, 1);
+  EXPECT_FALSE(third.reclaimed.deferred);
+  EXPECT_EQ(third.reclaimed.blobs_removed, 1u);  // step 20's; step 10's waits for gc
+  EXPECT_GE(third.reclaimed.objects_removed, 1u);
+  EXPECT_EQ(read_checkpoint(store, third.checkpoint), bytes_of('c', 100000));
   EXPECT_TRUE(fsck(store, reporter_).ok());
 }
 
