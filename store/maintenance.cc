@@ -414,11 +414,13 @@ ReclaimReport reclaim_blobs(Store& store, const std::vector<std::string>& blobs)
     }
     txn.commit();
   }
+  fault_point("reclaim.catalog-pruned");
   const ObjectStore& objects = store.objects();
   for (const std::string& object : doomed) {
     report.bytes_freed += objects.stored_size(object);
     objects.remove(object);
     ++report.objects_removed;
+    fault_point("reclaim.object-removed");
   }
   return report;
 }

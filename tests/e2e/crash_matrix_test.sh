@@ -1,0 +1,126 @@
+#!/bin/bash
+# The crash matrix, in the spirit of SQLite's crash tests: every fault point
+# in the sources (include/anneal/fault_point.h) is a place the process can
+# die. For each one the command that passes it is killed there (SIGKILL),
+# and then:
+#   - fsck is clean (exit 0: unreferenced objects and stale runs are notes),
+#   - nothing committed before the kill is lost: every dataset version,
+#     stream, model and alias-history row the catalog held is still there,
+#     and fsck verified the objects they own,
+#   - the same command run again succeeds.
+# A point that appears in the sources without a case here fails the test,
+# so a new write path cannot go untested.
+. "$E2E_LIB"
+use_fault_build
+SOURCES=$(cd "$TEST_DATA/../.." && pwd)
+
+# Every fault point named in the code (fixed names only; the per-job
+# "job.NAME.attempt-N.trained" is built at run time and tested by jobs_test).
+points=$(cd "$SOURCES" && grep -rhoE 'fault_point\("[a-z0-9.-]+"\)' store src cli quantize |
+  sed -E 's/fault_point\("(.*)"\)/\1/' | sort -u)
+[ "$(printf '%s\n' "$points" | wc -l)" -ge 20 ] && pass || fail "found too few fault points: $points"
+
+# The rows a crash must never take away (checkpoints and run states change
+# legitimately; aliases are checked through their history).
+durable_rows() {
+  python3 - "$ANNEAL_HOME/catalog.db" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+for table in ("datasets", "dataset_versions", "dataset_streams", "models", "alias_history"):
+    for row in db.execute(f"SELECT * FROM {table} ORDER BY 1"):
+        print(table, row)
+PY
+}
+
+cat > "$WORK/c.ini" <<'INI'
+name = crashy
+dataset = iris
+layers = dense(16) relu dense(3)
+optimizer = adam
+lr = 0.01
+batch = 16
+epochs = 4
+seed = 3
+threads = 1
+checkpoint_every = 8
+keep_checkpoints = 1
+INI
+
+expect_rc 0 init
+expect_rc 0 data import iris "$TEST_DATA/iris.csv"
+expect_rc 0 train "$WORK/c.ini"
+expect_rc 0 train "$WORK/c.ini"
+
+n=0
+for point in $points; do
+  n=$((n + 1))
+  # The command that passes the point, and what it needs first.
+  case "$point" in
+    import.*|objects.tmp-written)
+      cmd=(data import "crash$n" "$TEST_DATA/wine.csv") ;;
+    checkpoint.*|reclaim.*|model.*)
+      cmd=(train "$WORK/c.ini") ;;
+    gc.*)
+      # Garbage for gc: the objects of an import killed before its commit.
+      head -n "$((40 + n))" "$TEST_DATA/wine.csv" > "$WORK/garbage$n.csv"
+      ANNEAL_FAULT='import.objects-written=crash' "$ANNEAL" data import "garbage$n" "$WORK/garbage$n.csv" \
+        > /dev/null 2>&1
+      cmd=(gc) ;;
+    alias.*)
+      version=$(( (n % 2) + 1 ))
+      cmd=(model alias set "crashy@v$version" production --reason "crash matrix $n") ;;
+    job.*)
+      run submit "$WORK/c.ini" --set "name=job$n" --retries 1
+      job=$OUT
+      cmd=(worker --cores 1 --lease 1s --drain) ;;
+    retrain.*)
+      cmd=(retrain "$WORK/c.ini" --set "name=retrain$n") ;;
+    fsck.waiting-for-gc)
+      # Reached only while a gc holds the store; fsck_during_gc_test stops
+      # fsck there. fsck writes nothing, so a kill there has nothing to lose.
+      pass
+      continue ;;
+    fsck.*)
+      cmd=(fsck) ;;
+    worker.idle)
+      cmd=(worker --cores 1 --drain) ;;
+    *)
+      fail "fault point '$point' has no crash case in crash_matrix_test.sh"
+      continue ;;
+  esac
+  [ "$point" = worker.idle ] && idle_cmd=(worker --cores 1)
+
+  before=$(durable_rows)
+  if [ "$point" = worker.idle ]; then
+    ANNEAL_FAULT="$point=crash" "$ANNEAL" "${idle_cmd[@]}" > "$WORK/crash.out" 2>&1
+  else
+    ANNEAL_FAULT="$point=crash" "$ANNEAL" "${cmd[@]}" > "$WORK/crash.out" 2>&1
+  fi
+  rc=$?
+  if [ "$rc" -ne 137 ]; then
+    fail "$point: 'anneal ${cmd[*]}' was not killed there (exit $rc): $(tail -n 3 "$WORK/crash.out")"
+    continue
+  fi
+  run fsck
+  [ "$RC" -eq 0 ] && pass || fail "$point: fsck after the kill exited $RC: $OUT $ERR"
+  lost=$(comm -23 <(printf '%s\n' "$before" | sort) <(durable_rows | sort))
+  [ -z "$lost" ] && pass || fail "$point: rows committed before the kill are gone: $lost"
+  [ "${cmd[0]}" = worker ] && [ -n "${job:-}" ] && wait_for_lease_expiry "$job"
+  run "${cmd[@]}"
+  [ "$RC" -eq 0 ] && pass || fail "$point: 'anneal ${cmd[*]}' again exited $RC: $ERR"
+  if [[ "$point" == job.* ]]; then
+    expect_eq "$(job_field "$job" state)" "succeeded" "$point: the job succeeds after its worker's death"
+  fi
+  job=""
+  expect_rc 0 fsck
+done
+echo "crash matrix: $n points"
+
+# Everything imported or trained before any of the kills still reads back.
+expect_rc 0 data export iris -o "$WORK/iris.back"
+cmp -s "$WORK/iris.back" "$TEST_DATA/iris.csv" && pass || fail "iris exports bit-identical after the matrix"
+expect_rc 0 eval crashy@v1 iris
+expect_rc 0 gc
+expect_rc 0 fsck
+expect_contains "$OUT" ": ok" "fsck after gc"
+finish
