@@ -26,7 +26,10 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <thread>
+#include <utility>
 
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
@@ -122,6 +125,81 @@ class SpawnActions {
   posix_spawn_file_actions_t actions_;
 };
 
+// Writes the metrics textfile on its own thread, with its own catalog
+// connection, whenever asked. A refresh stats every object file and may wait
+// on a busy catalog; on the worker's main thread that delayed lease renewals
+// past the lease, and another worker took the jobs over. Requests made
+// while one is being written fold into one more write. The destructor
+// writes once more if asked and waits for it.
+class MetricsWriter {
+ public:
+  MetricsWriter(std::filesystem::path store_root, std::filesystem::path dir)
+      : root_(std::move(store_root)), dir_(std::move(dir)), thread_([this](std::stop_token stop) { loop(stop); }) {}
+  ~MetricsWriter() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_one();
+  }
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  void request() {
+    {
+      std::lock_guard lock(mutex_);
+      pending_ = true;
+    }
+    wake_.notify_one();
+  }
+  // The last write's error since the previous call, for the worker's log.
+  std::string take_error() {
+    std::lock_guard lock(mutex_);
+    return std::exchange(error_, std::string());
+  }
+  // Writes once more and waits for it; returns its error, if any.
+  std::string flush() {
+    request();
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return !pending_ && !writing_; });
+    return std::exchange(error_, std::string());
+  }
+
+ private:
+  void loop(std::stop_token) {
+    std::optional<Store> store;
+    for (;;) {
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return pending_ || stopping_; });
+        if (!pending_) return;
+        pending_ = false;
+        writing_ = true;
+      }
+      std::string error;
+      try {
+        if (!store) store.emplace(Store::open(root_));
+        write_metrics_textfile(*store, dir_);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      {
+        std::lock_guard lock(mutex_);
+        writing_ = false;
+        if (!error.empty()) error_ = error;
+      }
+      done_.notify_all();
+    }
+  }
+
+  const std::filesystem::path root_, dir_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  bool pending_ = false, writing_ = false, stopping_ = false;
+  std::string error_;
+  std::jthread thread_;  // last: joined first, while the members above live
+};
+
 class Worker {
  public:
   Worker(Store& store, const WorkerOptions& options, Reporter& reporter)
@@ -138,6 +216,7 @@ class Worker {
     free_cpus_.assign(cpus.begin(), cpus.begin() + options_.cores);
     max_jobs_ = options_.max_jobs > 0 ? options_.max_jobs : options_.cores;
     make_private_dir(store_.root() / "logs");
+    if (options_.metrics_textfile_dir) metrics_.emplace(store_.root(), *options_.metrics_textfile_dir);
   }
 
   void run(std::stop_token stop) {
@@ -196,7 +275,9 @@ class Worker {
       throw;
     }
     arena.execute([&] { waits.wait(); });
-    refresh_metrics();
+    if (metrics_)
+      if (std::string error = metrics_->flush(); !error.empty())
+        throw failure("metrics textfile not written: " + error);
     reporter_.note("worker " + id_ + ": done");
   }
 
@@ -401,7 +482,10 @@ class Worker {
   }
 
   void refresh_metrics() {
-    if (options_.metrics_textfile_dir) write_metrics_textfile(store_, *options_.metrics_textfile_dir);
+    if (!metrics_) return;
+    if (std::string error = metrics_->take_error(); !error.empty())
+      reporter_.note("metrics textfile not written: " + error);
+    metrics_->request();
   }
 
   Store& store_;
@@ -414,6 +498,7 @@ class Worker {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<ExitStatus> exits_;
+  std::optional<MetricsWriter> metrics_;  // last: its final write sees every outcome recorded
 };
 
 }  // namespace
