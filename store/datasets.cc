@@ -179,7 +179,7 @@ std::vector<std::uint8_t> stratified_split(const Table& table, double fraction,
 struct SourceFile {
   std::string role;
   fs::path path;
-  MappedFile mapped;
+  FileSnapshot contents;  // read once: the parse and the stored source see the same bytes
 };
 
 std::string display_name(const fs::path& path) { return path.string(); }
@@ -189,7 +189,7 @@ void parse_inputs(const ImportRequest& request, const std::vector<SourceFile>& s
                   Format& format, Table& train, Table& test) {
   auto bytes_of = [&](const std::string& role) -> std::string_view {
     for (const auto& s : sources)
-      if (s.role == role) return s.mapped.bytes();
+      if (s.role == role) return s.contents.bytes();
     return {};
   };
   auto path_of = [&](const std::string& role) {
@@ -197,8 +197,8 @@ void parse_inputs(const ImportRequest& request, const std::vector<SourceFile>& s
       if (s.role == role) return display_name(s.path);
     return std::string();
   };
-  // Plain input is parsed straight from the mapped file; only compressed
-  // input is decompressed into memory.
+  // Plain input is parsed straight from the file's snapshot; only
+  // compressed input is decompressed, within the request's limits.
   auto text_of = [&](const std::string& role, std::string& owned) -> std::string_view {
     std::string_view bytes = bytes_of(role);
     if (!is_compressed_input(bytes)) return bytes;
@@ -340,7 +340,7 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
   std::vector<SourceFile> sources;
   auto add_source = [&](const std::string& role, const fs::path& path, const char* flag) {
     try {
-      sources.push_back({role, path, MappedFile(path)});
+      sources.push_back({role, path, FileSnapshot(path)});
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::kNotFound)
         throw usage_error(std::string(flag) + ": " + path.string() + ": no such file");
@@ -354,7 +354,7 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
 
   const ObjectStore& objects = store.objects();
   ImportResult result;
-  for (const auto& s : sources) result.source_bytes += s.mapped.bytes().size();
+  for (const auto& s : sources) result.source_bytes += s.contents.bytes().size();
 
   // Chunk, hash and compress the sources while the parser runs: nothing is
   // written until the parse has succeeded, so bad input leaves no trace.
@@ -365,7 +365,7 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
   tbb::task_group group;
   for (std::size_t i = 0; i < sources.size(); ++i)
     group.run([&, i] {
-      source_streams[i] = prepare_stream(objects, sources[i].mapped.bytes(), kSourceChunking);
+      source_streams[i] = prepare_stream(objects, sources[i].contents.bytes(), kSourceChunking);
     });
   group.run([&] { parse_inputs(request, sources, format, train, test); });
   group.wait();

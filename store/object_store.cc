@@ -240,7 +240,7 @@ std::optional<std::string> read_verified(const fs::path& path, const std::string
                                          ZSTD_DCtx* dctx, std::string& raw) {
   std::optional<std::string> problem;
   try {
-    MappedFile file(path);
+    FileSnapshot file(path);
     problem = decode(file.bytes(), dctx, raw);
   } catch (const Error& e) {
     problem = e.kind() == ErrorKind::kNotFound ? std::string("missing") : std::string(e.what());

@@ -213,8 +213,8 @@ PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesys
     throw usage_error("-o " + out.string() + ": file exists (pass --force to replace it)");
   std::string text;
   try {
-    MappedFile mapped(input);
-    text = decompress_input(mapped.bytes(), input.string());
+    FileSnapshot contents(input);
+    text = decompress_input(contents.bytes(), input.string());
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::kNotFound) throw usage_error("--input " + input.string() + ": no such file");
     throw;
