@@ -226,6 +226,7 @@ PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesys
   ParseOptions options;
   options.display_name = input.string();
   options.label = placeholder;
+  options.max_columns = kDefaultMaxColumns + 1;  // the placeholder label is one more
   for (const auto& c : model.features.columns())
     if (c.one_hot) options.categorical.push_back(c.column);
   Table table;
