@@ -31,6 +31,7 @@ constexpr char kMagic[4] = {'A', 'N', 'O', 'B'};
 constexpr std::uint8_t kFormatVersion = 1;
 constexpr std::uint8_t kCodecZstd = 1;
 constexpr std::size_t kHeaderSize = 16;
+constexpr std::uint64_t kMaxZstdRatio = (128 << 10) / 4;
 
 void put_u64le(char* out, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
@@ -57,8 +58,16 @@ std::optional<std::string> decode(std::string_view file, ZSTD_DCtx* dctx, std::s
   if (static_cast<std::uint8_t>(file[5]) != kCodecZstd)
     return "unsupported codec " + std::to_string(std::uint8_t(file[5]));
   std::uint64_t raw_size = get_u64le(file.data() + 8);
-  // A corrupt header must not make us allocate terabytes.
-  if (raw_size > (std::uint64_t(1) << 40)) return "implausible size in header";
+  // A corrupt header must not make us allocate terabytes: a zstd block
+  // expands at most 128 KiB from no fewer than 4 bytes (an RLE block), so
+  // no frame yields more than kMaxZstdRatio times its size.
+  const std::uint64_t frame_size = file.size() - kHeaderSize;
+  if (raw_size > (std::uint64_t(1) << 40) || raw_size / kMaxZstdRatio > frame_size)
+    return "implausible size in header";
+  unsigned long long frame_content = ZSTD_getFrameContentSize(file.data() + kHeaderSize, frame_size);
+  if (frame_content != ZSTD_CONTENTSIZE_UNKNOWN && frame_content != ZSTD_CONTENTSIZE_ERROR &&
+      frame_content != raw_size)
+    return "decompressed size does not match the header";
   raw.resize(raw_size);
   std::size_t n = ZSTD_decompressDCtx(dctx, raw.data(), raw.size(), file.data() + kHeaderSize,
                                       file.size() - kHeaderSize);
@@ -68,6 +77,12 @@ std::optional<std::string> decode(std::string_view file, ZSTD_DCtx* dctx, std::s
 }
 
 }  // namespace
+
+std::optional<std::string> decode_object_file(std::string_view file, std::string& raw) {
+  std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx(ZSTD_createDCtx());
+  if (!dctx) throw failure("zstd: cannot create a decompression context");
+  return decode(file, dctx.get(), raw);
+}
 
 struct ObjectStore::Impl {
   fs::path root;
