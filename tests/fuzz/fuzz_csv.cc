@@ -1,5 +1,7 @@
 // CSV/TSV reader: the first byte picks the delimiter, header, label and
 // non-finite handling; the rest is the file.
+#include <string>
+
 #include "anneal/formats.h"
 #include "fuzz_target.h"
 
@@ -9,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   anneal::ParseOptions options;
   options.display_name = "fuzz.csv";
   options.header = (mode & 1) == 0;
-  if (mode & 2) options.label = "0";  // else the last column
+  if (mode & 2) options.label = std::to_string(0);  // column 0; else the last column
   options.nonfinite = (mode & 4) ? anneal::NonFinite::kMissing : anneal::NonFinite::kError;
   if (mode & 8) options.categorical = {"0"};
   options.max_columns = 256;  // keeps each input's work small, as the flag does
