@@ -65,7 +65,7 @@ package-test: package
 	packaging/package-test "$$(ls -t $(BUILD)/anneal_*.deb | head -n1)" $(BUILD)/package-test
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
 
 # libFuzzer targets (tests/fuzz) built with clang 14 in $(FUZZ_BUILD), each
 # run for FUZZ_SECONDS one after another (FUZZ_TARGETS picks some).
