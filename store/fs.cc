@@ -94,6 +94,8 @@ FileSnapshot::FileSnapshot(const fs::path& path) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) throw failure(errno_message(path, "cannot stat"));
   if (S_ISDIR(st.st_mode)) throw failure(path.string() + ": is a directory, expected a file");
+  // A pipe or device has no size to check the read against.
+  if (!S_ISREG(st.st_mode)) throw failure(path.string() + ": is not a regular file, expected one");
   bytes_ = read_whole_file(fd.get(), static_cast<std::uint64_t>(st.st_size), path);
 }
 

@@ -14,7 +14,8 @@ namespace anneal {
 // mapped file that another process truncates raises SIGBUS at the next read
 // of a lost page, which no caller can turn into an error; a copy stays valid
 // whatever happens to the file. Throws kNotFound when the file does not
-// exist, kFailure when it cannot be opened or is a directory, and kBadData
+// exist, kFailure when it cannot be opened or is not a regular file (a
+// directory, a pipe, a device), and kBadData
 // when its size changes while it is read (truncated or still being written:
 // "PATH: expected N bytes, found M; the file changed while being read").
 // Memory: the file's size.

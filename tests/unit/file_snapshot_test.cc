@@ -80,6 +80,7 @@ TEST(FileSnapshot, MissingFileAndDirectory) {
     EXPECT_EQ(e.kind(), ErrorKind::kNotFound);
   }
   EXPECT_THROW(FileSnapshot snapshot(dir.path()), Error);
+  EXPECT_THROW(FileSnapshot snapshot("/dev/null"), Error);  // no size to check a read against
   write(dir.path() / "empty", "");
   EXPECT_EQ(FileSnapshot(dir.path() / "empty").bytes().size(), 0u);
 }
