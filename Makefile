@@ -6,7 +6,7 @@ DEMO_STORE ?= $(BUILD)/demo-store
 ANNEAL      = $(BUILD)/cli/anneal
 FMNIST      = /usr/share/datasets/fashion-mnist
 
-.PHONY: all deps build demo test test-sanitize bench package package-test clean
+.PHONY: all deps build demo test test-sanitize bench package package-test clean fuzz
 
 all: build
 
@@ -65,4 +65,15 @@ package-test: package
 	packaging/package-test "$$(ls -t $(BUILD)/anneal_*.deb | head -n1)" $(BUILD)/package-test
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+
+# libFuzzer targets (tests/fuzz) built with clang 14 in $(FUZZ_BUILD), each
+# run for FUZZ_SECONDS one after another (FUZZ_TARGETS picks some).
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+fuzz: deps
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++-14 \
+	    -DCMAKE_C_COMPILER=clang-14 -DANNEAL_FUZZ=ON
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
+	FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD) $(FUZZ_TARGETS)

@@ -1,5 +1,6 @@
 // init, data import/list/show/diff/export, fsck, gc: parse arguments, call
 // store/, print the result as text or JSON.
+#include <algorithm>
 #include <iostream>
 
 #include "anneal/datasets.h"
@@ -14,6 +15,19 @@ namespace anneal::cli {
 namespace {
 
 using nlohmann::json;
+
+// "1048576", "512K", "64M", "4G" (binary multiples); throws kUsage naming
+// `flag` on anything else, zero, or a size beyond 2^62.
+std::uint64_t parse_byte_size(const std::string& text, const char* flag) {
+  std::size_t digits = std::min(text.find_first_not_of("0123456789"), text.size());
+  std::string_view suffix = std::string_view(text).substr(digits);
+  int shift = suffix.empty() ? 0 : suffix == "K" ? 10 : suffix == "M" ? 20 : suffix == "G" ? 30 : -1;
+  std::uint64_t value = 0;
+  if (digits >= 1 && digits <= 12 && shift >= 0) value = std::stoull(text.substr(0, digits)) << shift;
+  if (value == 0 || value > (std::uint64_t{1} << 62))
+    throw usage_error(std::string(flag) + " '" + text + "': expected a size in bytes, optionally with K, M or G");
+  return value;
+}
 
 json stream_json(const DatasetStream& s) {
   json j = {{"role", s.role}, {"blob", s.blob}, {"size", s.size}, {"chunks", s.chunks}};
@@ -107,6 +121,16 @@ int run_import(const Invocation& inv) {
   if (a.count("categorical")) request.categorical = a["categorical"].as<std::vector<std::string>>();
   request.split = a["split"].as<double>();
   request.seed = a["seed"].as<std::uint64_t>();
+  request.nonfinite = parse_nonfinite_name(a["nonfinite"].as<std::string>());
+  request.max_columns = a["max-columns"].as<std::uint64_t>();
+  if (request.max_columns < 2 || request.max_columns > kCeilingMaxColumns)
+    throw usage_error("--max-columns " + std::to_string(request.max_columns) + ": expected 2 to " +
+                      std::to_string(kCeilingMaxColumns));
+  request.decompress_limits.max_bytes = parse_byte_size(a["max-decompressed-size"].as<std::string>(),
+                                                        "--max-decompressed-size");
+  request.decompress_limits.max_ratio = a["max-decompression-ratio"].as<std::uint64_t>();
+  if (request.decompress_limits.max_ratio == 0)
+    throw usage_error("--max-decompression-ratio 0: expected a ratio of at least 1");
   if (request.test && !a["split"].defaulted())
     throw usage_error("--split: a version with --test FILE takes its test split from that file");
 
@@ -257,7 +281,16 @@ void add_store_commands(std::vector<Command>& out) {
               "treat these columns as categorical even if numeric")
              ("split", po::value<double>()->default_value(0.2)->value_name("FRACTION"),
               "fraction held out as the test split when no --test is given")
-             ("seed", po::value<std::uint64_t>()->default_value(0)->value_name("N"), "seed of the split");
+             ("seed", po::value<std::uint64_t>()->default_value(0)->value_name("N"), "seed of the split")
+             ("nonfinite", po::value<std::string>()->default_value("error")->value_name("error|missing"),
+              "inf, -inf, nan spelled otherwise than NaN, and numbers beyond float32: bad input (error) or missing")
+             ("max-columns", po::value<std::uint64_t>()->default_value(kDefaultMaxColumns)->value_name("N"),
+              "most CSV/TSV columns, or highest LIBSVM feature index")
+             ("max-decompressed-size", po::value<std::string>()->default_value("4G")->value_name("BYTES"),
+              ".gz/.zst input: most bytes it may expand to (suffix K, M or G)")
+             ("max-decompression-ratio",
+              po::value<std::uint64_t>()->default_value(kDefaultMaxDecompressionRatio)->value_name("N"),
+              ".gz/.zst input: most times its compressed size it may expand to");
        },
        {"NAME", "FILE"}, run_import});
   out.push_back({"data list", "", "list datasets and their latest versions", "", nullptr, {}, run_list});

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -90,6 +91,17 @@ json columns_to_json(const std::vector<ColumnSchema>& columns) {
   return out;
 }
 
+namespace {
+
+// JSON has no inf or NaN: nlohmann writes them as null. A statistic read
+// back as null is NaN, so a row written with one stays readable.
+double statistic_from_json(const json& column, const char* key) {
+  const json& value = column.at(key);
+  return value.is_number() ? value.get<double>() : std::numeric_limits<double>::quiet_NaN();
+}
+
+}  // namespace
+
 std::vector<ColumnSchema> columns_from_json(const json& array) {
   std::vector<ColumnSchema> columns;
   for (const auto& j : array) {
@@ -99,10 +111,10 @@ std::vector<ColumnSchema> columns_from_json(const json& array) {
                                                                : ColumnType::kNumeric;
     c.missing = j.at("missing").get<std::uint64_t>();
     c.count = j.at("count").get<std::uint64_t>();
-    c.min = j.at("min").get<double>();
-    c.max = j.at("max").get<double>();
-    c.mean = j.at("mean").get<double>();
-    c.std = j.at("std").get<double>();
+    c.min = statistic_from_json(j, "min");
+    c.max = statistic_from_json(j, "max");
+    c.mean = statistic_from_json(j, "mean");
+    c.std = statistic_from_json(j, "std");
     if (j.contains("shape")) c.shape = j["shape"].get<std::vector<std::int64_t>>();
     if (j.contains("categories")) c.categories = j["categories"].get<std::vector<std::string>>();
     columns.push_back(std::move(c));
@@ -180,7 +192,7 @@ std::vector<std::uint8_t> stratified_split(const Table& table, double fraction,
 struct SourceFile {
   std::string role;
   fs::path path;
-  MappedFile mapped;
+  FileSnapshot contents;  // read once: the parse and the stored source see the same bytes
 };
 
 std::string display_name(const fs::path& path) { return path.string(); }
@@ -190,7 +202,7 @@ void parse_inputs(const ImportRequest& request, const std::vector<SourceFile>& s
                   Format& format, Table& train, Table& test) {
   auto bytes_of = [&](const std::string& role) -> std::string_view {
     for (const auto& s : sources)
-      if (s.role == role) return s.mapped.bytes();
+      if (s.role == role) return s.contents.bytes();
     return {};
   };
   auto path_of = [&](const std::string& role) {
@@ -198,12 +210,12 @@ void parse_inputs(const ImportRequest& request, const std::vector<SourceFile>& s
       if (s.role == role) return display_name(s.path);
     return std::string();
   };
-  // Plain input is parsed straight from the mapped file; only compressed
-  // input is decompressed into memory.
+  // Plain input is parsed straight from the file's snapshot; only
+  // compressed input is decompressed, within the request's limits.
   auto text_of = [&](const std::string& role, std::string& owned) -> std::string_view {
     std::string_view bytes = bytes_of(role);
     if (!is_compressed_input(bytes)) return bytes;
-    owned = decompress_input(bytes, path_of(role));
+    owned = decompress_input(bytes, path_of(role), request.decompress_limits);
     return owned;
   };
   std::string main_owned;
@@ -227,6 +239,8 @@ void parse_inputs(const ImportRequest& request, const std::vector<SourceFile>& s
     options.header = request.header;
     options.label = request.label;
     options.categorical = request.categorical;
+    options.nonfinite = request.nonfinite;
+    options.max_columns = request.max_columns;
     if (reference) {
       options.reference = &reference->columns;
       if (format == Format::kLibsvm) options.libsvm_features = reference->sample_width();
@@ -341,7 +355,7 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
   std::vector<SourceFile> sources;
   auto add_source = [&](const std::string& role, const fs::path& path, const char* flag) {
     try {
-      sources.push_back({role, path, MappedFile(path)});
+      sources.push_back({role, path, FileSnapshot(path)});
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::kNotFound)
         throw usage_error(std::string(flag) + ": " + path.string() + ": no such file");
@@ -355,7 +369,7 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
 
   const ObjectStore& objects = store.objects();
   ImportResult result;
-  for (const auto& s : sources) result.source_bytes += s.mapped.bytes().size();
+  for (const auto& s : sources) result.source_bytes += s.contents.bytes().size();
 
   // Chunk, hash and compress the sources while the parser runs: nothing is
   // written until the parse has succeeded, so bad input leaves no trace.
@@ -366,7 +380,7 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
   tbb::task_group group;
   for (std::size_t i = 0; i < sources.size(); ++i)
     group.run([&, i] {
-      source_streams[i] = prepare_stream(objects, sources[i].mapped.bytes(), kSourceChunking);
+      source_streams[i] = prepare_stream(objects, sources[i].contents.bytes(), kSourceChunking);
     });
   group.run([&] { parse_inputs(request, sources, format, train, test); });
   group.wait();
@@ -380,6 +394,8 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
     options["header"] = request.header;
     options["categorical"] = request.categorical;
   }
+  // Only when it changed the parse, so earlier versions keep their identity.
+  if (request.nonfinite == NonFinite::kMissing) options["nonfinite"] = "missing";
   if (!request.test) {
     options["split"] = request.split;
     options["seed"] = request.seed;
@@ -443,6 +459,16 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
   group.wait();
   fault_point("import.prepared");
 
+  // The schema row is read by every 'data list': bound it, whatever the
+  // columns and categories add up to.
+  std::string schema_text =
+      json{{"columns", columns_to_json(columns)}, {"sample_shape", train.sample_shape}}.dump();
+  if (schema_text.size() > kMaxSchemaBytes)
+    throw data_error(request.file.string() + ": expected a schema (column names and categorical values) of at most " +
+                     std::to_string(kMaxSchemaBytes) + " bytes, found " + std::to_string(schema_text.size()) +
+                     " bytes for " + std::to_string(columns.size()) +
+                     " columns; a column with that many distinct values is better read as numeric or dropped");
+
   // From the first object written until the catalog commit, hold the writer
   // lock so a concurrent gc cannot take objects that are not yet referenced.
   FileLock writer = store.writer_lock();
@@ -472,7 +498,6 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
     next.bind(1, dataset_id);
     next.step();
     version_number = static_cast<int>(next.int64(0));
-    json schema = {{"columns", columns_to_json(columns)}, {"sample_shape", train.sample_shape}};
     db.prepare(
           "INSERT INTO dataset_versions(dataset_id, version, created_at, fingerprint, format, rows, "
           "train_rows, test_rows, label_column, schema_json, options_json) "
@@ -486,7 +511,7 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
         .bind(7, static_cast<std::int64_t>(result.version.train_rows))
         .bind(8, static_cast<std::int64_t>(result.version.test_rows))
         .bind(9, train.columns[train.label_column].name)
-        .bind(10, schema.dump())
+        .bind(10, schema_text)
         .bind(11, options.dump())
         .run();
     std::int64_t version_id = db.last_insert_id();

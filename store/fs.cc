@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,7 +58,34 @@ std::string unique_suffix() {
 
 }  // namespace
 
-MappedFile::MappedFile(const fs::path& path) {
+std::string read_whole_file(int fd, std::uint64_t size, const fs::path& path) {
+  auto changed = [&](std::uint64_t found) {
+    return data_error(path.string() + ": expected " + std::to_string(size) + " bytes, found " +
+                      (found > size ? "more" : std::to_string(found)) +
+                      "; the file changed while being read (truncated, or still being written?)");
+  };
+  std::string bytes(static_cast<std::size_t>(size), '\0');
+  std::uint64_t done = 0;
+  while (done < size) {
+    ssize_t n = ::pread(fd, bytes.data() + done, static_cast<std::size_t>(size - done), static_cast<off_t>(done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw failure(errno_message(path, "read failed"));
+    }
+    if (n == 0) throw changed(done);
+    done += static_cast<std::uint64_t>(n);
+  }
+  char probe;
+  ssize_t more;
+  do {
+    more = ::pread(fd, &probe, 1, static_cast<off_t>(size));
+  } while (more < 0 && errno == EINTR);
+  if (more < 0) throw failure(errno_message(path, "read failed"));
+  if (more > 0) throw changed(size + 1);
+  return bytes;
+}
+
+FileSnapshot::FileSnapshot(const fs::path& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
     if (errno == ENOENT) throw not_found(path.string() + ": no such file");
@@ -68,29 +94,9 @@ MappedFile::MappedFile(const fs::path& path) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) throw failure(errno_message(path, "cannot stat"));
   if (S_ISDIR(st.st_mode)) throw failure(path.string() + ": is a directory, expected a file");
-  size_ = static_cast<std::size_t>(st.st_size);
-  if (size_ == 0) return;
-  // MAP_POPULATE maps every page up front: callers read the whole file, and
-  // one populate pass is far cheaper than a page fault per 4 KiB.
-  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd.get(), 0);
-  if (p == MAP_FAILED) throw failure(errno_message(path, "cannot map"));
-  data_ = static_cast<const char*>(p);
-}
-
-MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<char*>(data_), size_);
-}
-
-MappedFile::MappedFile(MappedFile&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-
-MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
-  if (this != &other) {
-    if (data_) ::munmap(const_cast<char*>(data_), size_);
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-  }
-  return *this;
+  // A pipe or device has no size to check the read against.
+  if (!S_ISREG(st.st_mode)) throw failure(path.string() + ": is not a regular file, expected one");
+  bytes_ = read_whole_file(fd.get(), static_cast<std::uint64_t>(st.st_size), path);
 }
 
 void make_private_dir(const fs::path& dir) {

@@ -35,6 +35,9 @@ constexpr std::size_t kHeaderSize = 16;
 // The largest object anneal writes is a 4 MiB chunk; a reader accepts up to
 // 16 times that, so a future larger chunk size still reads.
 constexpr std::uint64_t kMaxObjectSize = std::uint64_t{64} << 20;
+// A zstd block expands at most 128 KiB from no fewer than 4 bytes (an RLE
+// block), so no frame yields more than this many times its size.
+constexpr std::uint64_t kMaxZstdRatio = (128 << 10) / 4;
 
 void put_u64le(char* out, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
@@ -61,16 +64,19 @@ std::optional<std::string> decode(std::string_view file, ZSTD_DCtx* dctx, std::s
   if (static_cast<std::uint8_t>(file[5]) != kCodecZstd)
     return "unsupported codec " + std::to_string(std::uint8_t(file[5]));
   std::uint64_t raw_size = get_u64le(file.data() + 8);
-  // A damaged header must not make us allocate terabytes: the length must be
-  // the one the zstd frame itself declares, and no object is larger than
-  // kMaxObjectSize (the largest chunk is 4 MiB).
-  if (raw_size > kMaxObjectSize)
-    return "header claims " + std::to_string(raw_size) + " bytes, more than any object holds (" +
-           std::to_string(kMaxObjectSize) + ")";
-  const unsigned long long frame_size = ZSTD_getFrameContentSize(file.data() + kHeaderSize, file.size() - kHeaderSize);
+  // A damaged header must not make us allocate terabytes: no object is
+  // larger than kMaxObjectSize (the largest chunk is 4 MiB), none can
+  // expand more than kMaxZstdRatio, and the length must be the one the zstd
+  // frame itself declares.
+  const std::uint64_t frame_bytes = file.size() - kHeaderSize;
+  if (raw_size > kMaxObjectSize || raw_size / kMaxZstdRatio > frame_bytes)
+    return "header claims " + std::to_string(raw_size) + " bytes, implausible from a " + std::to_string(frame_bytes) +
+           "-byte zstd frame (no object holds more than " + std::to_string(kMaxObjectSize) + ")";
+  const unsigned long long frame_size = ZSTD_getFrameContentSize(file.data() + kHeaderSize, frame_bytes);
   if (frame_size == ZSTD_CONTENTSIZE_ERROR) return "cannot decompress: not a zstd frame";
   if (frame_size != ZSTD_CONTENTSIZE_UNKNOWN && frame_size != raw_size)
-    return "header says " + std::to_string(raw_size) + " bytes, the zstd frame " + std::to_string(frame_size);
+    return "decompressed size does not match the header: the header says " + std::to_string(raw_size) +
+           " bytes, the zstd frame " + std::to_string(frame_size);
   raw.resize(raw_size);
   std::size_t n = ZSTD_decompressDCtx(dctx, raw.data(), raw.size(), file.data() + kHeaderSize,
                                       file.size() - kHeaderSize);
@@ -80,6 +86,12 @@ std::optional<std::string> decode(std::string_view file, ZSTD_DCtx* dctx, std::s
 }
 
 }  // namespace
+
+std::optional<std::string> decode_object_file(std::string_view file, std::string& raw) {
+  std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx(ZSTD_createDCtx());
+  if (!dctx) throw failure("zstd: cannot create a decompression context");
+  return decode(file, dctx.get(), raw);
+}
 
 struct ObjectStore::Impl {
   fs::path root;
@@ -277,7 +289,7 @@ std::optional<std::string> read_verified(const fs::path& path, const std::string
                                          ZSTD_DCtx* dctx, std::string& raw) {
   std::optional<std::string> problem;
   try {
-    MappedFile file(path);
+    FileSnapshot file(path);
     problem = decode(file.bytes(), dctx, raw);
   } catch (const Error& e) {
     problem = e.kind() == ErrorKind::kNotFound ? std::string("missing") : std::string(e.what());

@@ -76,7 +76,14 @@ struct ImportRequest {
   std::vector<std::string> categorical;  // force these columns categorical
   double split = 0.2;                    // test fraction when no --test is given
   std::uint64_t seed = 0;
+  NonFinite nonfinite = NonFinite::kError;           // --nonfinite
+  std::uint64_t max_columns = kDefaultMaxColumns;    // --max-columns
+  DecompressLimits decompress_limits;                // --max-decompressed-size, --max-decompression-ratio
 };
+
+// The largest schema_json row an import writes (column names, statistics and
+// categorical values): every 'data list' and 'data show' reads it.
+inline constexpr std::size_t kMaxSchemaBytes = std::size_t{64} << 20;
 
 struct ImportResult {
   DatasetVersion version;
@@ -125,7 +132,9 @@ struct LoadedDataset {
 };
 LoadedDataset load_dataset(Store& store, const DatasetRef& ref);
 
-// Schema <-> JSON, as stored in the catalog and printed by --json.
+// Schema <-> JSON, as stored in the catalog and printed by --json. A
+// statistic that is not finite is written as null (JSON has no inf or NaN)
+// and read back as NaN, so every row the writer produced can be read.
 nlohmann::json columns_to_json(const std::vector<ColumnSchema>& columns);
 std::vector<ColumnSchema> columns_from_json(const nlohmann::json& json);
 

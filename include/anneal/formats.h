@@ -28,6 +28,41 @@ Format parse_format_name(std::string_view name);
 // that, from the first bytes of the decompressed content. Never returns kAuto.
 Format detect_format(std::string_view file_name, std::string_view content);
 
+// How the parsers read numbers that are not finite: inf, -inf, infinity, a
+// nan spelled other than the missing tokens (-nan, nan(1)), values beyond
+// float32's range (1e39) and, in IDX float data, inf and NaN elements. Such
+// a value would make a column statistic infinite; by default it is bad input.
+enum class NonFinite {
+  kError,    // "NAME:LINE:COLUMN: expected a finite number, found ..."
+  kMissing,  // read as a missing value (NaN), like an empty cell
+};
+
+// Parses a --nonfinite value ("error" or "missing"); throws kUsage otherwise.
+NonFinite parse_nonfinite_name(std::string_view name);
+
+// Limits that keep memory bounded whatever the input. Each names the flag
+// that raises it in its error message.
+//
+// Columns: Excel stops at 16,384 columns, so no spreadsheet export is wider;
+// a header of that many names costs a few MB of schema. LIBSVM feature
+// indices count as columns (they become f1..fN). The hard ceiling keeps the
+// catalog's schema row (about 100 bytes a column) within kMaxSchemaBytes.
+inline constexpr std::uint64_t kDefaultMaxColumns = 16384;
+inline constexpr std::uint64_t kCeilingMaxColumns = 1000000;
+// Compressed input is inflated into memory: at most this many bytes, and at
+// most this many times the compressed size. Real CSV compresses 3-20x (gzip
+// cannot exceed about 1030x; zstd on a file of zeros reaches 10^4x and more).
+inline constexpr std::uint64_t kDefaultMaxDecompressedBytes = std::uint64_t{4} << 30;
+inline constexpr std::uint64_t kDefaultMaxDecompressionRatio = 200;
+// Column names longer than this are refused: they end up in every catalog
+// read of the version.
+inline constexpr std::size_t kMaxColumnNameBytes = 1024;
+
+struct DecompressLimits {
+  std::uint64_t max_bytes = kDefaultMaxDecompressedBytes;  // --max-decompressed-size
+  std::uint64_t max_ratio = kDefaultMaxDecompressionRatio;  // --max-decompression-ratio
+};
+
 struct ParseOptions {
   std::string display_name;           // used in error messages (the path as given)
   bool header = true;                 // CSV/TSV: first record names the columns
@@ -43,12 +78,20 @@ struct ParseOptions {
   const std::vector<ColumnSchema>* reference = nullptr;
   // LIBSVM: feature count of the reference part, so test matches train width.
   std::optional<std::int64_t> libsvm_features;
+  NonFinite nonfinite = NonFinite::kError;
+  // CSV/TSV: most columns (label included); LIBSVM: highest feature index.
+  // Checked before anything per column is allocated (--max-columns).
+  std::uint64_t max_columns = kDefaultMaxColumns;
 };
 
 // Sniffs gzip (1f 8b) or zstd (28 b5 2f fd) magic and returns the
 // decompressed bytes; returns the input unchanged otherwise. Throws kBadData
-// naming display_name on a truncated or corrupt stream.
-std::string decompress_input(std::string_view bytes, const std::string& display_name);
+// naming display_name on a truncated or corrupt stream, and as soon as the
+// output passes limits.max_bytes or limits.max_ratio times bytes.size()
+// (the message names the limit and its flag): memory stays within about
+// the limit however the stream claims to expand.
+std::string decompress_input(std::string_view bytes, const std::string& display_name,
+                             const DecompressLimits& limits = {});
 
 // CSV (delimiter ',') and TSV (delimiter '\t'): RFC 4180 quoting including
 // quoted newlines and doubled quotes, LF or CRLF line ends, an optional UTF-8
@@ -58,20 +101,26 @@ std::string decompress_input(std::string_view bytes, const std::string& display_
 // later non-number in a numeric column is an error that names the column.
 // Errors: empty input, header with no rows, ragged rows, unterminated quote,
 // text that is not UTF-8 or holds NUL bytes, a label column that does not
-// exist, a missing label value.
+// exist, a missing label value, more than options.max_columns columns, a
+// column name over kMaxColumnNameBytes, a non-finite number (unless
+// options.nonfinite is kMissing).
 Table parse_delimited(std::string_view text, char delimiter, const ParseOptions& options);
 
 // IDX (as used by MNIST and Fashion-MNIST): `images` holds N samples of any
 // rank (N x H x W becomes sample_shape {1, H, W}; N x D becomes {D}); `labels`
 // is a rank-1 IDX of N values. Element types u8, s8, i16, i32, f32, f64
 // (big-endian). Columns: "image" (numeric, shape = sample_shape) and "label".
-// Errors: bad magic, truncated data, sizes that do not match each other.
+// Errors: bad magic, truncated data, sizes that do not match each other, a
+// non-finite f32/f64 image element (unless options.nonfinite is kMissing:
+// then it is missing) or label.
 Table parse_idx(std::string_view images, std::string_view labels,
                 const ParseOptions& options, const std::string& labels_display_name);
 
 // LIBSVM sparse text: "LABEL INDEX:VALUE ..." per line, 1-based ascending
 // indices, '#' comments. Densified to F = max index columns named f1..fF plus
-// "label"; absent entries are 0.
+// "label"; absent entries are 0. Errors: malformed lines, an index above
+// options.max_columns, a non-finite label, a non-finite value (unless
+// options.nonfinite is kMissing: then the entry is missing).
 Table parse_libsvm(std::string_view text, const ParseOptions& options);
 
 // Whether decompress_input would decompress `bytes` (gzip or zstd magic).

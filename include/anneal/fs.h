@@ -3,30 +3,38 @@
 // path and the errno text; none of them print.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
 
 namespace anneal {
 
-// A read-only view of a whole file (mmap; an empty file maps to an empty
-// view). Movable, not copyable; unmaps on destruction. Throws kNotFound when
-// the file does not exist.
-class MappedFile {
+// The whole content of a file as read once, into memory. Not a mapping: a
+// mapped file that another process truncates raises SIGBUS at the next read
+// of a lost page, which no caller can turn into an error; a copy stays valid
+// whatever happens to the file. Throws kNotFound when the file does not
+// exist, kFailure when it cannot be opened or is not a regular file (a
+// directory, a pipe, a device), and kBadData
+// when its size changes while it is read (truncated or still being written:
+// "PATH: expected N bytes, found M; the file changed while being read").
+// Memory: the file's size.
+class FileSnapshot {
  public:
-  explicit MappedFile(const std::filesystem::path& path);
-  ~MappedFile();
-  MappedFile(MappedFile&& other) noexcept;
-  MappedFile& operator=(MappedFile&& other) noexcept;
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
+  explicit FileSnapshot(const std::filesystem::path& path);
 
-  std::string_view bytes() const { return {data_, size_}; }
+  std::string_view bytes() const { return bytes_; }
 
  private:
-  const char* data_ = nullptr;
-  std::size_t size_ = 0;
+  std::string bytes_;
 };
+
+// Reads exactly `size` bytes from the start of the open file `fd` (the size
+// fstat reported when it was opened) and checks that the file ends there;
+// FileSnapshot's read, exposed so tests can change the file between the two.
+// Throws kBadData naming `path` when the file has become shorter or longer,
+// kFailure on a read error.
+std::string read_whole_file(int fd, std::uint64_t size, const std::filesystem::path& path);
 
 // Creates `dir` (and parents) with mode 0700 when missing.
 void make_private_dir(const std::filesystem::path& dir);

@@ -29,6 +29,14 @@ struct PreparedObject {
   bool stored = false;
 };
 
+// Decodes the bytes of one object file (header, then a zstd frame) into
+// `raw`. Returns what is wrong with them, or nullopt when they decode to
+// exactly the size the header records. The hash is not checked (the caller
+// knows the id). Memory stays within what the frame can really expand to:
+// a header claiming more than zstd's largest ratio allows is refused before
+// allocating.
+std::optional<std::string> decode_object_file(std::string_view file, std::string& raw);
+
 class ObjectStore {
  public:
   // `root` is the store directory; objects/ and tmp/ must exist under it.

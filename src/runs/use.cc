@@ -213,8 +213,8 @@ PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesys
     throw usage_error("-o " + out.string() + ": file exists (pass --force to replace it)");
   std::string text;
   try {
-    MappedFile mapped(input);
-    text = decompress_input(mapped.bytes(), input.string());
+    FileSnapshot contents(input);
+    text = decompress_input(contents.bytes(), input.string());
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::kNotFound) throw usage_error("--input " + input.string() + ": no such file");
     throw;
@@ -226,6 +226,7 @@ PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesys
   ParseOptions options;
   options.display_name = input.string();
   options.label = placeholder;
+  options.max_columns = kDefaultMaxColumns + 1;  // the placeholder label is one more
   for (const auto& c : model.features.columns())
     if (c.one_hot) options.categorical.push_back(c.column);
   Table table;

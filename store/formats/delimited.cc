@@ -164,7 +164,8 @@ class DelimitedParser::BlockParser {
         columns_(layout_.columns.size()),
         features_(columns_ - 1),
         feature_rows_(table.features.data() + block.first_row * features_),
-        labels_(table.labels.data() + block.first_row) {}
+        labels_(table.labels.data() + block.first_row),
+        nonfinite_(parser.options_.nonfinite) {}
 
   void parse() {
     block_.dictionaries.resize(layout_.categorical.size());
@@ -225,9 +226,9 @@ class DelimitedParser::BlockParser {
       float value;
       const char* number_end = formats::parse_float_prefix(p, reader_.end(), value);
       const char* next;
-      if (number_end != nullptr && reader_.ends_field(number_end, next, record_end)) {
-        if (column == layout_.label && std::isnan(value))
-          throw missing_label(p, std::string_view(p, static_cast<std::size_t>(number_end - p)));
+      // Non-finite values (and the NaN of a missing token) take the path
+      // below, which tells them apart.
+      if (number_end != nullptr && std::isfinite(value) && reader_.ends_field(number_end, next, record_end)) {
         cell = value;
         return next;
       }
@@ -249,8 +250,13 @@ class DelimitedParser::BlockParser {
     const ColumnPlan& plan = layout_.columns[column];
     float number;
     if (field_number(field, reader_.end(), number)) {
-      if (column == layout_.label && std::isnan(number)) throw missing_label(field.start, trimmed_content(field));
-      return number;
+      if (std::isfinite(number)) return number;
+      if (nonfinite_ == NonFinite::kMissing && column != layout_.label) return NAN;
+      throw TextError{reader_.offset(field.begin),
+                      "expected a finite number, found " + formats::quote_for_message(trimmed_content(field)) +
+                          " in column '" + plan.name + "'" +
+                          (column == layout_.label ? std::string(" (the label)")
+                                                   : std::string(" (--nonfinite missing reads such values as missing)"))};
     }
     std::string why = plan.origin == TypeOrigin::kReference
                           ? "numeric in the train part"
@@ -273,6 +279,7 @@ class DelimitedParser::BlockParser {
   std::size_t columns_, features_;
   float* feature_rows_;
   float* labels_;
+  NonFinite nonfinite_;
 };
 
 Table DelimitedParser::parse() {
@@ -323,7 +330,7 @@ std::vector<DelimitedParser::Block> DelimitedParser::count_records() const {
     std::vector<Field> fields;
     try {
       for (const char* p = reader.skip_empty_lines(begin); p < reader.end(); p = reader.skip_empty_lines(p)) {
-        p = read_record(reader, p, fields);
+        p = read_record(reader, p, fields, layout_.columns.size());
         ++block.rows;
       }
     } catch (TextError& error) {
@@ -359,9 +366,19 @@ void DelimitedParser::read_header() {
     fail(reader_.offset(first), std::string("expected ") + (options_.header ? "a header row" : "a data row") +
                                     ", found end of input");
   std::vector<Field> fields;
-  const char* after;
+  const char* after = first;
   try {
-    after = read_record(reader_, first, fields);
+    // Not read_record: past the column limit the message names the limit.
+    const std::uint64_t limit = options_.max_columns;
+    for (bool record_end = false; !record_end;) {
+      if (fields.size() == limit)
+        fail(reader_.offset(after),
+             "expected at most " + std::to_string(limit) + " columns, found " +
+                 std::to_string(reader_.count_remaining(after, fields.size())) +
+                 " (pass --max-columns N to raise the limit)");
+      fields.emplace_back();
+      after = reader_.read(after, fields.back(), record_end);
+    }
   } catch (const TextError& error) {
     formats::throw_text_error(options_.display_name, text_, error);
   }
@@ -385,6 +402,10 @@ void DelimitedParser::name_columns(const std::vector<Field>& first_record) {
   std::unordered_map<std::string_view, std::size_t> seen;
   for (std::size_t i = 0; i < columns.size(); ++i) {
     columns[i].name = options_.header ? first_record[i].value() : std::string();
+    if (columns[i].name.size() > kMaxColumnNameBytes)
+      fail(reader_.offset(first_record[i].start),
+           "expected a column name of at most " + std::to_string(kMaxColumnNameBytes) + " bytes, found one of " +
+               std::to_string(columns[i].name.size()));
     if (columns[i].name.empty()) columns[i].name = "col" + std::to_string(i + 1);
   }
   for (std::size_t i = 0; i < columns.size(); ++i) {
@@ -447,7 +468,7 @@ void DelimitedParser::infer_types() {
     for (std::size_t rows = 0; rows < kInferenceRows; ++rows) {
       p = reader_.skip_empty_lines(p);
       if (p == reader_.end()) break;
-      p = read_record(reader_, p, fields);
+      p = read_record(reader_, p, fields, columns.size());
       if (fields.size() != columns.size()) break;
       for (std::size_t i = 0; i < fields.size(); ++i)
         if (all_numbers[i] && !is_missing(fields[i]) && !field_number(fields[i], reader_.end(), number)) all_numbers[i] = 0;

@@ -175,10 +175,17 @@ class FieldReader {
 };
 
 // Reads one whole record into `fields`; returns where the next one starts.
-inline const char* read_record(const FieldReader& reader, const char* p, std::vector<Field>& fields) {
+// A record of more than `max_fields` fields throws TextError at the first
+// field too many ("expected N fields, found M"), so one very long line
+// cannot make `fields` grow without bound.
+inline const char* read_record(const FieldReader& reader, const char* p, std::vector<Field>& fields,
+                               std::size_t max_fields) {
   fields.clear();
   bool record_end = false;
   while (!record_end) {
+    if (fields.size() == max_fields)
+      throw TextError{reader.offset(p), "expected " + std::to_string(max_fields) + " fields, found " +
+                                            std::to_string(reader.count_remaining(p, max_fields))};
     fields.emplace_back();
     p = reader.read(p, fields.back(), record_end);
   }

@@ -1,6 +1,7 @@
 // IDX: the big-endian array format of MNIST and Fashion-MNIST.
 #include <tbb/parallel_for.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -66,6 +67,7 @@ struct IdxArray {
   unsigned char type = 0;
   std::vector<std::int64_t> dims;
   const unsigned char* data = nullptr;
+  std::size_t header_bytes = 0;  // where data starts in the file
   std::uint64_t elements = 0;
 };
 
@@ -100,6 +102,7 @@ IdxArray read_idx(std::string_view bytes, const std::string& name) {
                      " data bytes for dims " + shape_text(array.dims) + ", found " + std::to_string(found) +
                      (found < data_bytes ? " (truncated file?)" : " (trailing data?)"));
   array.data = p + header;
+  array.header_bytes = header;
   return array;
 }
 
@@ -127,11 +130,24 @@ float element_at(const IdxArray& array, std::uint64_t i) {
   return 0;
 }
 
+bool is_float_type(unsigned char type) {
+  return type == static_cast<unsigned char>(ElementType::kF32) || type == static_cast<unsigned char>(ElementType::kF64);
+}
+
 // Converts every element to float in parallel, returning their statistics.
-ColumnStats convert(const IdxArray& array, std::vector<float>& out) {
+// f32/f64 elements that are not finite (inf, NaN, f64 beyond float32's
+// range) become missing (NaN) when `policy` is kMissing; otherwise the first
+// one is reported as kBadData naming `name`, its element and byte offset,
+// and `hint`.
+// Integer elements are always finite.
+ColumnStats convert(const IdxArray& array, std::vector<float>& out, NonFinite policy, const std::string& name,
+                    std::string_view hint) {
   out.resize(array.elements);
   std::size_t chunks = (array.elements + kConvertChunk - 1) / kConvertChunk;
   std::vector<ColumnStats> chunk_stats(chunks);
+  constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();
+  std::vector<std::uint64_t> first_nonfinite(chunks, kNone);
+  const bool floats = is_float_type(array.type);
   tbb::parallel_for(std::size_t{0}, chunks, [&](std::size_t c) {
     std::uint64_t begin = c * kConvertChunk, end = std::min<std::uint64_t>(begin + kConvertChunk, array.elements);
     if (array.type == static_cast<unsigned char>(ElementType::kU8)) {
@@ -139,8 +155,27 @@ ColumnStats convert(const IdxArray& array, std::vector<float>& out) {
     } else {
       for (std::uint64_t i = begin; i < end; ++i) out[i] = element_at(array, i);
     }
+    if (floats) {
+      for (std::uint64_t i = begin; i < end; ++i) {
+        if (std::isfinite(out[i])) continue;
+        if (policy != NonFinite::kMissing) {
+          first_nonfinite[c] = i;
+          return;
+        }
+        out[i] = std::numeric_limits<float>::quiet_NaN();
+      }
+    }
     formats::add_row_stats(out.data() + begin, end - begin, 1, &chunk_stats[c]);
   });
+  for (std::uint64_t i : first_nonfinite) {
+    if (i == kNone) continue;
+    std::string found = std::isnan(out[i]) ? "nan" : out[i] > 0 ? "inf" : "-inf";
+    if (array.type == static_cast<unsigned char>(ElementType::kF64) && !std::isnan(out[i]))
+      found += " (beyond float32's range)";
+    throw data_error(name + ": expected a finite number, found " + found + " at element " + std::to_string(i) +
+                     " (byte " + std::to_string(array.header_bytes + i * element_bytes(array.type)) + "; " +
+                     std::string(hint) + ")");
+  }
   ColumnStats stats;
   for (const auto& chunk : chunk_stats) stats.merge(chunk);
   return stats;
@@ -188,10 +223,14 @@ Table parse_idx(std::string_view images, std::string_view labels, const ParseOpt
   ColumnSchema& image = table.columns[0];
   image.name = "image";
   image.shape = table.sample_shape;
-  convert(image_array, table.features).store_into(image);
+  convert(image_array, table.features, options.nonfinite, options.display_name,
+          "--nonfinite missing reads such values as missing")
+      .store_into(image);
   ColumnSchema& label = table.columns[1];
   label.name = "label";
-  convert(label_array, table.labels).store_into(label);
+  // A label cannot be missing, whatever --nonfinite says.
+  convert(label_array, table.labels, NonFinite::kError, labels_display_name, "a label must be finite")
+      .store_into(label);
   return table;
 }
 

@@ -15,13 +15,10 @@ namespace anneal {
 
 namespace {
 
-// A size hint from the stream may be wrong (a truncated gzip's last four
-// bytes are not its ISIZE) or hostile: trust it only up to this many times
-// the input, and never beyond kMaxSizeHint; the buffer still grows as needed.
-constexpr std::size_t kMaxSizeHint = std::size_t{1} << 30;
-constexpr std::size_t kMaxHintRatio = 64;
 // zlib counts in 32-bit uInt: feed it at most this much at a time.
 constexpr std::size_t kZlibStep = std::size_t{1} << 30;
+// The output buffer starts this small and doubles.
+constexpr std::size_t kMinGrowth = std::size_t{64} << 10;
 
 bool starts_with(std::string_view bytes, std::string_view magic) {
   return bytes.substr(0, magic.size()) == magic;
@@ -30,14 +27,60 @@ bool starts_with(std::string_view bytes, std::string_view magic) {
 constexpr std::string_view kGzipMagic("\x1f\x8b", 2);
 constexpr std::string_view kZstdMagic("\x28\xb5\x2f\xfd", 4);
 
-std::size_t plausible_size(std::size_t hint, std::size_t input_bytes) {
-  return std::min({hint, kMaxHintRatio * input_bytes, kMaxSizeHint});
-}
+// The output a stream may produce and the buffer it is decoded into. The
+// size recorded in a stream is not trusted for anything: a hostile header
+// must not decide what is allocated.
+class BoundedOutput {
+ public:
+  BoundedOutput(std::size_t input_bytes, const DecompressLimits& limits, const std::string& name)
+      : name_(name), input_bytes_(input_bytes), limits_(limits) {
+    std::uint64_t by_ratio = limits.max_ratio > std::numeric_limits<std::uint64_t>::max() / std::max<std::uint64_t>(1, input_bytes)
+                                 ? std::numeric_limits<std::uint64_t>::max()
+                                 : limits.max_ratio * input_bytes;
+    limit_ = std::min(limits.max_bytes, by_ratio);
+  }
 
-// Makes room to write more output: doubles the buffer when it is full.
-void make_room(std::string& out, std::size_t used) {
-  if (used == out.size()) out.resize(std::max<std::size_t>(2 * out.size(), 64 * 1024));
-}
+  // Room to write at least one more byte: doubles the buffer, but never to
+  // more than one byte past the limit (that byte is how passing the limit
+  // is noticed). So memory in use stays within the limit plus one byte
+  // (the allocation may reserve up to twice that in address space).
+  void make_room() {
+    if (used_ < out_.size()) return;
+    std::uint64_t cap = limit_ == std::numeric_limits<std::uint64_t>::max() ? limit_ : limit_ + 1;
+    std::size_t growth = std::max(out_.size(), kMinGrowth);
+    out_.resize(static_cast<std::size_t>(std::min<std::uint64_t>(out_.size() + growth, cap)));
+  }
+  char* next() { return out_.data() + used_; }
+  std::size_t room() const { return out_.size() - used_; }
+
+  // Records `n` bytes written at next(); throws kBadData once past the limit.
+  void wrote(std::size_t n) {
+    used_ += n;
+    if (used_ <= limit_) return;
+    if (limit_ == limits_.max_bytes)
+      throw data_error(name_ + ": expected at most " + std::to_string(limits_.max_bytes) +
+                       " bytes once decompressed, found more; pass --max-decompressed-size BYTES to "
+                       "raise the limit (or decompress the file first)");
+    throw data_error(name_ + ": expected at most " + std::to_string(limits_.max_ratio) + " times its " +
+                     std::to_string(input_bytes_) + " compressed bytes once decompressed, found more; pass "
+                     "--max-decompression-ratio N to raise the limit (or decompress the file first)");
+  }
+  std::size_t used() const { return used_; }
+
+  std::string take() {
+    out_.resize(used_);
+    out_.shrink_to_fit();
+    return std::move(out_);
+  }
+
+ private:
+  const std::string& name_;
+  std::size_t input_bytes_;
+  DecompressLimits limits_;
+  std::uint64_t limit_;
+  std::string out_;
+  std::size_t used_ = 0;
+};
 
 struct InflateEnd {
   void operator()(z_stream* stream) const {
@@ -54,29 +97,21 @@ Inflater open_gzip_inflater() {
   return Inflater(stream.release());
 }
 
-// The last member's ISIZE: the uncompressed size modulo 2^32.
-std::size_t gzip_size_hint(std::string_view bytes) {
-  if (bytes.size() < 18) return bytes.size();
-  const auto* tail = reinterpret_cast<const unsigned char*>(bytes.data() + bytes.size() - 4);
-  std::size_t size = tail[0] | tail[1] << 8 | tail[2] << 16 | std::size_t{tail[3]} << 24;
-  return plausible_size(std::max(size + 1, bytes.size()), bytes.size());
-}
-
-std::string gunzip(std::string_view bytes, const std::string& name) {
+std::string gunzip(std::string_view bytes, const std::string& name, const DecompressLimits& limits) {
   Inflater stream = open_gzip_inflater();
-  std::string out(gzip_size_hint(bytes), '\0');
-  std::size_t in_used = 0, out_used = 0;
+  BoundedOutput out(bytes.size(), limits, name);
+  std::size_t in_used = 0;
   for (;;) {
-    make_room(out, out_used);
+    out.make_room();
     std::size_t in_step = std::min(bytes.size() - in_used, kZlibStep);
-    std::size_t out_step = std::min(out.size() - out_used, kZlibStep);
+    std::size_t out_step = std::min(out.room(), kZlibStep);
     stream->next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data() + in_used));
     stream->avail_in = static_cast<uInt>(in_step);
-    stream->next_out = reinterpret_cast<Bytef*>(out.data() + out_used);
+    stream->next_out = reinterpret_cast<Bytef*>(out.next());
     stream->avail_out = static_cast<uInt>(out_step);
     int status = inflate(stream.get(), Z_NO_FLUSH);
     in_used += in_step - stream->avail_in;
-    out_used += out_step - stream->avail_out;
+    out.wrote(out_step - stream->avail_out);
     if (status == Z_STREAM_END) {
       std::string_view rest = bytes.substr(in_used);
       // Zero padding after the last member is common and harmless.
@@ -96,53 +131,54 @@ std::string gunzip(std::string_view bytes, const std::string& name) {
       throw data_error(name + ": expected the rest of the gzip stream, found end of input after " +
                        std::to_string(bytes.size()) + " bytes (truncated file?)");
   }
-  out.resize(out_used);
-  return out;
+  return out.take();
 }
 
 using ZstdDecoder = std::unique_ptr<ZSTD_DCtx, decltype(&ZSTD_freeDCtx)>;
 
-std::size_t zstd_size_hint(std::string_view bytes) {
-  unsigned long long size = ZSTD_getFrameContentSize(bytes.data(), bytes.size());
-  if (size == ZSTD_CONTENTSIZE_UNKNOWN || size == ZSTD_CONTENTSIZE_ERROR)
-    return plausible_size(4 * bytes.size(), bytes.size());
-  return plausible_size(static_cast<std::size_t>(std::min<unsigned long long>(size + 1, kMaxSizeHint)), bytes.size());
-}
-
 // Streaming, because frames need not record their content size; several
 // concatenated frames decode as one stream.
-std::string unzstd(std::string_view bytes, const std::string& name) {
+std::string unzstd(std::string_view bytes, const std::string& name, const DecompressLimits& limits) {
   ZstdDecoder decoder(ZSTD_createDCtx(), &ZSTD_freeDCtx);
   if (!decoder) throw failure("zstd: cannot create a decompression context");
-  std::string out(zstd_size_hint(bytes), '\0');
-  std::size_t out_used = 0;
+  // A frame may ask for a window of up to 2 GiB (or more with long mode),
+  // which the decoder would allocate: 128 MiB is what zstd --long=27 and
+  // every level up to 19 use.
+  ZSTD_DCtx_setParameter(decoder.get(), ZSTD_d_windowLogMax, 27);
+  BoundedOutput out(bytes.size(), limits, name);
   ZSTD_inBuffer in{bytes.data(), bytes.size(), 0};
   for (;;) {
-    make_room(out, out_used);
-    ZSTD_outBuffer chunk{out.data() + out_used, out.size() - out_used, 0};
+    out.make_room();
+    ZSTD_outBuffer chunk{out.next(), out.room(), 0};
     std::size_t status = ZSTD_decompressStream(decoder.get(), &chunk, &in);
     if (ZSTD_isError(status))
       throw data_error(name + ": expected valid zstd data, found corrupt data near byte " +
                        std::to_string(in.pos) + " (zstd: " + ZSTD_getErrorName(status) + ")");
-    out_used += chunk.pos;
+    out.wrote(chunk.pos);
     if (in.pos == in.size && status == 0) break;
     if (in.pos == in.size && chunk.pos < chunk.size)
       throw data_error(name + ": expected the rest of the zstd stream, found end of input after " +
                        std::to_string(bytes.size()) + " bytes (truncated file?)");
   }
-  out.resize(out_used);
-  return out;
+  return out.take();
 }
 
 }  // namespace
+
+NonFinite parse_nonfinite_name(std::string_view name) {
+  if (name == "error") return NonFinite::kError;
+  if (name == "missing") return NonFinite::kMissing;
+  throw usage_error("--nonfinite '" + std::string(name) + "': expected error or missing");
+}
 
 bool is_compressed_input(std::string_view bytes) {
   return starts_with(bytes, kGzipMagic) || starts_with(bytes, kZstdMagic);
 }
 
-std::string decompress_input(std::string_view bytes, const std::string& display_name) {
-  if (starts_with(bytes, kGzipMagic)) return gunzip(bytes, display_name);
-  if (starts_with(bytes, kZstdMagic)) return unzstd(bytes, display_name);
+std::string decompress_input(std::string_view bytes, const std::string& display_name,
+                             const DecompressLimits& limits) {
+  if (starts_with(bytes, kGzipMagic)) return gunzip(bytes, display_name, limits);
+  if (starts_with(bytes, kZstdMagic)) return unzstd(bytes, display_name, limits);
   return std::string(bytes);
 }
 

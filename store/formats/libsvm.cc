@@ -27,9 +27,10 @@ using formats::TextError;
 
 constexpr std::uint64_t kMaxIndex = (std::uint64_t{1} << 31) - 1;
 // Densifying multiplies rows by the widest index, which a few hostile bytes
-// ("1 2000000000:1") can make absurd: refuse above this many cells unless
-// the input itself is that large.
-constexpr std::uint64_t kMinCellLimit = std::uint64_t{1} << 28;
+// ("1 16384:1" on every line) can make absurd: refuse above this many cells
+// (64 MB of floats) unless the input itself is large. Honest sparse data
+// with a dense-sized width stays far below 64 cells per input byte.
+constexpr std::uint64_t kMinCellLimit = std::uint64_t{1} << 24;
 constexpr std::uint64_t kCellsPerInputByte = 64;
 
 struct SparseBlock {
@@ -92,8 +93,9 @@ class LineParser {
   LineParser(std::string_view text, const ParseOptions& options)
       : text_(text),
         max_index_(options.libsvm_features ? static_cast<std::uint64_t>(std::max<std::int64_t>(0, *options.libsvm_features))
-                                           : kMaxIndex),
-        width_from_reference_(options.libsvm_features.has_value()) {}
+                                           : std::min(kMaxIndex, options.max_columns)),
+        width_from_reference_(options.libsvm_features.has_value()),
+        nonfinite_(options.nonfinite) {}
 
   void parse(std::size_t begin, std::size_t end, SparseBlock& block) const {
     const char* p = text_.data() + begin;
@@ -114,8 +116,10 @@ class LineParser {
     if (p == end) return;  // blank or comment-only line
     const char* token_end = find_space(p, end);
     float label;
-    if (!formats::parse_float_exactly(p, token_end, label) || std::isnan(label))
+    if (!formats::parse_float_exactly(p, token_end, label))
       throw error_at(p, "expected a numeric label at the start of the line, found " + quoted(p, token_end));
+    if (!std::isfinite(label))
+      throw error_at(p, "expected a finite number as the label, found " + quoted(p, token_end));
     std::uint64_t previous = 0;
     for (p = skip_spaces(token_end, end); p < end; p = skip_spaces(token_end, end)) {
       token_end = find_space(p, end);
@@ -129,6 +133,15 @@ class LineParser {
       if (!formats::parse_float_exactly(colon + 1, token_end, end, value))
         throw error_at(colon + 1, "expected a number after '" + std::to_string(index) + ":', found " +
                                       quoted(colon + 1, token_end));
+      // NaN spelled as a missing token (as in CSV) is missing; any other
+      // non-finite value is bad input unless --nonfinite missing.
+      bool missing_token = formats::is_missing_value(std::string_view(colon + 1, static_cast<std::size_t>(token_end - colon - 1)));
+      if (!std::isfinite(value) && !missing_token) {
+        if (nonfinite_ != NonFinite::kMissing)
+          throw error_at(colon + 1, "expected a finite number, found " + quoted(colon + 1, token_end) +
+                                        " (--nonfinite missing reads such values as missing)");
+        value = std::numeric_limits<float>::quiet_NaN();
+      }
       block.indices.push_back(static_cast<std::uint32_t>(index));
       block.values.push_back(value);
       block.max_index = std::max(block.max_index, static_cast<std::uint32_t>(index));
@@ -144,9 +157,11 @@ class LineParser {
       throw error_at(at, "expected an index above " + std::to_string(previous) + " (indices must ascend), found " +
                              std::to_string(index));
     if (index > max_index_)
-      throw error_at(at, "expected an index of at most " + std::to_string(max_index_) +
-                             (width_from_reference_ ? " (the train part's feature count)" : "") + ", found " +
-                             std::to_string(index));
+      throw error_at(at, width_from_reference_
+                             ? "expected an index of at most " + std::to_string(max_index_) +
+                                   " (the train part's feature count), found " + std::to_string(index)
+                             : "expected an index of at most " + std::to_string(max_index_) + ", found " +
+                                   std::to_string(index) + " (pass --max-columns N to raise the limit)");
   }
 
   static const char* skip_spaces(const char* p, const char* end) {
@@ -167,6 +182,7 @@ class LineParser {
   std::string_view text_;
   std::uint64_t max_index_;
   bool width_from_reference_;
+  NonFinite nonfinite_;
 };
 
 std::vector<SparseBlock> parse_blocks(std::string_view text, const ParseOptions& options) {

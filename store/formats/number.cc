@@ -3,7 +3,9 @@
 #include <bit>
 #include <charconv>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <system_error>
 
 namespace anneal::formats {
@@ -64,11 +66,18 @@ std::ptrdiff_t read_digits(const char*& p, const char* end, std::uint64_t& manti
   auto [ptr, status] = std::from_chars(begin, end, value);
   if (status == std::errc()) return ptr;
   if (status != std::errc::result_out_of_range) return nullptr;
-  // Beyond float but within double: round like any float32 overflow or
-  // underflow. Beyond double is not taken as a number.
+  // Beyond float: round like any float32 overflow (to infinity, which the
+  // parsers then report as non-finite) or underflow (to zero). Beyond double
+  // too, strtod on the matched text tells which: it returns +-HUGE_VAL or a
+  // value that rounds to +-0.
   double wide;
   auto [wide_ptr, wide_status] = std::from_chars(begin, end, wide);
-  if (wide_status != std::errc()) return nullptr;
+  if (wide_status == std::errc::result_out_of_range) {
+    std::string matched(begin, wide_ptr);
+    wide = std::strtod(matched.c_str(), nullptr);
+  } else if (wide_status != std::errc()) {
+    return nullptr;
+  }
   value = static_cast<float>(wide);
   return wide_ptr;
 }

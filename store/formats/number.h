@@ -11,8 +11,9 @@ namespace anneal::formats {
 
 // Parses the longest number at the start of [begin, end), reading no byte
 // outside it. Returns the byte after the number, or nullptr when no number
-// starts at `begin`. Values beyond float's range become infinity or zero,
-// like any other rounding to float32.
+// starts at `begin`. Values beyond float's range (even beyond double's)
+// become infinity or zero, like any other rounding to float32; callers
+// decide what a non-finite result means.
 const char* parse_float_prefix(const char* begin, const char* end, float& value);
 
 // Parses all of [begin, end) as one number, also allowing a leading '+'

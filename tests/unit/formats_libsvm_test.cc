@@ -76,7 +76,7 @@ TEST(Libsvm, Errors) {
            {"1 3:abc\n", "d.svm:1:5: expected a number after '3:', found 'abc'"},
            {"1 3:\n", "d.svm:1:5: expected a number after '3:', found ''"},
            {"1 99999999999999999999:1\n", "d.svm:1:3: expected INDEX:VALUE with a positive integer INDEX, found '99999999999999999999:1'"},
-           {"nan 1:1\n", "d.svm:1:1: expected a numeric label at the start of the line, found 'nan'"},
+           {"nan 1:1\n", "d.svm:1:1: expected a finite number as the label, found 'nan'"},
            {"", "d.svm:1:1: expected a line \"LABEL INDEX:VALUE ...\", found end of input"},
            {"# only comments\n\n", "d.svm:3:1: expected a line \"LABEL INDEX:VALUE ...\", found end of input"},
            {"1\n0\n", "d.svm: expected at least one INDEX:VALUE feature, found none"},
@@ -84,8 +84,21 @@ TEST(Libsvm, Errors) {
        }) {
     EXPECT_EQ(libsvm_error(c.text), c.message);
   }
-  // An absurd index in a tiny file must not try to allocate the dense table.
-  EXPECT_NE(libsvm_error("1 2000000000:1\n1 1:1\n1 1:1\n").find("cells once densified"), std::string::npos);
+  // An absurd index in a tiny file must not try to allocate the dense table:
+  // by default the column limit refuses it, naming its flag...
+  EXPECT_EQ(libsvm_error("1 1000000:1\n"),
+            "d.svm:1:3: expected an index of at most 16384, found 1000000 (pass --max-columns N to raise the limit)");
+  // ...and with the limit raised, the cell limit still does.
+  ParseOptions wide;
+  wide.max_columns = kCeilingMaxColumns;
+  std::string rows = "1 1000000:1\n";
+  for (int i = 0; i < 20; ++i) rows += "1 1:1\n";
+  EXPECT_NE(libsvm_error(rows, wide).find("cells once densified"), std::string::npos);
+  // So is a small file of rows that each reach the widest allowed index.
+  std::string tall;
+  for (int i = 0; i < 16384; ++i) tall += "1 16384:1\n";
+  EXPECT_NE(libsvm_error(tall).find("expected at most 16777216 cells once densified, found 16384 rows x 16384 features"),
+            std::string::npos);
 }
 
 TEST(Libsvm, LargeInputSpansBlocks) {

@@ -156,6 +156,48 @@ TEST(Decompress, TruncatedOrCorruptStreamsAreBadData) {
   EXPECT_NE(decompress_error(bad_zst).find("zstd"), std::string::npos);
 }
 
+// A decompression bomb stops at the limit, not after inflating it all: the
+// error comes however far the stream would go, naming the limit's flag.
+TEST(Decompress, SizeLimitStopsABombEarly) {
+  const std::string zeros(64 << 20, '\0');
+  DecompressLimits limits;
+  limits.max_bytes = 1 << 20;
+  limits.max_ratio = 1 << 30;
+  for (const std::string& bomb : {gzip(zeros), zstd_streamed(zeros), zstd_with_size(zeros)}) {
+    try {
+      decompress_input(bomb, "bomb.gz", limits);
+      ADD_FAILURE() << "expected kBadData";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kBadData);
+      EXPECT_EQ(std::string(e.what()),
+                "bomb.gz: expected at most 1048576 bytes once decompressed, found more; pass "
+                "--max-decompressed-size BYTES to raise the limit (or decompress the file first)");
+    }
+  }
+  limits.max_bytes = zeros.size();
+  EXPECT_EQ(decompress_input(gzip(zeros), "ok.gz", limits).size(), zeros.size());  // exactly at the limit
+}
+
+TEST(Decompress, RatioLimit) {
+  const std::string zeros(8 << 20, '\0');
+  const std::string gz = gzip(zeros);  // about 1000:1
+  DecompressLimits limits;
+  limits.max_ratio = 100;
+  try {
+    decompress_input(gz, "bomb.gz", limits);
+    ADD_FAILURE() << "expected kBadData";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "bomb.gz: expected at most 100 times its " + std::to_string(gz.size()) +
+                                         " compressed bytes once decompressed, found more; pass "
+                                         "--max-decompression-ratio N to raise the limit (or decompress the file first)");
+  }
+  limits.max_ratio = 2000;
+  EXPECT_EQ(decompress_input(gz, "ok.gz", limits), zeros);
+  // The default lets ordinary text through.
+  std::string text = sample_text(1 << 20);
+  EXPECT_EQ(decompress_input(gzip(text), "t.gz"), text);
+}
+
 // The fast path must agree bit for bit with std::from_chars (correctly
 // rounded) on every spelling it accepts.
 TEST(NumberParsing, MatchesFromChars) {
@@ -227,7 +269,14 @@ TEST(NumberParsing, WholeFieldAndOutOfRange) {
   EXPECT_EQ(value, INFINITY);
   EXPECT_TRUE(whole("-1e-50"));
   EXPECT_EQ(value, 0.0f);
-  EXPECT_FALSE(whole("1e400"));  // not even a double
+  // Beyond double too: still a number, rounded like any overflow or
+  // underflow, so the parsers report it as non-finite rather than text.
+  EXPECT_TRUE(whole("1e400"));
+  EXPECT_EQ(value, INFINITY);
+  EXPECT_TRUE(whole("-1e400"));
+  EXPECT_EQ(value, -INFINITY);
+  EXPECT_TRUE(whole("1e-400"));
+  EXPECT_EQ(value, 0.0f);
 }
 
 // The fast line count decides where CSV rows go: it must match the plain

@@ -91,5 +91,20 @@ TEST_F(ObjectStoreTest, RemoveDeletes) {
   store_.remove(id);  // absent: not an error
 }
 
+// An object file whose header claims far more than its frame can hold is
+// refused before anything that size is allocated (a damaged 16-byte header
+// could make 'anneal fsck' or any read allocate up to 1 TiB).
+TEST(DecodeObjectFile, ImplausibleSizeIsRefusedWithoutAllocating) {
+  std::string file = std::string("ANOB\x01\x01\0\0", 8);
+  std::uint64_t claimed = std::uint64_t{1} << 39;  // 512 GiB
+  for (int i = 0; i < 8; ++i) file += static_cast<char>(claimed >> (8 * i));
+  file += std::string("\x28\xb5\x2f\xfd\x00\x00\x01\x00\x00", 9);  // an empty zstd frame
+  std::string raw;
+  auto problem = decode_object_file(file, raw);
+  ASSERT_TRUE(problem);
+  EXPECT_NE(problem->find("header claims"), std::string::npos) << *problem;
+  EXPECT_TRUE(raw.empty());
+}
+
 }  // namespace
 }  // namespace anneal

@@ -52,7 +52,6 @@ std::string md_string(const MemDesc& md) {
 }
 
 CpuLayout::CpuLayout(MemDesc md) : md_(std::move(md)) {
-  Dims dims;
   std::vector<std::int64_t> d(md_.data.dims, md_.data.dims + md_.data.ndims);
   plain_ = md_.data.ndims >= 1 && md_.data.ndims <= 5 &&
            md_ == plain_md(Dims(d), from_dnnl(md_.data_type()));
