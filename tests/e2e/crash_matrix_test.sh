@@ -32,19 +32,7 @@ for table in ("datasets", "dataset_versions", "dataset_streams", "models", "alia
 PY
 }
 
-cat > "$WORK/c.ini" <<'INI'
-name = crashy
-dataset = iris
-layers = dense(16) relu dense(3)
-optimizer = adam
-lr = 0.01
-batch = 16
-epochs = 4
-seed = 3
-threads = 1
-checkpoint_every = 8
-keep_checkpoints = 1
-INI
+iris_config "$WORK/c.ini" crashy "epochs = 4" "checkpoint_every = 8" "keep_checkpoints = 1"
 
 expect_rc 0 init
 expect_rc 0 data import iris "$TEST_DATA/iris.csv"

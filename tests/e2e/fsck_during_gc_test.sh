@@ -9,14 +9,7 @@
 
 expect_rc 0 init
 expect_rc 0 data import iris "$TEST_DATA/iris.csv"
-cat >"$WORK/m.ini" <<'INI'
-name             = iris-m
-dataset          = iris
-layers           = dense(16) relu dense(3)
-epochs           = 3
-batch            = 16
-threads          = 1
-INI
+iris_config "$WORK/m.ini" iris-m "epochs = 3"
 expect_rc 0 train "$WORK/m.ini"
 # Garbage for gc: a version deleted from the catalog leaves its blobs unowned.
 expect_rc 0 data import iris "$TEST_DATA/wine.csv" --label cultivar

@@ -9,16 +9,7 @@
 
 expect_rc 0 init
 expect_rc 0 data import iris "$TEST_DATA/iris.csv"
-cat >"$WORK/m.ini" <<'INI'
-name             = iris-m
-dataset          = iris
-layers           = dense(16) relu dense(3)
-epochs           = 3
-batch            = 16
-threads          = 1
-checkpoint_every = 5
-keep_checkpoints = 2
-INI
+iris_config "$WORK/m.ini" iris-m "epochs = 3" "checkpoint_every = 5" "keep_checkpoints = 2"
 expect_rc 0 train "$WORK/m.ini"
 expect_rc 0 fsck
 expect_contains "$OUT" ": ok" "a fresh store is clean"

@@ -115,6 +115,18 @@ PY
   sleep "$left"
 }
 
+# iris_config FILE NAME [LINE...]: a small iris MLP config (a second of
+# training, one thread, fixed seed) with LINEs ("key = value") appended.
+iris_config() {
+  local file=$1 name=$2
+  shift 2
+  {
+    printf 'name = %s\ndataset = iris\nlayers = dense(16) relu dense(3)\n' "$name"
+    printf 'optimizer = adam\nlr = 0.01\nbatch = 16\nseed = 3\nthreads = 1\n'
+    [ "$#" -gt 0 ] && printf '%s\n' "$@"
+  } > "$file"
+}
+
 # catalog_dump: every row of every catalog table, as text (to compare the
 # store's catalog before and after a command).
 catalog_dump() {

@@ -43,19 +43,7 @@ cmp -s "$WORK/wine.back" "$TEST_DATA/wine.csv" && pass || fail "export after imp
 [ "$(objects_count)" -ge "$orphans" ] && pass || fail "the import wrote its objects again"
 
 # --- checkpoint -------------------------------------------------------------------
-cat > "$WORK/c.ini" <<'INI'
-name = iris-race
-dataset = iris
-layers = dense(16) relu dense(3)
-optimizer = adam
-lr = 0.01
-batch = 16
-epochs = 4
-seed = 3
-threads = 1
-checkpoint_every = 8
-keep_checkpoints = 1
-INI
+iris_config "$WORK/c.ini" iris-race "epochs = 4" "checkpoint_every = 8" "keep_checkpoints = 1"
 # The run dies between its first checkpoint's objects and their catalog row;
 # its resume computes the same checkpoint bytes and finds them stored.
 ANNEAL_FAULT='checkpoint.objects-written@1=crash' "$ANNEAL" train "$WORK/c.ini" > /dev/null 2>&1
