@@ -63,7 +63,7 @@ expect "anneal --store subdir data im" "import"
 expect "anneal --json ru" "runs"
 expect "anneal --" "--help --json --log-format --store --version"
 expect_has "anneal data import --" --labels --test --split --no-header --json --store --help
-expect "anneal data import --no" "--no-header"
+expect "anneal data import --no" "--no-header --nonfinite"
 expect "anneal data import iris " "iris.csv notes.txt subdir"
 expect "anneal data import --labels " "iris.csv notes.txt subdir"
 expect "anneal data import --split " ""
