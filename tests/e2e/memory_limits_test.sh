@@ -11,13 +11,21 @@
 # bombs below would need gigabytes.
 LIMIT_KB=800000
 
-# bounded ARGS...: anneal under the address-space limit, like run().
+# bounded ARGS...: anneal under the address-space limit, like run(). An
+# AddressSanitizer build reserves terabytes of shadow address space, so there
+# the same bound is ASan's own: an allocation over it, or a resident size
+# over it, kills the process.
+if ldd "$ANNEAL" 2>/dev/null | grep -q libasan; then
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}max_allocation_size_mb=$((LIMIT_KB / 1024)):hard_rss_limit_mb=$((LIMIT_KB / 1024))"
+  bounded() { "$ANNEAL" "$@" >"$WORK/stdout" 2>"$WORK/stderr"; RC=$?; OUT=$(cat "$WORK/stdout"); ERR=$(cat "$WORK/stderr"); }
+else
 bounded() {
   (ulimit -v "$LIMIT_KB"; "$ANNEAL" "$@") >"$WORK/stdout" 2>"$WORK/stderr"
   RC=$?
   OUT=$(cat "$WORK/stdout")
   ERR=$(cat "$WORK/stderr")
 }
+fi
 
 expect_rc 0 init
 # Ordinary work fits under the bound (else the checks below prove nothing).
