@@ -31,15 +31,7 @@ expect_rc 0 init
 # Ordinary work fits under the bound (else the checks below prove nothing).
 bounded data import iris "$TEST_DATA/iris.csv"
 expect_eq "$RC" "0" "an ordinary import fits under ulimit -v $LIMIT_KB (stderr: $ERR)"
-cat > "$WORK/iris.ini" <<'INI'
-name = iris-mlp
-dataset = iris
-layers = dense(8) relu dense(3)
-loss = softmax_ce
-epochs = 2
-seed = 1
-threads = 1
-INI
+iris_config "$WORK/iris.ini" iris-mlp "epochs = 2"
 expect_rc 0 train "$WORK/iris.ini"
 head -n 5 "$TEST_DATA/iris.csv" | cut -d, -f1-4 > "$WORK/rows.csv"
 bounded predict iris-mlp --input "$WORK/rows.csv" -o "$WORK/p.csv"

@@ -89,15 +89,7 @@ expect_rc 0 data show mixed
 
 # predict --input reads CSV the same way: a non-finite cell is an error
 # naming FILE:LINE:COLUMN, and nothing is written.
-cat > "$WORK/iris.ini" <<'INI'
-name = iris-mlp
-dataset = iris
-layers = dense(8) relu dense(3)
-loss = softmax_ce
-epochs = 2
-seed = 1
-threads = 1
-INI
+iris_config "$WORK/iris.ini" iris-mlp "epochs = 2"
 # A fresh version of iris (--seed 1), statistics intact, to train on.
 expect_rc 0 data import iris "$TEST_DATA/iris.csv" --seed 1
 expect_rc 0 train "$WORK/iris.ini"
