@@ -120,7 +120,10 @@ void check_blobs(sql::Database& db, const ObjectStore& objects, const std::unord
     while (blobs.step()) all.emplace_back(blobs.text(0), static_cast<std::uint64_t>(blobs.int64(1)));
   });
   std::unordered_set<std::string> reported;  // a missing object shared by blobs: one line
-  for (const auto& [blob, size] : all) {
+  for (const auto& entry : all) {
+    // Named copies, not a structured binding: clang 14 cannot capture those.
+    const std::string& blob = entry.first;
+    const std::uint64_t size = entry.second;
     checking(report, "blob " + blob, [&] {
       std::uint64_t total = 0;
       std::vector<std::pair<std::string, std::uint64_t>> list;
