@@ -128,7 +128,6 @@ PreparedObject ObjectStore::prepare(std::string_view raw) const {
   PreparedObject object;
   object.id = to_hex(hash_bytes(raw));
   object.raw = raw;
-  object.stored = contains(object.id);
   return object;
 }
 

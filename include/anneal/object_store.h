@@ -19,14 +19,12 @@
 namespace anneal {
 
 // An object hashed but not yet on disk. It views the caller's bytes, which
-// must outlive it: callers hash everything first (to learn ids and what is
-// already stored) and write only once the whole operation is known to succeed.
+// must outlive it: callers hash everything first (to learn ids) and write
+// only once the whole operation is known to succeed; what is already stored
+// is decided by commit(), under the writer lock.
 struct PreparedObject {
   std::string id;
   std::string_view raw;
-  // An object with this id existed when prepared. Only a hint (for
-  // reporting): commit() decides again, under the writer lock.
-  bool stored = false;
 };
 
 // Decodes the bytes of one object file (header, then a zstd frame) into
@@ -47,7 +45,7 @@ class ObjectStore {
   ObjectStore(const ObjectStore&) = delete;
   ObjectStore& operator=(const ObjectStore&) = delete;
 
-  // Hashes `raw` and notes whether that object is already stored.
+  // Hashes `raw`; touches no file.
   PreparedObject prepare(std::string_view raw) const;
   // Writes every prepared object that is not stored intact, durably. The
   // caller holds Store::writer_lock(), so what exists cannot change under

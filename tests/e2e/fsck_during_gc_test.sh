@@ -23,35 +23,29 @@ PY
 expect_rc 0 --json gc --dry-run
 [ "$(json_get 'j["objects_removed"]')" -gt 0 ] && pass || fail "gc has objects to remove"
 
-# fifos DIR: the two FIFOs of the pause handshake (include/anneal/fault_point.h).
-fifos() { mkdir -p "$1" && mkfifo "$1/reached" "$1/resume"; }
-# reached DIR: blocks until a process pauses at a point; prints "POINT PID".
-reached() { timeout 600 head -n1 "$1/reached"; }
-# resume DIR: lets the paused process go on.
-resume() { timeout 600 sh -c ': > "$1"' sh "$1/resume"; }
-
-fifos "$WORK/gc"
-fifos "$WORK/fsck"
-ANNEAL_FAULT_DIR="$WORK/gc" ANNEAL_FAULT='gc.catalog-pruned=pause' \
+# gc and fsck pause at once, each at its own pair of FIFOs (lib.sh).
+fault_fifos gc
+fault_fifos fsck
+ANNEAL_FAULT_DIR="$WORK/fault-gc" ANNEAL_FAULT='gc.catalog-pruned=pause' \
   "$ANNEAL_FAULTS_BIN" gc >"$WORK/gc.out" 2>&1 &
 gc_pid=$!
-expect_contains "$(reached "$WORK/gc")" "gc.catalog-pruned" "gc paused holding its lock"
-ANNEAL_FAULT_DIR="$WORK/fsck" ANNEAL_FAULT='fsck.waiting-for-gc=pause;fsck.objects-listed=pause' \
+expect_contains "$(fault_reached gc)" "gc.catalog-pruned" "gc paused holding its lock"
+ANNEAL_FAULT_DIR="$WORK/fault-fsck" ANNEAL_FAULT='fsck.waiting-for-gc=pause;fsck.objects-listed=pause' \
   "$ANNEAL_FAULTS_BIN" fsck >"$WORK/fsck.out" 2>&1 &
 fsck_pid=$!
-first=$(reached "$WORK/fsck")
+first=$(fault_reached fsck)
 # With the lock, fsck must wait for gc; let it go on to block on the lock.
 case "$first" in
-  fsck.waiting-for-gc*) pass; resume "$WORK/fsck" ;;
+  fsck.waiting-for-gc*) pass; fault_resume fsck ;;
   *) fail "fsck went on while gc held the store: $first" ;;
 esac
-resume "$WORK/gc"
+fault_resume gc
 wait "$gc_pid"
 expect_eq "$?" "0" "gc finished"
 case "$first" in
-  fsck.waiting-for-gc*) expect_contains "$(reached "$WORK/fsck")" "fsck.objects-listed" "fsck ran after gc" ;;
+  fsck.waiting-for-gc*) expect_contains "$(fault_reached fsck)" "fsck.objects-listed" "fsck ran after gc" ;;
 esac
-resume "$WORK/fsck"
+fault_resume fsck
 wait "$fsck_pid"
 rc=$?
 expect_eq "$rc" "0" "fsck beside gc reports no damage: $(cat "$WORK/fsck.out")"

@@ -36,11 +36,11 @@ expect_rc 0 init
 expect_rc 0 data import digits "$TEST_DATA/digits.csv"
 
 # Train, paused just after the first checkpoint (step 50) is committed.
-mkdir "$WORK/f" && mkfifo "$WORK/f/reached" "$WORK/f/resume"
-ANNEAL_FAULT_DIR="$WORK/f" ANNEAL_FAULT='checkpoint.committed@1=pause' \
+fault_fifos
+ANNEAL_FAULT='checkpoint.committed@1=pause' \
   "$ANNEAL_FAULTS_BIN" train "$WORK/r.ini" >"$WORK/train.out" 2>"$WORK/train.err" &
 train_pid=$!
-expect_contains "$(timeout 600 head -n1 "$WORK/f/reached")" "checkpoint.committed" "training paused after a checkpoint"
+expect_contains "$(fault_reached)" "checkpoint.committed" "training paused after a checkpoint"
 
 # Fill the disk, leaving half a checkpoint's compressed size: room for the
 # catalog's small writes (epoch metrics, the run's end), none for a checkpoint.
@@ -59,7 +59,7 @@ os.close(fd)
 st = os.statvfs(root)
 print(f"checkpoint {checkpoint} bytes on disk; {st.f_bavail * st.f_frsize} bytes left free", file=sys.stderr)
 PY
-timeout 600 sh -c ': > "$1"' sh "$WORK/f/resume"
+fault_resume
 wait "$train_pid"
 rc=$?
 err=$(cat "$WORK/train.err")
