@@ -7,7 +7,6 @@
 #include "anneal/datasets.h"
 #include "anneal/error.h"
 #include "anneal/hash.h"
-#include "engine/omp_threads.h"
 
 namespace anneal::runs {
 using nlohmann::json;
@@ -271,14 +270,15 @@ ModelFile decode_model(std::string_view bytes, const std::string& owner) {
 }
 
 std::vector<NamedTensor> export_weights(const Trainer& trainer) {
-  std::unique_ptr<Backend> reader = make_cpu_backend();
+  Backend& reader = trainer.backend();
+  const auto scope = reader.enter();
   std::vector<NamedTensor> out;
   auto copy = [&](const std::string& name, const Tensor& t) {
     NamedTensor nt;
     nt.name = name;
     nt.dims = t.dims().to_vector();
     nt.values.resize(static_cast<std::size_t>(t.elements()));
-    reader->copy_to_host(t, nt.values.data());
+    reader.copy_to_host(t, nt.values.data());
     out.push_back(std::move(nt));
   };
   for (const Parameter* p : trainer.network().parameters()) copy(p->name, p->value);
@@ -300,11 +300,10 @@ Checkpoint decode_checkpoint(std::string_view bytes, const std::string& owner) {
   return c;
 }
 
-Predictor::Predictor(const ModelFile& model, int threads, std::int64_t batch)
-    : model_(model), threads_(threads), batch_(std::max<std::int64_t>(batch, 1)) {
+Predictor::Predictor(const ModelFile& model, Backend& backend, std::int64_t batch)
+    : model_(model), backend_(&backend), batch_(std::max<std::int64_t>(batch, 1)) {
   if (model.linear) return;
-  engine::OmpThreads scope(threads_);
-  backend_ = make_cpu_backend();
+  const auto scope = backend_->enter();
   loss_ = backend_->loss(model.loss, model.outputs);
   if (needs_inference_network(model)) {
     inference_ = std::make_unique<InferenceNetwork>(inference_spec(model));
@@ -335,7 +334,7 @@ Predictor::~Predictor() = default;
 
 std::vector<float> Predictor::predict(std::span<const float> features) {
   if (model_.linear) return model_.linear_model.predict(features);
-  engine::OmpThreads scope(threads_);
+  const auto scope = backend_->enter();
   std::int64_t width = 1;
   for (auto d : model_.input_shape) width *= d;
   if (features.size() % static_cast<std::size_t>(width) != 0)
@@ -373,22 +372,6 @@ std::vector<InferenceLayerInfo> Predictor::kernels() const {
 std::string linear_weights_hash(const LinearModel& model) {
   return to_hex(hash_bytes(std::string_view(reinterpret_cast<const char*>(model.weights.data()),
                                             model.weights.size() * sizeof(double))));
-}
-
-std::string onednn_cpu_isa() {
-  using dnnl::cpu_isa;
-  // The effective ISA is a bit mask; name the widest level it includes.
-  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const std::pair<cpu_isa, const char*> levels[] = {
-      {cpu_isa::avx512_core_amx, "avx512_core_amx"}, {cpu_isa::avx512_core_bf16, "avx512_core_bf16"},
-      {cpu_isa::avx512_core_vnni, "avx512_core_vnni"}, {cpu_isa::avx512_core, "avx512_core"},
-      {cpu_isa::avx2_vnni, "avx2_vnni"}, {cpu_isa::avx2, "avx2"},
-      {cpu_isa::avx, "avx"}, {cpu_isa::sse41, "sse41"}};
-  for (const auto& [level, name] : levels) {
-    const auto bits = static_cast<unsigned>(level);
-    if ((isa & bits) == bits) return name;
-  }
-  return "default";
 }
 
 }  // namespace anneal::runs

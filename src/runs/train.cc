@@ -67,17 +67,19 @@ double samples_done(const Trainer& trainer, std::uint64_t rows) {
   return static_cast<double>(trainer.epoch()) * static_cast<double>(rows) + std::max(0.0, partial);
 }
 
-json lineage_json(const TrainConfig& config, const PreparedData& data, const RunRecord& run) {
+json lineage_json(const TrainConfig& config, const PreparedData& data, const RunRecord& run,
+                  const BackendCapabilities& backend) {
   return {{"dataset", data.version.ref()},
           {"dataset_fingerprint", data.version.fingerprint},
           {"config", config.to_text()},
           {"seed", config.trainer.seed},
-          {"threads", config.trainer.threads},
+          {"threads", config.threads},
+          {"device", backend.device},
           {"precision", precision_name(config.trainer.precision)},
           {"anneal_version", version()},
           {"anneal_commit", git_commit()},
           {"host", host_name()},
-          {"isa", runs::onednn_cpu_isa()},
+          {"isa", backend.isa},
           {"run", run.label()}};
 }
 
@@ -176,6 +178,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
   std::optional<DataView> val_view;
   if (!data.y_val.empty()) val_view = DataView{data.x_val, data.y_val, data.input_shape};
   EngineReporter engine_reporter(reporter);
+  const std::unique_ptr<Backend> backend = make_backend({.device = config.device, .threads = config.threads});
   std::unique_ptr<Trainer> trainer;
   if (config.linear_only) {
     if (!data.tabular)
@@ -183,7 +186,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
                         " is " + data.version.format);
   } else {
     try {
-      trainer = std::make_unique<Trainer>(tc, train_view, val_view, engine_reporter);
+      trainer = std::make_unique<Trainer>(tc, *backend, train_view, val_view, engine_reporter);
     } catch (const Error& e) {
       // The engine names the layer; add where the spec was written.
       auto where = config.sources.find("layers");
@@ -361,7 +364,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
                     {"metrics", metrics}};
     if (trainer) summary["steps"] = trainer->step();
     result.model = register_model(store, run.id, config.name, runs::encode_model(model),
-                                  lineage_json(config, data, run), metrics, summary, fence);
+                                  lineage_json(config, data, run, backend->capabilities()), metrics, summary, fence);
     result.run = find_run(store, run.id);
     return result;
   } catch (const std::exception& e) {

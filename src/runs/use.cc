@@ -7,6 +7,7 @@
 #include "anneal/formats.h"
 #include "anneal/fs.h"
 #include "anneal/runs.h"
+#include "anneal/device.h"
 #include "runs/model_file.h"
 #include "runs/prepare.h"
 #include "runs/use.h"
@@ -173,7 +174,7 @@ ModelInputs model_inputs(Store& store, const ModelFile& model, const std::string
 }  // namespace runs
 
 EvalResult evaluate_model(Store& store, const ModelRef& ref, const DatasetRef& data, EvalSplit split,
-                          int threads) {
+                          const BackendOptions& compute) {
   EvalResult result;
   result.model = find_model(store, ref);
   ModelFile model = load_model(store, result.model);
@@ -184,7 +185,8 @@ EvalResult evaluate_model(Store& store, const ModelRef& ref, const DatasetRef& d
   result.unseen = inputs.counts.unseen;
   const std::vector<float>& x = inputs.x;
   const std::vector<float>& y = inputs.y;
-  runs::Predictor predictor(model, threads);
+  const std::unique_ptr<Backend> backend = make_backend(compute);
+  runs::Predictor predictor(model, *backend);
   std::vector<float> predictions = predictor.predict(x);
   result.classification = model.labels.classification();
   if (result.classification) {
@@ -202,7 +204,7 @@ EvalResult evaluate_model(Store& store, const ModelRef& ref, const DatasetRef& d
 }
 
 PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesystem::path& input,
-                           const std::filesystem::path& out, bool force, int threads) {
+                           const std::filesystem::path& out, bool force, const BackendOptions& compute) {
   PredictResult result;
   result.model = find_model(store, ref);
   ModelFile model = load_model(store, result.model);
@@ -253,7 +255,8 @@ PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesys
   result.rows = table.rows;
   result.missing = counts.missing;
   result.unseen = counts.unseen;
-  runs::Predictor predictor(model, threads);
+  const std::unique_ptr<Backend> backend = make_backend(compute);
+  runs::Predictor predictor(model, *backend);
   std::vector<float> predictions = predictor.predict(x);
 
   std::string csv = "row,prediction";
