@@ -56,6 +56,43 @@ sys.exit(0 if worst <= tol and labels_differ == 0 else 1)
 PY
 }
 
+# --- the document's test vectors, read by the reader ---------------------------
+# The blocks of docs/STORE.md "Test vectors" (their syntax is given there);
+# the reader must compute the worked examples' probabilities from them.
+"$PY" - "$(dirname "$E2E_LIB")/../../docs/STORE.md" "$WORK" <<'PY' || fail "document vectors"
+import re, sys
+vectors, name, fenced = {}, None, False
+for line in open(sys.argv[1]):
+    line = line.rstrip("\n")
+    if line.startswith("```"):
+        fenced, name = not fenced, None
+        continue
+    if not fenced:
+        continue
+    if line.startswith("vector "):
+        name = line[7:]
+        vectors[name] = b""
+    elif name and line.startswith("header "):
+        vectors[name] += line[7:].encode()
+    elif name:
+        words = line.split("#")[0].split()
+        if words and (words[0] in ("magic", "length") or re.fullmatch(r"[0-9a-f]{4}", words[0])):
+            vectors[name] += bytes(int(w, 16) for w in words[1:])
+for name, data in vectors.items():
+    open(f"{sys.argv[2]}/{name}.bin", "wb").write(data)
+print(" ".join(sorted(vectors)))
+PY
+printf '\x00\x00\x00\x40\x00\x00\x80\x3f' >"$WORK/row.f32"  # the example row: x = 2, color = blue (code 1)
+for pair in model-format-1:0.957912 model-int8:0.957278 model-bitmask:0.946597; do
+  name=${pair%%:*} want=${pair#*:}
+  got=$("$PY" "$READER" predict "$WORK/$name.bin" --raw "$WORK/row.f32" --json) || fail "reader rejects vector $name"
+  "$PY" -c "import json,sys; sys.exit(0 if abs(json.loads(sys.argv[1])[0][0] - float(sys.argv[2])) < 1e-6 else 1)" \
+    "$got" "$want" && pass || fail "vector $name: p(no) is $got, the document says $want"
+  check_hash "$WORK/$name.bin" "vector $name"
+done
+"$PY" "$READER" checkpoint "$WORK/checkpoint.bin" >"$WORK/vector-ckpt.json" || fail "reader rejects the checkpoint vector"
+expect_contains "$(cat "$WORK/vector-ckpt.json")" '"fingerprint": "layers=dense(2);input={3};' "checkpoint vector fingerprint"
+
 expect_rc 0 init
 
 # --- an MLP on iris (categorical label, softmax) and its checkpoint ---------
@@ -233,6 +270,24 @@ sys.exit(0 if confusion.tolist() == want else 1)
 PY
 }
 compare_eval digits-cnn@v1 "CNN"
+# Batchnorm on an image (per channel), a strided conv with a fused sigmoid
+# and a dense on an image: the implicit flatten takes number 5 (the relu
+# after batchnorm is a layer of its own, 2), the dense 6.
+cat >"$WORK/cnn-bn.ini" <<'INI'
+name = digits-cnn-bn
+dataset = digits-img
+layers = conv(4,3,pad=1) batchnorm relu maxpool(2) conv(6,2,stride=2) sigmoid dense(10)
+optimizer = adam
+lr = 0.01
+batch = 32
+epochs = 2
+seed = 6
+threads = 1
+INI
+expect_rc 0 train "$WORK/cnn-bn.ini"
+compare_eval digits-cnn-bn@v1 "CNN with batchnorm"
+"$PY" "$READER" info "$WORK/m.bin" >"$WORK/info.json"
+expect_contains "$(cat "$WORK/info.json")" '"6.dense.weight", "dims": [10, 24]' "implicit flatten takes a layer number"
 expect_rc 0 --json quantize digits-cnn@v1 --int8 --calib digits-img
 compare_eval "$(json_get 'j["model"]')" "int8 CNN"
 

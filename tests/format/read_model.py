@@ -601,7 +601,9 @@ def cmd_annotate(args):
     lines = [f"vector {args.name}",
              f"magic   {' '.join(f'{b:02x}' for b in magic)}  # {magic.decode()}",
              f"length  {' '.join(f'{b:02x}' for b in data[8:16])}  # n = {n}",
-             "header  " + data[16:body].decode()]
+             ]
+    text = data[16:body].decode()
+    lines += ["header " + text[i:i + 96] for i in range(0, len(text), 96)]
     if magic == b"ANMODEL1":
         lines.append(f"payload ({len(payload)} bytes; offsets from its start)")
         spans = []
@@ -623,7 +625,7 @@ def cmd_annotate(args):
         read_state(payload, fields)
         for start, end, label in fields:
             lines += hex_lines(payload, start, end, label, 0)
-    print("\n".join(lines))
+    print("\n".join(line.rstrip() for line in lines))
 
 
 def cmd_blob(args):
