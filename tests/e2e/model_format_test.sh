@@ -277,14 +277,33 @@ cat >"$WORK/cnn-bn.ini" <<'INI'
 name = digits-cnn-bn
 dataset = digits-img
 layers = conv(4,3,pad=1) batchnorm relu maxpool(2) conv(6,2,stride=2) sigmoid dense(10)
-optimizer = adam
-lr = 0.01
+optimizer = sgd
+momentum = 0.9
+lr = 0.05
 batch = 32
 epochs = 2
 seed = 6
 threads = 1
 INI
-expect_rc 0 train "$WORK/cnn-bn.ini"
+expect_rc 0 --json train "$WORK/cnn-bn.ini"
+bn_run=$(json_get 'j["run"]' | sed 's/^run-//')
+bn_step=$("$PY" -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT max(step) FROM checkpoints WHERE run_id=?', (int(sys.argv[2]),)).fetchone()[0])" \
+  "$ANNEAL_HOME/catalog.db" "$bn_run")
+"$PY" "$READER" blob --store "$ANNEAL_HOME" --checkpoint "$bn_run:$bn_step" -o "$WORK/bn-ckpt.bin" \
+  || fail "reader could not read checkpoint $bn_run:$bn_step"
+"$PY" "$READER" checkpoint "$WORK/bn-ckpt.bin" >"$WORK/bn-ckpt.json" || fail "reader could not parse the CNN's trainer state"
+"$PY" - "$WORK/bn-ckpt.json" <<'PY' && pass || fail "CNN checkpoint: fingerprint or tensor order is not as documented"
+import json, sys
+s = json.load(open(sys.argv[1]))["state"]
+fp = s["fingerprint"]
+want = ("layers=conv(4,3,pad=1) batchnorm relu maxpool(2) conv(6,2,stride=2) sigmoid flatten dense(10);"
+        "input={1, 8, 8};loss=softmax_ce;outputs=10;optimizer=sgd;momentum=1;precision=fp32;batch=32;accum=1;seed=6;rows=")
+assert fp.startswith(want), fp
+names = [t["name"] for t in s["tensors"]]
+params = ["0.conv.weight", "0.conv.bias", "1.batchnorm.scale", "1.batchnorm.shift", "4.conv.weight", "4.conv.bias",
+          "6.dense.weight", "6.dense.bias"]
+assert names == params + ["1.batchnorm.running_mean", "1.batchnorm.running_var"] + [p + ".velocity" for p in params], names
+PY
 compare_eval digits-cnn-bn@v1 "CNN with batchnorm"
 "$PY" "$READER" info "$WORK/m.bin" >"$WORK/info.json"
 expect_contains "$(cat "$WORK/info.json")" '"6.dense.weight", "dims": [10, 24]' "implicit flatten takes a layer number"
