@@ -214,6 +214,8 @@ expect_rc 0 --json prune iris-mlp@v1 --sparsity 0.7 --finetune-epochs 1 --thread
 SKIP_HASH=1 compare_predict "$(json_get 'j["model"]')" "$TEST_DATA/iris.csv" 1e-5 "pruned, fine-tuned MLP"
 expect_rc 0 --json quantize iris-mlp@v1 --int8 --calib iris
 int8=$(json_get 'j["model"]')
+# oneDNN may round a rescaled int8 activation one step the other way than
+# the document's f32 formula: a looser bound than fp32's.
 compare_predict "$int8" "$TEST_DATA/iris.csv" 2e-3 "int8 MLP"
 
 # --- a CNN on 8x8 digit images (IDX), compared through eval ---------------------
@@ -242,14 +244,16 @@ for stream in features labels split; do
   "$PY" "$READER" stream --store "$ANNEAL_HOME" --dataset digits-img@v1 --role "$stream" -o "$WORK/$stream.bin" \
     || fail "reader could not read stream $stream"
 done
-# compare_eval REF LABEL: the reader's confusion matrix on the test rows
-# equals `anneal eval`'s.
+# compare_eval REF LABEL MARGIN: the reader's confusion matrix on the test
+# rows equals `anneal eval`'s, but for rows the reader finds within MARGIN
+# of a tie between its top two classes (f32 summation order, or an int8
+# rounding step, may decide those either way).
 compare_eval() {
   model_blob "$1" "$WORK/m.bin"
   check_hash "$WORK/m.bin" "$2"
   expect_rc 0 --json eval "$1" digits-img@v1
   printf '%s' "$OUT" >"$WORK/eval.json"
-  "$PY" - "$READER" "$WORK" "$2" <<'PY' && pass || fail "$2: confusion matrix differs from anneal eval"
+  "$PY" - "$READER" "$WORK" "$2" "$3" <<'PY' && pass || fail "$2: confusion matrix differs from anneal eval"
 import json, sys, importlib.util
 import numpy as np
 spec = importlib.util.spec_from_file_location("read_model", sys.argv[1])
@@ -264,12 +268,16 @@ values = header["labels"]["values"]
 confusion = np.zeros((len(values), len(values)), dtype=int)
 for truth, row in zip(y[test], p):
     confusion[values.index(float(truth)), int(np.argmax(row))] += 1
-want = json.load(open(f"{work}/eval.json"))["metrics"]["confusion"]
-print(f"{label}: {int(test.sum())} test rows, accuracy {np.trace(confusion) / test.sum():.4f}", file=sys.stderr)
-sys.exit(0 if confusion.tolist() == want else 1)
+want = np.array(json.load(open(f"{work}/eval.json"))["metrics"]["confusion"])
+top2 = np.sort(p, axis=1)[:, -2:]
+near_ties = int((top2[:, 1] - top2[:, 0] < float(sys.argv[4])).sum())
+moved = int(np.abs(confusion - want).sum()) // 2
+print(f"{label}: {int(test.sum())} test rows, accuracy {np.trace(confusion) / test.sum():.4f}, "
+      f"{moved} rows predicted otherwise than anneal, {near_ties} near ties", file=sys.stderr)
+sys.exit(0 if moved <= near_ties else 1)
 PY
 }
-compare_eval digits-cnn@v1 "CNN"
+compare_eval digits-cnn@v1 "CNN" 1e-4
 # Batchnorm on an image (per channel), a strided conv with a fused sigmoid
 # and a dense on an image: the implicit flatten takes number 5 (the relu
 # after batchnorm is a layer of its own, 2), the dense 6.
@@ -304,10 +312,10 @@ params = ["0.conv.weight", "0.conv.bias", "1.batchnorm.scale", "1.batchnorm.shif
           "6.dense.weight", "6.dense.bias"]
 assert names == params + ["1.batchnorm.running_mean", "1.batchnorm.running_var"] + [p + ".velocity" for p in params], names
 PY
-compare_eval digits-cnn-bn@v1 "CNN with batchnorm"
+compare_eval digits-cnn-bn@v1 "CNN with batchnorm" 1e-4
 "$PY" "$READER" info "$WORK/m.bin" >"$WORK/info.json"
 expect_contains "$(cat "$WORK/info.json")" '"6.dense.weight", "dims": [10, 24]' "implicit flatten takes a layer number"
 expect_rc 0 --json quantize digits-cnn@v1 --int8 --calib digits-img
-compare_eval "$(json_get 'j["model"]')" "int8 CNN"
+compare_eval "$(json_get 'j["model"]')" "int8 CNN" 2e-2
 
 finish
