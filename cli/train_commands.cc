@@ -45,8 +45,8 @@ int run_train(const Invocation& inv) {
   std::vector<std::string> configs;
   if (a.count("CONFIG")) configs = a["CONFIG"].as<std::vector<std::string>>();
   if (a.count("set")) request.overrides = a["set"].as<std::vector<std::string>>();
-  // --device is the config key `device`, recorded with the run like --set.
-  if (a.count("device")) request.overrides.push_back("device=" + a["device"].as<std::string>());
+  // --device wins over the config key `device` and is recorded with the run.
+  if (a.count("device")) request.device = compute_options_of(inv).device;
   if (a.count("resume")) {
     if (!configs.empty()) throw usage_error("--resume: give either CONFIG or --resume RUN, not both");
     request.resume = parse_run_id(a["resume"].as<std::string>(), "--resume");

@@ -59,6 +59,7 @@ struct TrainRequest {
   std::string config_text;               // the INI text (empty with resume)
   std::string config_source;             // its name in errors: the path
   std::vector<std::string> overrides;    // --set key=value, winning over the file
+  std::optional<Device> device;          // --device, winning over the config's `device`
   std::optional<std::int64_t> resume;    // continue this run instead
   std::stop_token stop;                  // requested: checkpoint, record cancelled, return
   // Called once the run is recorded (created or reopened), before training.

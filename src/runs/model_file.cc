@@ -75,6 +75,7 @@ std::int64_t element_count(const std::vector<std::int64_t>& dims) {
   std::int64_t n = 1;
   for (auto d : dims) {
     if (d < 0 || d > (std::int64_t(1) << 40)) return -1;
+    if (d != 0 && n > (std::int64_t(1) << 50) / d) return -1;  // no overflow: -1 is "too large"
     n *= d;
   }
   return n;
@@ -85,6 +86,10 @@ void decode_tensor(NamedTensor& t, std::string_view bytes, const std::string& ow
   const std::int64_t n = element_count(t.dims);
   if (n < 0) throw corrupt(owner + ": tensor " + t.name + " has bad dims");
   const auto count = std::size_t(n);
+  // The stored bytes bound the element count before anything is allocated,
+  // so dims that claim billions of elements cost nothing (each encoding
+  // needs at least one bit per element).
+  if (count / 8 > bytes.size()) throw corrupt(owner + ": tensor " + t.name + " has dims larger than its bytes");
   t.values.assign(count, 0.0f);
   switch (t.encoding) {
     case TensorEncoding::kF32:
@@ -259,6 +264,11 @@ ModelFile decode_model(std::string_view bytes, const std::string& owner) {
       auto offset = t.at("offset").get<std::uint64_t>();
       auto count = t.at("count").get<std::uint64_t>();
       if (offset > floats || count > floats - offset) throw corrupt(owner + ": tensor " + nt.name + " lies past the end");
+      // Without this a Predictor would copy dims' worth of floats from a
+      // shorter vector (a crafted blob: count smaller than its dims).
+      if (element_count(nt.dims) != std::int64_t(count))
+        throw corrupt(owner + ": tensor " + nt.name + " holds " + std::to_string(count) + " values for dims of " +
+                      std::to_string(element_count(nt.dims)));
       nt.values.resize(count);
       std::memcpy(nt.values.data(), payload.data() + offset * sizeof(float), count * sizeof(float));
       m.tensors.push_back(std::move(nt));
@@ -320,7 +330,8 @@ Predictor::Predictor(const ModelFile& model, Backend& backend, std::int64_t batc
   std::size_t i = 0;
   auto load = [&](const std::string& name, Tensor& t) {
     if (i >= by_position.size() || by_position[i]->name != name ||
-        by_position[i]->dims != t.dims().to_vector())
+        by_position[i]->dims != t.dims().to_vector() ||
+        std::int64_t(by_position[i]->values.size()) != t.elements())
       throw corrupt("model: tensor " + name + " " + t.dims().str() + " is missing or has other dims");
     backend_->copy_from_host(by_position[i]->values.data(), t);
     ++i;

@@ -126,6 +126,9 @@ Setup resolve(Store& store, const TrainRequest& request) {
   if (request.resume) {
     if (!request.overrides.empty())
       throw usage_error("--set: a resumed run keeps its recorded config; start a new run to change it");
+    if (request.device)
+      throw usage_error("--device: a resumed run keeps its recorded device (the weights depend on it); "
+                        "start a new run to change it");
     RunRecord run = find_run(store, *request.resume);
     if (run.status == RunStatus::kSucceeded)
       throw usage_error("--resume " + run.label() + ": the run already succeeded" +
@@ -136,6 +139,10 @@ Setup resolve(Store& store, const TrainRequest& request) {
     return s;
   }
   s.config = parse_train_config(request.config_text, request.config_source, request.overrides);
+  if (request.device) {
+    s.config.device = *request.device;
+    s.config.sources["device"] = "--device";
+  }
   validate_dataset_name(s.config.name);
   s.dataset = parse_dataset_ref(s.config.dataset, "dataset");
   // Record the exact version: a resume must not drift to a newer @latest.
@@ -169,6 +176,15 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
   }
   if (run_lock && !run_lock->held())
     throw busy("--resume " + setup.resumed->label() + ": another anneal process is training this run");
+  std::unique_ptr<Backend> backend;
+  try {
+    backend = make_backend({.device = config.device, .threads = config.threads});
+  } catch (const Error& e) {
+    // Name where the device was asked for: "fm.ini:7" or "--set device".
+    auto where = config.sources.find("device");
+    if (e.kind() != ErrorKind::kUsage || where == config.sources.end()) throw;
+    throw usage_error(where->second + ": " + e.what());
+  }
   reporter.note("loading " + setup.dataset.to_string());
   PreparedData data = runs::prepare_data(store, setup.dataset, config);
   TrainerConfig tc = config.trainer;
@@ -178,7 +194,6 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
   std::optional<DataView> val_view;
   if (!data.y_val.empty()) val_view = DataView{data.x_val, data.y_val, data.input_shape};
   EngineReporter engine_reporter(reporter);
-  const std::unique_ptr<Backend> backend = make_backend({.device = config.device, .threads = config.threads});
   std::unique_ptr<Trainer> trainer;
   if (config.linear_only) {
     if (!data.tabular)

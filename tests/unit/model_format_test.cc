@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "anneal/datasets.h"
+#include "anneal/error.h"
 #include "anneal/hash.h"
 #include "anneal/preprocess.h"
 #include "anneal/trainer.h"
@@ -144,6 +145,7 @@ std::string compressed_hash(const runs::ModelFile& m) {
 struct TinyTrainer {
   std::vector<float> x = {1, 0, 1, 2, 1, 0}, y = {0, 1};
   NullReporter reporter;
+  std::unique_ptr<Backend> backend = test::cpu_backend();
   std::unique_ptr<Trainer> trainer;
   TinyTrainer() {
     TrainerConfig c;
@@ -152,8 +154,7 @@ struct TinyTrainer {
     c.batch = 2;
     c.epochs = 1;
     c.seed = 7;
-    c.threads = 1;
-    trainer = std::make_unique<Trainer>(c, DataView{x, y, {3}}, std::nullopt, reporter);
+    trainer = std::make_unique<Trainer>(c, *backend, DataView{x, y, {3}}, std::nullopt, reporter);
     trainer->load_weights({{"0.dense.weight", kWeight}, {"0.dense.bias", kBias}});
   }
 };
@@ -258,7 +259,8 @@ TEST(ModelFormat, DocumentVectorsDecode) {
   // The document's logits for that row, through softmax. anneal's softmax
   // (exp of oneDNN's log-softmax) is a few 1e-6 off the exact value.
   auto softmax0 = [](double a, double b) { return 1.0 / (1.0 + std::exp(b - a)); };
-  runs::Predictor predictor(f1, 1);
+  const std::unique_ptr<Backend> backend = test::cpu_backend();
+  runs::Predictor predictor(f1, *backend);
   std::vector<float> p = predictor.predict(input);
   EXPECT_NEAR(p[0], softmax0(2.625, -0.5), 1e-5);
   EXPECT_NEAR(p[0] + p[1], 1.0, 1e-5);
@@ -268,7 +270,7 @@ TEST(ModelFormat, DocumentVectorsDecode) {
   EXPECT_EQ(q.tensors[0].encoding, runs::TensorEncoding::kS8);
   EXPECT_EQ(q.tensors[0].values, (std::vector<float>{0.5f, -1.0f, 1.984375f, 0.25f, 0.9921875f, -0.5f}));
   EXPECT_EQ(q.activation_scales.at("0.dense").input, 0.03125f);
-  runs::Predictor int8_predictor(q, 1);
+  runs::Predictor int8_predictor(q, *backend);
   ASSERT_TRUE(int8_predictor.uses_inference_network());
   p = int8_predictor.predict(input);
   EXPECT_NEAR(p[0], softmax0(2.609375, -0.5), 1e-5);  // the document's int8 arithmetic
@@ -276,7 +278,7 @@ TEST(ModelFormat, DocumentVectorsDecode) {
   const runs::ModelFile b = runs::decode_model(vectors.at("model-bitmask"), "doc");
   EXPECT_EQ(b.tensors[0].encoding, runs::TensorEncoding::kBitmask);
   EXPECT_EQ(b.tensors[0].values, (std::vector<float>{0.5f, 0.0f, 2.0f, 0.0f, 1.0f, 0.0f}));
-  runs::Predictor sparse_predictor(b, 1);
+  runs::Predictor sparse_predictor(b, *backend);
   p = sparse_predictor.predict(input);
   EXPECT_NEAR(p[0], softmax0(2.625, -0.25), 1e-5);
 
@@ -285,6 +287,41 @@ TEST(ModelFormat, DocumentVectorsDecode) {
   TinyTrainer resumed;
   resumed.trainer->load_state(c.state);  // the documented state is one this trainer accepts
   EXPECT_EQ(resumed.trainer->values("0.dense.weight"), kWeight);
+}
+
+// Regressions: a crafted blob must be refused by decode_model, never read
+// past a vector's end or allocate what its dims claim.
+TEST(ModelFormat, Format1TensorWithFewerValuesThanItsDimsIsCorrupt) {
+  TinyTrainer t;
+  runs::ModelFile m = format1_model(t);
+  m.tensors[0].values.pop_back();  // encode_model writes count = values.size()
+  try {
+    runs::decode_model(runs::encode_model(m), "crafted");
+    FAIL() << "decoded a tensor with fewer values than its dims";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << e.what();
+  }
+}
+
+TEST(ModelFormat, Format2DimsLargerThanTheBytesAreCorruptBeforeAllocating) {
+  // The documented bitmask model with its weight's dims edited to claim
+  // 2^40 elements in a few bytes: refused before its values are allocated
+  // (4 TiB). "ANMODEL1" | u64 LE header length | header JSON | tensors.
+  std::string bytes = runs::encode_model(pruned_model());
+  const std::string from = "\"dims\":[2,3]", to = "\"dims\":[1048576,1048576]";
+  const std::size_t at = bytes.find(from);
+  ASSERT_NE(at, std::string::npos);
+  std::uint64_t header = 0;
+  std::memcpy(&header, bytes.data() + 8, 8);
+  header += to.size() - from.size();
+  bytes.replace(at, from.size(), to);
+  std::memcpy(bytes.data() + 8, &header, 8);
+  try {
+    runs::decode_model(bytes, "crafted");
+    FAIL() << "decoded a tensor whose dims exceed its bytes";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << e.what();
+  }
 }
 
 }  // namespace
