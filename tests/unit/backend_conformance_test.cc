@@ -287,6 +287,30 @@ class BackendConformance : public ::testing::TestWithParam<BackendCase> {
     return y;
   }
 
+  // fp32 tensors in the layouts parameters live in, each with a name: plain,
+  // and the master-weight layouts a dense and a conv op chose (possibly
+  // blocked): what the optimizers, multiply (pruning) and clip_scale see.
+  // Values are unspecified; use them with shape_like.
+  std::vector<std::pair<std::string, Tensor>> parameter_layouts() {
+    std::vector<std::pair<std::string, Tensor>> out;
+    Tensor p, w, b;
+    be().shape_plain(p, Dims{37}, DType::kF32);  // two vectors of 16 and a tail
+    out.emplace_back("plain {37}", std::move(p));
+    auto dense = be().dense(DenseSpec{Dims{9}, 5, DType::kF32, Activation::kNone, 128});
+    dense->shape_parameters(w, b);
+    out.emplace_back("dense weights " + w.dims().str(), std::move(w));
+    auto conv = be().conv(ConvSpec{Dims{16, 5, 5}, 16, 3, 1, 1, DType::kF32, Activation::kNone, 128});
+    conv->shape_parameters(w, b);
+    out.emplace_back("conv weights " + w.dims().str(), std::move(w));
+    return out;
+  }
+  Tensor shaped_like(const Tensor& like, const HostTensor& values) {
+    Tensor t;
+    be().shape_like(t, like, DType::kF32);
+    upload(t, values);
+    return t;
+  }
+
   // Numeric ∂(Σ r·reference)/∂values[k][i] in double; NaN at a kink.
   double reference_derivative(const Differentiable& d, std::vector<RefTensor>& v, std::size_t k,
                               std::size_t i, const HostTensor& r) {
@@ -539,6 +563,23 @@ TEST_P(BackendConformance, GatherRowsAssemblesTheRowsInTheOrderGiven) {
   }
 }
 
+TEST_P(BackendConformance, HostViewIsNullOrAliasesAPlainF32Tensor) {
+  const HostTensor v = randn(15, 18);
+  Tensor t = plain(Dims{3, 5}, v);
+  if (float* view = be().host_view(t)) {
+    expect_same_bits("values through the view", HostTensor(view, view + 15), v);
+    view[4] = 42.0f;  // what a batch pipeline gathering into it does
+    t.mark_modified();
+    HostTensor want = v;
+    want[4] = 42.0f;
+    expect_same_bits("a write through the view", read(t), want);
+  }
+  if (caps().bf16) {
+    Tensor b = plain(Dims{3, 5}, v, DType::kBF16);
+    EXPECT_EQ(be().host_view(b), nullptr) << "a bf16 tensor has no fp32 host view";
+  }
+}
+
 TEST_P(BackendConformance, FillZeroZeroesEveryElement) {
   for (DType dt : precisions()) {
     SCOPED_TRACE(dtype_trace(dt));
@@ -556,12 +597,13 @@ TEST_P(BackendConformance, FillZeroZeroesEveryElement) {
 }
 
 TEST_P(BackendConformance, MultiplyIsAnExactElementwiseProduct) {
-  for (const Dims& dims : {Dims{37}, Dims{5, 9}}) {
-    const HostTensor a = randn(std::size_t(dims.product()), 14);
+  for (const auto& [name, like] : parameter_layouts()) {
+    SCOPED_TRACE(name);
+    const HostTensor a = randn(std::size_t(like.elements()), 14);
     HostTensor m = randn(a.size(), 15);
     for (std::size_t i = 0; i < m.size(); i += 3) m[i] = 0.0f;  // a pruning mask's zeros
     for (std::size_t i = 1; i < m.size(); i += 3) m[i] = 1.0f;
-    Tensor t = plain(dims, a), mask = plain(dims, m);
+    Tensor t = shaped_like(like, a), mask = shaped_like(like, m);
     const std::uint64_t version = t.version();
     be().multiply(t, mask);
     EXPECT_GT(t.version(), version) << "multiply must mark t modified";
@@ -805,7 +847,8 @@ TEST_P(BackendConformance, ConvWithStridePaddingAndFusedActivations) {
   };
   for (DType dt : precisions())
     for (const ConvShape& s : shapes)
-      for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSigmoid}) {
+      for (Activation act :
+           {Activation::kNone, Activation::kRelu, Activation::kTanh, Activation::kSigmoid}) {
         SCOPED_TRACE(dtype_trace(dt) + ", in " + (Dims{s.n, s.c, s.h, s.w}).str() + " k" +
                      std::to_string(s.k) + " stride " + std::to_string(s.stride) + " pad " +
                      std::to_string(s.pad) + ", fused " + activation_name(act));
@@ -1318,14 +1361,18 @@ TEST_P(BackendConformance, LossTotalsAreTheSameBitsRunTwice) {
 // ======================================================================================
 
 TEST_P(BackendConformance, ClipScaleAgainstTheGlobalNorm) {
-  const std::vector<Dims> shapes{Dims{4, 5}, Dims{7}, Dims{2, 3, 3, 3}};
+  // Gradients of several sizes, in the layouts parameters live in.
   std::vector<Tensor> grads;
   double squares = 0;
-  for (std::size_t i = 0; i < shapes.size(); ++i) {
-    const HostTensor g = randn(std::size_t(shapes[i].product()), 100 + std::uint32_t(i));
+  std::uint32_t seed = 100;
+  for (const auto& [name, like] : parameter_layouts()) {
+    const HostTensor g = randn(std::size_t(like.elements()), seed++);
     for (float e : g) squares += double(e) * e;
-    grads.push_back(plain(shapes[i], g));
+    grads.push_back(shaped_like(like, g));
   }
+  const HostTensor small = randn(7, seed);
+  for (float e : small) squares += double(e) * e;
+  grads.push_back(plain(Dims{7}, small));
   const double norm = std::sqrt(squares);
   std::vector<const Tensor*> ptrs;
   for (const Tensor& g : grads) ptrs.push_back(&g);
@@ -1356,101 +1403,105 @@ float make_clip_scale(Backend& be, const Tensor& g, Tensor& scale) {
 }
 
 TEST_P(BackendConformance, AdamStepsWithBiasCorrectionWeightDecayAndClipping) {
-  const std::int64_t n = 37;  // two vectors of 16 and a tail
   struct Case {
     float weight_decay;
     bool decoupled, clip;
   };
+  const auto layouts = parameter_layouts();
   for (Case c : {Case{0, false, false}, Case{0.1f, false, false}, Case{0.1f, true, false},
-                 Case{0.05f, true, true}, Case{0, false, true}}) {
-    SCOPED_TRACE("weight_decay " + std::to_string(c.weight_decay) +
-                 (c.decoupled ? " decoupled" : " coupled") + (c.clip ? ", clipped" : ""));
-    const HostTensor w0 = randn(n, 110);
-    Tensor w = plain(Dims{n}, w0), g, m = plain(Dims{n}, HostTensor(n, 0.0f)),
-           v = plain(Dims{n}, HostTensor(n, 0.0f)), scale;
-    RefTensor rw = to_double(w0), rm(n, 0.0), rv(n, 0.0);
-    AdamUpdate u;
-    u.lr = 0.01f;
-    u.weight_decay = c.weight_decay;
-    u.decoupled_weight_decay = c.decoupled;
-    // Steps 1, 2, 3, then 10: a resumed run's bias correction uses the t it is given.
-    for (std::int64_t t : {1, 2, 3, 10}) {
-      SCOPED_TRACE("step " + std::to_string(t));
-      const HostTensor gh = randn(n, 120 + std::uint32_t(t));
-      g = plain(Dims{n}, gh);
-      double gs = 1;
-      u.grad_scale = nullptr;
-      if (c.clip) {
-        gs = make_clip_scale(be(), g, scale);
-        EXPECT_LT(gs, 1.0);
-        u.grad_scale = &scale;
+                 Case{0.05f, true, true}, Case{0, false, true}})
+    for (const auto& [name, like] : layouts) {
+      SCOPED_TRACE(name + ", weight_decay " + std::to_string(c.weight_decay) +
+                   (c.decoupled ? " decoupled" : " coupled") + (c.clip ? ", clipped" : ""));
+      const auto n = std::size_t(like.elements());
+      const HostTensor w0 = randn(n, 110);
+      Tensor w = shaped_like(like, w0), g, m = shaped_like(like, HostTensor(n, 0.0f)),
+             v = shaped_like(like, HostTensor(n, 0.0f)), scale;
+      RefTensor rw = to_double(w0), rm(n, 0.0), rv(n, 0.0);
+      AdamUpdate u;
+      u.lr = 0.01f;
+      u.weight_decay = c.weight_decay;
+      u.decoupled_weight_decay = c.decoupled;
+      // Steps 1, 2, 3, then 10: a resumed run's bias correction uses the t it is given.
+      for (std::int64_t t : {1, 2, 3, 10}) {
+        SCOPED_TRACE("step " + std::to_string(t));
+        const HostTensor gh = randn(n, 120 + std::uint32_t(t));
+        g = shaped_like(like, gh);
+        double gs = 1;
+        u.grad_scale = nullptr;
+        if (c.clip) {
+          gs = make_clip_scale(be(), g, scale);
+          EXPECT_LT(gs, 1.0);
+          u.grad_scale = &scale;
+        }
+        u.step = t;
+        const std::uint64_t version = w.version();
+        be().adam_update(w, g, m, v, u);
+        EXPECT_GT(w.version(), version) << "adam_update must mark w modified";
+        const double b1 = u.beta1, b2 = u.beta2, lr = u.lr, wd = c.weight_decay;
+        for (std::size_t i = 0; i < n; ++i) {
+          double grad = gh[i] * gs;
+          if (!c.decoupled) grad += wd * rw[i];
+          rm[i] = b1 * rm[i] + (1 - b1) * grad;
+          rv[i] = b2 * rv[i] + (1 - b2) * grad * grad;
+          const double mhat = rm[i] / (1 - std::pow(b1, double(t)));
+          const double vhat = rv[i] / (1 - std::pow(b2, double(t)));
+          if (c.decoupled) rw[i] -= lr * wd * rw[i];
+          rw[i] -= lr * mhat / (std::sqrt(vhat) + double(u.epsilon));
+        }
+        expect_close("m", read(m), rm, kF32Tolerance);
+        expect_close("v", read(v), rv, kF32Tolerance);
+        expect_close("w", read(w), rw, kF32Tolerance);
       }
-      u.step = t;
-      const std::uint64_t version = w.version();
-      be().adam_update(w, g, m, v, u);
-      EXPECT_GT(w.version(), version) << "adam_update must mark w modified";
-      const double b1 = u.beta1, b2 = u.beta2, lr = u.lr, wd = c.weight_decay;
-      for (std::int64_t i = 0; i < n; ++i) {
-        double grad = gh[i] * gs;
-        if (!c.decoupled) grad += wd * rw[i];
-        rm[i] = b1 * rm[i] + (1 - b1) * grad;
-        rv[i] = b2 * rv[i] + (1 - b2) * grad * grad;
-        const double mhat = rm[i] / (1 - std::pow(b1, double(t)));
-        const double vhat = rv[i] / (1 - std::pow(b2, double(t)));
-        if (c.decoupled) rw[i] -= lr * wd * rw[i];
-        rw[i] -= lr * mhat / (std::sqrt(vhat) + double(u.epsilon));
-      }
-      expect_close("m", read(m), rm, kF32Tolerance);
-      expect_close("v", read(v), rv, kF32Tolerance);
-      expect_close("w", read(w), rw, kF32Tolerance);
     }
-  }
 }
 
 TEST_P(BackendConformance, SgdStepsWithMomentumNesterovWeightDecayAndClipping) {
-  const std::int64_t n = 37;
+  const auto layouts = parameter_layouts();
   struct Case {
     float momentum, weight_decay;
     bool nesterov, clip;
   };
   for (Case c : {Case{0, 0, false, false}, Case{0, 0.1f, false, false}, Case{0.9f, 0, false, false},
                  Case{0.9f, 0.05f, false, true}, Case{0.9f, 0, true, false},
-                 Case{0.8f, 0.1f, true, true}}) {
-    SCOPED_TRACE("momentum " + std::to_string(c.momentum) + " weight_decay " +
-                 std::to_string(c.weight_decay) + (c.nesterov ? " nesterov" : "") +
-                 (c.clip ? ", clipped" : ""));
-    const HostTensor w0 = randn(n, 130);
-    Tensor w = plain(Dims{n}, w0), g, vel = plain(Dims{n}, HostTensor(n, 0.0f)), scale;
-    RefTensor rw = to_double(w0), rv(n, 0.0);
-    SgdUpdate u;
-    u.lr = 0.05f;
-    u.momentum = c.momentum;
-    u.weight_decay = c.weight_decay;
-    u.nesterov = c.nesterov;
-    for (int step = 0; step < 3; ++step) {
-      SCOPED_TRACE("step " + std::to_string(step));
-      const HostTensor gh = randn(n, 140 + std::uint32_t(step));
-      g = plain(Dims{n}, gh);
-      double gs = 1;
-      u.grad_scale = nullptr;
-      if (c.clip) {
-        gs = make_clip_scale(be(), g, scale);
-        u.grad_scale = &scale;
-      }
-      be().sgd_update(w, g, vel, u);
-      for (std::int64_t i = 0; i < n; ++i) {
-        const double grad = gh[i] * gs + double(c.weight_decay) * rw[i];
-        if (c.momentum == 0) {
-          rw[i] -= double(u.lr) * grad;
-          continue;
+                 Case{0.8f, 0.1f, true, true}})
+    for (const auto& [name, like] : layouts) {
+      SCOPED_TRACE(name + ", momentum " + std::to_string(c.momentum) + " weight_decay " +
+                   std::to_string(c.weight_decay) + (c.nesterov ? " nesterov" : "") +
+                   (c.clip ? ", clipped" : ""));
+      const auto n = std::size_t(like.elements());
+      const HostTensor w0 = randn(n, 130);
+      Tensor w = shaped_like(like, w0), g, vel = shaped_like(like, HostTensor(n, 0.0f)), scale;
+      RefTensor rw = to_double(w0), rv(n, 0.0);
+      SgdUpdate u;
+      u.lr = 0.05f;
+      u.momentum = c.momentum;
+      u.weight_decay = c.weight_decay;
+      u.nesterov = c.nesterov;
+      for (int step = 0; step < 3; ++step) {
+        SCOPED_TRACE("step " + std::to_string(step));
+        const HostTensor gh = randn(n, 140 + std::uint32_t(step));
+        g = shaped_like(like, gh);
+        double gs = 1;
+        u.grad_scale = nullptr;
+        if (c.clip) {
+          gs = make_clip_scale(be(), g, scale);
+          u.grad_scale = &scale;
         }
-        rv[i] = double(c.momentum) * rv[i] + grad;
-        rw[i] -= double(u.lr) * (c.nesterov ? grad + double(c.momentum) * rv[i] : rv[i]);
+        be().sgd_update(w, g, vel, u);
+        for (std::size_t i = 0; i < n; ++i) {
+          const double grad = gh[i] * gs + double(c.weight_decay) * rw[i];
+          if (c.momentum == 0) {
+            rw[i] -= double(u.lr) * grad;
+            continue;
+          }
+          rv[i] = double(c.momentum) * rv[i] + grad;
+          rw[i] -= double(u.lr) * (c.nesterov ? grad + double(c.momentum) * rv[i] : rv[i]);
+        }
+        expect_close("w", read(w), rw, kF32Tolerance);
+        if (c.momentum != 0) expect_close("velocity", read(vel), rv, kF32Tolerance);
       }
-      expect_close("w", read(w), rw, kF32Tolerance);
-      if (c.momentum != 0) expect_close("velocity", read(vel), rv, kF32Tolerance);
     }
-  }
 }
 
 // ======================================================================================
