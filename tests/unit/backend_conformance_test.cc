@@ -1765,6 +1765,9 @@ TEST_P(BackendConformance, ElementwiseOpsAndReductionsGiveTheSameBitsRunTwiceAnd
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendConformance, ::testing::ValuesIn(usable_backends()),
                          case_name);
+// The CPU backend is always usable, so this never triggers here; it keeps a
+// build whose registry lists nothing usable from failing for that reason alone.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BackendConformance);
 
 }  // namespace
 }  // namespace anneal
