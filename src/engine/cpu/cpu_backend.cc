@@ -91,6 +91,12 @@ const float* f32_data(const Tensor& t, const char* what) {
 std::int64_t stored_elements(const Tensor& t) {
   return static_cast<std::int64_t>(t.bytes() / dtype_size(t.dtype()));
 }
+// backend.h: fake quantization takes fp32 tensors only, kUsage otherwise
+// (f32_data's kFailure is for an internal mismatch, not a caller's request).
+void check_f32_usage(const Tensor& t, const char* what) {
+  if (t.dtype() != DType::kF32)
+    throw usage_error(std::string(what) + ": expects an f32 tensor, not " + dtype_name(t.dtype()));
+}
 void check_same_layout(const Tensor& a, const Tensor& b, const char* what) {
   if (!a.layout() || !b.layout() || !a.layout()->same_as(*b.layout()))
     throw failure(std::string(what) + ": tensors differ in layout");
@@ -321,6 +327,7 @@ class CpuBackend final : public Backend {
 
   void fake_quantize(const Tensor& x, Tensor& y, float scale, float lo, float hi) override {
     if (!(scale > 0)) throw usage_error("fake_quantize: the scale must be > 0");
+    check_f32_usage(x, "fake_quantize");
     const float* in = f32_data(x, "fake_quantize");
     shape_like(y, x, DType::kF32);
     float* out = static_cast<float*>(y.data());
@@ -333,7 +340,7 @@ class CpuBackend final : public Backend {
   }
 
   void fake_quantize_channels(const Tensor& w, Tensor& y) override {
-    (void)f32_data(w, "fake_quantize_channels");  // fp32 only
+    check_f32_usage(w, "fake_quantize_channels");  // fp32 only
     // Per-channel maxima need the plain (O, I...) order; the weights are
     // small beside a batch's activations, so a round trip through a host
     // buffer (kept across steps, so steady state allocates nothing) is cheap.
