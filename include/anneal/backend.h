@@ -30,7 +30,15 @@
 // assumes a shared address space or a threading library.
 //
 // Determinism: with capabilities().deterministic, the same ops on the same
-// inputs give the same bits whatever the thread count, run after run.
+// inputs give the same bits run after run for a fixed thread count, and the
+// elementwise ops and reductions (the optimizer updates, eltwise, dropout,
+// fake quantization, running statistics, clip_scale, loss totals) give the
+// same bits for any thread count.
+//
+// Numerics every backend shares (tests/unit/backend_conformance_test.cc
+// holds each to them): gelu is the exact erf form, 0.5·x·(1 + erf(x/√2));
+// batch norm's variance is the biased one (divided by the count); fp32 to
+// bf16 rounds to nearest even; fake_quantize is bit-exact to its formula.
 //
 // Errors: anneal::Error kFailure when the library refuses a shape or runs out
 // of memory; kUsage when a spec cannot be honoured (e.g. a kernel larger than
