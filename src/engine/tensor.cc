@@ -5,8 +5,25 @@
 
 namespace anneal {
 
-std::size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
-const char* dtype_name(DType dtype) { return dtype == DType::kF32 ? "f32" : "bf16"; }
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kBF16: return 2;
+    case DType::kS8:
+    case DType::kU8: return 1;
+  }
+  return 4;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kBF16: return "bf16";
+    case DType::kS8: return "s8";
+    case DType::kU8: return "u8";
+  }
+  return "?";
+}
 
 Dims::Dims(std::initializer_list<std::int64_t> dims) {
   if (dims.size() > kMaxRank) throw std::length_error("anneal::Dims: rank above kMaxRank");
