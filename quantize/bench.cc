@@ -43,7 +43,10 @@ BenchResult bench_model(Store& store, const BenchRequest& request) {
   };
 
   runs::Predictor predictor(model, request.threads, request.batch);
-  result.engine = predictor.uses_inference_network() ? "inference" : model.linear ? "linear" : "network";
+  result.engine = model.linear ? "linear"
+                  : !predictor.inference_only() ? "network"
+                  : model.int8 ? "network (int8)"
+                               : "network (sparse)";
   std::vector<float> x = make_rows(request.batch);
   using Clock = std::chrono::steady_clock;
   auto time = [&](const std::vector<float>& rows) {
