@@ -395,6 +395,13 @@ class Backend : public MemoryAllocator {
   // any layout: an int8 activation turned into real values. When x already
   // is plain f32 and scale is 1, y becomes a view of x (valid while x is).
   virtual void dequantize(const Tensor& x, float scale, Tensor& y) = 0;
+  // Makes `t` a plain row-major f32 tensor of `dims` over caller-owned host
+  // memory, without a copy, and returns true, when this backend computes in
+  // host memory (the CPU backend); else returns false and leaves t alone
+  // (copy_from_host then). `host` must stay alive and unchanged while t is
+  // in use; ops only read an input. How an inference-only network reads a
+  // batch of rows where they lie, as a forward-only pass can afford.
+  virtual bool view_host(const float* host, const Dims& dims, Tensor& t) = 0;
 };
 
 // The CPU backend: oneDNN primitives (fp32, and bf16 on CPUs with AVX512_BF16

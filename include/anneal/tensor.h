@@ -132,6 +132,12 @@ class Tensor {
   // (flatten of a plain tensor). The view must not outlive base's storage;
   // layout->bytes() must not exceed base.bytes().
   void view_of(const Tensor& base, const Dims& dims, std::shared_ptr<const TensorLayout> layout);
+  // Makes this tensor a view of `bytes` bytes of memory it does not own: a
+  // backend wrapping caller memory it can address directly
+  // (Backend::view_host). The memory must outlive the view's use;
+  // layout->bytes() must not exceed `bytes`.
+  void view_of_memory(void* data, std::size_t bytes, const Dims& dims, DType dtype,
+                      std::shared_ptr<const TensorLayout> layout);
 
  private:
   void release() noexcept;

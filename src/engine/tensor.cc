@@ -137,4 +137,15 @@ void Tensor::view_of(const Tensor& base, const Dims& dims,
   layout_ = std::move(layout);
 }
 
+void Tensor::view_of_memory(void* data, std::size_t bytes, const Dims& dims, DType dtype,
+                            std::shared_ptr<const TensorLayout> layout) {
+  if (layout->bytes() > bytes) throw std::logic_error("anneal::Tensor::view_of_memory: view larger than its memory");
+  release();
+  data_ = data;
+  capacity_ = bytes;
+  dims_ = dims;
+  dtype_ = dtype;
+  layout_ = std::move(layout);
+}
+
 }  // namespace anneal

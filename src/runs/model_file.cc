@@ -347,8 +347,15 @@ std::vector<float> Predictor::predict(std::span<const float> features) {
   ctx.training = false;
   for (std::int64_t start = 0; start < rows; start += batch_) {
     const std::int64_t n = std::min(batch_, rows - start);
-    backend_->shape_plain(x, sample.with_batch(n), DType::kF32);
-    backend_->copy_from_host(features.data() + start * width, x);
+    // An inference-only network reads the rows where they lie (its first
+    // op quantizes or reorders them anyway); a trainable one gets its own
+    // aligned copy, as in training.
+    const float* rows_at = features.data() + start * width;
+    if (!network_->inference_only() || !backend_->view_host(rows_at, sample.with_batch(n), x)) {
+      if (x.is_view()) x = Tensor();
+      backend_->shape_plain(x, sample.with_batch(n), DType::kF32);
+      backend_->copy_from_host(rows_at, x);
+    }
     const Tensor& y = network_->forward(x, ctx);
     loss_->predict(y, out.data() + start * model_.outputs);
   }

@@ -355,6 +355,14 @@ class CpuBackend final : public Backend {
     return make_inference_pool_op(ctx_, spec);
   }
 
+  bool view_host(const float* host, const Dims& dims, Tensor& t) override {
+    const MemDesc md = plain_md(dims, DType::kF32);
+    const bool same_layout = !t.empty() && t.is_view() && md_of(t) == md;
+    t.view_of_memory(const_cast<float*>(host), md.get_size(), dims, DType::kF32,
+                     same_layout ? t.shared_layout() : make_layout(md));
+    return true;
+  }
+
   void dequantize(const Tensor& x, float scale, Tensor& y) override {
     const MemDesc plain = plain_md(x.dims(), DType::kF32);
     if (md_of(x) == plain && scale == 1.0f) {
