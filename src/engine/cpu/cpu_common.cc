@@ -241,4 +241,15 @@ dnnl::algorithm eltwise_algorithm(Activation kind, bool from_output) {
   throw failure("cpu backend: no eltwise algorithm for this activation");
 }
 
+dnnl::primitive_attr fused_attr(Activation fused) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (fused != Activation::kNone) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, eltwise_algorithm(fused, false), 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  return attr;
+}
+
 }  // namespace anneal::cpu

@@ -166,6 +166,11 @@ Plan* find_plan(std::vector<std::unique_ptr<Plan>>& plans, const MemDesc& x_md) 
 // *_use_dst_for_bwd variant.
 dnnl::algorithm eltwise_algorithm(Activation kind, bool from_output);
 
+// Attributes every forward primitive of a layer op takes: a user-managed
+// scratchpad (ops own theirs, so steps allocate nothing) and `fused` as an
+// eltwise post-op (none: no post-op).
+dnnl::primitive_attr fused_attr(Activation fused);
+
 // bf16 <-> f32 for the few elementwise loops that touch bf16 data.
 inline float bf16_to_f32(std::uint16_t v) {
   std::uint32_t bits = std::uint32_t(v) << 16;

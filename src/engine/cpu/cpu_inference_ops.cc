@@ -62,13 +62,7 @@ class CpuFp32ConvOp final : public InferenceConvOp {
       dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                         src_any, w_any, bias_md, dst_any, {spec_.stride, spec_.stride},
                                         {spec_.pad, spec_.pad}, {spec_.pad, spec_.pad});
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      if (spec_.fused != Activation::kNone) {
-        dnnl::post_ops ops;
-        ops.append_eltwise(1.0f, eltwise_algorithm(spec_.fused, false), 0.0f, 0.0f);
-        attr.set_post_ops(ops);
-      }
+      const dnnl::primitive_attr attr = fused_attr(spec_.fused);
       dnnl::convolution_forward::primitive_desc pd(d, attr, ctx_.engine);
       plan->src_md = pd.src_desc();
       plan->y_layout = make_layout(pd.dst_desc());

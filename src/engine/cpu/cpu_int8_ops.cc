@@ -49,14 +49,8 @@ class Int8Layer {
   }
 
   dnnl::primitive_attr attr() const {
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::primitive_attr attr = fused_attr(fused_);
     attr.set_output_scales(1 << 1, oscales_);  // per dst channel (dim 1)
-    if (fused_ != Activation::kNone) {
-      dnnl::post_ops ops;
-      ops.append_eltwise(1.0f, eltwise_algorithm(fused_, false), 0.0f, 0.0f);
-      attr.set_post_ops(ops);
-    }
     return attr;
   }
 

@@ -162,13 +162,7 @@ class CpuSparseDenseOp final : public InferenceOp {
       const MemDesc bias_md({o}, dt::f32, tag::a);
       dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, x_md,
                                           MemDesc({o, in_}, dt::f32, tag::any), bias_md, y_md);
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      if (spec_.fused != Activation::kNone) {
-        dnnl::post_ops ops;
-        ops.append_eltwise(1.0f, eltwise_algorithm(spec_.fused, false), 0.0f, 0.0f);
-        attr.set_post_ops(ops);
-      }
+      const dnnl::primitive_attr attr = fused_attr(spec_.fused);
       dnnl::inner_product_forward::primitive_desc pd(d, attr, ctx_.engine);
       plan->dense = Exec(dnnl::inner_product_forward(pd), pd, ctx_,
                          {{DNNL_ARG_SRC, x_md},

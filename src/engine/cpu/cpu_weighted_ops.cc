@@ -153,16 +153,7 @@ class WeightedOpBase {
                                   {DNNL_ARG_DIFF_BIAS, bias_md_}});
   }
 
-  dnnl::primitive_attr attr_with(Activation fused) const {
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (fused != Activation::kNone) {
-      dnnl::post_ops ops;
-      ops.append_eltwise(1.0f, eltwise_algorithm(fused, false), 0.0f, 0.0f);
-      attr.set_post_ops(ops);
-    }
-    return attr;
-  }
+  dnnl::primitive_attr attr_with(Activation fused) const { return fused_attr(fused); }
 
   static dnnl::primitive_attr plain_attr() {
     dnnl::primitive_attr attr;
