@@ -1880,11 +1880,11 @@ TEST_P(BackendConformance, Int8DenseEachInputDtypeActivationAndOutput) {
                              Input{Dims{6, 3, 4}, 4}})
     for (DType x_dt : {DType::kF32, DType::kS8, DType::kU8})
       for (const Int8Output& o : kInt8Outputs) {
-        if (input.layout_channels > 0 && x_dt == DType::kF32) continue;  // int8 layouts only
         SCOPED_TRACE(int8_trace(x_dt, o) + ", in " + input.in.str() +
-                     (input.layout_channels ? ", int8 conv output layout (" +
+                     (input.layout_channels ? ", conv output layout (" +
                                                   std::to_string(input.layout_channels) + " input channels)"
                                             : ", plain"));
+        if (input.layout_channels > 1 && x_dt == DType::kF32) continue;  // one f32 conv output layout is enough
         const std::int64_t f = input.in.product();
         const InferenceWeights w = int8_weights(out, f, 50);
         const Int8Input in = int8_input(std::size_t(n * f), x_dt, s_in, 51);
@@ -1905,7 +1905,12 @@ TEST_P(BackendConformance, Int8DenseEachInputDtypeActivationAndOutput) {
         EXPECT_TRUE(op->kernel().empty()) << "kernel() before the first forward";
         Tensor x, y;
         if (input.layout_channels > 0) {
-          be().shape_like(x, int8_conv_output_like(be(), input.in.with_batch(n), x_dt, input.layout_channels), x_dt);
+          // f32: the layout an fp32 conv leaves its output in.
+          be().shape_like(x,
+                          x_dt == DType::kF32 ? conv_output_like(input.in.with_batch(n), x_dt)
+                                              : int8_conv_output_like(be(), input.in.with_batch(n), x_dt,
+                                                                      input.layout_channels),
+                          x_dt);
           upload(x, in.host);
         } else {
           x = plain(input.in.with_batch(n), in.host, x_dt);
@@ -1946,7 +1951,6 @@ TEST_P(BackendConformance, Int8ConvIm2colAndDirectWithAndWithoutFusedPooling) {
     const InferenceWeights w = int8_weights(s.out, s.c * s.k * s.k, 60);
     for (DType x_dt : {DType::kF32, DType::kS8, DType::kU8})
       for (bool x_layout : {false, true}) {
-        if (x_layout && x_dt == DType::kF32) continue;  // int8 layouts only
         const Int8Input in = int8_input(std::size_t(s.n * s.c * s.h * s.w), x_dt, s_in, 61);
         const std::vector<RefTensor> v{in.real, real_weights(w), to_double(w.bias)};
         const double terms =
@@ -1955,7 +1959,7 @@ TEST_P(BackendConformance, Int8ConvIm2colAndDirectWithAndWithoutFusedPooling) {
           for (PoolCase p : {PoolCase{0, true}, PoolCase{2, true}, PoolCase{2, false}}) {
             SCOPED_TRACE(int8_trace(x_dt, o) + ", in " + (Dims{s.n, s.c, s.h, s.w}).str() + " k" +
                          std::to_string(s.k) + " stride " + std::to_string(s.stride) + " pad " +
-                         std::to_string(s.pad) + (x_layout ? ", x in an int8 conv output layout" : "") +
+                         std::to_string(s.pad) + (x_layout ? ", x in a conv output layout" : "") +
                          (p.window ? std::string(", then ") + (p.max ? "max" : "avg") + " pool 2" : ""));
             const RefTensor want = conv_ref(v, s, o.act);
             const float s_out = o.out == DType::kF32 ? 0.0f : output_scale_for(want, o.out);
@@ -1978,7 +1982,9 @@ TEST_P(BackendConformance, Int8ConvIm2colAndDirectWithAndWithoutFusedPooling) {
             }
             Tensor x, y;
             if (x_layout) {
-              be().shape_like(x, int8_conv_output_like(be(), Dims{s.n, s.c, s.h, s.w}, x_dt, 1), x_dt);
+              const Dims nchw{s.n, s.c, s.h, s.w};
+              be().shape_like(x, x_dt == DType::kF32 ? conv_output_like(nchw, x_dt) : int8_conv_output_like(be(), nchw, x_dt, 1),
+                              x_dt);
               upload(x, in.host);
             } else {
               x = plain(Dims{s.n, s.c, s.h, s.w}, in.host, x_dt);
@@ -2259,6 +2265,71 @@ TEST_P(BackendConformance, ViewHostReadsTheHostRowsOrDeclines) {
   HostTensor other = randn(24, 112);
   ASSERT_TRUE(be().view_host(other.data(), dims, t));
   expect_same_bits("viewed other rows", read(t), other);
+}
+
+TEST_P(BackendConformance, InferenceOpsAlternatingBatchSizesMatchAFreshOp) {
+  // An op caches its plan per batch size and layout: batches of 5, 3, 5 rows
+  // through one op (into one y) give the bits a fresh op gives each.
+  struct Case {
+    std::string name;
+    Dims in;
+    DType x_dt;
+    std::function<std::unique_ptr<InferenceOp>()> make;
+  };
+  std::vector<Case> cases;
+  for (SparseKernel kernel : {SparseKernel::kSparse, SparseKernel::kDense})
+    cases.push_back({kernel == SparseKernel::kSparse ? "sparse dense, kSparse" : "sparse dense, kDense", Dims{70},
+                     DType::kF32, [this, kernel] {
+                       InferenceDenseSpec spec;
+                       spec.in = Dims{70};
+                       spec.out = 9;
+                       spec.fused = Activation::kRelu;
+                       spec.weights = f32_weights(9, 70, 130, 0.9);
+                       spec.sparse = kernel;
+                       return be().inference_dense(spec);
+                     }});
+  if (caps().int8) {
+    cases.push_back({"int8 dense", Dims{37}, DType::kS8, [this] {
+                       InferenceDenseSpec spec;
+                       spec.in = Dims{37};
+                       spec.out = 9;
+                       spec.fused = Activation::kRelu;
+                       spec.weights = int8_weights(9, 37, 131);
+                       spec.int8 = true;
+                       spec.quant = Int8Activations{0.02f, DType::kU8, 0.01f};
+                       return be().inference_dense(spec);
+                     }});
+    for (std::int64_t c : {3, 8})
+      cases.push_back({"int8 conv, " + std::to_string(c) + " channels, max pool 2", Dims{c, 6, 6}, DType::kS8,
+                       [this, c]() -> std::unique_ptr<InferenceOp> {
+                         InferenceConvSpec spec;
+                         spec.in = Dims{c, 6, 6};
+                         spec.out_channels = 4;
+                         spec.kernel = 3;
+                         spec.pad = 1;
+                         spec.fused = Activation::kRelu;
+                         spec.weights = int8_weights(4, c * 9, 132);
+                         spec.int8 = true;
+                         spec.quant = Int8Activations{0.02f, DType::kU8, 0.01f};
+                         spec.pool = 2;
+                         return be().inference_conv(spec);
+                       }});
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto op = c.make();
+    Tensor y;
+    for (std::int64_t n : {5, 3, 5}) {
+      SCOPED_TRACE("batch " + std::to_string(n));
+      const std::size_t count = std::size_t(n * c.in.product());
+      Tensor x = plain(c.in.with_batch(n), int8_input(count, c.x_dt, 0.02f, std::uint32_t(140 + n)).host, c.x_dt);
+      op->forward(x, y);
+      ASSERT_EQ(y.batch(), n);
+      Tensor fresh_y;
+      c.make()->forward(x, fresh_y);
+      expect_same_bits("the op after other batch sizes vs a fresh op", read(y), read(fresh_y));
+    }
+  }
 }
 
 // The int8 ops on shapes large enough to be split across threads; returns every result read back.
