@@ -28,6 +28,9 @@
 //     coordinate is skipped. At most a quarter may be skipped.
 //   * accumulate = true must add to the gradient tensors' previous values.
 //   * Every op is run twice on the same inputs and must give the same bits.
+//   * The inference-only ops (int8 and sparse models) are forward only: see
+//     their section for how int8 outputs are judged (half a step of the
+//     output's grid plus the fp32 tolerance).
 //
 // Tolerances (see kF32Tolerance / kBf16Tolerance / kFiniteDifference*):
 // an element passes when |got − want| ≤ tol · (|want| + max_j |want_j|): a
@@ -35,7 +38,7 @@
 // produced by cancellation (a small sum of large terms) is judged against
 // the size of its terms.
 //
-// Adding an op group (e.g. the int8 inference ops): write its reference
+// Adding an op group: write its reference
 // forward as a plain loop, add a section of TEST_P(BackendConformance, ...)
 // below that builds a Differentiable (for a differentiable op) or compares
 // with expect_close/expect_same_bits (for the rest), and, if the group is
@@ -132,12 +135,13 @@ RefTensor to_double(const HostTensor& v) { return RefTensor(v.begin(), v.end());
 
 bool verbose() { return std::getenv("ANNEAL_CONFORMANCE_VERBOSE") != nullptr; }
 
-// |got − want| ≤ tol · (|want| + max(max_j |want_j|, scale_floor)) for every
-// element; reports the first few offenders. Elements whose `want` is NaN are
-// skipped. `scale_floor` is the size of the terms an output sums when that can
-// exceed the outputs themselves (a relu after a sum that cancelled).
+// |got − want| ≤ absolute + tol · (|want| + max(max_j |want_j|, scale_floor))
+// for every element; reports the first few offenders. Elements whose `want` is
+// NaN are skipped. `scale_floor` is the size of the terms an output sums when
+// that can exceed the outputs themselves (a relu after a sum that cancelled);
+// `absolute` is a quantization grid's share (half a step of an int8 output).
 void expect_close(const std::string& what, const HostTensor& got, const RefTensor& want,
-                  double tol, double scale_floor = 0) {
+                  double tol, double scale_floor = 0, double absolute = 0) {
   ASSERT_EQ(got.size(), want.size()) << what;
   double scale = scale_floor;
   for (double w : want)
@@ -146,7 +150,7 @@ void expect_close(const std::string& what, const HostTensor& got, const RefTenso
   double worst = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
     if (std::isnan(want[i])) continue;
-    const double bound = tol * (std::fabs(want[i]) + scale);
+    const double bound = absolute + tol * (std::fabs(want[i]) + scale);
     const double err = std::fabs(double(got[i]) - want[i]);
     if (bound > 0) worst = std::max(worst, err / bound);
     if (!(err <= bound) && reported++ < 5)
@@ -1650,6 +1654,755 @@ TEST_P(BackendConformance, FakeQuantizeRefusesBf16WithAUsageError) {
   };
   EXPECT_EQ(kind_of([&] { be().fake_quantize(x, y, 0.1f, -127, 127); }), ErrorKind::kUsage);
   EXPECT_EQ(kind_of([&] { be().fake_quantize_channels(x, y); }), ErrorKind::kUsage);
+}
+
+// ======================================================================================
+// Inference-only ops: int8 and sparse models
+// ======================================================================================
+//
+// Forward only (there is nothing to differentiate), each compared with a
+// reference in double and run twice for the same bits.
+//
+// Int8 (the whole group skips when capabilities().int8 is false): a quantized
+// activation is uploaded as its integer values q (exact in f32, s8 and u8) and
+// read back the same way; its real value is q·scale, as backend.h defines.
+// Weights are s8 q with a different scale per output channel. The reference
+// runs in double on the dequantized values the backend holds, q_x·s_in and
+// q_w·s_w[o] (an f32 input is given as (q + δ)·s_in with |δ| ≤ 0.3, so the
+// op's own quantization must land on exactly q), so what remains is:
+//   * the fp32 arithmetic after the exact int32 accumulation: oscale =
+//     s_in·s_w/s_out and bias/(s_in·s_w) each rounded, then one multiply-add
+//     and the fused activation (a vectorized tanh/sigmoid of a few ulp):
+//     a few 2^-24 of the terms' size, below kF32Tolerance·(|want| + Σ|x·w|+|b|)
+//     as for the fp32 ops;
+//   * an s8/u8 output rounds the real result to its grid: ≤ s_out/2 more;
+//   * avg pooling of s8/u8 values (fused, or inference_pool after the conv)
+//     averages values each within s_out/2 of the truth and rounds the mean
+//     once more: ≤ s_out (one step) more. Max pooling commutes with the
+//     (monotone) rounding: still s_out/2.
+// The output scale puts the largest reference output at 100 steps (200 for
+// u8, twice the resolution), so half a step is a tight bound: a wrong scale,
+// a dropped bias or zero point, or a wrong weight index moves outputs by many
+// steps. Outputs do not saturate (saturation is not pinned down here).
+//
+// fp32 (the inference dense and conv, and the dense of mostly-zero weights
+// on either kernel): kF32Tolerance of the terms, as for the training ops; the
+// CSR and dense kernels also agree with each other within it. The sparse
+// kernel is always named (kSparse or kDense), never kMeasure, whose choice
+// depends on a timing. Thread-count determinism is asked of the int8 ops only
+// (exact int32 accumulation; backend.h promises no more for fp32 products).
+
+// The int8 group's skip reason.
+constexpr const char* kNoInt8 = "capabilities().int8 is false: the backend has no int8 inference ops";
+
+bool is_int8(DType dt) { return dt == DType::kS8 || dt == DType::kU8; }
+
+HostTensor read_back(Backend& be, const Tensor& t) {
+  HostTensor h(std::size_t(t.elements()));
+  be.copy_to_host(t, h.data());
+  return h;
+}
+
+Tensor plain_tensor(Backend& be, const Dims& dims, const HostTensor& values, DType dt) {
+  Tensor t;
+  be.shape_plain(t, dims, dt);
+  EXPECT_EQ(std::size_t(t.elements()), values.size());
+  be.copy_from_host(values.data(), t);
+  return t;
+}
+
+// s8 weights, q in [-127, 127], with scale 0.003·(1 + o mod 4) for output
+// channel o (so a scale applied to the wrong channel shows), and real biases.
+InferenceWeights int8_weights(std::int64_t out, std::int64_t fan_in, std::uint32_t seed) {
+  InferenceWeights w;
+  const HostTensor g = randn(std::size_t(out * fan_in), seed, 45.0f);
+  w.scales.resize(std::size_t(out));
+  for (std::int64_t o = 0; o < out; ++o) w.scales[std::size_t(o)] = 0.003f * float(1 + o % 4);
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const float q = std::clamp(std::nearbyint(g[i]), -127.0f, 127.0f);
+    w.q.push_back(std::int8_t(q));
+    w.weight.push_back(q * w.scales[i / std::size_t(fan_in)]);
+  }
+  w.bias = randn(std::size_t(out), seed + 1, 0.3f);
+  return w;
+}
+
+// The weights' real values as the backend holds them: q·s_w[o], in double.
+RefTensor real_weights(const InferenceWeights& w) {
+  const std::size_t fan_in = w.q.size() / w.scales.size();
+  RefTensor r(w.q.size());
+  for (std::size_t i = 0; i < r.size(); ++i) r[i] = double(w.q[i]) * double(w.scales[i / fan_in]);
+  return r;
+}
+
+// fp32 weights: dense normal values, or with `zero_fraction` of them zero.
+InferenceWeights f32_weights(std::int64_t out, std::int64_t fan_in, std::uint32_t seed,
+                             double zero_fraction = 0) {
+  InferenceWeights w;
+  w.weight = randn(std::size_t(out * fan_in), seed, 0.4f);
+  std::mt19937 rng(seed + 7);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (float& v : w.weight)
+    if (u(rng) < zero_fraction) v = 0;
+  w.bias = randn(std::size_t(out), seed + 1, 0.3f);
+  return w;
+}
+
+// An int8 layer's input: `host` is what is uploaded into a tensor of dtype
+// dt (q itself for s8/u8; (q + δ)·scale, |δ| ≤ 0.3, for f32, which the op
+// quantizes to s8), `real` = q·scale in double.
+struct Int8Input {
+  HostTensor host;
+  RefTensor real;
+};
+Int8Input int8_input(std::size_t count, DType dt, float scale, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 45.0f);
+  std::uniform_real_distribution<float> delta(-0.3f, 0.3f);
+  Int8Input in;
+  for (std::size_t i = 0; i < count; ++i) {
+    const float q = dt == DType::kU8 ? std::clamp(std::nearbyint(2.0f * std::fabs(g(rng))), 0.0f, 255.0f)
+                                     : std::clamp(std::nearbyint(g(rng)), -127.0f, 127.0f);
+    in.host.push_back(dt == DType::kF32 ? (q + delta(rng)) * scale : q);
+    in.real.push_back(double(q) * double(scale));
+  }
+  return in;
+}
+
+// The output scale that puts the largest |want| at 100 steps of s8 (200 of u8).
+float output_scale_for(const RefTensor& want, DType out) {
+  double m = 0;
+  for (double v : want) m = std::max(m, std::fabs(v));
+  return out == DType::kU8 ? float(m / 200) : float(m / 100);
+}
+
+// An op's output as real values: q·s_out for an s8/u8 y, whose values must be
+// integers in the dtype's range; y itself when f32.
+HostTensor real_values(Backend& be, const Tensor& y, float s_out) {
+  HostTensor h = read_back(be, y);
+  if (!is_int8(y.dtype())) return h;
+  const float lo = y.dtype() == DType::kU8 ? 0.0f : -128.0f, hi = y.dtype() == DType::kU8 ? 255.0f : 127.0f;
+  for (float& v : h) {
+    if (v != std::nearbyint(v) || v < lo || v > hi) {
+      ADD_FAILURE() << dtype_name(y.dtype()) << " output holds " << v;
+      break;
+    }
+    v = float(double(v) * double(s_out));
+  }
+  return h;
+}
+
+// The largest Σ|x·w| + |b| over the outputs of a dense/conv reference.
+double max_terms(const std::function<RefTensor(const std::vector<RefTensor>&)>& ref_none,
+                 std::vector<RefTensor> v) {
+  for (RefTensor& t : v)
+    for (double& e : t) e = std::fabs(e);
+  double m = 0;
+  for (double t : ref_none(v)) m = std::max(m, t);
+  return m;
+}
+
+// K×K pooling with stride S, no padding, of y (n, c, h, w) in double.
+RefTensor pool_ref(const RefTensor& y, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w,
+                   std::int64_t k, std::int64_t stride, bool max) {
+  const std::int64_t ho = (h - k) / stride + 1, wo = (w - k) / stride + 1;
+  RefTensor out;
+  for (std::int64_t s = 0; s < n * c; ++s)
+    for (std::int64_t i = 0; i < ho; ++i)
+      for (std::int64_t j = 0; j < wo; ++j) {
+        double best = -1e300, sum = 0;
+        for (std::int64_t ki = 0; ki < k; ++ki)
+          for (std::int64_t kj = 0; kj < k; ++kj) {
+            const double e = y[std::size_t((s * h + i * stride + ki) * w + j * stride + kj)];
+            best = std::max(best, e);
+            sum += e;
+          }
+        out.push_back(max ? best : sum / double(k * k));
+      }
+  return out;
+}
+
+// A tensor of dims nchw and int8 dtype dt in the layout an int8 conv with
+// `in_channels` input channels leaves its output in (fewer than 4: the CPU
+// backend's im2col path; else oneDNN's int8 conv): what the layer after an
+// int8 conv receives. Its values are unspecified; use it with shape_like.
+Tensor int8_conv_output_like(Backend& be, const Dims& nchw, DType dt, std::int64_t in_channels) {
+  InferenceConvSpec spec;
+  spec.in = Dims{in_channels, nchw[2], nchw[3]};
+  spec.out_channels = nchw[1];
+  spec.kernel = 1;
+  spec.fused = dt == DType::kU8 ? Activation::kRelu : Activation::kNone;
+  const std::size_t count = std::size_t(nchw[1] * in_channels);
+  spec.weights.q.assign(count, 1);
+  spec.weights.weight.assign(count, 1.0f);
+  spec.weights.scales.assign(std::size_t(nchw[1]), 1.0f);
+  spec.weights.bias.assign(std::size_t(nchw[1]), 0.0f);
+  spec.int8 = true;
+  spec.quant = Int8Activations{1.0f, dt, 1.0f};
+  auto op = be.inference_conv(spec);
+  Tensor x, y;
+  be.shape_plain(x, Dims{nchw[0], in_channels, nchw[2], nchw[3]}, DType::kF32);
+  be.fill_zero(x);
+  op->forward(x, y);
+  EXPECT_EQ(y.dims(), nchw);
+  EXPECT_EQ(y.dtype(), dt);
+  Tensor t;
+  be.shape_like(t, y, dt);
+  return t;
+}
+
+// The activation and output dtype pairs an int8 layer accepts.
+struct Int8Output {
+  Activation act;
+  DType out;
+};
+constexpr Int8Output kInt8Outputs[] = {
+    {Activation::kRelu, DType::kU8},    {Activation::kRelu, DType::kS8},
+    {Activation::kNone, DType::kS8},    {Activation::kNone, DType::kF32},
+    {Activation::kRelu, DType::kF32},   {Activation::kTanh, DType::kF32},
+    {Activation::kSigmoid, DType::kF32},
+};
+
+std::string int8_trace(DType x_dt, const Int8Output& o) {
+  return std::string("x ") + dtype_name(x_dt) + ", fused " + activation_name(o.act) + ", y " +
+         dtype_name(o.out);
+}
+
+TEST_P(BackendConformance, Int8DenseEachInputDtypeActivationAndOutput) {
+  if (!caps().int8) GTEST_SKIP() << kNoInt8;
+  struct Input {
+    Dims in;
+    std::int64_t layout_channels;  // 0: plain; else the int8 conv output layout of that many input channels
+  };
+  const std::int64_t n = 5, out = 11;
+  const float s_in = 0.02f;
+  for (const Input& input : {Input{Dims{37}, 0}, Input{Dims{6, 3, 4}, 0}, Input{Dims{6, 3, 4}, 1},
+                             Input{Dims{6, 3, 4}, 4}})
+    for (DType x_dt : {DType::kF32, DType::kS8, DType::kU8})
+      for (const Int8Output& o : kInt8Outputs) {
+        SCOPED_TRACE(int8_trace(x_dt, o) + ", in " + input.in.str() +
+                     (input.layout_channels ? ", conv output layout (" +
+                                                  std::to_string(input.layout_channels) + " input channels)"
+                                            : ", plain"));
+        if (input.layout_channels > 1 && x_dt == DType::kF32) continue;  // one f32 conv output layout is enough
+        const std::int64_t f = input.in.product();
+        const InferenceWeights w = int8_weights(out, f, 50);
+        const Int8Input in = int8_input(std::size_t(n * f), x_dt, s_in, 51);
+        const std::vector<RefTensor> v{in.real, real_weights(w), to_double(w.bias)};
+        const RefTensor want = dense_ref(v, n, f, out, o.act);
+        const double terms =
+            max_terms([&](const std::vector<RefTensor>& a) { return dense_ref(a, n, f, out, Activation::kNone); }, v);
+        const float s_out = o.out == DType::kF32 ? 0.0f : output_scale_for(want, o.out);
+
+        InferenceDenseSpec spec;
+        spec.in = input.in;
+        spec.out = out;
+        spec.fused = o.act;
+        spec.weights = w;
+        spec.int8 = true;
+        spec.quant = Int8Activations{s_in, o.out, s_out};
+        auto op = be().inference_dense(spec);
+        EXPECT_TRUE(op->kernel().empty()) << "kernel() before the first forward";
+        Tensor x, y;
+        if (input.layout_channels > 0) {
+          // f32: the layout an fp32 conv leaves its output in.
+          be().shape_like(x,
+                          x_dt == DType::kF32 ? conv_output_like(input.in.with_batch(n), x_dt)
+                                              : int8_conv_output_like(be(), input.in.with_batch(n), x_dt,
+                                                                      input.layout_channels),
+                          x_dt);
+          upload(x, in.host);
+        } else {
+          x = plain(input.in.with_batch(n), in.host, x_dt);
+        }
+        op->forward(x, y);
+        EXPECT_FALSE(op->kernel().empty());
+        if (verbose()) std::printf("  int8 dense %s, x %s: kernel %s\n", input.in.str().c_str(), dtype_name(x_dt),
+                                   op->kernel().c_str());
+        ASSERT_EQ(y.dims(), (Dims{n, out}));
+        ASSERT_EQ(y.dtype(), o.out);
+        const HostTensor first = read(y);
+        expect_close("int8 dense", real_values(be(), y, s_out), want, kF32Tolerance, terms,
+                     o.out == DType::kF32 ? 0.0 : 0.5 * s_out);
+        op->forward(x, y);
+        expect_same_bits("int8 dense run twice", read(y), first);
+      }
+}
+
+TEST_P(BackendConformance, Int8ConvIm2colAndDirectWithAndWithoutFusedPooling) {
+  if (!caps().int8) GTEST_SKIP() << kNoInt8;
+  const ConvShape shapes[] = {
+      {2, 1, 6, 6, 4, 3, 1, 1},  // one channel (im2col + matmul on the CPU), pad 1
+      {2, 3, 7, 6, 5, 3, 2, 1},  // three channels, stride 2, pad 1, non-square; 4x3 output: an odd pool
+      {2, 3, 8, 8, 4, 2, 2, 0},  // even kernel, stride 2
+      {2, 5, 6, 6, 8, 3, 1, 1},  // five channels (oneDNN's int8 conv on the CPU)
+      {1, 8, 7, 5, 6, 3, 2, 0},  // eight channels, stride 2, non-square
+  };
+  struct PoolCase {
+    std::int64_t window;
+    bool max;
+  };
+  const Int8Output outputs[] = {{Activation::kRelu, DType::kU8},
+                                {Activation::kNone, DType::kS8},
+                                {Activation::kNone, DType::kF32},
+                                {Activation::kSigmoid, DType::kF32}};
+  const float s_in = 0.02f;
+  for (const ConvShape& s : shapes) {
+    const InferenceWeights w = int8_weights(s.out, s.c * s.k * s.k, 60);
+    for (DType x_dt : {DType::kF32, DType::kS8, DType::kU8})
+      for (bool x_layout : {false, true}) {
+        const Int8Input in = int8_input(std::size_t(s.n * s.c * s.h * s.w), x_dt, s_in, 61);
+        const std::vector<RefTensor> v{in.real, real_weights(w), to_double(w.bias)};
+        const double terms =
+            max_terms([&](const std::vector<RefTensor>& a) { return conv_ref(a, s, Activation::kNone); }, v);
+        for (const Int8Output& o : outputs)
+          for (PoolCase p : {PoolCase{0, true}, PoolCase{2, true}, PoolCase{2, false}}) {
+            SCOPED_TRACE(int8_trace(x_dt, o) + ", in " + (Dims{s.n, s.c, s.h, s.w}).str() + " k" +
+                         std::to_string(s.k) + " stride " + std::to_string(s.stride) + " pad " +
+                         std::to_string(s.pad) + (x_layout ? ", x in a conv output layout" : "") +
+                         (p.window ? std::string(", then ") + (p.max ? "max" : "avg") + " pool 2" : ""));
+            const RefTensor want = conv_ref(v, s, o.act);
+            const float s_out = o.out == DType::kF32 ? 0.0f : output_scale_for(want, o.out);
+            const double half_step = o.out == DType::kF32 ? 0.0 : 0.5 * s_out;
+            InferenceConvSpec spec;
+            spec.in = Dims{s.c, s.h, s.w};
+            spec.out_channels = s.out;
+            spec.kernel = s.k;
+            spec.stride = s.stride;
+            spec.pad = s.pad;
+            spec.fused = o.act;
+            spec.weights = w;
+            spec.int8 = true;
+            spec.quant = Int8Activations{s_in, o.out, s_out};
+            spec.pool = p.window;
+            spec.pool_max = p.max;
+            auto op = be().inference_conv(spec);
+            if (p.window == 0) {
+              EXPECT_FALSE(op->runs_pool()) << "no pooling was asked for";
+            }
+            Tensor x, y;
+            if (x_layout) {
+              const Dims nchw{s.n, s.c, s.h, s.w};
+              be().shape_like(x, x_dt == DType::kF32 ? conv_output_like(nchw, x_dt) : int8_conv_output_like(be(), nchw, x_dt, 1),
+                              x_dt);
+              upload(x, in.host);
+            } else {
+              x = plain(Dims{s.n, s.c, s.h, s.w}, in.host, x_dt);
+            }
+            op->forward(x, y);
+            if (verbose())
+              std::printf("  int8 conv %lld channels, pool %lld: kernel %s, runs_pool %d\n",
+                          static_cast<long long>(s.c), static_cast<long long>(p.window), op->kernel().c_str(),
+                          int(op->runs_pool()));
+            ASSERT_EQ(y.dtype(), o.out);
+            const HostTensor first = read(y);
+            op->forward(x, y);
+            expect_same_bits("int8 conv run twice", read(y), first);
+            const double pooled_step = p.max ? half_step : 2 * half_step;  // avg rounds once more
+            const RefTensor want_pooled =
+                p.window ? pool_ref(want, s.n, s.out, s.ho(), s.wo(), p.window, p.window, p.max) : RefTensor{};
+            if (op->runs_pool()) {
+              ASSERT_EQ(y.dims(), (Dims{s.n, s.out, s.ho() / p.window, s.wo() / p.window}));
+              expect_close("int8 conv with its pooling", real_values(be(), y, s_out), want_pooled, kF32Tolerance,
+                           terms, pooled_step);
+              continue;
+            }
+            ASSERT_EQ(y.dims(), (Dims{s.n, s.out, s.ho(), s.wo()}));
+            expect_close("int8 conv", real_values(be(), y, s_out), want, kF32Tolerance, terms, half_step);
+            if (p.window == 0) continue;
+            // The op left the pooling to the pooling layer: run it on the conv's output.
+            auto pool = be().inference_pool(InferencePoolSpec{Dims{s.out, s.ho(), s.wo()}, p.window, p.window, p.max});
+            Tensor py;
+            pool->forward(y, py);
+            ASSERT_EQ(py.dtype(), y.dtype());
+            expect_close("int8 conv then inference_pool", real_values(be(), py, s_out), want_pooled, kF32Tolerance,
+                         terms, pooled_step);
+          }
+      }
+  }
+}
+
+TEST_P(BackendConformance, InferencePoolOfF32AndInt8InPlainAndConvOutputLayouts) {
+  struct PoolShape {
+    std::int64_t k, stride;
+  };
+  const std::int64_t n = 2;
+  for (DType dt : {DType::kF32, DType::kS8, DType::kU8})
+    for (bool max : {true, false})
+      for (PoolShape p : {PoolShape{2, 2}, PoolShape{3, 1}, PoolShape{3, 2}})
+        for (bool conv_layout : {false, true}) {
+          if (is_int8(dt) && !caps().int8) GTEST_SKIP() << kNoInt8;
+          SCOPED_TRACE(dtype_trace(dt) + (max ? ", max" : ", avg") + " k" + std::to_string(p.k) + " stride " +
+                       std::to_string(p.stride) + (conv_layout ? ", conv output layout" : ", plain"));
+          const Dims in = conv_layout ? Dims{16, 5, 5} : Dims{3, 5, 5};
+          Tensor x, y;
+          if (!conv_layout) {
+            be().shape_plain(x, in.with_batch(n), dt);
+          } else if (dt == DType::kF32) {
+            be().shape_like(x, conv_output_like(in.with_batch(n), dt), dt);
+          } else {
+            be().shape_like(x, int8_conv_output_like(be(), in.with_batch(n), dt, 1), dt);
+          }
+          // f32: distinct values k/16 (no ties); s8/u8: integers q of the dtype's range.
+          const HostTensor values =
+              dt == DType::kF32 ? distinct_values(std::size_t(x.elements()), 70)
+                                : int8_input(std::size_t(x.elements()), dt, 1.0f, 71).host;
+          upload(x, values);
+          auto op = be().inference_pool(InferencePoolSpec{in, p.k, p.stride, max});
+          op->forward(x, y);
+          const std::int64_t ho = (in[1] - p.k) / p.stride + 1, wo = (in[2] - p.k) / p.stride + 1;
+          ASSERT_EQ(y.dims(), (Dims{n, in[0], ho, wo}));
+          ASSERT_EQ(y.dtype(), dt);
+          const HostTensor got = read(y);
+          const RefTensor want = pool_ref(to_double(values), n, in[0], in[1], in[2], p.k, p.stride, max);
+          if (max) {
+            expect_close("max pool (exact)", got, want, 0.0);
+          } else if (dt == DType::kF32) {
+            expect_close("avg pool", got, want, kF32Tolerance);
+          } else {
+            // The mean of integers rounded to an integer of the dtype: within half a step.
+            for (float v : got) ASSERT_EQ(v, std::nearbyint(v)) << "an int8 average is an integer";
+            expect_close("int8 avg pool (within half a step)", got, want, 0.0, 0.0, 0.5);
+          }
+          op->forward(x, y);
+          expect_same_bits("pool run twice", read(y), got);
+        }
+}
+
+TEST_P(BackendConformance, F32InferenceDenseAndConvWithEachFusedActivation) {
+  const std::int64_t n = 5, out = 11;
+  for (bool conv_layout : {false, true})
+    for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kTanh, Activation::kSigmoid}) {
+      SCOPED_TRACE(std::string("dense, fused ") + activation_name(act) +
+                   (conv_layout ? ", image in a conv output layout" : ", flat"));
+      const Dims in = conv_layout ? Dims{16, 2, 3} : Dims{37};
+      const std::int64_t f = in.product();
+      InferenceDenseSpec spec;
+      spec.in = in;
+      spec.out = out;
+      spec.fused = act;
+      spec.weights = f32_weights(out, f, 80);
+      spec.sparse = SparseKernel::kDense;  // never the timing-dependent kMeasure
+      auto op = be().inference_dense(spec);
+      Tensor x, y;
+      if (conv_layout) {
+        be().shape_like(x, conv_output_like(in.with_batch(n), DType::kF32), DType::kF32);
+      } else {
+        be().shape_plain(x, in.with_batch(n), DType::kF32);
+      }
+      const HostTensor xv = randn(std::size_t(n * f), 81);
+      upload(x, xv);
+      op->forward(x, y);
+      ASSERT_EQ(y.dims(), (Dims{n, out}));
+      ASSERT_EQ(y.dtype(), DType::kF32);
+      const std::vector<RefTensor> v{to_double(xv), to_double(spec.weights.weight), to_double(spec.weights.bias)};
+      const HostTensor got = read(y);
+      expect_close("fp32 inference dense", got, dense_ref(v, n, f, out, act), kF32Tolerance,
+                   max_terms([&](const std::vector<RefTensor>& a) { return dense_ref(a, n, f, out, Activation::kNone); }, v));
+      op->forward(x, y);
+      expect_same_bits("fp32 inference dense run twice", read(y), got);
+    }
+  const ConvShape shapes[] = {{2, 3, 6, 7, 4, 3, 2, 1}, {2, 5, 6, 6, 8, 3, 1, 1}, {1, 2, 5, 5, 3, 2, 2, 0}};
+  for (const ConvShape& s : shapes)
+    for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kTanh, Activation::kSigmoid}) {
+      SCOPED_TRACE("conv, in " + (Dims{s.n, s.c, s.h, s.w}).str() + " k" + std::to_string(s.k) + " stride " +
+                   std::to_string(s.stride) + " pad " + std::to_string(s.pad) + ", fused " + activation_name(act));
+      InferenceConvSpec spec;
+      spec.in = Dims{s.c, s.h, s.w};
+      spec.out_channels = s.out;
+      spec.kernel = s.k;
+      spec.stride = s.stride;
+      spec.pad = s.pad;
+      spec.fused = act;
+      spec.weights = f32_weights(s.out, s.c * s.k * s.k, 82);
+      auto op = be().inference_conv(spec);
+      const HostTensor xv = randn(std::size_t(s.n * s.c * s.h * s.w), 83);
+      Tensor x = plain(Dims{s.n, s.c, s.h, s.w}, xv), y;
+      op->forward(x, y);
+      ASSERT_EQ(y.dims(), (Dims{s.n, s.out, s.ho(), s.wo()}));
+      ASSERT_EQ(y.dtype(), DType::kF32);
+      const std::vector<RefTensor> v{to_double(xv), to_double(spec.weights.weight), to_double(spec.weights.bias)};
+      const HostTensor got = read(y);
+      expect_close("fp32 inference conv", got, conv_ref(v, s, act), kF32Tolerance,
+                   max_terms([&](const std::vector<RefTensor>& a) { return conv_ref(a, s, Activation::kNone); }, v));
+      op->forward(x, y);
+      expect_same_bits("fp32 inference conv run twice", read(y), got);
+    }
+}
+
+TEST_P(BackendConformance, SparseDenseCsrAndDenseKernelsAgreeWithTheReference) {
+  const std::int64_t out = 33;
+  for (bool image : {false, true})
+    for (std::int64_t n : {std::int64_t{1}, std::int64_t{63}, std::int64_t{130}})  // not multiples of 64
+      for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSigmoid}) {
+        SCOPED_TRACE("batch " + std::to_string(n) + ", fused " + activation_name(act) +
+                     (image ? ", image in a conv output layout" : ", flat"));
+        const Dims in = image ? Dims{16, 2, 3} : Dims{70};
+        const std::int64_t f = in.product();
+        const InferenceWeights w = f32_weights(out, f, 90, 0.9);
+        ASSERT_GE(std::count(w.weight.begin(), w.weight.end(), 0.0f), std::int64_t(w.weight.size()) / 2)
+            << "the weights must be mostly zero";
+        const HostTensor xv = randn(std::size_t(n * f), 91);
+        Tensor x;
+        if (image) {
+          be().shape_like(x, conv_output_like(in.with_batch(n), DType::kF32), DType::kF32);
+        } else {
+          be().shape_plain(x, in.with_batch(n), DType::kF32);
+        }
+        upload(x, xv);
+        const std::vector<RefTensor> v{to_double(xv), to_double(w.weight), to_double(w.bias)};
+        const RefTensor want = dense_ref(v, n, f, out, act);
+        const double terms =
+            max_terms([&](const std::vector<RefTensor>& a) { return dense_ref(a, n, f, out, Activation::kNone); }, v);
+        HostTensor results[2];
+        int at = 0;
+        // kSparse and kDense, never kMeasure (its choice depends on timing).
+        for (SparseKernel kernel : {SparseKernel::kSparse, SparseKernel::kDense}) {
+          SCOPED_TRACE(kernel == SparseKernel::kSparse ? "kSparse" : "kDense");
+          InferenceDenseSpec spec;
+          spec.in = in;
+          spec.out = out;
+          spec.fused = act;
+          spec.weights = w;
+          spec.sparse = kernel;
+          auto op = be().inference_dense(spec);
+          Tensor y;
+          op->forward(x, y);
+          ASSERT_EQ(y.dims(), (Dims{n, out}));
+          ASSERT_EQ(y.dtype(), DType::kF32);
+          results[at] = read(y);
+          expect_close("sparse-weight dense", results[at], want, kF32Tolerance, terms);
+          op->forward(x, y);
+          expect_same_bits("sparse-weight dense run twice", read(y), results[at]);
+          if (verbose()) std::printf("  batch %lld, %s: kernel %s\n", static_cast<long long>(n),
+                                     activation_name(act), op->kernel().c_str());
+          ++at;
+        }
+        // Both kernels round differently but within fp32 of each other.
+        expect_close("kSparse vs kDense", results[0], to_double(results[1]), kF32Tolerance, terms);
+      }
+}
+
+TEST_P(BackendConformance, DequantizeIsQTimesScaleInAnyLayout) {
+  const float scale = 0.0371f;
+  // f32: scale 1 is the identity (a view is allowed), another scale multiplies.
+  for (bool conv_layout : {false, true})
+    for (float s : {1.0f, scale}) {
+      SCOPED_TRACE(std::string("f32, scale ") + std::to_string(s) + (conv_layout ? ", conv output layout" : ", plain"));
+      const Dims dims{2, 16, 3, 3};
+      Tensor x, y;
+      if (conv_layout) {
+        be().shape_like(x, conv_output_like(dims, DType::kF32), DType::kF32);
+      } else {
+        be().shape_plain(x, dims, DType::kF32);
+      }
+      const HostTensor xv = randn(std::size_t(x.elements()), 100);
+      upload(x, xv);
+      be().dequantize(x, s, y);
+      ASSERT_EQ(y.dims(), dims);
+      ASSERT_EQ(y.dtype(), DType::kF32);
+      HostTensor want(xv.size());
+      for (std::size_t i = 0; i < want.size(); ++i) want[i] = xv[i] * s;
+      expect_same_bits("dequantized f32", read(y), want);
+    }
+  if (!caps().int8) GTEST_SKIP() << kNoInt8;
+  // s8/u8: y = q·scale, one fp32 multiply, so bit-exact.
+  for (DType dt : {DType::kS8, DType::kU8})
+    for (std::int64_t layout_channels : {0, 1, 4}) {
+      SCOPED_TRACE(dtype_trace(dt) + (layout_channels ? ", int8 conv output layout (" +
+                                                            std::to_string(layout_channels) + " input channels)"
+                                                      : ", plain"));
+      const Dims dims{2, 6, 5, 5};  // 300 elements: room for all 256 values
+      Tensor x, y;
+      if (layout_channels) {
+        be().shape_like(x, int8_conv_output_like(be(), dims, dt, layout_channels), dt);
+      } else {
+        be().shape_plain(x, dims, dt);
+      }
+      // Every value of the dtype's range, then random ones.
+      HostTensor q = int8_input(std::size_t(x.elements()), dt, 1.0f, 101).host;
+      for (std::size_t i = 0; i < 256; ++i) q[i] = dt == DType::kU8 ? float(i) : float(int(i) - 128);
+      upload(x, q);
+      expect_same_bits("int8 copy round trip", read(x), q);
+      be().dequantize(x, scale, y);
+      ASSERT_EQ(y.dims(), dims);
+      ASSERT_EQ(y.dtype(), DType::kF32);
+      HostTensor want(q.size());
+      for (std::size_t i = 0; i < want.size(); ++i) want[i] = q[i] * scale;
+      const HostTensor got = read(y);
+      expect_same_bits("dequantized", got, want);
+      be().dequantize(x, scale, y);  // again into the same y
+      expect_same_bits("dequantized twice", read(y), got);
+    }
+}
+
+TEST_P(BackendConformance, ViewHostReadsTheHostRowsOrDeclines) {
+  const Dims dims{4, 6};
+  HostTensor host = randn(24, 110);
+  Tensor t;
+  if (!be().view_host(host.data(), dims, t)) {
+    EXPECT_TRUE(t.empty()) << "view_host returned false but changed the tensor";
+    GTEST_SKIP() << "view_host declines on this backend (copy_from_host then)";
+  }
+  ASSERT_EQ(t.dims(), dims);
+  ASSERT_EQ(t.dtype(), DType::kF32);
+  expect_same_bits("viewed rows", read(t), host);
+  // An op reads the viewed rows as it reads an uploaded copy of them.
+  InferenceDenseSpec spec;
+  spec.in = Dims{6};
+  spec.out = 5;
+  spec.weights = f32_weights(5, 6, 111);
+  spec.sparse = SparseKernel::kDense;
+  auto op = be().inference_dense(spec);
+  Tensor copy = plain(dims, host), y;
+  op->forward(copy, y);
+  const HostTensor from_copy = read(y);
+  op->forward(t, y);
+  expect_same_bits("dense of the viewed rows", read(y), from_copy);
+  // A view, not a copy: new host values show through, also after viewing again.
+  for (float& v : host) v = -v;
+  expect_same_bits("viewed rows after the host changed", read(t), host);
+  HostTensor other = randn(24, 112);
+  ASSERT_TRUE(be().view_host(other.data(), dims, t));
+  expect_same_bits("viewed other rows", read(t), other);
+}
+
+TEST_P(BackendConformance, InferenceOpsAlternatingBatchSizesMatchAFreshOp) {
+  // An op caches its plan per batch size and layout: batches of 5, 3, 5 rows
+  // through one op (into one y) give the bits a fresh op gives each.
+  struct Case {
+    std::string name;
+    Dims in;
+    DType x_dt;
+    std::function<std::unique_ptr<InferenceOp>()> make;
+  };
+  std::vector<Case> cases;
+  for (SparseKernel kernel : {SparseKernel::kSparse, SparseKernel::kDense})
+    cases.push_back({kernel == SparseKernel::kSparse ? "sparse dense, kSparse" : "sparse dense, kDense", Dims{70},
+                     DType::kF32, [this, kernel] {
+                       InferenceDenseSpec spec;
+                       spec.in = Dims{70};
+                       spec.out = 9;
+                       spec.fused = Activation::kRelu;
+                       spec.weights = f32_weights(9, 70, 130, 0.9);
+                       spec.sparse = kernel;
+                       return be().inference_dense(spec);
+                     }});
+  if (caps().int8) {
+    cases.push_back({"int8 dense", Dims{37}, DType::kS8, [this] {
+                       InferenceDenseSpec spec;
+                       spec.in = Dims{37};
+                       spec.out = 9;
+                       spec.fused = Activation::kRelu;
+                       spec.weights = int8_weights(9, 37, 131);
+                       spec.int8 = true;
+                       spec.quant = Int8Activations{0.02f, DType::kU8, 0.01f};
+                       return be().inference_dense(spec);
+                     }});
+    for (std::int64_t c : {3, 8})
+      cases.push_back({"int8 conv, " + std::to_string(c) + " channels, max pool 2", Dims{c, 6, 6}, DType::kS8,
+                       [this, c]() -> std::unique_ptr<InferenceOp> {
+                         InferenceConvSpec spec;
+                         spec.in = Dims{c, 6, 6};
+                         spec.out_channels = 4;
+                         spec.kernel = 3;
+                         spec.pad = 1;
+                         spec.fused = Activation::kRelu;
+                         spec.weights = int8_weights(4, c * 9, 132);
+                         spec.int8 = true;
+                         spec.quant = Int8Activations{0.02f, DType::kU8, 0.01f};
+                         spec.pool = 2;
+                         return be().inference_conv(spec);
+                       }});
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto op = c.make();
+    Tensor y;
+    for (std::int64_t n : {5, 3, 5}) {
+      SCOPED_TRACE("batch " + std::to_string(n));
+      const std::size_t count = std::size_t(n * c.in.product());
+      Tensor x = plain(c.in.with_batch(n), int8_input(count, c.x_dt, 0.02f, std::uint32_t(140 + n)).host, c.x_dt);
+      op->forward(x, y);
+      ASSERT_EQ(y.batch(), n);
+      Tensor fresh_y;
+      c.make()->forward(x, fresh_y);
+      expect_same_bits("the op after other batch sizes vs a fresh op", read(y), read(fresh_y));
+    }
+  }
+}
+
+// The int8 ops on shapes large enough to be split across threads; returns every result read back.
+std::vector<HostTensor> run_int8_ops(Backend& be) {
+  auto scope = be.enter();
+  std::vector<HostTensor> out;
+  const float s_in = 0.02f;
+  // Dense: s8 in, u8 out with relu; f32 in, f32 out.
+  {
+    const std::int64_t n = 130, f = 77, o = 40;
+    for (DType x_dt : {DType::kS8, DType::kF32}) {
+      InferenceDenseSpec spec;
+      spec.in = Dims{f};
+      spec.out = o;
+      spec.fused = x_dt == DType::kS8 ? Activation::kRelu : Activation::kNone;
+      spec.weights = int8_weights(o, f, 120);
+      spec.int8 = true;
+      spec.quant = x_dt == DType::kS8 ? Int8Activations{s_in, DType::kU8, 0.01f} : Int8Activations{s_in, DType::kF32, 0};
+      auto op = be.inference_dense(spec);
+      Tensor x = plain_tensor(be, Dims{n, f}, int8_input(std::size_t(n * f), x_dt, s_in, 121).host, x_dt), y;
+      op->forward(x, y);
+      out.push_back(read_back(be, y));
+    }
+  }
+  // Conv: 3 channels (im2col) with a fused max and avg pool, and 8 channels (oneDNN's int8 conv).
+  for (std::int64_t c : {3, 8})
+    for (std::int64_t pool : {0, 2})
+      for (bool pool_max : {true, false}) {
+        if (pool == 0 && !pool_max) continue;
+        const std::int64_t n = 9, h = 12, w = 12, o = 16;
+        InferenceConvSpec spec;
+        spec.in = Dims{c, h, w};
+        spec.out_channels = o;
+        spec.kernel = 3;
+        spec.pad = 1;
+        spec.fused = Activation::kRelu;
+        spec.weights = int8_weights(o, c * 9, 122);
+        spec.int8 = true;
+        spec.quant = Int8Activations{s_in, DType::kU8, 0.01f};
+        spec.pool = pool;
+        spec.pool_max = pool_max;
+        auto op = be.inference_conv(spec);
+        Tensor x = plain_tensor(be, Dims{n, c, h, w}, int8_input(std::size_t(n * c * h * w), DType::kS8, s_in, 123).host,
+                                DType::kS8),
+               y, pooled, real;
+        op->forward(x, y);
+        out.push_back(read_back(be, y));
+        if (pool > 0 && !op->runs_pool()) {
+          auto p = be.inference_pool(InferencePoolSpec{Dims{o, h, w}, pool, pool, pool_max});
+          p->forward(y, pooled);
+          out.push_back(read_back(be, pooled));
+        }
+        be.dequantize(y, 0.01f, real);
+        out.push_back(read_back(be, real));
+      }
+  return out;
+}
+
+TEST_P(BackendConformance, Int8OpsGiveTheSameBitsRunTwiceAndForAnyThreadCount) {
+  if (!caps().int8) GTEST_SKIP() << kNoInt8;
+  const std::vector<HostTensor> first = run_int8_ops(be());
+  const std::vector<HostTensor> second = run_int8_ops(be());
+  ASSERT_EQ(first.size(), second.size());
+  for (std::size_t i = 0; i < first.size(); ++i)
+    expect_same_bits("int8 result " + std::to_string(i) + " run twice", second[i], first[i]);
+  if (!caps().deterministic) GTEST_SKIP() << "the backend does not report deterministic";
+  const int other_threads = GetParam().threads == 1 ? 2 : 1;
+  auto other = make_backend({.device = GetParam().device, .threads = other_threads});
+  const std::vector<HostTensor> third = run_int8_ops(*other);
+  ASSERT_EQ(first.size(), third.size());
+  for (std::size_t i = 0; i < first.size(); ++i)
+    expect_same_bits("int8 result " + std::to_string(i) + " with " + std::to_string(other_threads) + " threads",
+                     third[i], first[i]);
 }
 
 // ======================================================================================
