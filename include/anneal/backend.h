@@ -32,8 +32,8 @@
 // Determinism: with capabilities().deterministic, the same ops on the same
 // inputs give the same bits run after run for a fixed thread count, and the
 // elementwise ops and reductions (the optimizer updates, eltwise, dropout,
-// fake quantization, running statistics, clip_scale, loss totals) give the
-// same bits for any thread count.
+// fake quantization, running statistics, clip_scale, loss totals) and the
+// int8 inference ops give the same bits for any thread count.
 //
 // Numerics every backend shares (tests/unit/backend_conformance_test.cc
 // holds each to them): gelu is the exact erf form, 0.5·x·(1 + erf(x/√2));
@@ -239,7 +239,10 @@ struct SgdUpdate {
 //
 // Quantized activations: a kS8/kU8 tensor holds q with real x ≈ q · scale
 // (symmetric, no zero point); u8 holds values known non-negative (after a
-// relu), at twice the resolution of s8. The scale is not in the tensor: it is
+// relu), at twice the resolution of s8. s8 saturates at [−128, 127] here,
+// while fake_quantize (quantization-aware training) clamps at ±127: the two
+// differ by one step on negative saturation only (kept, so int8 predictions
+// stay those of the models already stored). The scale is not in the tensor: it is
 // static per layer (calibrated when the model was quantized) and every op
 // that reads or writes one is told it in its spec.
 //
@@ -343,7 +346,7 @@ class InferenceConvOp : public InferenceOp {
 struct BackendCapabilities {
   bool bf16 = false;           // bf16 compute at speed (Precision::kBf16)
   bool int8 = false;           // int8 inference ops
-  bool deterministic = false;  // bitwise reproducible for any thread count
+  bool deterministic = false;  // reproducible bits: see "Determinism" at the top
   int threads = 1;             // compute threads the backend uses
   std::string device;          // the device kind it runs on: "cpu", "cuda"
   std::string isa;             // the instruction set its kernels use: "avx512_core_bf16", "sm_90"
