@@ -9,7 +9,7 @@
 #include "anneal/network.h"
 #include "anneal/quantize.h"
 #include "anneal/trainer.h"
-#include "compress_common.h"
+#include "derived_model.h"
 #include "runs/use.h"
 
 namespace anneal {

@@ -7,7 +7,7 @@
 #include "anneal/error.h"
 #include "anneal/quantize.h"
 #include "anneal/trainer.h"
-#include "compress_common.h"
+#include "derived_model.h"
 #include "engine/omp_threads.h"
 #include "runs/use.h"
 

@@ -29,7 +29,7 @@
 #include "anneal/catalog_runs.h"
 #include "anneal/datasets.h"
 #include "anneal/maintenance.h"
-#include "anneal/metrics.h"
+#include "anneal/model_metrics.h"
 #include "anneal/report.h"
 #include "anneal/store.h"
 

@@ -1,7 +1,7 @@
 #include "runs/prepare.h"
 
 #include "anneal/error.h"
-#include "anneal/metrics.h"
+#include "anneal/model_metrics.h"
 
 namespace anneal::runs {
 using nlohmann::json;

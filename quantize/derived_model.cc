@@ -1,4 +1,4 @@
-#include "compress_common.h"
+#include "derived_model.h"
 
 #include <unistd.h>
 #include <zstd.h>
