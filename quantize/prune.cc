@@ -10,7 +10,7 @@
 #include "anneal/quantize.h"
 #include "anneal/trainer.h"
 #include "derived_model.h"
-#include "runs/use.h"
+#include "runs/model_inputs.h"
 
 namespace anneal {
 using nlohmann::json;

@@ -9,7 +9,7 @@
 #include "anneal/trainer.h"
 #include "derived_model.h"
 #include "engine/omp_threads.h"
-#include "runs/use.h"
+#include "runs/model_inputs.h"
 
 namespace anneal {
 using nlohmann::json;

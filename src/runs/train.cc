@@ -12,7 +12,8 @@
 #include "anneal/trainer.h"
 #include "anneal/version.h"
 #include "runs/model_file.h"
-#include "runs/prepare.h"
+#include "runs/scoring.h"
+#include "runs/training_data.h"
 
 namespace anneal {
 using nlohmann::json;
