@@ -106,17 +106,14 @@ const Command* find_command(const std::vector<std::string>& words, std::size_t& 
 [[noreturn]] void unknown_command(const std::vector<std::string>& words) {
   std::string given = words.empty() ? "" : words[0];
   if (words.size() > 1) given += " " + words[1];
-  std::string closest;
-  std::size_t best = 1000;
-  for (const auto& c : commands()) {
-    std::size_t d = std::min(edit_distance(given, c.name), edit_distance(words[0], c.name));
-    if (d < best) {
-      best = d;
-      closest = c.name;
-    }
-  }
-  std::string hint = best <= 3 ? " (did you mean '" + closest + "'?)" : "";
-  throw usage_error("unknown command '" + given + "'" + hint + "; see 'anneal --help'");
+  std::vector<std::string_view> names;
+  for (const auto& c : commands())
+    if (!c.hidden) names.push_back(c.name);
+  // The two words as a two-word command ("data lst"), else the first as a
+  // one-word command ("trian FILE").
+  std::string hint = did_you_mean(given, names);
+  if (hint.empty() && words.size() > 1) hint = did_you_mean(words[0], names);
+  throw usage_error("unknown command '" + given + "'" + hint + " (see 'anneal --help')");
 }
 
 int run(int argc, char** argv) {
