@@ -21,12 +21,21 @@ enum class ErrorKind {
   kBusy,      // a lock is held by another process                  -> exit 75
 };
 
-// Process exit codes, documented in README.md.
+// Process exit codes: the one place they are defined. README.md documents
+// them; cli/main.cc's help text (and the man page made from it) is checked
+// at compile time to describe exactly the codes in kExitCodes.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
-inline constexpr int kExitBadData = 65;  // sysexits.h EX_DATAERR
-inline constexpr int kExitBusy = 75;     // sysexits.h EX_TEMPFAIL
+inline constexpr int kExitGateRefused = 4;  // trained, but a gate refused the promotion
+inline constexpr int kExitBadData = 65;     // sysexits.h EX_DATAERR
+inline constexpr int kExitBusy = 75;        // sysexits.h EX_TEMPFAIL
+inline constexpr int kExitInterrupted = 130;  // 128 + SIGINT, as a shell reports it: stopped by a signal
+                                              // after writing a checkpoint
+
+// Every exit code anneal uses, in ascending order.
+inline constexpr int kExitCodes[] = {kExitOk,      kExitFailure, kExitUsage,      kExitGateRefused,
+                                     kExitBadData, kExitBusy,    kExitInterrupted};
 
 inline int exit_code(ErrorKind kind) {
   switch (kind) {
