@@ -6,6 +6,7 @@
 #include "anneal/datasets.h"
 #include "anneal/error.h"
 #include "anneal/maintenance.h"
+#include "anneal/preprocess.h"
 #include "anneal/runs.h"
 #include "anneal/store.h"
 #include "command.h"
@@ -121,6 +122,7 @@ int run_import(const Invocation& inv) {
   if (a.count("categorical")) request.categorical = a["categorical"].as<std::vector<std::string>>();
   request.split = a["split"].as<double>();
   request.seed = a["seed"].as<std::uint64_t>();
+  request.labels_are_classes = labels_are_classes;
   request.nonfinite = parse_nonfinite_name(a["nonfinite"].as<std::string>());
   request.max_columns = a["max-columns"].as<std::uint64_t>();
   if (request.max_columns < 2 || request.max_columns > kCeilingMaxColumns)

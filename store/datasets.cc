@@ -152,23 +152,13 @@ ColumnSchema merge_column(const ColumnSchema& train, const ColumnSchema& test) {
 // A reproducible stratified split: within each label class, rows ordered by
 // a hash of (seed, row index) and the first round(fraction * n) go to test.
 // Keys depend only on the row index, so appending rows moves few rows across.
-std::vector<std::uint8_t> stratified_split(const Table& table, double fraction,
+// Whether the labels are classes at all is the caller's policy (`classes`):
+// when they are not (a numeric target), all rows form one stratum.
+std::vector<std::uint8_t> stratified_split(const Table& table, bool classes, double fraction,
                                            std::uint64_t seed) {
   std::vector<std::uint8_t> split(table.rows, 0);
   if (fraction <= 0 || table.rows == 0) return split;
-  const ColumnSchema& label = table.columns[table.label_column];
-  // Regression targets (non-integer or very many values) form one stratum.
-  bool classes = label.type == ColumnType::kCategorical;
   std::map<float, std::vector<std::uint64_t>> strata;
-  if (!classes) {
-    classes = true;
-    for (std::uint64_t i = 0; i < table.rows && classes; ++i) {
-      float y = table.labels[i];
-      classes = std::floor(y) == y && (strata.size() < 1000 || strata.count(y));
-      if (classes) strata[y];
-    }
-    strata.clear();
-  }
   for (std::uint64_t i = 0; i < table.rows; ++i)
     strata[classes ? table.labels[i] : 0.0f].push_back(i);
   auto key = [seed](std::uint64_t row) {
@@ -429,7 +419,8 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
     result.version.train_rows = train.rows;
     result.version.test_rows = test.rows;
   } else {
-    split = stratified_split(train, request.split, request.seed);
+    if (!request.labels_are_classes) throw failure("import: the request has no labels_are_classes policy");
+    split = stratified_split(train, request.labels_are_classes(train), request.split, request.seed);
     std::uint64_t test_rows = static_cast<std::uint64_t>(std::count(split.begin(), split.end(), 1));
     result.version.train_rows = train.rows - test_rows;
     result.version.test_rows = test_rows;

@@ -11,6 +11,7 @@
 #include "anneal/fs.h"
 #include "anneal/hash.h"
 #include "anneal/jobs.h"
+#include "anneal/preprocess.h"
 #include "anneal/version.h"
 
 namespace anneal {
@@ -34,6 +35,7 @@ ImportRequest import_like_latest(Store& store, const std::string& dataset, const
   ImportRequest request;
   request.dataset = dataset;
   request.file = file;
+  request.labels_are_classes = labels_are_classes;
   std::vector<DatasetVersion> versions;
   try {
     versions = dataset_versions(store, dataset);
