@@ -13,6 +13,7 @@
 #include "anneal/spelling.h"
 #include "anneal/version.h"
 #include "command.h"
+#include "error_text.h"
 #include "manpage.h"
 
 namespace anneal::cli {
@@ -248,7 +249,7 @@ int main(int argc, char** argv) {
   try {
     return anneal::cli::run(argc, argv);
   } catch (const anneal::Error& e) {
-    return report_error(json, e.what(), anneal::exit_code(e.kind()));
+    return report_error(json, anneal::cli::error_text(e), anneal::exit_code(e.kind()));
   } catch (const boost::program_options::error& e) {
     return report_error(json, std::string(e.what()) + " (see 'anneal --help')", anneal::kExitUsage);
   } catch (const std::exception& e) {

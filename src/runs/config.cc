@@ -238,7 +238,10 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
   std::map<std::string, Setting> settings;
   for (const auto& option : parsed.options) {
     int line = line_of(text, option.string_key);
-    std::string where = std::string(source) + (line > 0 ? ":" + std::to_string(line) : "");
+    // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive)
+    // on "literal" + std::string temporaries here.
+    std::string where(source);
+    if (line > 0) where.append(":").append(std::to_string(line));
     if (option.unregistered || !is_known(option.string_key))
       throw usage_error(where + ": unknown key '" + option.string_key + "'" +
                         suggest_key(option.string_key));

@@ -11,7 +11,7 @@ EvalSplit parse_eval_split(std::string_view text) {
   if (text == "train") return EvalSplit::kTrain;
   if (text == "test") return EvalSplit::kTest;
   if (text == "all") return EvalSplit::kAll;
-  throw usage_error("--split " + std::string(text) + ": expected train, test or all");
+  throw usage_error(Subject::kEvalSplit, std::string(text) + ": expected train, test or all");
 }
 
 EvalResult evaluate_model(Store& store, const ModelRef& ref, const DatasetRef& data, EvalSplit split,

@@ -81,7 +81,7 @@ ModelInputs model_inputs(Store& store, const ModelFile& model, const std::string
                       model_ref + " predicts '" + model.label_column + "'");
   if (split == EvalSplit::kDefault) split = loaded.test.rows > 0 ? EvalSplit::kTest : EvalSplit::kTrain;
   if (split == EvalSplit::kTest && loaded.test.rows == 0)
-    throw usage_error("--split test: dataset " + result.dataset + " has no test split; use --split train or all");
+    throw usage_error(Subject::kEvalSplit, "test: dataset " + result.dataset + " has no test split; use train or all");
   result.split = split == EvalSplit::kTrain ? "train" : split == EvalSplit::kTest ? "test" : "all";
 
   std::vector<float> features, stored_labels;

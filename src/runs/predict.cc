@@ -55,16 +55,17 @@ PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesys
   result.model = find_model(store, ref);
   runs::ModelFile model = runs::load_model(store, result.model);
   if (model.dataset_format != "csv" && model.dataset_format != "tsv")
-    throw usage_error("--input: predict reads CSV/TSV files; model " + result.model.ref() + " was trained on " +
-                      model.dataset_format + " data (use 'anneal eval' on an imported version)");
+    throw usage_error(Subject::kPredictInput, ": prediction reads CSV/TSV files; model " + result.model.ref() +
+                                                 " was trained on " + model.dataset_format +
+                                                 " data (evaluate it on an imported version instead)");
   if (!force && std::filesystem::exists(out))
-    throw usage_error("-o " + out.string() + ": file exists (pass --force to replace it)");
+    throw Error(ErrorKind::kUsage, Subject::kOutputFile, out.string() + ": file exists", Remedy::kReplaceExisting);
   std::string text;
   try {
     FileSnapshot contents(input);
     text = decompress_input(contents.bytes(), input.string());
   } catch (const Error& e) {
-    if (e.kind() == ErrorKind::kNotFound) throw usage_error("--input " + input.string() + ": no such file");
+    if (e.kind() == ErrorKind::kNotFound) throw usage_error(Subject::kPredictInput, input.string() + ": no such file");
     throw;
   }
   Format format = detect_format(input.filename().string(), text);
@@ -95,7 +96,7 @@ PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesys
     options.categorical = present;
     table = parse_delimited(widened, delimiter, options);
   }
-  std::vector<float> raw = runs::aligned_features(table, model, "--input " + input.string());
+  std::vector<float> raw = runs::aligned_features(table, model, input.string());
   TransformCounts counts;
   std::vector<float> x = model.features.apply(raw, counts);
   result.rows = table.rows;
@@ -107,7 +108,7 @@ PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesys
   const std::string csv = runs::prediction_csv(model, predictions, table.rows);
   std::filesystem::path dir = out.parent_path().empty() ? std::filesystem::path(".") : out.parent_path();
   if (!write_file_atomic(out, csv, dir, force))
-    throw usage_error("-o " + out.string() + ": file exists (pass --force to replace it)");
+    throw Error(ErrorKind::kUsage, Subject::kOutputFile, out.string() + ": file exists", Remedy::kReplaceExisting);
   return result;
 }
 

@@ -28,7 +28,7 @@ std::string prediction_csv(const ModelFile& model, std::span<const float> predic
   std::string csv = "row,prediction";
   const bool classification = model.labels.classification();
   if (classification)
-    for (const auto& name : model.labels.class_names()) csv += "," + csv_field("p_" + name);
+    for (const auto& name : model.labels.class_names()) csv.append(",").append(csv_field("p_" + name));
   csv += "\n";
   LossKind as = model.linear ? LossKind::kSoftmaxCrossEntropy : model.loss;
   std::vector<float> probs = classification ? class_probabilities(as, predictions) : std::vector<float>();

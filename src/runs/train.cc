@@ -124,10 +124,10 @@ Setup resolve(Store& store, const TrainRequest& request) {
   Setup s;
   if (request.resume) {
     if (!request.overrides.empty())
-      throw usage_error("--set: a resumed run keeps its recorded config; start a new run to change it");
+      throw usage_error(Subject::kConfigOverrides, ": a resumed run keeps its recorded config; start a new run to change it");
     RunRecord run = find_run(store, *request.resume);
     if (run.status == RunStatus::kSucceeded)
-      throw usage_error("--resume " + run.label() + ": the run already succeeded" +
+      throw usage_error(Subject::kResumedRun, run.label() + ": the run already succeeded" +
                         (run.model.empty() ? std::string() : " and registered " + run.model));
     s.config = parse_train_config(run.config_text, run.label() + " config", {});
     s.dataset = parse_dataset_ref(run.dataset, "dataset");
@@ -167,7 +167,8 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
     run_lock.emplace(try_lock_run(store, setup.resumed->id));
   }
   if (run_lock && !run_lock->held())
-    throw busy("--resume " + setup.resumed->label() + ": another anneal process is training this run");
+    throw Error(ErrorKind::kBusy, Subject::kResumedRun,
+                setup.resumed->label() + ": another anneal process is training this run");
   reporter.note("loading " + setup.dataset.to_string());
   PreparedData data = runs::prepare_data(store, setup.dataset, config);
   TrainerConfig tc = config.trainer;

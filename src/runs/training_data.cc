@@ -35,7 +35,8 @@ PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig
       throw usage_error("label = '" + config.label + "': dataset " + v.ref() + " has no such column (columns: " +
                         column_list(v) + ")");
     throw usage_error("label = '" + config.label + "': dataset " + v.ref() + " was imported with label '" +
-                      v.label_column + "'; import it again with --label " + config.label);
+                      v.label_column + "'")
+        .with(Remedy::kReimportWithLabel, config.label);
   }
   if (loaded.train.rows == 0) throw usage_error("dataset " + v.ref() + " has no training rows");
   d.loss = config.loss.empty() ? LabelEncoding::infer_loss(loaded.train) : parse_loss_kind(config.loss);
