@@ -10,6 +10,7 @@
 #include "anneal/runs.h"
 #include "anneal/store.h"
 #include "command.h"
+#include "error_text.h"
 #include "output.h"
 
 namespace anneal::cli {
@@ -224,15 +225,17 @@ int run_fsck(const Invocation& inv) {
   TerminalReporter reporter(inv.global.log_format);
   FsckReport report = fsck(store, reporter);
   fsck_runs(store, reporter, report);
+  std::vector<std::string> findings;
+  for (const auto& f : report.findings) findings.push_back(f.text + remedy_command(f.remedy, f.remedy_argument));
   if (inv.global.json) {
     print_json({{"ok", report.ok()}, {"objects_checked", report.objects_checked},
                 {"blobs_checked", report.blobs_checked}, {"problems", report.problems},
-                {"findings", report.findings},
+                {"findings", findings},
                 {"unreferenced_objects", report.unreferenced_objects},
                 {"stale_temp_files", report.stale_temp_files}});
   } else {
     for (const auto& p : report.problems) std::cout << "BROKEN " << p << "\n";
-    for (const auto& f : report.findings) std::cout << "NOTE " << f << "\n";
+    for (const auto& f : findings) std::cout << "NOTE " << f << "\n";
     std::cout << "checked " << report.objects_checked << " objects, " << report.blobs_checked << " streams: "
               << (report.ok() ? "ok" : std::to_string(report.problems.size()) + " problems") << "\n";
     if (report.unreferenced_objects || report.stale_temp_files)

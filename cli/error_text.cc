@@ -34,7 +34,8 @@ const char* flag_of(Subject subject) {
   return "";
 }
 
-// The flag or command that does each remedy, with its separator.
+}  // namespace
+
 std::string remedy_command(Remedy remedy, const std::string& argument) {
   switch (remedy) {
     case Remedy::kNone: return "";
@@ -54,11 +55,11 @@ std::string remedy_command(Remedy remedy, const std::string& argument) {
     case Remedy::kListAliases: return " (see 'anneal model alias list')";
     case Remedy::kListJobs: return " (see 'anneal jobs list')";
     case Remedy::kReimportWithLabel: return "; import it again with --label " + argument;
+    case Remedy::kResumeRun: return "; 'anneal train --resume " + argument + "' continues it";
+    case Remedy::kStartWorker: return "; the next 'anneal worker' takes it over";
   }
   return "";
 }
-
-}  // namespace
 
 std::string error_text(const Error& error) {
   return Error::compose(flag_of(error.subject()), error.detail()) +

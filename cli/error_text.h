@@ -15,4 +15,8 @@ namespace anneal::cli {
 // neither prints as what().
 std::string error_text(const Error& error);
 
+// The flag or command that does `remedy` (naming `argument`, if it takes
+// one), with its separator: " (pass --force to replace it)". "" for kNone.
+std::string remedy_command(Remedy remedy, const std::string& argument);
+
 }  // namespace anneal::cli

@@ -15,7 +15,6 @@
 
 #include <stdexcept>
 #include <string>
-#include <string_view>
 
 namespace anneal {
 
@@ -103,13 +102,15 @@ enum class Remedy {
   kListAliases,              // see which aliases are set
   kListJobs,                 // see which jobs exist
   kReimportWithLabel,        // import the dataset again with the label (the argument)
+  kResumeRun,                // resume the run (the argument) from its last checkpoint
+  kStartWorker,              // start a worker, which takes over expired jobs
 };
 
 // The subject in words, as what() starts with it: "the job's core count".
-const char* subject_name(Subject subject);
+inline const char* subject_name(Subject subject);
 // The remedy in words, as what() ends with it (with its separator, e.g.
 // "; check the store for damage"); `argument` is the column it names, if any.
-std::string remedy_text(Remedy remedy, const std::string& argument);
+inline std::string remedy_text(Remedy remedy, const std::string& argument);
 
 class Error : public std::runtime_error {
  public:
@@ -200,6 +201,8 @@ inline std::string remedy_text(Remedy remedy, const std::string& argument) {
     case Remedy::kListAliases: return " (list the aliases to see which are set)";
     case Remedy::kListJobs: return " (list the jobs to see which exist)";
     case Remedy::kReimportWithLabel: return "; import it again with label '" + argument + "'";
+    case Remedy::kResumeRun: return "; resuming " + argument + " continues it";
+    case Remedy::kStartWorker: return "; the next worker to start takes it over";
   }
   return "";
 }

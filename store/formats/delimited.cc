@@ -72,8 +72,9 @@ std::string column_list(const std::vector<ColumnPlan>& columns) {
   return out;
 }
 
-// Resolves a --label / --categorical value: a column name, else a 0-based
-// index written as digits.
+// Resolves the label column or a categorical column as the import names it
+// (`subject`, for the error): a column name, else a 0-based index written as
+// digits.
 std::size_t resolve_column(const std::vector<ColumnPlan>& columns, const std::string& wanted,
                            Subject subject, const std::string& display_name) {
   for (std::size_t i = 0; i < columns.size(); ++i)
