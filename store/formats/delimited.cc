@@ -83,7 +83,7 @@ std::size_t resolve_column(const std::vector<ColumnPlan>& columns, const std::st
                 wanted.find_first_not_of("0123456789") == std::string::npos;
   if (digits && std::stoul(wanted) < columns.size()) return std::stoul(wanted);
   throw Error(ErrorKind::kBadData, subject,
-              "'" + wanted + "': " + display_name + " has no such column (columns: " + column_list(columns) + ")");
+              ": no column '" + wanted + "' in " + display_name + " (columns: " + column_list(columns) + ")");
 }
 
 class DelimitedParser {

@@ -173,8 +173,8 @@ ColumnStats convert(const IdxArray& array, std::vector<float>& out, NonFinite po
     if (array.type == static_cast<unsigned char>(ElementType::kF64) && !std::isnan(out[i]))
       found += " (beyond float32's range)";
     throw data_error(name + ": expected a finite number, found " + found + " at element " + std::to_string(i) +
-                     " (byte " + std::to_string(array.header_bytes + i * element_bytes(array.type)) +
-                     (note.empty() ? "" : "; " + std::string(note)) + ")")
+                     ", byte " + std::to_string(array.header_bytes + i * element_bytes(array.type)) +
+                     (note.empty() ? "" : " (" + std::string(note) + ")"))
         .with(remedy);
   }
   ColumnStats stats;

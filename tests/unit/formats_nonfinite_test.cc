@@ -142,12 +142,12 @@ TEST(NonFinite, IdxFloatImages) {
   std::string f32 = idx_header(0x0D, {2, 2}) + big_endian(1.0f) + big_endian(2.0f) + big_endian(INFINITY) +
                     big_endian(4.0f);
   EXPECT_EQ(bad_data([&] { parse_idx(f32, labels, options_for("i.idx"), "l.idx"); }),
-            "i.idx: expected a finite number, found inf at element 2 (byte 20) (such values can be read as "
+            "i.idx: expected a finite number, found inf at element 2, byte 20 (such values can be read as "
             "missing)");
   std::string f64 = idx_header(0x0E, {2, 2}) + big_endian(1.0) + big_endian(1e300) + big_endian(static_cast<double>(NAN)) +
                     big_endian(4.0);
   EXPECT_NE(bad_data([&] { parse_idx(f64, labels, options_for("i.idx"), "l.idx"); })
-                .find("i.idx: expected a finite number, found inf (beyond float32's range) at element 1 (byte 20;"),
+                .find("i.idx: expected a finite number, found inf (beyond float32's range) at element 1, byte 20"),
             std::string::npos);
   Table table = parse_idx(f64, labels, options_for("i.idx", NonFinite::kMissing), "l.idx");
   EXPECT_EQ(table.columns[0].missing, 2u);
@@ -156,7 +156,7 @@ TEST(NonFinite, IdxFloatImages) {
   std::string f32_labels = idx_header(0x0D, {2}) + big_endian(1.0f) + big_endian(-INFINITY);
   std::string images = idx_header(0x08, {2, 1}) + std::string("\x01\x02", 2);
   EXPECT_NE(bad_data([&] { parse_idx(images, f32_labels, options_for("i.idx", NonFinite::kMissing), "l.idx"); })
-                .find("l.idx: expected a finite number, found -inf at element 1 (byte 12; a label must be finite)"),
+                .find("l.idx: expected a finite number, found -inf at element 1, byte 12 (a label must be finite)"),
             std::string::npos);
 }
 
