@@ -30,6 +30,7 @@ const char* flag_of(Subject subject) {
     case Subject::kResumedRun: return "--resume";
     case Subject::kConfigOverrides: return "--set";
     case Subject::kRetrainData: return "--data";
+    case Subject::kDevice: return "--device";
   }
   return "";
 }

@@ -9,20 +9,13 @@
 #include "anneal/store.h"
 #include "command.h"
 #include "output.h"
+#include "train_support.h"
 
 namespace anneal::cli {
 namespace {
 
 using nlohmann::json;
 
-int default_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
-
-int threads_of(const Invocation& inv) {
-  if (!inv.args.count("threads")) return default_threads();
-  const int t = inv.args["threads"].as<int>();
-  if (t < 1 || t > 1024) throw usage_error("--threads must be in 1..1024, not " + std::to_string(t));
-  return t;
-}
 
 std::string points(double v) {
   return (v >= 0 ? "+" : "") + format_double(v, 3) + " points";
@@ -67,7 +60,9 @@ int run_quantize(const Invocation& inv) {
   request.calib = a["calib"].as<std::string>();
   request.calib_samples = a["calib-samples"].as<std::int64_t>();
   if (a.count("method")) request.method = parse_calibration_method(a["method"].as<std::string>());
-  request.threads = threads_of(inv);
+  const BackendOptions compute = compute_options_of(inv);
+  request.device = compute.device;
+  request.threads = compute.threads;
   request.qat_epochs = a["qat-epochs"].as<std::int64_t>();
   Store store = Store::open(inv.global.store);
   TerminalReporter reporter(inv.global.log_format);
@@ -89,7 +84,9 @@ int run_prune(const Invocation& inv) {
   request.lr = a["lr"].as<float>();
   request.batch = a["batch"].as<std::int64_t>();
   request.seed = a["seed"].as<std::uint64_t>();
-  request.threads = threads_of(inv);
+  const BackendOptions compute = compute_options_of(inv);
+  request.device = compute.device;
+  request.threads = compute.threads;
   Store store = Store::open(inv.global.store);
   TerminalReporter reporter(inv.global.log_format);
   print_compressed(inv, prune_model(store, request, reporter));
@@ -103,7 +100,9 @@ int run_bench(const Invocation& inv) {
   request.batch = a["batch"].as<std::int64_t>();
   request.repeats = a["repeats"].as<int>();
   request.seconds = a["seconds"].as<double>();
-  request.threads = threads_of(inv);
+  const BackendOptions compute = compute_options_of(inv);
+  request.device = compute.device;
+  request.threads = compute.threads;
   Store store = Store::open(inv.global.store);
   BenchResult r = bench_model(store, request);
   if (inv.global.json) {
@@ -153,8 +152,8 @@ void add_quantize_commands(std::vector<Command>& out) {
              ("calib-samples", po::value<std::int64_t>()->default_value(1000)->value_name("N"), "calibration rows")
              ("method", po::value<std::string>()->value_name("METHOD"), "minmax (default), percentile or entropy")
              ("qat-epochs", po::value<std::int64_t>()->default_value(0)->value_name("N"),
-              "epochs of quantization aware training before converting (default 0: none)")
-             ("threads", po::value<int>()->value_name("N"), "threads (default: all cores)");
+              "epochs of quantization aware training before converting (default 0: none)");
+         add_compute_options(o, true);
        },
        {"MODEL"}, run_quantize});
   out.push_back(
@@ -175,8 +174,8 @@ void add_quantize_commands(std::vector<Command>& out) {
              ("data", po::value<std::string>()->value_name("DATA"), "dataset version to train on")
              ("lr", po::value<float>()->default_value(5e-4f, "0.0005")->value_name("LR"), "learning rate after pruning")
              ("batch", po::value<std::int64_t>()->default_value(128)->value_name("N"), "batch size after pruning")
-             ("seed", po::value<std::uint64_t>()->default_value(1)->value_name("N"), "seed of training after pruning")
-             ("threads", po::value<int>()->value_name("N"), "threads (default: all cores)");
+             ("seed", po::value<std::uint64_t>()->default_value(1)->value_name("N"), "seed of training after pruning");
+         add_compute_options(o, true);
        },
        {"MODEL"}, run_prune});
   out.push_back(
@@ -187,8 +186,8 @@ void add_quantize_commands(std::vector<Command>& out) {
        [](po::options_description& o) {
          o.add_options()("batch", po::value<std::int64_t>()->default_value(256)->value_name("N"), "rows per forward pass")
              ("repeats", po::value<int>()->default_value(7)->value_name("N"), "timed repeats")
-             ("seconds", po::value<double>()->default_value(3.0)->value_name("S"), "total timed seconds (about)")
-             ("threads", po::value<int>()->value_name("N"), "threads (default: all cores)");
+             ("seconds", po::value<double>()->default_value(3.0)->value_name("S"), "total timed seconds (about)");
+         add_compute_options(o, true);
        },
        {"MODEL"}, run_bench});
 }

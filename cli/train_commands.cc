@@ -38,7 +38,6 @@ std::string metric_text(const json& value) {
   return value.dump();
 }
 
-int default_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
 int run_train(const Invocation& inv) {
   const auto& a = inv.args;
@@ -46,6 +45,8 @@ int run_train(const Invocation& inv) {
   std::vector<std::string> configs;
   if (a.count("CONFIG")) configs = a["CONFIG"].as<std::vector<std::string>>();
   if (a.count("set")) request.overrides = a["set"].as<std::vector<std::string>>();
+  // --device wins over the config key `device` and is recorded with the run.
+  if (a.count("device")) request.device = compute_options_of(inv).device;
   if (a.count("resume")) {
     if (!configs.empty()) throw usage_error("--resume: give either CONFIG or --resume RUN, not both");
     request.resume = parse_run_id(a["resume"].as<std::string>(), "--resume");
@@ -241,7 +242,7 @@ int run_eval(const Invocation& inv) {
   ModelRef model = parse_model_ref(inv.args["MODEL"].as<std::string>(), "MODEL");
   DatasetRef data = parse_dataset_ref(inv.args["DATA"].as<std::string>(), "DATA");
   EvalSplit split = inv.args.count("split") ? parse_eval_split(inv.args["split"].as<std::string>()) : EvalSplit::kDefault;
-  EvalResult r = evaluate_model(store, model, data, split, default_threads());
+  EvalResult r = evaluate_model(store, model, data, split, compute_options_of(inv));
   if (inv.global.json) {
     json j = {{"model", r.model.ref()}, {"dataset", r.dataset}, {"split", r.split},
               {"missing_values", r.missing}, {"unseen_categories", r.unseen}};
@@ -292,7 +293,7 @@ int run_predict(const Invocation& inv) {
   ModelRef model = parse_model_ref(inv.args["MODEL"].as<std::string>(), "MODEL");
   PredictResult r = predict_file(store, model, inv.args["input"].as<std::string>(),
                                  inv.args["output"].as<std::string>(), inv.args["force"].as<bool>(),
-                                 default_threads());
+                                 compute_options_of(inv));
   if (inv.global.json) {
     print_json({{"model", r.model.ref()}, {"rows", r.rows}, {"output", inv.args["output"].as<std::string>()},
                 {"missing_values", r.missing}, {"unseen_categories", r.unseen}});
@@ -330,6 +331,7 @@ void add_train_commands(std::vector<Command>& out) {
          o.add_options()("set", po::value<std::vector<std::string>>()->composing()->value_name("KEY=VALUE"),
                          "override a config key (repeatable)")
              ("resume", po::value<std::string>()->value_name("RUN"), "continue an unfinished run");
+         add_compute_options(o, false);
        },
        {"CONFIG..."}, run_train});
   out.push_back({"runs list", "", "list training runs and their status", "", nullptr, {}, run_runs_list});
@@ -344,6 +346,7 @@ void add_train_commands(std::vector<Command>& out) {
                  "split when it has one, else its train split.",
                  [](po::options_description& o) {
                    o.add_options()("split", po::value<std::string>()->value_name("SPLIT"), "train, test or all");
+                   add_compute_options(o, false);
                  },
                  {"MODEL", "DATA"}, run_eval});
   out.push_back({"predict", "MODEL --input FILE -o OUT.csv [--force]", "apply a model to a CSV/TSV file",
@@ -355,6 +358,7 @@ void add_train_commands(std::vector<Command>& out) {
                    o.add_options()("input", po::value<std::string>()->value_name("FILE"), "rows to predict")
                        ("output,o", po::value<std::string>()->value_name("OUT"), "where to write the predictions")
                        ("force", po::bool_switch(), "replace OUT if it exists");
+                   add_compute_options(o, false);
                  },
                  {"MODEL"}, run_predict});
 }

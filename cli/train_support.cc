@@ -152,4 +152,28 @@ std::string read_text_file(const std::string& path, const std::string& what) {
   return out.str();
 }
 
+void add_compute_options(po::options_description& o, bool threads) {
+  o.add_options()("device", po::value<std::string>()->value_name("DEVICE"),
+                  "auto (default: a usable GPU, else the CPU), cpu or cuda");
+  if (threads) o.add_options()("threads", po::value<int>()->value_name("N"), "threads (default: all cores)");
+}
+
+BackendOptions compute_options_of(const Invocation& inv) {
+  BackendOptions options;
+  options.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (inv.args.count("device")) {
+    try {
+      options.device = parse_device(inv.args["device"].as<std::string>());
+    } catch (const Error& e) {
+      throw usage_error(std::string("--device: ") + e.what());
+    }
+  }
+  if (inv.args.count("threads")) {
+    options.threads = inv.args["threads"].as<int>();
+    if (options.threads < 1 || options.threads > 1024)
+      throw usage_error("--threads must be in 1..1024, not " + std::to_string(options.threads));
+  }
+  return options;
+}
+
 }  // namespace anneal::cli

@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "anneal/device.h"
 #include "anneal/runs.h"
 #include "command.h"
 #include "output.h"
@@ -45,5 +46,12 @@ std::string read_text_file(const std::string& path, const std::string& what);
 
 // "42s", "3m5s", "1h2m".
 std::string duration_text(double seconds);
+
+// --device (and, with `threads`, --threads): which backend a command
+// computes on. Shared by every command that runs a network.
+void add_compute_options(po::options_description& o, bool threads);
+// The backend the flags ask for: --device (default auto), --threads (default:
+// every core). kUsage naming the flag for a bad value.
+BackendOptions compute_options_of(const Invocation& inv);
 
 }  // namespace anneal::cli

@@ -42,7 +42,8 @@ BenchResult bench_model(Store& store, const BenchRequest& request) {
     return x;
   };
 
-  runs::Predictor predictor(model, request.threads, request.batch);
+  const std::unique_ptr<Backend> backend = make_backend({.device = request.device, .threads = request.threads});
+  runs::Predictor predictor(model, *backend, request.batch);
   result.engine = predictor.uses_inference_network() ? "inference" : model.linear ? "linear" : "network";
   std::vector<float> x = make_rows(request.batch);
   using Clock = std::chrono::steady_clock;

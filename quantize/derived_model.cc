@@ -62,10 +62,10 @@ std::string tensors_hash(const runs::ModelFile& model) {
 }
 
 json score_against_parent(Store& store, const Parent& parent, const runs::ModelFile& child,
-                          const DatasetRef& data, int threads) {
+                          const DatasetRef& data, Backend& backend) {
   runs::ModelInputs in = runs::model_inputs(store, parent.model, parent.record.ref(), data, EvalSplit::kDefault);
-  runs::Predictor child_predictor(child, threads);
-  runs::Predictor parent_predictor(parent.model, threads);
+  runs::Predictor child_predictor(child, backend);
+  runs::Predictor parent_predictor(parent.model, backend);
   json out = runs::score(in.split, child.loss, child.labels, child_predictor.predict(in.x), in.y);
   json before = runs::score("parent_" + in.split, parent.model.loss, parent.model.labels,
                             parent_predictor.predict(in.x), in.y);
@@ -79,7 +79,8 @@ json score_against_parent(Store& store, const Parent& parent, const runs::ModelF
   return out;
 }
 
-json base_lineage(const Parent& parent, const std::string& operation, const std::string& data) {
+json base_lineage(const Parent& parent, const std::string& operation, const std::string& data,
+                  const BackendCapabilities& backend) {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
   return {{"parent", parent.record.ref()},
@@ -89,7 +90,8 @@ json base_lineage(const Parent& parent, const std::string& operation, const std:
           {"anneal_version", version()},
           {"anneal_commit", git_commit()},
           {"host", host},
-          {"isa", runs::onednn_cpu_isa()}};
+          {"device", backend.device},
+          {"isa", backend.isa}};
 }
 
 CompressResult register_child(Store& store, const Parent& parent, const runs::ModelFile& child,

@@ -36,10 +36,11 @@ std::string tensors_hash(const runs::ModelFile& model);
 // split when it has none): "<split>_accuracy", "parent_<split>_accuracy",
 // "accuracy_change_points" (or rmse for regression).
 nlohmann::json score_against_parent(Store& store, const Parent& parent, const runs::ModelFile& child,
-                                    const DatasetRef& data, int threads);
+                                    const DatasetRef& data, Backend& backend);
 
-// Lineage fields every compressed model carries.
-nlohmann::json base_lineage(const Parent& parent, const std::string& operation, const std::string& data);
+// Lineage fields every compressed model carries; `backend` is what computed it.
+nlohmann::json base_lineage(const Parent& parent, const std::string& operation, const std::string& data,
+                            const BackendCapabilities& backend);
 
 // Records the run (config_text describes the operation, dataset = data) and
 // registers the child as the next version of the parent's name.

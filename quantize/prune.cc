@@ -162,6 +162,7 @@ CompressResult prune_model(Store& store, const PruneRequest& request, Reporter& 
   const std::string data_text = request.data.empty() ? parent.record.lineage.value("dataset", "") : request.data;
   if (data_text.empty()) throw usage_error("prune: the parent names no dataset; give --data DATA");
   DatasetRef data = parse_dataset_ref(data_text, "--data");
+  const std::unique_ptr<Backend> backend = make_backend({.device = request.device, .threads = request.threads});
   const Dims input(parent.model.input_shape);
   const std::vector<WeightedLayer> layers = weighted_layers(parent.model.layers, input);
   if (request.structured && layers.size() < 2)
@@ -182,10 +183,9 @@ CompressResult prune_model(Store& store, const PruneRequest& request, Reporter& 
   tc.batch = request.batch;
   tc.epochs = std::max<std::int64_t>(request.finetune_epochs, 1);
   tc.seed = request.seed;
-  tc.threads = request.threads;
   tc.precision = child.precision;
   const DataView view{in.x, in.y, child.input_shape};
-  Trainer trainer(tc, view, std::nullopt, reporter);
+  Trainer trainer(tc, *backend, view, std::nullopt, reporter);
   std::vector<std::pair<std::string, std::vector<float>>> weights;
   for (const auto& t : child.tensors) weights.emplace_back(t.name, t.values);
   trainer.load_weights(weights);
@@ -234,8 +234,8 @@ CompressResult prune_model(Store& store, const PruneRequest& request, Reporter& 
   if (request.structured) child.compression["kept"] = kept;
 
   reporter.note("scoring " + parent.record.ref() + " and its pruned version");
-  const json metrics = compress::score_against_parent(store, parent, child, data, request.threads);
-  json lineage = compress::base_lineage(parent, "prune", in.dataset);
+  const json metrics = compress::score_against_parent(store, parent, child, data, *backend);
+  json lineage = compress::base_lineage(parent, "prune", in.dataset, backend->capabilities());
   lineage["method"] = request.structured ? "structured L1 (neurons/channels)" : "magnitude";
   lineage["target_sparsity"] = request.sparsity;
   lineage["schedule"] = request.schedule == PruneSchedule::kOneShot ? "oneshot" : "gradual";

@@ -193,7 +193,7 @@ std::vector<float> calibrate(const runs::ModelFile& model, const std::vector<Wei
 // `in` with fake quantization at the given scales (see calibrate()).
 void fine_tune_quantized(runs::ModelFile& model, const std::vector<WeightedLayer>& layers,
                          const std::vector<float>& scales, const runs::ModelInputs& in,
-                         const QuantizeRequest& request, Reporter& reporter) {
+                         const QuantizeRequest& request, Backend& backend, Reporter& reporter) {
   TrainerConfig tc;
   tc.layers = model.layers;
   tc.loss = model.loss;
@@ -203,11 +203,10 @@ void fine_tune_quantized(runs::ModelFile& model, const std::vector<WeightedLayer
   tc.batch = request.qat_batch;
   tc.epochs = request.qat_epochs;
   tc.seed = request.qat_seed;
-  tc.threads = request.threads;
   // The int8 model is made from fp32 weights, whatever the parent trained in.
   tc.precision = Precision::kFp32;
   const DataView view{in.x, in.y, model.input_shape};
-  Trainer trainer(tc, view, std::nullopt, reporter);
+  Trainer trainer(tc, backend, view, std::nullopt, reporter);
   std::vector<std::pair<std::string, std::vector<float>>> weights;
   for (const auto& t : model.tensors) weights.emplace_back(t.name, t.values);
   trainer.load_weights(weights);
@@ -232,6 +231,7 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
   if (!(request.qat_lr > 0)) throw usage_error("--qat-lr must be > 0");
   if (request.qat_batch < 1) throw usage_error("--qat-batch must be >= 1");
   DatasetRef calib = parse_dataset_ref(request.calib, "--calib");
+  const std::unique_ptr<Backend> backend = make_backend({.device = request.device, .threads = request.threads});
   // Unsupported layers (batchnorm, layernorm) fail here, before any run.
   const std::vector<WeightedLayer> layers = weighted_layers(parent.model.layers, Dims(parent.model.input_shape));
   runs::ModelInputs in = runs::model_inputs(store, parent.model, parent.record.ref(), calib, EvalSplit::kTrain);
@@ -257,7 +257,7 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
   if (request.qat_epochs > 0) {
     reporter.note("quantization-aware fine-tuning of " + parent.record.ref() + ": " +
                   std::to_string(request.qat_epochs) + " epoch(s) on " + in.dataset);
-    fine_tune_quantized(child, layers, scales, in, request, reporter);
+    fine_tune_quantized(child, layers, scales, in, request, *backend, reporter);
     // The usual conversion from here on, on the fine-tuned weights: their
     // activations are calibrated afresh (fine-tuning moves the ranges).
     scales = calibrate(child, layers, x, samples, width, request.method, request.threads);
@@ -286,8 +286,8 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
   child.weights_hash = compress::tensors_hash(child);
 
   reporter.note("scoring " + parent.record.ref() + " and its int8 version");
-  const json metrics = compress::score_against_parent(store, parent, child, calib, request.threads);
-  json lineage = compress::base_lineage(parent, "quantize", in.dataset);
+  const json metrics = compress::score_against_parent(store, parent, child, calib, *backend);
+  json lineage = compress::base_lineage(parent, "quantize", in.dataset, backend->capabilities());
   lineage["method"] = calibration_method_name(request.method);
   lineage["calibration_data"] = in.dataset;
   lineage["calibration_samples"] = samples;

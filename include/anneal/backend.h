@@ -19,9 +19,26 @@
 // themselves, which only happens at the edges (the fp32 network input under
 // bf16 compute, the loss).
 //
-// Thread-safety: a Backend and its ops are used by one thread at a time. The
-// CPU backend runs each op on the calling thread's OpenMP team, so the caller
-// bounds its threads with omp_set_num_threads (Trainer does).
+// Threads and streams: a Backend and its ops are used by one thread at a
+// time, and only inside an ExecutionScope that thread opened with enter():
+// the scope binds the backend's compute resources to the calling thread (the
+// CPU backend: an OpenMP team of capabilities().threads threads; a GPU
+// backend: its device and stream). Ops are issued in order on the backend's
+// one stream; they may run asynchronously. The host sees results only
+// through copy_to_host(), LossOp::totals()/predict() and host_view(), each
+// of which waits for the ops issued before it. Nothing above the backend
+// assumes a shared address space or a threading library.
+//
+// Determinism: with capabilities().deterministic, the same ops on the same
+// inputs give the same bits run after run for a fixed thread count, and the
+// elementwise ops and reductions (the optimizer updates, eltwise, dropout,
+// fake quantization, running statistics, clip_scale, loss totals) give the
+// same bits for any thread count.
+//
+// Numerics every backend shares (tests/unit/backend_conformance_test.cc
+// holds each to them): gelu is the exact erf form, 0.5·x·(1 + erf(x/√2));
+// batch norm's variance is the biased one (divided by the count); fp32 to
+// bf16 rounds to nearest even; fake_quantize is bit-exact to its formula.
 //
 // Errors: anneal::Error kFailure when the library refuses a shape or runs out
 // of memory; kUsage when a spec cannot be honoured (e.g. a kernel larger than
@@ -30,6 +47,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "anneal/loss.h"
 #include "anneal/tensor.h"
@@ -159,15 +178,27 @@ class NormOp {
 };
 
 // A loss over the network output pred(N, K) and labels(N) (fp32, plain).
+// The op keeps running totals (loss sum, correct predictions, samples
+// scored) on the backend's device: forward_backward() adds each batch to
+// them without a host round trip, and the caller reads them back with
+// totals() once per logging interval (an epoch, a checkpoint).
 class LossOp {
  public:
   virtual ~LossOp() = default;
-  // Scores the batch and returns its totals. When `dpred` is non-null, also
-  // writes ∂(Σ loss)/∂pred · grad_scale into it (pred's dims and layout);
-  // grad_scale = 1/(samples in the optimizer step) gives the mean's gradient.
+  // Scores the batch and adds its totals to the running totals (the batch's
+  // loss summed on its own first, then added: the order is fixed). When
+  // `dpred` is non-null, also writes ∂(Σ loss)/∂pred · grad_scale into it
+  // (pred's dims and layout); grad_scale = 1/(samples in the optimizer step)
+  // gives the mean's gradient.
   // softmax_ce: log-softmax then −log p[label]; bce: log(1+e^z) − y·z.
-  virtual LossTotals forward_backward(const Tensor& pred, const Tensor& labels, Tensor* dpred,
-                                      float grad_scale) = 0;
+  virtual void forward_backward(const Tensor& pred, const Tensor& labels, Tensor* dpred,
+                                float grad_scale) = 0;
+  // The running totals, read back to the host (waits for the ops issued
+  // before it).
+  virtual LossTotals totals() = 0;
+  // Replaces the running totals: LossTotals{} to start an epoch, or the
+  // totals a checkpoint saved mid-epoch.
+  virtual void set_totals(const LossTotals& totals) = 0;
   // The prediction for each sample on the host, rows x K floats:
   // softmax_ce class probabilities, bce P(label 1), mse/mae the value.
   virtual void predict(const Tensor& pred, float* out) = 0;
@@ -175,30 +206,53 @@ class LossOp {
 
 // ---- Optimizer updates ---------------------------------------------------
 // All apply to a parameter w, its gradient g and state tensors of w's
-// layout, elementwise, with the gradient first multiplied by grad_scale
-// (global-norm clipping).
+// layout, elementwise, with the gradient first multiplied by *grad_scale
+// when it is given: a one-element fp32 device tensor that
+// Backend::clip_scale() wrote (global-norm clipping), so the scale never
+// visits the host.
 
 struct AdamUpdate {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
   float weight_decay = 0.0f;
   bool decoupled_weight_decay = false;  // AdamW: w −= lr·wd·w, not g += wd·w
   std::int64_t step = 1;                // t, 1-based, for bias correction
-  float grad_scale = 1.0f;
+  const Tensor* grad_scale = nullptr;   // null: 1
 };
 
 struct SgdUpdate {
   float lr = 1e-2f, momentum = 0.0f, weight_decay = 0.0f;
   bool nesterov = false;
-  float grad_scale = 1.0f;
+  const Tensor* grad_scale = nullptr;   // null: 1
 };
 
 // ---- The backend ---------------------------------------------------------
+
+// What a backend can do, asked instead of probing the hardware.
+struct BackendCapabilities {
+  bool bf16 = false;           // bf16 compute at speed (Precision::kBf16)
+  bool int8 = false;           // int8 inference ops
+  bool deterministic = false;  // bitwise reproducible for any thread count
+  int threads = 1;             // compute threads the backend uses
+  std::string device;          // the device kind it runs on: "cpu", "cuda"
+  std::string isa;             // the instruction set its kernels use: "avx512_core_bf16", "sm_90"
+};
+
+// Returned by Backend::enter(): while it lives, the calling thread may run
+// the backend's ops. Destroying it restores the thread's previous binding.
+class ExecutionScope {
+ public:
+  virtual ~ExecutionScope() = default;
+};
 
 class Backend : public MemoryAllocator {
  public:
   ~Backend() override = default;
 
   virtual const char* name() const = 0;  // "cpu-onednn"
+  virtual const BackendCapabilities& capabilities() const = 0;
+  // Binds the backend to the calling thread until the scope is destroyed.
+  // Scopes nest; they are cheap (no allocation of compute resources).
+  virtual std::unique_ptr<ExecutionScope> enter() = 0;
 
   // Shapes `t` as a dense row-major tensor of the given dims and dtype.
   virtual void shape_plain(Tensor& t, const Dims& dims, DType dtype) = 0;
@@ -223,9 +277,21 @@ class Backend : public MemoryAllocator {
   // src's values, src being plain row-major with like.elements() elements.
   virtual void unflatten(const Tensor& src, const Tensor& like, Tensor& dst) = 0;
 
+  // x (n, sample...) plain fp32 = the host rows features[rows[i]] (each
+  // `width` floats) and y (n) = labels[rows[i]]: a training batch gathered
+  // from host data in the given order. x and y must be shaped plain fp32
+  // (n, ...) and (n) already; the host arrays must stay alive until the
+  // call returns.
+  virtual void gather_rows(const float* features, const float* labels, std::int64_t width,
+                           const std::uint32_t* rows, Tensor& x, Tensor& y) = 0;
+
   virtual void fill_zero(Tensor& t) = 0;
-  // Σ t², summed in a fixed order (bitwise reproducible for any thread count).
-  virtual double sum_squares(const Tensor& t) = 0;
+  // Global-norm gradient clipping without a host round trip: with
+  // norm = √(Σ over `grads` of Σ g²), summed per tensor in a fixed order and
+  // then over tensors in the order given, writes into `scale` (shaped here,
+  // one fp32 value) max_norm / (norm + 1e-6) when norm > max_norm, else 1.
+  virtual void clip_scale(const std::vector<const Tensor*>& grads, float max_norm,
+                          Tensor& scale) = 0;
   // running = (1 − momentum)·running + momentum·scale·batch (fp32 tensors of
   // one layout): the batch-norm running statistics.
   virtual void update_running_stat(Tensor& running, const Tensor& batch, float momentum,
@@ -272,11 +338,6 @@ class Backend : public MemoryAllocator {
   virtual std::unique_ptr<LossOp> loss(LossKind kind, std::int64_t outputs) = 0;
 };
 
-// The CPU backend: oneDNN primitives (fp32, and bf16 on CPUs with AVX512_BF16
-// or AMX). Throws anneal::Error kFailure when oneDNN has no CPU engine.
-std::unique_ptr<Backend> make_cpu_backend();
-
-// True when this CPU can run bf16 compute at speed (AVX512_BF16 or AMX).
-bool cpu_supports_bf16();
+// Backends are made by the registry in anneal/device.h.
 
 }  // namespace anneal

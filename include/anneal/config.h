@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "anneal/device.h"
 #include "anneal/trainer.h"
 
 namespace anneal {
@@ -44,6 +45,8 @@ struct TrainConfig {
   bool baseline = true;        // also fit the linear baseline on tabular data
   double linear_l2 = 1.0;      // L2 strength of the linear baseline
   bool linear_only = false;    // layers = linear: the linear model is the model
+  Device device = Device::kAuto;  // which backend trains (anneal/device.h)
+  int threads = 1;             // the backend's compute threads; part of determinism
   // Everything the engine needs except classes and loss, which come from
   // the data (set by the run).
   TrainerConfig trainer;

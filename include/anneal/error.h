@@ -82,6 +82,7 @@ enum class Subject {
   kResumedRun,           // the run a training resumes
   kConfigOverrides,      // settings given to override a config file's
   kRetrainData,          // a new data file a retrain imports first
+  kDevice,               // the device a run trains or a model predicts on
 };
 
 // What the user can do about an error, as a concept. The message ends with
@@ -178,6 +179,7 @@ inline const char* subject_name(Subject subject) {
     case Subject::kResumedRun: return "the resumed run";
     case Subject::kConfigOverrides: return "the config overrides";
     case Subject::kRetrainData: return "the new data";
+    case Subject::kDevice: return "the device";
   }
   return "";
 }

@@ -56,9 +56,9 @@ class Optimizer {
             Backend& backend);
 
   // Updates every parameter from its grad as optimizer step `step` (0-based)
-  // of `total_steps`; returns the gradients' global L2 norm before clipping
-  // (computed only when clipping; 0 otherwise).
-  double step(std::int64_t step, std::int64_t total_steps);
+  // of `total_steps`, clipping the gradients to config.grad_clip's global
+  // norm first when it is set. Nothing is read back to the host.
+  void step(std::int64_t step, std::int64_t total_steps);
 
   // The optimizer's state tensors in a fixed order, for checkpoints.
   const std::vector<StateBuffer>& state() const { return state_; }
@@ -76,6 +76,7 @@ class Optimizer {
   Backend& backend_;
   std::vector<Tensor> first_, second_;  // sgd: velocity in first_
   std::vector<Tensor> masks_;            // empty tensor: no mask
+  Tensor clip_scale_;                    // Backend::clip_scale's factor
   std::vector<StateBuffer> state_;
 };
 

@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anneal/catalog_runs.h"
+#include "anneal/device.h"
 #include "anneal/inference.h"
 #include "anneal/report.h"
 #include "anneal/store.h"
@@ -105,6 +106,7 @@ struct QuantizeRequest {
   float qat_lr = 1e-4f;
   std::int64_t qat_batch = 128;
   std::uint64_t qat_seed = 1;
+  Device device = Device::kAuto;
   int threads = 1;
 };
 
@@ -122,6 +124,7 @@ struct PruneRequest {
   float lr = 5e-4f;
   std::int64_t batch = 128;
   std::uint64_t seed = 1;
+  Device device = Device::kAuto;
   int threads = 1;
 };
 
@@ -138,6 +141,7 @@ CompressResult prune_model(Store& store, const PruneRequest& request, Reporter& 
 struct BenchRequest {
   std::string model;
   std::int64_t batch = 256;
+  Device device = Device::kAuto;
   int threads = 1;
   int repeats = 7;
   double seconds = 3;                  // about this long in all

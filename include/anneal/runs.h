@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anneal/catalog_runs.h"
+#include "anneal/device.h"
 #include "anneal/datasets.h"
 #include "anneal/maintenance.h"
 #include "anneal/model_metrics.h"
@@ -58,6 +59,7 @@ struct TrainRequest {
   std::string config_text;               // the INI text (empty with resume)
   std::string config_source;             // its name in errors: the path
   std::vector<std::string> overrides;    // --set key=value, winning over the file
+  std::optional<Device> device;          // --device, winning over the config's `device`
   std::optional<std::int64_t> resume;    // continue this run instead
   std::stop_token stop;                  // requested: checkpoint, record cancelled, return
   // Called once the run is recorded (created or reopened), before training.
@@ -111,11 +113,12 @@ struct EvalResult {
   RegressionMetrics regression_metrics;
   std::uint64_t missing = 0, unseen = 0; // cells imputed, unseen categories
 };
-// Scores a model on a dataset version with the model's own preprocessing.
-// Throws kBadData when a row's label is not one of the model's classes and
-// kUsage when the version's columns do not match the model's.
+// Scores a model on a dataset version with the model's own preprocessing,
+// on the backend `compute` asks for. Throws kBadData when a row's label is
+// not one of the model's classes and kUsage when the version's columns do
+// not match the model's or the device is not usable here.
 EvalResult evaluate_model(Store& store, const ModelRef& model, const DatasetRef& data, EvalSplit split,
-                          int threads);
+                          const BackendOptions& compute);
 
 struct PredictResult {
   ModelRecord model;
@@ -130,6 +133,6 @@ struct PredictResult {
 // probability column per class. A missing feature column is kUsage; bad input
 // kBadData (file:line:column). Refuses to replace `out` unless `force`.
 PredictResult predict_file(Store& store, const ModelRef& model, const std::filesystem::path& input,
-                           const std::filesystem::path& out, bool force, int threads);
+                           const std::filesystem::path& out, bool force, const BackendOptions& compute);
 
 }  // namespace anneal

@@ -4,18 +4,20 @@
 //   config.layers = "dense(256) relu dense(128) relu dense(10)";
 //   config.classes = 10;
 //   anneal::DataView train{features, labels, {784}};
-//   anneal::Trainer trainer(config, train, validation, reporter);
+//   auto backend = anneal::make_backend({.device = anneal::Device::kAuto, .threads = 2});
+//   anneal::Trainer trainer(config, *backend, train, validation, reporter);
 //   trainer.train();                       // all epochs (or early stop)
 //   for (const auto& m : trainer.history()) ... m.train_loss, m.val_accuracy
 //   std::string hash = trainer.weights_hash();
 //
-// Determinism: the same config, data, seed and thread count give bitwise
-// identical weights. Training N steps, save_state(), load_state() into a new
-// Trainer and training on gives the same bits as never stopping.
+// Determinism: on a deterministic backend (BackendCapabilities), the same
+// config, data, seed and backend thread count give bitwise identical
+// weights. Training N steps, save_state(), load_state() into a new Trainer
+// and training on gives the same bits as never stopping.
 //
-// Threads: the trainer computes on the OpenMP team oneDNN uses, capped at
-// config.threads (omp_set_num_threads, restored on return); batches are
-// gathered on the calling thread, so it starts no other threads.
+// Threads: every call runs the backend's ops inside Backend::enter() on the
+// calling thread; the trainer itself starts no threads. Host values (loss
+// and accuracy totals) are read back once per epoch and at save_state().
 //
 // Thread-safety: one thread at a time may call a Trainer.
 #pragma once
@@ -57,7 +59,6 @@ struct TrainerConfig {
   std::int64_t epochs = 10;
   std::int64_t grad_accum = 1;        // micro-batches per optimizer step
   std::uint64_t seed = 0;             // init, shuffling and dropout
-  int threads = 1;
   Precision precision = Precision::kFp32;
   EarlyStopMetric early_stop = EarlyStopMetric::kNone;
   int patience = 0;                   // epochs without improvement before stopping
@@ -88,12 +89,13 @@ struct Evaluation {
 
 class Trainer {
  public:
-  // Validates config and data (kUsage for the config, kBadData for the data:
-  // sizes, labels outside 0..classes-1, NaN features) and builds the network,
-  // raising spec errors (kUsage) before anything trains. `train_data`,
-  // `validation` and `reporter` must outlive the Trainer.
-  Trainer(TrainerConfig config, DataView train_data, std::optional<DataView> validation,
-          Reporter& reporter);
+  // Validates config and data (kUsage for the config, or a precision the
+  // backend cannot run; kBadData for the data: sizes, labels outside
+  // 0..classes-1, NaN features) and builds the network on `backend`,
+  // raising spec errors (kUsage) before anything trains. `backend`,
+  // `train_data`, `validation` and `reporter` must outlive the Trainer.
+  Trainer(TrainerConfig config, Backend& backend, DataView train_data,
+          std::optional<DataView> validation, Reporter& reporter);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -133,6 +135,8 @@ class Trainer {
 
   const Network& network() const;
   const TrainerConfig& config() const;
+  // The backend the network lives on: read its tensors through it.
+  Backend& backend() const;
 
   // Replaces weights by name: each (name, row-major values) must name a
   // parameter or state buffer and hold its element count (kUsage otherwise);

@@ -96,14 +96,16 @@ Optimizer::Optimizer(const OptimizerConfig& config, const std::vector<Parameter*
   }
 }
 
-double Optimizer::step(std::int64_t step, std::int64_t total_steps) {
-  double norm = 0;
-  float grad_scale = 1.0f;
+void Optimizer::step(std::int64_t step, std::int64_t total_steps) {
+  // Clipping scales every gradient by one factor from their global norm;
+  // the backend reduces and keeps the factor on its device.
+  const Tensor* grad_scale = nullptr;
   if (config_.grad_clip > 0) {
-    double squares = 0;
-    for (const Parameter* p : parameters_) squares += backend_.sum_squares(p->grad);
-    norm = std::sqrt(squares);
-    if (norm > config_.grad_clip) grad_scale = float(config_.grad_clip / (norm + 1e-6));
+    std::vector<const Tensor*> grads;
+    grads.reserve(parameters_.size());
+    for (const Parameter* p : parameters_) grads.push_back(&p->grad);
+    backend_.clip_scale(grads, config_.grad_clip, clip_scale_);
+    grad_scale = &clip_scale_;
   }
   const float lr = scheduled_lr(config_, step, total_steps);
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
@@ -130,7 +132,6 @@ double Optimizer::step(std::int64_t step, std::int64_t total_steps) {
     }
     if (!masks_[i].empty()) backend_.multiply(p.value, masks_[i]);
   }
-  return norm;
 }
 
 void Optimizer::set_mask(std::size_t index, const std::vector<float>& mask) {

@@ -3,7 +3,6 @@
 // per-epoch metrics, early stopping, and exact state save/restore.
 #include "anneal/trainer.h"
 
-#include <omp.h>
 #include <sodium.h>
 
 #include <chrono>
@@ -14,7 +13,6 @@
 
 #include "anneal/error.h"
 #include "anneal/spelling.h"
-#include "engine/omp_threads.h"
 #include "engine/random.h"
 #include "engine/state_io.h"
 
@@ -52,9 +50,6 @@ const char* early_stop_metric_name(EarlyStopMetric metric) {
 namespace {
 
 constexpr std::uint64_t kShufflePurpose = 0x5f1e;  // "shuffle"
-// A batch gather this large (in floats: 256 KiB) is split across the OpenMP
-// team; smaller ones are not worth waking it for.
-constexpr std::size_t kParallelGatherFloats = 1 << 16;
 
 std::int64_t sample_size(const std::vector<std::int64_t>& shape) {
   return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
@@ -91,16 +86,16 @@ void validate_data(const DataView& data, const char* which, const Dims& expected
                        " has a missing or infinite feature value; impute or drop it first");
 }
 
-void validate_config(const TrainerConfig& c, bool has_validation) {
+void validate_config(const TrainerConfig& c, const BackendCapabilities& backend, bool has_validation) {
   if (c.layers.empty()) throw usage_error("no layers given: set a layer spec such as 'dense(128) relu dense(10)'");
   if (c.batch < 1) throw usage_error("batch must be >= 1, not " + std::to_string(c.batch));
   if (c.epochs < 1) throw usage_error("epochs must be >= 1, not " + std::to_string(c.epochs));
   if (c.grad_accum < 1) throw usage_error("grad_accum must be >= 1, not " + std::to_string(c.grad_accum));
-  if (c.threads < 1 || c.threads > 1024) throw usage_error("threads must be in 1..1024, not " + std::to_string(c.threads));
   if (c.loss == LossKind::kSoftmaxCrossEntropy && c.classes < 2)
     throw usage_error("softmax_ce needs the number of classes (>= 2), not " + std::to_string(c.classes));
-  if (c.precision == Precision::kBf16 && !cpu_supports_bf16())
-    throw usage_error("precision bf16 needs a CPU with AVX512_BF16 or AMX; use fp32");
+  if (c.precision == Precision::kBf16 && !backend.bf16)
+    throw usage_error("precision bf16: the " + backend.device +
+                      " backend has no native bf16 (on a CPU: AVX512_BF16 or AMX); use fp32");
   if (c.early_stop != EarlyStopMetric::kNone) {
     if (c.patience < 1) throw usage_error("early stopping needs patience >= 1");
     if (c.early_stop != EarlyStopMetric::kTrainLoss && !has_validation)
@@ -116,14 +111,14 @@ void validate_config(const TrainerConfig& c, bool has_validation) {
 
 class Trainer::Impl {
  public:
-  Impl(TrainerConfig config, DataView train_data, std::optional<DataView> validation,
+  Impl(TrainerConfig config, Backend& backend, DataView train_data, std::optional<DataView> validation,
        Reporter& reporter)
       : config_(std::move(config)),
         train_(std::move(train_data)),
         validation_(std::move(validation)),
         reporter_(reporter),
-        backend_(make_cpu_backend()) {
-    validate_config(config_, validation_.has_value());
+        backend_(&backend) {
+    validate_config(config_, backend_->capabilities(), validation_.has_value());
     const Dims sample_shape(train_.sample_shape);
     validate_data(train_, "training", sample_shape, config_);
     if (validation_) validate_data(*validation_, "validation", sample_shape, config_);
@@ -132,7 +127,7 @@ class Trainer::Impl {
     micro_per_epoch_ = (rows_ + config_.batch - 1) / config_.batch;
     steps_per_epoch_ = (micro_per_epoch_ + config_.grad_accum - 1) / config_.grad_accum;
 
-    engine::OmpThreads threads(config_.threads);
+    const auto scope = backend_->enter();
     NetworkOptions options;
     options.input_shape = sample_shape;
     options.outputs = loss_output_width(config_.loss, config_.classes);
@@ -144,7 +139,8 @@ class Trainer::Impl {
     options.batch = config_.batch;
     network_ = std::make_unique<Network>(config_.layers, options, *backend_);
     optimizer_ = std::make_unique<Optimizer>(config_.optimizer, network_->parameters(), *backend_);
-    loss_ = backend_->loss(config_.loss, options.outputs);
+    train_loss_ = backend_->loss(config_.loss, options.outputs);
+    eval_loss_ = backend_->loss(config_.loss, options.outputs);
 
     // Batch buffers sized for a full batch once, so steps never reallocate.
     backend_->shape_plain(slot_.x, sample_shape.with_batch(config_.batch), DType::kF32);
@@ -152,7 +148,7 @@ class Trainer::Impl {
   }
 
   bool train(std::uint64_t max_steps) {
-    engine::OmpThreads threads(config_.threads);
+    const auto scope = backend_->enter();
     std::uint64_t done = 0;
     if (micro_index_ == 0 && !finished_) epoch_start_ = Clock::now();
     while (!finished_ && done < max_steps) {
@@ -168,7 +164,7 @@ class Trainer::Impl {
 
   Evaluation evaluate(const DataView& data) {
     validate_data(data, "evaluation", Dims(train_.sample_shape), config_);
-    engine::OmpThreads threads(config_.threads);
+    const auto scope = backend_->enter();
     LossTotals totals = run_inference(data.features, &data.labels, nullptr);
     Evaluation e;
     e.loss = totals.mean_loss();
@@ -181,7 +177,7 @@ class Trainer::Impl {
     if (features.size() % std::size_t(width_) != 0)
       throw data_error("predict: " + std::to_string(features.size()) +
                        " feature values is not a whole number of rows of " + std::to_string(width_));
-    engine::OmpThreads threads(config_.threads);
+    const auto scope = backend_->enter();
     std::vector<float> out(features.size() / std::size_t(width_) * std::size_t(outputs()));
     run_inference(features, nullptr, out.data());
     return out;
@@ -190,7 +186,7 @@ class Trainer::Impl {
   std::int64_t outputs() const { return network_->output_shape()[0]; }
 
   std::string weights_hash() {
-    engine::OmpThreads threads(config_.threads);
+    const auto scope = backend_->enter();
     crypto_generichash_state state;
     crypto_generichash_init(&state, nullptr, 0, crypto_generichash_BYTES);
     std::vector<float> host;
@@ -217,7 +213,7 @@ class Trainer::Impl {
   }
 
   std::vector<std::uint8_t> save_state() {
-    engine::OmpThreads threads(config_.threads);
+    const auto scope = backend_->enter();
     engine::StateWriter w;
     w.bytes(kMagic, sizeof kMagic);
     w.u32(kStateVersion);
@@ -226,9 +222,10 @@ class Trainer::Impl {
     w.i64(micro_index_);
     w.i64(step_);
     w.u64(micro_step_);
-    w.f64(epoch_totals_.loss_sum);
-    w.i64(epoch_totals_.correct);
-    w.i64(epoch_totals_.count);
+    const LossTotals epoch_totals = train_loss_->totals();
+    w.f64(epoch_totals.loss_sum);
+    w.i64(epoch_totals.correct);
+    w.i64(epoch_totals.count);
     w.f64(best_metric_);
     w.i64(bad_epochs_);
     w.u8(finished_);
@@ -261,7 +258,7 @@ class Trainer::Impl {
   }
 
   void load_state(std::span<const std::uint8_t> bytes) {
-    engine::OmpThreads threads(config_.threads);
+    const auto scope = backend_->enter();
     engine::StateReader r(bytes);
     char magic[sizeof kMagic];
     r.bytes(magic, sizeof magic);
@@ -323,7 +320,7 @@ class Trainer::Impl {
     micro_index_ = micro_index;
     step_ = step;
     micro_step_ = micro_step;
-    epoch_totals_ = totals;
+    train_loss_->set_totals(totals);
     best_metric_ = best;
     bad_epochs_ = bad;
     finished_ = finished || epoch_ >= config_.epochs;
@@ -350,7 +347,7 @@ class Trainer::Impl {
   }
 
   void load_weights(const std::vector<std::pair<std::string, std::vector<float>>>& named) {
-    engine::OmpThreads threads(config_.threads);
+    const auto scope = backend_->enter();
     for (const auto& [name, host] : named) {
       Tensor* t = named_tensor(name, nullptr);
       if (t == nullptr) throw usage_error("load_weights: the network has no tensor " + name);
@@ -386,10 +383,12 @@ class Trainer::Impl {
   DataView train_;
   std::optional<DataView> validation_;
   Reporter& reporter_;
-  std::unique_ptr<Backend> backend_;
+  Backend* backend_;  // borrowed: outlives the Trainer
   std::unique_ptr<Network> network_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<LossOp> loss_;
+  // Two losses, two running totals: the epoch's training batches, and the
+  // evaluation in progress (validation, evaluate()).
+  std::unique_ptr<LossOp> train_loss_, eval_loss_;
 
   std::int64_t rows_ = 0, width_ = 0, micro_per_epoch_ = 0, steps_per_epoch_ = 0;
 
@@ -398,7 +397,6 @@ class Trainer::Impl {
   std::int64_t micro_index_ = 0;  // next micro-batch within the epoch
   std::int64_t step_ = 0;         // optimizer steps done
   std::uint64_t micro_step_ = 0;  // micro-batches done over the run (dropout streams)
-  LossTotals epoch_totals_;
   double best_metric_ = std::numeric_limits<double>::infinity();
   std::int64_t bad_epochs_ = 0;
   bool finished_ = false, stopped_early_ = false;
@@ -413,7 +411,6 @@ class Trainer::Impl {
   // A batch buffer: features (n, sample...) and labels (n), plain fp32.
   struct Slot {
     Tensor x, y;
-    std::vector<float> staging_x, staging_y;  // only for backends without host_view
   };
 
   std::string fingerprint() const {
@@ -454,39 +451,15 @@ class Trainer::Impl {
     return std::min(config_.batch, rows_ - micro * config_.batch);
   }
 
-  // The batch buffer holding micro-batch `micro`, gathered now by the OpenMP
-  // team. There is no prefetch of batch k+1 while batch k computes: the
-  // gather (~30 us for an MLP batch) is cheaper than the worker thread it
-  // would wake, which competes with the OpenMP team for the cores (MLP fp32
-  // at threads=2: ~134k samples/s with a TBB prefetch, ~145k without);
-  // splitting the gather across the team measured ~3% faster end to end.
+  // The batch buffer holding micro-batch `micro`, gathered now from the
+  // host data by the backend (Backend::gather_rows).
   Slot& batch(std::int64_t micro) {
     const std::int64_t n = micro_rows(micro);
     const Dims sample(train_.sample_shape);
     backend_->shape_plain(slot_.x, sample.with_batch(n), DType::kF32);
     backend_->shape_plain(slot_.y, Dims{n}, DType::kF32);
-    float* x = backend_->host_view(slot_.x);
-    float* y = backend_->host_view(slot_.y);
-    if (x == nullptr || y == nullptr) {  // device memory: gather on the host, then copy
-      slot_.staging_x.resize(std::size_t(n * width_));
-      slot_.staging_y.resize(std::size_t(n));
-      x = slot_.staging_x.data();
-      y = slot_.staging_y.data();
-    }
     const std::uint32_t* order = permutation().data() + micro * config_.batch;
-    const std::size_t w = std::size_t(width_);
-    const float* features = train_.features.data();
-    const float* labels = train_.labels.data();
-#pragma omp parallel for schedule(static) if (std::size_t(n) * w >= kParallelGatherFloats)
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::size_t row = order[i];
-      std::memcpy(x + std::size_t(i) * w, features + row * w, w * sizeof(float));
-      y[i] = labels[row];
-    }
-    if (!slot_.staging_x.empty()) {
-      backend_->copy_from_host(slot_.staging_x.data(), slot_.x);
-      backend_->copy_from_host(slot_.staging_y.data(), slot_.y);
-    }
+    backend_->gather_rows(train_.features.data(), train_.labels.data(), width_, order, slot_.x, slot_.y);
     return slot_;
   }
 
@@ -504,7 +477,7 @@ class Trainer::Impl {
       ctx.seed = config_.seed;
       ctx.micro_step = micro_step_;
       const Tensor& out = network_->forward(slot.x, ctx);
-      epoch_totals_ += loss_->forward_backward(out, slot.y, &dloss_, grad_scale);
+      train_loss_->forward_backward(out, slot.y, &dloss_, grad_scale);
       network_->backward(dloss_, ctx);
       ++micro_step_;
     }
@@ -522,8 +495,10 @@ class Trainer::Impl {
     EpochMetrics m;
     m.epoch = epoch_ + 1;
     m.steps = step_;
-    m.train_loss = epoch_totals_.mean_loss();
-    m.train_accuracy = is_classification(config_.loss) ? epoch_totals_.accuracy() : 0.0;
+    // The one read-back of the epoch's training totals.
+    const LossTotals epoch_totals = train_loss_->totals();
+    m.train_loss = epoch_totals.mean_loss();
+    m.train_accuracy = is_classification(config_.loss) ? epoch_totals.accuracy() : 0.0;
     m.lr = float(last_lr_);
     if (validation_) {
       const LossTotals v = run_inference(validation_->features, &validation_->labels, nullptr);
@@ -546,7 +521,7 @@ class Trainer::Impl {
 
     ++epoch_;
     micro_index_ = 0;
-    epoch_totals_ = LossTotals{};
+    train_loss_->set_totals(LossTotals{});
     if (epoch_ >= config_.epochs) finished_ = true;
     if (config_.early_stop != EarlyStopMetric::kNone) {
       double value = 0;  // lower is better
@@ -581,7 +556,7 @@ class Trainer::Impl {
     const std::int64_t rows = std::int64_t(features.size()) / width_;
     const Dims sample(train_.sample_shape);
     const std::int64_t k = outputs();
-    LossTotals totals;
+    eval_loss_->set_totals(LossTotals{});
     PassContext ctx;
     ctx.training = false;
     ctx.seed = config_.seed;
@@ -598,11 +573,11 @@ class Trainer::Impl {
       const Tensor& out = network_->forward(eval_x_, ctx);
       if (labels != nullptr) {
         backend_->copy_from_host(labels->data() + start, eval_y_);
-        totals += loss_->forward_backward(out, eval_y_, nullptr, 1.0f);
+        eval_loss_->forward_backward(out, eval_y_, nullptr, 1.0f);
       }
-      if (predictions != nullptr) loss_->predict(out, predictions + start * k);
+      if (predictions != nullptr) eval_loss_->predict(out, predictions + start * k);
     }
-    return totals;
+    return labels != nullptr ? eval_loss_->totals() : LossTotals{};
   }
 
   Slot slot_;
@@ -615,10 +590,10 @@ class Trainer::Impl {
   std::int64_t total_steps() const { return steps_per_epoch_ * config_.epochs; }
 };
 
-Trainer::Trainer(TrainerConfig config, DataView train_data, std::optional<DataView> validation,
-                 Reporter& reporter)
-    : impl_(std::make_unique<Impl>(std::move(config), std::move(train_data), std::move(validation),
-                                   reporter)) {}
+Trainer::Trainer(TrainerConfig config, Backend& backend, DataView train_data,
+                 std::optional<DataView> validation, Reporter& reporter)
+    : impl_(std::make_unique<Impl>(std::move(config), backend, std::move(train_data),
+                                   std::move(validation), reporter)) {}
 Trainer::~Trainer() = default;
 
 bool Trainer::train(std::uint64_t max_steps) { return impl_->train(max_steps); }
@@ -646,5 +621,6 @@ void Trainer::set_mask(const std::string& name, const std::vector<float>& mask) 
 }
 
 void Trainer::set_fake_quantization(const FakeQuantization& fq) { impl_->set_fake_quantization(fq); }
+Backend& Trainer::backend() const { return *impl_->backend_; }
 
 }  // namespace anneal

@@ -49,7 +49,7 @@ JobSpec make_job_spec(const std::string& config_text, const std::string& config_
   // A config that names its threads asks for that many cores; otherwise a
   // job takes one, so a worker runs as many small jobs side by side as it
   // has cores (`anneal submit --cores` overrides both).
-  spec.cores = config.sources.count("threads") ? config.trainer.threads : 1;
+  spec.cores = config.sources.count("threads") ? config.threads : 1;
   return spec;
 }
 

@@ -41,6 +41,7 @@ const std::vector<ConfigKey>& known_config_keys() {
       {"epochs", "10", "epochs"},
       {"seed", "0", "seed of initialisation, shuffling, dropout and the validation split"},
       {"threads", "", "compute threads (default: the CPU count); part of determinism"},
+      {"device", "auto", "auto | cpu | cuda: auto takes a usable GPU, else the CPU"},
       {"precision", "fp32", "fp32 | bf16"},
       {"early_stop", "none", "METRIC:PATIENCE, METRIC = val_loss | val_accuracy | train_loss"},
       {"validation", "0", "fraction of the train split held out for validation"},
@@ -309,10 +310,11 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
   t.epochs = v.integer("epochs", 1, 1 << 24);
   t.seed = static_cast<std::uint64_t>(v.integer("seed", 0, std::numeric_limits<std::int64_t>::max()));
   if (v.has("threads") && !v.text("threads").empty()) {
-    t.threads = static_cast<int>(v.integer("threads", 1, 1024));
+    c.threads = static_cast<int>(v.integer("threads", 1, 1024));
   } else {
-    t.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    c.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
+  c.device = v.named("device", [](const std::string& s) { return parse_device(s); });
   t.precision = v.named("precision", [](const std::string& s) { return parse_precision(s); });
   std::string early = v.text("early_stop");
   if (early != "none" && !early.empty()) {
@@ -371,7 +373,8 @@ std::string TrainConfig::to_text() const {
       {"batch", std::to_string(t.batch)},
       {"epochs", std::to_string(t.epochs)},
       {"seed", std::to_string(t.seed)},
-      {"threads", std::to_string(t.threads)},
+      {"threads", std::to_string(threads)},
+      {"device", device_name(device)},
       {"precision", precision_name(t.precision)},
       {"early_stop", t.early_stop == EarlyStopMetric::kNone
                          ? std::string("none")

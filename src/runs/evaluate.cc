@@ -1,4 +1,5 @@
 // `anneal eval`: a registered model scored on a split of a dataset version.
+#include "anneal/device.h"
 #include "anneal/error.h"
 #include "anneal/model_metrics.h"
 #include "anneal/runs.h"
@@ -15,7 +16,7 @@ EvalSplit parse_eval_split(std::string_view text) {
 }
 
 EvalResult evaluate_model(Store& store, const ModelRef& ref, const DatasetRef& data, EvalSplit split,
-                          int threads) {
+                          const BackendOptions& compute) {
   EvalResult result;
   result.model = find_model(store, ref);
   runs::ModelFile model = runs::load_model(store, result.model);
@@ -26,7 +27,8 @@ EvalResult evaluate_model(Store& store, const ModelRef& ref, const DatasetRef& d
   result.unseen = inputs.counts.unseen;
   const std::vector<float>& x = inputs.x;
   const std::vector<float>& y = inputs.y;
-  runs::Predictor predictor(model, threads);
+  const std::unique_ptr<Backend> backend = make_backend(compute);
+  runs::Predictor predictor(model, *backend);
   std::vector<float> predictions = predictor.predict(x);
   result.classification = model.labels.classification();
   if (result.classification) {

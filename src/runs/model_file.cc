@@ -7,7 +7,6 @@
 #include "anneal/datasets.h"
 #include "anneal/error.h"
 #include "anneal/hash.h"
-#include "engine/omp_threads.h"
 
 namespace anneal::runs {
 using nlohmann::json;
@@ -76,6 +75,7 @@ std::int64_t element_count(const std::vector<std::int64_t>& dims) {
   std::int64_t n = 1;
   for (auto d : dims) {
     if (d < 0 || d > (std::int64_t(1) << 40)) return -1;
+    if (d != 0 && n > (std::int64_t(1) << 50) / d) return -1;  // no overflow: -1 is "too large"
     n *= d;
   }
   return n;
@@ -86,6 +86,10 @@ void decode_tensor(NamedTensor& t, std::string_view bytes, const std::string& ow
   const std::int64_t n = element_count(t.dims);
   if (n < 0) throw corrupt(owner + ": tensor " + t.name + " has bad dims");
   const auto count = std::size_t(n);
+  // The stored bytes bound the element count before anything is allocated,
+  // so dims that claim billions of elements cost nothing (each encoding
+  // needs at least one bit per element).
+  if (count / 8 > bytes.size()) throw corrupt(owner + ": tensor " + t.name + " has dims larger than its bytes");
   t.values.assign(count, 0.0f);
   switch (t.encoding) {
     case TensorEncoding::kF32:
@@ -260,6 +264,11 @@ ModelFile decode_model(std::string_view bytes, const std::string& owner) {
       auto offset = t.at("offset").get<std::uint64_t>();
       auto count = t.at("count").get<std::uint64_t>();
       if (offset > floats || count > floats - offset) throw corrupt(owner + ": tensor " + nt.name + " lies past the end");
+      // Without this a Predictor would copy dims' worth of floats from a
+      // shorter vector (a crafted blob: count smaller than its dims).
+      if (element_count(nt.dims) != std::int64_t(count))
+        throw corrupt(owner + ": tensor " + nt.name + " holds " + std::to_string(count) + " values for dims of " +
+                      std::to_string(element_count(nt.dims)));
       nt.values.resize(count);
       std::memcpy(nt.values.data(), payload.data() + offset * sizeof(float), count * sizeof(float));
       m.tensors.push_back(std::move(nt));
@@ -271,14 +280,15 @@ ModelFile decode_model(std::string_view bytes, const std::string& owner) {
 }
 
 std::vector<NamedTensor> export_weights(const Trainer& trainer) {
-  std::unique_ptr<Backend> reader = make_cpu_backend();
+  Backend& reader = trainer.backend();
+  const auto scope = reader.enter();
   std::vector<NamedTensor> out;
   auto copy = [&](const std::string& name, const Tensor& t) {
     NamedTensor nt;
     nt.name = name;
     nt.dims = t.dims().to_vector();
     nt.values.resize(static_cast<std::size_t>(t.elements()));
-    reader->copy_to_host(t, nt.values.data());
+    reader.copy_to_host(t, nt.values.data());
     out.push_back(std::move(nt));
   };
   for (const Parameter* p : trainer.network().parameters()) copy(p->name, p->value);
@@ -300,11 +310,10 @@ Checkpoint decode_checkpoint(std::string_view bytes, const std::string& owner) {
   return c;
 }
 
-Predictor::Predictor(const ModelFile& model, int threads, std::int64_t batch)
-    : model_(model), threads_(threads), batch_(std::max<std::int64_t>(batch, 1)) {
+Predictor::Predictor(const ModelFile& model, Backend& backend, std::int64_t batch)
+    : model_(model), backend_(&backend), batch_(std::max<std::int64_t>(batch, 1)) {
   if (model.linear) return;
-  engine::OmpThreads scope(threads_);
-  backend_ = make_cpu_backend();
+  const auto scope = backend_->enter();
   loss_ = backend_->loss(model.loss, model.outputs);
   if (needs_inference_network(model)) {
     inference_ = std::make_unique<InferenceNetwork>(inference_spec(model));
@@ -321,7 +330,8 @@ Predictor::Predictor(const ModelFile& model, int threads, std::int64_t batch)
   std::size_t i = 0;
   auto load = [&](const std::string& name, Tensor& t) {
     if (i >= by_position.size() || by_position[i]->name != name ||
-        by_position[i]->dims != t.dims().to_vector())
+        by_position[i]->dims != t.dims().to_vector() ||
+        std::int64_t(by_position[i]->values.size()) != t.elements())
       throw corrupt("model: tensor " + name + " " + t.dims().str() + " is missing or has other dims");
     backend_->copy_from_host(by_position[i]->values.data(), t);
     ++i;
@@ -335,7 +345,7 @@ Predictor::~Predictor() = default;
 
 std::vector<float> Predictor::predict(std::span<const float> features) {
   if (model_.linear) return model_.linear_model.predict(features);
-  engine::OmpThreads scope(threads_);
+  const auto scope = backend_->enter();
   std::int64_t width = 1;
   for (auto d : model_.input_shape) width *= d;
   if (features.size() % static_cast<std::size_t>(width) != 0)
@@ -373,22 +383,6 @@ std::vector<InferenceLayerInfo> Predictor::kernels() const {
 std::string linear_weights_hash(const LinearModel& model) {
   return to_hex(hash_bytes(std::string_view(reinterpret_cast<const char*>(model.weights.data()),
                                             model.weights.size() * sizeof(double))));
-}
-
-std::string onednn_cpu_isa() {
-  using dnnl::cpu_isa;
-  // The effective ISA is a bit mask; name the widest level it includes.
-  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const std::pair<cpu_isa, const char*> levels[] = {
-      {cpu_isa::avx512_core_amx, "avx512_core_amx"}, {cpu_isa::avx512_core_bf16, "avx512_core_bf16"},
-      {cpu_isa::avx512_core_vnni, "avx512_core_vnni"}, {cpu_isa::avx512_core, "avx512_core"},
-      {cpu_isa::avx2_vnni, "avx2_vnni"}, {cpu_isa::avx2, "avx2"},
-      {cpu_isa::avx, "avx"}, {cpu_isa::sse41, "sse41"}};
-  for (const auto& [level, name] : levels) {
-    const auto bits = static_cast<unsigned>(level);
-    if ((isa & bits) == bits) return name;
-  }
-  return "default";
 }
 
 }  // namespace anneal::runs

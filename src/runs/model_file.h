@@ -85,9 +85,7 @@ std::string encode_model(const ModelFile& model);
 ModelFile decode_model(std::string_view bytes, const std::string& owner);
 
 // Copies every parameter and state buffer of the trainer's network to the
-// host. The engine exposes no weight export, so this reads the tensors
-// through a second CPU backend (the CPU backend's layouts are
-// engine-independent host memory).
+// host, reading them through the trainer's own backend.
 std::vector<NamedTensor> export_weights(const Trainer& trainer);
 
 struct Checkpoint {
@@ -97,12 +95,12 @@ struct Checkpoint {
 std::string encode_checkpoint(const Checkpoint& checkpoint);
 Checkpoint decode_checkpoint(std::string_view bytes, const std::string& owner);
 
-// A saved model ready to score preprocessed rows. Uses its own backend;
-// one thread at a time; `threads` bounds its OpenMP team.
+// A saved model ready to score preprocessed rows on `backend`, which must
+// outlive it. One thread at a time.
 class Predictor {
  public:
   // `batch`: rows per forward pass.
-  Predictor(const ModelFile& model, int threads, std::int64_t batch = 256);
+  Predictor(const ModelFile& model, Backend& backend, std::int64_t batch = 256);
   ~Predictor();
   Predictor(const Predictor&) = delete;
   Predictor& operator=(const Predictor&) = delete;
@@ -115,9 +113,8 @@ class Predictor {
 
  private:
   const ModelFile& model_;
-  int threads_;
+  Backend* backend_;
   std::int64_t batch_;
-  std::unique_ptr<Backend> backend_;
   std::unique_ptr<Network> network_;
   std::unique_ptr<InferenceNetwork> inference_;  // int8 and sparse models
   std::unique_ptr<LossOp> loss_;
@@ -125,8 +122,5 @@ class Predictor {
 
 // BLAKE2b-256 hex of a linear model's weights (its "weights hash").
 std::string linear_weights_hash(const LinearModel& model);
-
-// The instruction set oneDNN dispatches to on this CPU ("avx2", "avx512_core_amx", ...).
-std::string onednn_cpu_isa();
 
 }  // namespace anneal::runs

@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "anneal/device.h"
 #include "anneal/error.h"
 #include "anneal/formats.h"
 #include "anneal/fs.h"
@@ -50,7 +51,7 @@ std::string with_placeholder_label(std::string_view text, char delimiter, const 
 }  // namespace
 
 PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesystem::path& input,
-                           const std::filesystem::path& out, bool force, int threads) {
+                           const std::filesystem::path& out, bool force, const BackendOptions& compute) {
   PredictResult result;
   result.model = find_model(store, ref);
   runs::ModelFile model = runs::load_model(store, result.model);
@@ -102,7 +103,8 @@ PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesys
   result.rows = table.rows;
   result.missing = counts.missing;
   result.unseen = counts.unseen;
-  runs::Predictor predictor(model, threads);
+  const std::unique_ptr<Backend> backend = make_backend(compute);
+  runs::Predictor predictor(model, *backend);
   std::vector<float> predictions = predictor.predict(x);
 
   const std::string csv = runs::prediction_csv(model, predictions, table.rows);

@@ -68,17 +68,19 @@ double samples_done(const Trainer& trainer, std::uint64_t rows) {
   return static_cast<double>(trainer.epoch()) * static_cast<double>(rows) + std::max(0.0, partial);
 }
 
-json lineage_json(const TrainConfig& config, const PreparedData& data, const RunRecord& run) {
+json lineage_json(const TrainConfig& config, const PreparedData& data, const RunRecord& run,
+                  const BackendCapabilities& backend) {
   return {{"dataset", data.version.ref()},
           {"dataset_fingerprint", data.version.fingerprint},
           {"config", config.to_text()},
           {"seed", config.trainer.seed},
-          {"threads", config.trainer.threads},
+          {"threads", config.threads},
+          {"device", backend.device},
           {"precision", precision_name(config.trainer.precision)},
           {"anneal_version", version()},
           {"anneal_commit", git_commit()},
           {"host", host_name()},
-          {"isa", runs::onednn_cpu_isa()},
+          {"isa", backend.isa},
           {"run", run.label()}};
 }
 
@@ -125,6 +127,9 @@ Setup resolve(Store& store, const TrainRequest& request) {
   if (request.resume) {
     if (!request.overrides.empty())
       throw usage_error(Subject::kConfigOverrides, ": a resumed run keeps its recorded config; start a new run to change it");
+    if (request.device)
+      throw usage_error(Subject::kDevice, ": a resumed run keeps its recorded device (the weights depend on it); "
+                                          "start a new run to change it");
     RunRecord run = find_run(store, *request.resume);
     if (run.status == RunStatus::kSucceeded)
       throw usage_error(Subject::kResumedRun, run.label() + ": the run already succeeded" +
@@ -135,6 +140,10 @@ Setup resolve(Store& store, const TrainRequest& request) {
     return s;
   }
   s.config = parse_train_config(request.config_text, request.config_source, request.overrides);
+  if (request.device) {
+    s.config.device = *request.device;
+    s.config.sources["device"] = "--device";
+  }
   validate_dataset_name(s.config.name);
   s.dataset = parse_dataset_ref(s.config.dataset, "dataset");
   // Record the exact version: a resume must not drift to a newer @latest.
@@ -169,6 +178,15 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
   if (run_lock && !run_lock->held())
     throw Error(ErrorKind::kBusy, Subject::kResumedRun,
                 setup.resumed->label() + ": another anneal process is training this run");
+  std::unique_ptr<Backend> backend;
+  try {
+    backend = make_backend({.device = config.device, .threads = config.threads});
+  } catch (const Error& e) {
+    // Name where the device was asked for: "fm.ini:7" or "--set device".
+    auto where = config.sources.find("device");
+    if (e.kind() != ErrorKind::kUsage || where == config.sources.end()) throw;
+    throw usage_error(where->second + ": " + e.what());
+  }
   reporter.note("loading " + setup.dataset.to_string());
   PreparedData data = runs::prepare_data(store, setup.dataset, config);
   TrainerConfig tc = config.trainer;
@@ -185,7 +203,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
                         " is " + data.version.format);
   } else {
     try {
-      trainer = std::make_unique<Trainer>(tc, train_view, val_view, engine_reporter);
+      trainer = std::make_unique<Trainer>(tc, *backend, train_view, val_view, engine_reporter);
     } catch (const Error& e) {
       // The engine names the layer; add where the spec was written.
       auto where = config.sources.find("layers");
@@ -363,7 +381,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
                     {"metrics", metrics}};
     if (trainer) summary["steps"] = trainer->step();
     result.model = register_model(store, run.id, config.name, runs::encode_model(model),
-                                  lineage_json(config, data, run), metrics, summary, fence);
+                                  lineage_json(config, data, run, backend->capabilities()), metrics, summary, fence);
     result.run = find_run(store, run.id);
     return result;
   } catch (const std::exception& e) {

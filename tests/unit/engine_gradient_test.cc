@@ -8,7 +8,6 @@
 // skipped, so the check is strict where the function is smooth without
 // being flaky where it is not. Most coordinates must be checked.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <random>
@@ -17,17 +16,10 @@
 
 #include "anneal/backend.h"
 #include "anneal/network.h"
+#include "test_util.h"
 
 namespace anneal {
 namespace {
-
-// The shapes here are tiny: one OpenMP thread is fastest and keeps the
-// suite quick on a busy machine.
-class OneThread : public ::testing::Environment {
- public:
-  void SetUp() override { omp_set_num_threads(1); }
-};
-const auto* const one_thread = ::testing::AddGlobalTestEnvironment(new OneThread);
 
 std::vector<float> random_values(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
@@ -40,7 +32,7 @@ std::vector<float> random_values(std::size_t n, std::uint32_t seed, float scale 
 class GradientCheck {
  public:
   GradientCheck(const std::string& spec, const Dims& input, std::int64_t batch = 3)
-      : backend_(make_cpu_backend()) {
+      : backend_(test::cpu_backend()), scope_(backend_->enter()) {
     NetworkOptions options;
     options.input_shape = input;
     options.seed = 11;
@@ -144,7 +136,8 @@ class GradientCheck {
   Network& net() { return *net_; }
 
  private:
-  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Backend> backend_;  // one thread: the shapes are tiny
+  std::unique_ptr<ExecutionScope> scope_;
   std::unique_ptr<Network> net_;
   PassContext ctx_{true, false, 7, 0};
   std::vector<float> x_host_, r_;
@@ -204,7 +197,10 @@ INSTANTIATE_TEST_SUITE_P(
 // Dropout masks come from the key (seed, micro-step, layer): the same key
 // gives the same mask, another micro-step another one.
 TEST(Dropout, MaskIsAFunctionOfTheKey) {
-  auto backend = make_cpu_backend();
+  // The shapes here are tiny: one thread is fastest and keeps the suite
+  // quick on a busy machine.
+  auto backend = test::cpu_backend();
+  const auto scope = backend->enter();
   NetworkOptions options;
   options.input_shape = Dims{64};
   Network net("dropout(0.5)", options, *backend);
@@ -238,7 +234,10 @@ class LossGradient : public ::testing::TestWithParam<LossKind> {};
 
 TEST_P(LossGradient, MatchesFiniteDifferences) {
   const LossKind kind = GetParam();
-  auto backend = make_cpu_backend();
+  // The shapes here are tiny: one thread is fastest and keeps the suite
+  // quick on a busy machine.
+  auto backend = test::cpu_backend();
+  const auto scope = backend->enter();
   const std::int64_t n = 4, k = kind == LossKind::kSoftmaxCrossEntropy ? 5 : 1;
   auto loss = backend->loss(kind, k);
   std::vector<float> pred = random_values(std::size_t(n * k), 9);
@@ -253,7 +252,9 @@ TEST_P(LossGradient, MatchesFiniteDifferences) {
   backend->copy_from_host(labels.data(), y);
   auto total = [&] {
     backend->copy_from_host(pred.data(), p);
-    return loss->forward_backward(p, y, nullptr, 1.0f).loss_sum;
+    loss->set_totals(LossTotals{});
+    loss->forward_backward(p, y, nullptr, 1.0f);
+    return loss->totals().loss_sum;
   };
   backend->copy_from_host(pred.data(), p);
   loss->forward_backward(p, y, &dp, 1.0f);

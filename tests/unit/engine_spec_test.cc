@@ -5,6 +5,7 @@
 #include <string>
 
 #include "anneal/error.h"
+#include "test_util.h"
 #include "anneal/network.h"
 #include "anneal/optimizer.h"
 #include "anneal/trainer.h"
@@ -14,7 +15,7 @@ namespace {
 
 // Builds `spec` and returns the kUsage message it fails with ("" if it builds).
 std::string build_error(const std::string& spec, const Dims& input, std::int64_t outputs = 0) {
-  auto backend = make_cpu_backend();
+  auto backend = test::cpu_backend();
   NetworkOptions options;
   options.input_shape = input;
   options.outputs = outputs;
@@ -45,7 +46,7 @@ TEST(LayerSpec, ParsesPositionalAndKeywordArguments) {
 }
 
 TEST(LayerSpec, BuildsTheReferenceNetworks) {
-  auto backend = make_cpu_backend();
+  auto backend = test::cpu_backend();
   NetworkOptions mlp;
   mlp.input_shape = Dims{784};
   mlp.outputs = 10;
@@ -134,7 +135,7 @@ TEST(TrainerConfigErrors, RaisedBeforeTraining) {
   auto expect_error = [&](TrainerConfig c, ErrorKind kind, const std::string& fragment,
                           std::optional<DataView> validation = std::nullopt) {
     try {
-      Trainer t(c, data, validation, reporter);
+      test::CpuTrainer t(c, data, validation, reporter);
       ADD_FAILURE() << "no error for " << fragment;
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), kind) << e.what();
@@ -164,7 +165,7 @@ TEST(TrainerConfigErrors, RaisedBeforeTraining) {
   std::vector<float> bad_x = x;
   bad_x[5] = std::numeric_limits<float>::quiet_NaN();
   try {
-    Trainer t(base, DataView{bad_x, y, {4}}, std::nullopt, reporter);
+    test::CpuTrainer t(base, DataView{bad_x, y, {4}}, std::nullopt, reporter);
     ADD_FAILURE() << "NaN accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kBadData);

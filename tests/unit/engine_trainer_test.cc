@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "anneal/error.h"
+#include "test_util.h"
 #include "anneal/trainer.h"
 
 namespace anneal {
@@ -86,7 +87,7 @@ TEST(Trainer, OverfitsATinyBatch) {
   c.epochs = 300;
   c.optimizer.lr = 1e-2f;
   NullReporter reporter;
-  Trainer t(c, d.view(), std::nullopt, reporter);
+  test::CpuTrainer t(c, d.view(), std::nullopt, reporter);
   EXPECT_TRUE(t.train());
   EXPECT_GT(t.history().front().train_loss, 1.0);
   EXPECT_LT(t.history().back().train_loss, 0.02);
@@ -99,7 +100,7 @@ TEST(Trainer, OverfitsATinyBatch) {
 TEST(Trainer, LearnsAndReportsEveryEpoch) {
   const Dataset train = blobs(600, {20}, 3, 1), val = blobs(200, {20}, 3, 2);
   RecordingReporter reporter;
-  Trainer t(mlp_config(), train.view(), val.view(), reporter);
+  test::CpuTrainer t(mlp_config(), train.view(), val.view(), reporter);
   t.train();
   ASSERT_EQ(t.history().size(), 3u);
   EXPECT_EQ(t.step(), 3 * t.steps_per_epoch());
@@ -122,8 +123,8 @@ TEST(Trainer, SameSeedSameWeightsOtherSeedOtherWeights) {
   NullReporter reporter;
   TrainerConfig c = mlp_config();
   c.layers = "dense(32) relu dropout(0.2) dense(16) batchnorm relu dense(3)";
-  auto run = [&](const TrainerConfig& config) {
-    Trainer t(config, d.view(), std::nullopt, reporter);
+  auto run = [&](const TrainerConfig& config, int threads = 1) {
+    test::CpuTrainer t(config, d.view(), std::nullopt, reporter, threads);
     t.train();
     return t.weights_hash();
   };
@@ -134,9 +135,7 @@ TEST(Trainer, SameSeedSameWeightsOtherSeedOtherWeights) {
   other.seed = 43;
   EXPECT_NE(run(other), a);
   // Thread count is part of the determinism contract; each count is stable.
-  TrainerConfig two = c;
-  two.threads = 2;
-  EXPECT_EQ(run(two), run(two));
+  EXPECT_EQ(run(c, 2), run(c, 2));
 }
 
 // Train N steps, save, restore into a fresh Trainer, continue: the weights
@@ -146,18 +145,18 @@ TEST(Trainer, SameSeedSameWeightsOtherSeedOtherWeights) {
 void expect_exact_resume(TrainerConfig c, const Dataset& train, const Dataset& val,
                          std::uint64_t stop_after) {
   NullReporter reporter;
-  Trainer uninterrupted(c, train.view(), val.view(), reporter);
+  test::CpuTrainer uninterrupted(c, train.view(), val.view(), reporter);
   uninterrupted.train();
   const std::string expected = uninterrupted.weights_hash();
 
   std::vector<std::uint8_t> state;
   {
-    Trainer first(c, train.view(), val.view(), reporter);
+    test::CpuTrainer first(c, train.view(), val.view(), reporter);
     EXPECT_FALSE(first.train(stop_after));
     EXPECT_EQ(first.step(), std::int64_t(stop_after));
     state = first.save_state();
   }
-  Trainer resumed(c, train.view(), val.view(), reporter);
+  test::CpuTrainer resumed(c, train.view(), val.view(), reporter);
   EXPECT_NE(resumed.weights_hash(), expected);
   resumed.load_state(state);
   EXPECT_EQ(resumed.step(), std::int64_t(stop_after));
@@ -203,19 +202,19 @@ TEST(Trainer, LoadStateRejectsOtherConfigsAndDamage) {
   const Dataset d = blobs(64, {12}, 3, 11);
   NullReporter reporter;
   TrainerConfig c = mlp_config();
-  Trainer t(c, d.view(), std::nullopt, reporter);
+  test::CpuTrainer t(c, d.view(), std::nullopt, reporter);
   t.train(2);
   const auto state = t.save_state();
   TrainerConfig other = c;
   other.layers = "dense(16) relu dense(3)";
-  Trainer u(other, d.view(), std::nullopt, reporter);
+  test::CpuTrainer u(other, d.view(), std::nullopt, reporter);
   try {
     u.load_state(state);
     FAIL() << "accepted another config's state";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
   }
-  Trainer v(c, d.view(), std::nullopt, reporter);
+  test::CpuTrainer v(c, d.view(), std::nullopt, reporter);
   const std::string before = v.weights_hash();
   std::vector<std::uint8_t> truncated(state.begin(), state.end() - 10);
   try {
@@ -230,7 +229,7 @@ TEST(Trainer, LoadStateRejectsOtherConfigsAndDamage) {
 }
 
 TEST(Trainer, Bf16LandsCloseToFp32) {
-  if (!cpu_supports_bf16()) GTEST_SKIP() << "no bf16 on this CPU";
+  if (!test::cpu_backend()->capabilities().bf16) GTEST_SKIP() << "no bf16 on this CPU";
   const Dataset train = blobs(800, {32}, 4, 12, 1.5f), val = blobs(400, {32}, 4, 13, 1.5f);
   NullReporter reporter;
   TrainerConfig c = mlp_config();
@@ -239,10 +238,10 @@ TEST(Trainer, Bf16LandsCloseToFp32) {
   c.batch = 32;
   c.epochs = 4;
   c.optimizer.lr = 3e-3f;
-  Trainer fp32(c, train.view(), val.view(), reporter);
+  test::CpuTrainer fp32(c, train.view(), val.view(), reporter);
   fp32.train();
   c.precision = Precision::kBf16;
-  Trainer bf16(c, train.view(), val.view(), reporter);
+  test::CpuTrainer bf16(c, train.view(), val.view(), reporter);
   bf16.train();
   EXPECT_NE(fp32.weights_hash(), bf16.weights_hash());  // it really ran in bf16
   const auto& a = fp32.history().back();
@@ -253,7 +252,7 @@ TEST(Trainer, Bf16LandsCloseToFp32) {
 }
 
 TEST(Trainer, CnnBf16Trains) {
-  if (!cpu_supports_bf16()) GTEST_SKIP() << "no bf16 on this CPU";
+  if (!test::cpu_backend()->capabilities().bf16) GTEST_SKIP() << "no bf16 on this CPU";
   const Dataset train = blobs(256, {1, 12, 12}, 3, 14, 1.5f), val = blobs(128, {1, 12, 12}, 3, 15, 1.5f);
   NullReporter reporter;
   TrainerConfig c = mlp_config();
@@ -262,7 +261,7 @@ TEST(Trainer, CnnBf16Trains) {
   c.batch = 32;
   c.epochs = 4;
   c.optimizer.lr = 3e-3f;
-  Trainer t(c, train.view(), val.view(), reporter);
+  test::CpuTrainer t(c, train.view(), val.view(), reporter);
   t.train();
   EXPECT_GT(t.history().back().val_accuracy, 0.9);
 }
@@ -290,7 +289,7 @@ TEST_P(EveryOptimizer, Trains) {
   c.optimizer.momentum = oc.momentum;
   c.optimizer.nesterov = oc.nesterov;
   c.optimizer.weight_decay = 1e-4f;
-  Trainer t(c, train.view(), val.view(), reporter);
+  test::CpuTrainer t(c, train.view(), val.view(), reporter);
   t.train();
   EXPECT_LT(t.history().back().train_loss, 0.5 * t.history().front().train_loss);
   EXPECT_GT(t.history().back().val_accuracy, 0.95);
@@ -349,7 +348,7 @@ TEST(Trainer, RegressionLosses) {
     c.batch = 32;
     c.epochs = 20;
     c.optimizer.lr = 1e-2f;
-    Trainer t(c, d.view(), std::nullopt, reporter);
+    test::CpuTrainer t(c, d.view(), std::nullopt, reporter);
     t.train();
     EXPECT_LT(t.history().back().train_loss, 0.1 * t.history().front().train_loss) << loss_name(loss);
     const auto p = t.predict(std::span<const float>(d.x.data(), 8));
@@ -367,7 +366,7 @@ TEST(Trainer, BinaryCrossEntropy) {
   c.batch = 32;
   c.epochs = 5;
   c.optimizer.lr = 1e-2f;
-  Trainer t(c, blob.view(), blob.view(), reporter);
+  test::CpuTrainer t(c, blob.view(), blob.view(), reporter);
   t.train();
   EXPECT_GT(t.history().back().val_accuracy, 0.95);
   const auto p = t.predict(std::span<const float>(blob.x.data(), 10));
@@ -383,7 +382,7 @@ TEST(Trainer, EarlyStopsWhenTheMetricStalls) {
   c.optimizer.lr = 1e-12f;  // updates below fp32 resolution: val_loss never changes
   c.early_stop = EarlyStopMetric::kValLoss;
   c.patience = 2;
-  Trainer t(c, train.view(), val.view(), reporter);
+  test::CpuTrainer t(c, train.view(), val.view(), reporter);
   EXPECT_TRUE(t.train());
   EXPECT_TRUE(t.stopped_early());
   EXPECT_EQ(t.history().size(), 3u);
@@ -401,11 +400,11 @@ TEST(Trainer, GradAccumulationMatchesOneBigBatch) {
   c.optimizer.kind = OptimizerKind::kSgd;
   c.optimizer.lr = 0.1f;
   c.batch = 32;
-  Trainer big(c, d.view(), std::nullopt, reporter);
+  test::CpuTrainer big(c, d.view(), std::nullopt, reporter);
   big.train();
   c.batch = 8;
   c.grad_accum = 4;
-  Trainer accumulated(c, d.view(), std::nullopt, reporter);
+  test::CpuTrainer accumulated(c, d.view(), std::nullopt, reporter);
   accumulated.train();
   EXPECT_EQ(accumulated.step(), big.step());
   const auto pa = big.predict(d.x), pb = accumulated.predict(d.x);

@@ -72,7 +72,7 @@ TEST(QuantizeMath, CalibrationThresholds) {
 
 // The spec's outputs for x through the engine's fp32 Network: the reference.
 std::vector<float> network_forward(const InferenceSpec& spec, const std::vector<float>& x, std::int64_t rows) {
-  std::unique_ptr<Backend> backend = make_cpu_backend();
+  std::unique_ptr<Backend> backend = test::cpu_backend();
   NetworkOptions options;
   options.input_shape = spec.input_shape;
   options.batch = rows;
@@ -285,7 +285,7 @@ TEST(PruneTrainer, MaskedWeightsStayZeroThroughFineTuning) {
   config.epochs = 3;
   config.batch = 32;
   NullReporter reporter;
-  Trainer trainer(config, DataView{x, y, {6}}, std::nullopt, reporter);
+  test::CpuTrainer trainer(config, DataView{x, y, {6}}, std::nullopt, reporter);
   const std::vector<float> before = trainer.values("0.dense.weight");
   const std::vector<float> mask = magnitude_mask(before, 0.75);
   trainer.set_mask("0.dense.weight", mask);
@@ -362,8 +362,8 @@ TEST_F(QuantizeStoreTest, QuantizedModelRoundTripsAndEvaluates) {
   }
   // The int8 blob's weights take a quarter of the fp32 ones' bytes.
   EXPECT_LT(r.lineage["size_bytes"].get<double>(), r.lineage["parent_size_bytes"].get<double>());
-  EvalResult e = evaluate_model(store, parse_model_ref("iris-mlp@v2"), parse_dataset_ref("iris"), EvalSplit::kTest, 1);
-  EvalResult p = evaluate_model(store, parse_model_ref("iris-mlp@v1"), parse_dataset_ref("iris"), EvalSplit::kTest, 1);
+  EvalResult e = evaluate_model(store, parse_model_ref("iris-mlp@v2"), parse_dataset_ref("iris"), EvalSplit::kTest, BackendOptions{.device = Device::kCpu, .threads = 1});
+  EvalResult p = evaluate_model(store, parse_model_ref("iris-mlp@v1"), parse_dataset_ref("iris"), EvalSplit::kTest, BackendOptions{.device = Device::kCpu, .threads = 1});
   EXPECT_NEAR(e.classification_metrics.accuracy, p.classification_metrics.accuracy, 0.07);
   EXPECT_NEAR(r.metrics["test_accuracy"].get<double>(), e.classification_metrics.accuracy, 1e-12);
   EXPECT_THROW(quantize_model(store, request = [&] { request.model = "iris-mlp@v2"; return request; }(), reporter_),
@@ -391,7 +391,7 @@ TEST_F(QuantizeStoreTest, PrunedModelRoundTripsWithExactZeros) {
   EXPECT_NEAR(r.lineage["sparsity"].get<double>(), double(zeros) / double(count), 1e-12);
   // Encoding again gives the same bytes: nothing is lost in the bitmask form.
   EXPECT_EQ(runs::encode_model(child), read_model(store, r.model));
-  EvalResult e = evaluate_model(store, parse_model_ref(r.model.ref()), parse_dataset_ref("iris"), EvalSplit::kTest, 1);
+  EvalResult e = evaluate_model(store, parse_model_ref(r.model.ref()), parse_dataset_ref("iris"), EvalSplit::kTest, BackendOptions{.device = Device::kCpu, .threads = 1});
   EXPECT_GT(e.classification_metrics.accuracy, 0.8);
 
   PruneRequest structured = request;
@@ -401,7 +401,7 @@ TEST_F(QuantizeStoreTest, PrunedModelRoundTripsWithExactZeros) {
   CompressResult s = prune_model(store, structured, reporter_);
   const runs::ModelFile small = runs::decode_model(read_model(store, s.model), "structured");
   EXPECT_EQ(small.layers, "dense(16) relu dense(8) relu dense(3)");
-  EvalResult se = evaluate_model(store, parse_model_ref(s.model.ref()), parse_dataset_ref("iris"), EvalSplit::kTest, 1);
+  EvalResult se = evaluate_model(store, parse_model_ref(s.model.ref()), parse_dataset_ref("iris"), EvalSplit::kTest, BackendOptions{.device = Device::kCpu, .threads = 1});
   EXPECT_GT(se.classification_metrics.accuracy, 0.8);
 }
 
@@ -430,7 +430,7 @@ TEST_F(QuantizeStoreTest, BadRequestsLeaveNoRun) {
 // layout is exactly quantize_per_channel then dequantize, so QAT trains
 // against the very weights the int8 model will hold.
 TEST(QuantizeQat, FakeQuantizeChannelsEqualsQuantizeDequantize) {
-  std::unique_ptr<Backend> backend = make_cpu_backend();
+  std::unique_ptr<Backend> backend = test::cpu_backend();
   DenseSpec dense;
   dense.in = Dims{3, 7, 7};
   dense.out = 24;
@@ -461,7 +461,7 @@ TEST(QuantizeQat, FakeQuantizeChannelsEqualsQuantizeDequantize) {
 }
 
 TEST(QuantizeQat, FakeQuantizeActivationsRoundsAndClips) {
-  std::unique_ptr<Backend> backend = make_cpu_backend();
+  std::unique_ptr<Backend> backend = test::cpu_backend();
   std::vector<float> host = random_values(4 * 50, 3, 2.0f);
   host[0] = 1e6f;
   host[1] = -1e6f;
@@ -528,11 +528,11 @@ TEST_F(QuantizeQatStoreTest, QatFineTunesAndItsInt8ModelEvaluates) {
   EXPECT_TRUE(moved);
 
   const auto test_split = EvalSplit::kTest;
-  const double ptq_acc = evaluate_model(store, parse_model_ref("digits-mlp@v2"), parse_dataset_ref("digits"), test_split, 1)
+  const double ptq_acc = evaluate_model(store, parse_model_ref("digits-mlp@v2"), parse_dataset_ref("digits"), test_split, BackendOptions{.device = Device::kCpu, .threads = 1})
                              .classification_metrics.accuracy;
-  const double qat_acc = evaluate_model(store, parse_model_ref("digits-mlp@v3"), parse_dataset_ref("digits"), test_split, 1)
+  const double qat_acc = evaluate_model(store, parse_model_ref("digits-mlp@v3"), parse_dataset_ref("digits"), test_split, BackendOptions{.device = Device::kCpu, .threads = 1})
                              .classification_metrics.accuracy;
-  const double fp32_acc = evaluate_model(store, parse_model_ref("digits-mlp@v1"), parse_dataset_ref("digits"), test_split, 1)
+  const double fp32_acc = evaluate_model(store, parse_model_ref("digits-mlp@v1"), parse_dataset_ref("digits"), test_split, BackendOptions{.device = Device::kCpu, .threads = 1})
                               .classification_metrics.accuracy;
   EXPECT_GT(fp32_acc, 0.9);
   // Fine-tuning against the int8 rounding must not lose to plain PTQ by
@@ -559,7 +559,7 @@ TEST(QuantizeQat, MasterWeightsRestoredAfterForward) {
   tc.epochs = 1;
   tc.optimizer.lr = 0.01f;
   NullReporter reporter;
-  Trainer trainer(tc, DataView{x, y, {10}}, std::nullopt, reporter);
+  test::CpuTrainer trainer(tc, DataView{x, y, {10}}, std::nullopt, reporter);
   const std::vector<float> before = trainer.values("0.dense.weight");
   FakeQuantization fq;
   fq.input_scale = 3.0f / 127;

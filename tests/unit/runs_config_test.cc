@@ -86,7 +86,7 @@ TEST(RunsConfig, ResolvedTextParsesBackToTheSameConfig) {
   EXPECT_EQ(back.trainer.optimizer.lr, c.trainer.optimizer.lr);
   EXPECT_EQ(back.trainer.optimizer.weight_decay, c.trainer.optimizer.weight_decay);
   EXPECT_EQ(back.validation, c.validation);
-  EXPECT_EQ(back.trainer.threads, 3);
+  EXPECT_EQ(back.threads, 3);
   EXPECT_EQ(back.checkpoint_every.steps, 250);
   EXPECT_NE(c.to_text().find("lr = 0.0003\n"), std::string::npos);
 }

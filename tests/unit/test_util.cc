@@ -53,4 +53,8 @@ void write_file(const std::filesystem::path& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+std::unique_ptr<Backend> cpu_backend(int threads) {
+  return make_backend({.device = Device::kCpu, .threads = threads});
+}
+
 }  // namespace anneal::test

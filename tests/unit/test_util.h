@@ -2,7 +2,12 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
+
+#include "anneal/device.h"
+#include "anneal/trainer.h"
 
 namespace anneal::test {
 
@@ -25,6 +30,23 @@ std::filesystem::path data_file(const std::string& name);
 // Creates a store at `root` holding one dataset, `name`, imported from
 // tests/data/`file` with the default options. Throws what init or import throw.
 void init_store_with_dataset(const std::filesystem::path& root, const std::string& name, const std::string& file);
+
+// The CPU backend with `threads` threads (tests name the device they test).
+std::unique_ptr<Backend> cpu_backend(int threads = 1);
+
+// A Trainer that owns its CPU backend: the backend is a base constructed
+// before, and destroyed after, the Trainer that borrows it.
+struct OwnedCpuBackend {
+  explicit OwnedCpuBackend(int threads) : owned_backend(cpu_backend(threads)) {}
+  std::unique_ptr<Backend> owned_backend;
+};
+class CpuTrainer : private OwnedCpuBackend, public Trainer {
+ public:
+  CpuTrainer(TrainerConfig config, DataView train, std::optional<DataView> validation, Reporter& reporter,
+             int threads = 1)
+      : OwnedCpuBackend(threads),
+        Trainer(std::move(config), *owned_backend, std::move(train), std::move(validation), reporter) {}
+};
 
 std::string read_file(const std::filesystem::path& path);
 void write_file(const std::filesystem::path& path, const std::string& bytes);

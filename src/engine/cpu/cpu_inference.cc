@@ -15,6 +15,7 @@
 #include "anneal/backend.h"
 #include "anneal/error.h"
 #include "anneal/network.h"
+#include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/cpu_common.h"
 #include "engine/cpu/cpu_kernels.h"
 
@@ -57,7 +58,7 @@ struct ChainLayer {
 // The layers Network builds for `layers`: its describe() re-parsed, so the
 // names and the implicit flatten match the trained network exactly.
 std::vector<ChainLayer> chain_of(const std::string& layers, const Dims& input) {
-  std::unique_ptr<Backend> backend = make_cpu_backend();
+  std::unique_ptr<Backend> backend = cpu::make_cpu_backend(BackendOptions{});
   NetworkOptions options;
   options.input_shape = input;
   options.batch = 1;

@@ -15,8 +15,8 @@ class CpuLossOp final : public LossOp {
   CpuLossOp(CpuContext& ctx, LossKind kind, std::int64_t outputs)
       : ctx_(ctx), kind_(kind), outputs_(outputs) {}
 
-  LossTotals forward_backward(const Tensor& pred, const Tensor& labels, Tensor* dpred,
-                              float grad_scale) override {
+  void forward_backward(const Tensor& pred, const Tensor& labels, Tensor* dpred,
+                        float grad_scale) override {
     Plan& plan = plan_for(pred);
     const std::int64_t n = pred.batch();
     const std::int64_t k = outputs_;
@@ -78,8 +78,12 @@ class CpuLossOp final : public LossOp {
     }
     if (g != nullptr && !plan.pred_is_plain_f32)
       reorders_.run(ctx_, plan.plain_md, g, plan.pred_md, dpred->data());
-    return totals;
+    running_ += totals;
   }
+
+  // The running totals live in host memory, this backend's device memory.
+  LossTotals totals() override { return running_; }
+  void set_totals(const LossTotals& totals) override { running_ = totals; }
 
   void predict(const Tensor& pred, float* out) override {
     Plan& plan = plan_for(pred);
@@ -150,6 +154,7 @@ class CpuLossOp final : public LossOp {
   std::vector<std::unique_ptr<Plan>> plans_;
   Reorders reorders_;
   ScratchBuffer scores_, grad_;
+  LossTotals running_;
 };
 
 }  // namespace

@@ -1,0 +1,125 @@
+# The layering rule, checked on every build (cmake -P, from src/CMakeLists.txt):
+#
+#   cli/            parse and print            public headers only
+#   quantize/       compression of models      public headers only
+#   src/runs, jobs  tie store and engine       common, store, engine, runs
+#   src/engine      the engine                 common, engine
+#   store/          the store                  common, store
+#
+# Public headers (include/anneal/*.h) each belong to one layer (the lists
+# below) and obey that layer's rule too. A quoted include of another
+# directory's internals ("engine/...", "runs/...") is allowed only where that
+# directory is the file's own layer. Any violation fails the build with the
+# file, the line and the rule.
+#
+#   cmake -DROOT=<source dir> -DSTAMP=<file to touch on success> -P check_layers.cmake
+cmake_minimum_required(VERSION 3.25)
+
+set(common   error spelling fault_point report version build_info)
+set(store    store object_store catalog_runs catalog_jobs datasets formats table chunker maintenance fs hash)
+set(engine   tensor backend device layers network loss optimizer trainer linear inference)
+set(runs     runs config jobs model_metrics preprocess)
+set(quantize quantize)
+
+# Per source layer: its files, the public-header layers it may include, and
+# the internal include prefixes it may use (<local>: a same-directory include
+# without a slash, like "sqlite.h").
+set(store_files    store/*.cc store/*.h store/formats/*.cc store/formats/*.h store/fault/*.cc)
+set(store_may      common store)
+set(store_internal formats/ fault/ <local>)
+set(engine_files    src/engine/*.cc src/engine/*.h src/engine/cpu/*.cc src/engine/cpu/*.h)
+set(engine_may      common engine)
+set(engine_internal engine/)
+set(runs_files    src/runs/*.cc src/runs/*.h src/jobs/*.cc src/jobs/*.h)
+set(runs_may      common store engine runs)
+set(runs_internal runs/ jobs/)
+set(quantize_files    quantize/*.cc quantize/*.h)
+set(quantize_may      common store engine runs quantize)
+set(quantize_internal <local> runs/ engine/)  # TEMPORARY: until runs/ exposes its model API publicly
+set(cli_files    cli/*.cc cli/*.h)
+set(cli_may      common store engine runs quantize)
+set(cli_internal <local>)
+# A public header may include the public headers its own layer may.
+set(common_may common)
+
+set(violations "")
+
+function(layer_of header out)
+  foreach(layer common store engine runs quantize)
+    if(header IN_LIST ${layer})
+      set(${out} ${layer} PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
+  set(${out} "" PARENT_SCOPE)
+endfunction()
+
+# check(file, allowed public layers, allowed internal prefixes)
+function(check_file file allowed_layers allowed_prefixes)
+  file(STRINGS "${ROOT}/${file}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
+  file(READ "${ROOT}/${file}" content)
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]+)\".*" "\\1" path "${line}")
+    # The line number: newlines before the include's first occurrence.
+    string(FIND "${content}" "${line}" offset)
+    string(SUBSTRING "${content}" 0 ${offset} before)
+    string(REGEX MATCHALL "\n" newlines "${before}")
+    list(LENGTH newlines number)
+    math(EXPR number "${number} + 1")
+    if(path MATCHES "^anneal/([a-z_0-9]+)\\.h$")
+      set(header ${CMAKE_MATCH_1})
+      layer_of(${header} layer)
+      if(layer STREQUAL "")
+        set(message "${file}:${number}: anneal/${header}.h belongs to no layer (add it to cmake/check_layers.cmake)")
+      elseif(NOT layer IN_LIST allowed_layers)
+        set(message "${file}:${number}: includes anneal/${header}.h of the ${layer} layer; this file may include ${allowed_layers}")
+      else()
+        continue()
+      endif()
+    else()
+      set(ok FALSE)
+      foreach(prefix IN LISTS allowed_prefixes)
+        if(prefix STREQUAL "<local>")
+          if(NOT path MATCHES "/")
+            set(ok TRUE)
+          endif()
+        elseif(path MATCHES "^${prefix}")
+          set(ok TRUE)
+        endif()
+      endforeach()
+      if(ok)
+        continue()
+      endif()
+      set(message "${file}:${number}: includes \"${path}\", another layer's internals; use a public header")
+    endif()
+    string(APPEND violations "${message}\n")
+  endforeach()
+  set(violations "${violations}" PARENT_SCOPE)
+endfunction()
+
+foreach(layer store engine runs quantize cli)
+  set(globs "")
+  foreach(glob IN LISTS ${layer}_files)
+    list(APPEND globs "${ROOT}/${glob}")
+  endforeach()
+  file(GLOB files RELATIVE "${ROOT}" ${globs})
+  foreach(file IN LISTS files)
+    check_file("${file}" "${${layer}_may}" "${${layer}_internal}")
+  endforeach()
+endforeach()
+
+file(GLOB headers RELATIVE "${ROOT}" "${ROOT}/include/anneal/*.h")
+foreach(file IN LISTS headers)
+  get_filename_component(header ${file} NAME_WE)
+  layer_of(${header} layer)
+  if(layer STREQUAL "")
+    set(violations "${violations}${file}: belongs to no layer (add it to cmake/check_layers.cmake)\n")
+    continue()
+  endif()
+  check_file("${file}" "${${layer}_may}" "")
+endforeach()
+
+if(NOT violations STREQUAL "")
+  message(FATAL_ERROR "layering violations (see cmake/check_layers.cmake):\n${violations}")
+endif()
+file(TOUCH "${STAMP}")

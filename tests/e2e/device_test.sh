@@ -1,0 +1,62 @@
+#!/bin/bash
+# --device and the config key `device` (the engine issue): auto and cpu
+# train, evaluate and predict on the CPU; cuda on a machine without a CUDA
+# backend is a one-line error with exit 2 that leaves the store as it was;
+# a misspelt device names the closest one. The run records the device.
+. "$E2E_LIB"
+
+expect_rc 0 init
+expect_rc 0 data import iris "$TEST_DATA/iris.csv"
+iris_config "$WORK/iris.ini" iris-mlp "epochs = 3"
+
+# refused NAME MESSAGE ARGS...: exit 2, one line, the store untouched.
+refused() {
+  local name=$1 message=$2
+  shift 2
+  local before before_catalog
+  before=$(store_state)
+  before_catalog=$(catalog_dump)
+  expect_rc 2 "$@"
+  expect_contains "$ERR" "$message" "$name: message"
+  expect_eq "$(printf '%s\n' "$ERR" | wc -l)" "1" "$name: one-line error"
+  expect_eq "$(store_state)" "$before" "$name: store unchanged"
+  expect_eq "$(catalog_dump)" "$before_catalog" "$name: catalog unchanged"
+}
+
+# Without a CUDA backend in this build, cuda is refused before any run.
+refused "train --device cuda" "device cuda: no CUDA backend in this build" train "$WORK/iris.ini" --device cuda
+refused "--set device=cuda" "--set device: device cuda: no CUDA backend" train "$WORK/iris.ini" --set device=cuda
+iris_config "$WORK/cuda.ini" iris-cuda "device = cuda"
+refused "config device = cuda" "cuda.ini:" train "$WORK/cuda.ini"
+refused "train --device gpu" "unknown device 'gpu'" train "$WORK/iris.ini" --device gpu
+refused "config device = cpus" "did you mean 'cpu'" train "$WORK/iris.ini" --set device=cpus
+
+# auto and cpu train the same model bit for bit on this machine (auto is
+# the CPU here), and the run records the device and its instruction set.
+expect_rc 0 --json train "$WORK/iris.ini" --device cpu
+cpu_hash=$(json_get 'j["weights_hash"]')
+expect_rc 0 --json train "$WORK/iris.ini"
+expect_eq "$(json_get 'j["weights_hash"]')" "$cpu_hash" "device auto trains what device cpu trains"
+expect_rc 0 --json model show iris-mlp@v2
+expect_eq "$(json_get 'j["lineage"]["device"]')" "cpu" "lineage records the device"
+json_get 'len(j["lineage"]["isa"]) > 0' | grep -q True && pass || fail "lineage records the ISA"
+expect_contains "$(json_get 'j["lineage"]["config"]')" "device = auto" "the resolved config records device"
+
+# A resumed run keeps the device it recorded, like the rest of its config.
+refused "resume --device" "--device: a resumed run keeps its recorded device" train --resume run-1 --device cpu
+
+# eval and predict take --device too.
+expect_rc 0 eval iris-mlp iris --device cpu
+refused "eval --device cuda" "device cuda: no CUDA backend" eval iris-mlp iris --device cuda
+refused "eval --device tpu" "--device: unknown device 'tpu'" eval iris-mlp iris --device tpu
+head -n 5 "$TEST_DATA/iris.csv" > "$WORK/rows.csv"
+expect_rc 0 predict iris-mlp --input "$WORK/rows.csv" -o "$WORK/out.csv" --device auto
+expect_eq "$(wc -l < "$WORK/out.csv")" "5" "predict on auto writes a header and 4 rows"
+refused "predict --device cuda" "device cuda" predict iris-mlp --input "$WORK/rows.csv" -o "$WORK/out2.csv" --device cuda
+[ ! -e "$WORK/out2.csv" ] && pass || fail "a refused predict writes no output"
+
+# The compression commands resolve the device before recording anything.
+refused "quantize --device cuda" "device cuda" quantize iris-mlp --int8 --calib iris --device cuda
+refused "bench --device cuda" "device cuda" bench iris-mlp --device cuda
+
+finish

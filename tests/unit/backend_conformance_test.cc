@@ -1,0 +1,1773 @@
+// The Backend conformance suite: every op of the Backend interface
+// (include/anneal/backend.h) against reference results that the test computes
+// itself with plain loops in double precision on host vectors, plus
+// finite-difference checks of every backward pass.
+//
+// It is instantiated for every backend the registry reports usable on this
+// machine (anneal::available_backends()), with threads 1 and 2, and uses only
+// the public interface: values enter through copy_from_host and leave through
+// copy_to_host, every call runs inside the backend's enter() scope, and no
+// test looks at a tensor's bytes or layout. A new backend joins by adding its
+// registry entry; this file must then pass unchanged (docs/ENGINE.md).
+//
+// How the checks work
+//
+//   * Forward: the backend's output vs the reference forward, evaluated in
+//     double on the values the backend actually holds (inputs are uploaded
+//     in the op's dtype and read back, so bf16 rounding of the inputs is not
+//     counted as error).
+//   * Backward: the scalar L = Σ r ⊙ y for a fixed random r (so ∂L/∂y = r is
+//     the dy fed to backward). The analytic gradients are compared with
+//       - the numeric gradient of the *reference* forward (central
+//         differences in double: accurate to ~1e-9, no hand-written
+//         backward formulas to get wrong), for fp32 and bf16;
+//       - the numeric gradient of the *backend's own* forward (central
+//         differences in fp32), for fp32.
+//     Each numeric derivative is taken at two step sizes; where they
+//     disagree, the step crossed a kink (relu, max-pool argmax) and the
+//     coordinate is skipped. At most a quarter may be skipped.
+//   * accumulate = true must add to the gradient tensors' previous values.
+//   * Every op is run twice on the same inputs and must give the same bits.
+//
+// Tolerances (see kF32Tolerance / kBf16Tolerance / kFiniteDifference*):
+// an element passes when |got − want| ≤ tol · (|want| + max_j |want_j|): a
+// relative error, with the tensor's largest value added so that an element
+// produced by cancellation (a small sum of large terms) is judged against
+// the size of its terms.
+//
+// Adding an op group (e.g. the int8 inference ops): write its reference
+// forward as a plain loop, add a section of TEST_P(BackendConformance, ...)
+// below that builds a Differentiable (for a differentiable op) or compares
+// with expect_close/expect_same_bits (for the rest), and, if the group is
+// elementwise or a reduction, add it to run_thread_sensitive_ops() so the
+// thread-count determinism check covers it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "anneal/backend.h"
+#include "anneal/device.h"
+#include "anneal/error.h"
+#include "anneal/loss.h"
+#include "anneal/tensor.h"
+
+namespace anneal {
+namespace {
+
+using HostTensor = std::vector<float>;
+using RefTensor = std::vector<double>;
+
+// ---- Tolerances ---------------------------------------------------------------
+
+// fp32 compute against a double reference: fp32 has a unit roundoff of
+// 2^-24 ≈ 6e-8; the ops here reduce at most a few hundred terms and use
+// vectorized approximations of exp/tanh/erf accurate to a few ulp, so their
+// error stays below ~1e-6 of the terms' size (the largest seen on
+// avx512_core_bf16 is 0.17 of the bound). 1e-5 leaves a 5-10x margin and
+// still catches any wrong index, missing term or wrong formula (those show
+// up at 1e-2 and above).
+constexpr double kF32Tolerance = 1e-5;
+// bf16 compute: bf16 keeps 8 significant bits (unit roundoff u = 2^-8 ≈
+// 3.9e-3). A value crosses up to three bf16 roundings on its way (the bf16
+// working copy of the fp32 weights, an intermediate such as the fused
+// activation's output that dz is computed from, and the bf16 output or
+// gradient), each ≤ u of its size, with fp32 accumulation in between; summing
+// such values (a bias gradient over N·H·W positions) can cancel, so the
+// error is judged against the tensor's largest value. 8u = 2^-5 ≈ 3.1e-2
+// keeps a margin over that worst case (the largest error seen on
+// avx512_core_bf16 is 0.3 of this bound), and wrong math (a missing term, a
+// wrong index, a wrong formula) is still off by far more.
+constexpr double kBf16Tolerance = 1.0 / 32;
+// The backend's own forward differenced in fp32 (fp32 only): L carries an
+// fp32 rounding error of ~1e-6 of its terms, divided by 2h = 2e-2, so the
+// numeric derivative is good to ~1e-4 of the gradient's size; 2e-3 is a
+// 10x margin.
+constexpr float kFiniteDifferenceStep = 1e-2f;
+constexpr double kFiniteDifferenceTolerance = 2e-3;
+// The reference forward differenced in double: truncation error h²·f'''/6
+// ≈ 1e-9 at h = 1e-4; two steps disagreeing by more than 1e-6 mean a kink.
+constexpr double kReferenceStep = 1e-4;
+
+double tolerance(DType dtype) { return dtype == DType::kF32 ? kF32Tolerance : kBf16Tolerance; }
+
+// ---- Host-side helpers ------------------------------------------------------------
+
+HostTensor randn(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  HostTensor v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Values at least `margin` away from zero (relu's kink).
+HostTensor away_from_zero(HostTensor v, float margin = 0.05f) {
+  for (float& x : v)
+    if (std::fabs(x) < margin) x = x < 0 ? x - margin : x + margin;
+  return v;
+}
+
+// n distinct values k/16 (exact in bf16 for |k| ≤ 256) in a shuffled order:
+// max pooling then has no ties, and no perturbation of ±1e-2 changes an argmax.
+HostTensor distinct_values(std::size_t n, std::uint32_t seed) {
+  HostTensor v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = (float(i) - float(n) / 2.0f) / 16.0f;
+  std::mt19937 rng(seed);
+  std::shuffle(v.begin(), v.end(), rng);
+  return v;
+}
+
+RefTensor to_double(const HostTensor& v) { return RefTensor(v.begin(), v.end()); }
+
+bool verbose() { return std::getenv("ANNEAL_CONFORMANCE_VERBOSE") != nullptr; }
+
+// |got − want| ≤ tol · (|want| + max(max_j |want_j|, scale_floor)) for every
+// element; reports the first few offenders. Elements whose `want` is NaN are
+// skipped. `scale_floor` is the size of the terms an output sums when that can
+// exceed the outputs themselves (a relu after a sum that cancelled).
+void expect_close(const std::string& what, const HostTensor& got, const RefTensor& want,
+                  double tol, double scale_floor = 0) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = scale_floor;
+  for (double w : want)
+    if (!std::isnan(w)) scale = std::max(scale, std::fabs(w));
+  int reported = 0;
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) continue;
+    const double bound = tol * (std::fabs(want[i]) + scale);
+    const double err = std::fabs(double(got[i]) - want[i]);
+    if (bound > 0) worst = std::max(worst, err / bound);
+    if (!(err <= bound) && reported++ < 5)
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i]
+                    << " (error " << err << " > bound " << bound << ")";
+  }
+  if (verbose()) std::printf("  %-48s tolerance %.1e: worst error / bound = %.3f\n", what.c_str(), tol, worst);
+}
+
+void expect_close(const std::string& what, const HostTensor& got, const HostTensor& want,
+                  double tol) {
+  expect_close(what, got, to_double(want), tol);
+}
+
+void expect_same_bits(const std::string& what, const HostTensor& a, const HostTensor& b) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      ADD_FAILURE() << what << ": differs first at [" << i << "]: " << a[i] << " vs " << b[i];
+      return;
+    }
+}
+
+double activation_ref(Activation a, double x) {
+  switch (a) {
+    case Activation::kNone: return x;
+    case Activation::kRelu: return x > 0 ? x : 0;
+    case Activation::kGelu: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));  // the exact (erf) form
+    case Activation::kTanh: return std::tanh(x);
+    case Activation::kSigmoid: return 1.0 / (1.0 + std::exp(-x));
+  }
+  return 0;
+}
+
+std::string dtype_trace(DType dt) { return std::string("dtype ") + dtype_name(dt); }
+
+// ---- The parameter: a backend from the registry -----------------------------------------
+
+struct BackendCase {
+  Device device;
+  int threads;
+};
+
+std::vector<BackendCase> usable_backends() {
+  std::vector<BackendCase> cases;
+  for (const BackendAvailability& a : available_backends())
+    if (a.usable)
+      for (int threads : {1, 2}) cases.push_back({a.device, threads});
+  return cases;
+}
+
+void PrintTo(const BackendCase& c, std::ostream* os) {
+  *os << device_name(c.device) << " with " << c.threads << " thread(s)";
+}
+
+std::string case_name(const ::testing::TestParamInfo<BackendCase>& info) {
+  return std::string(device_name(info.param.device)) + "_threads" +
+         std::to_string(info.param.threads);
+}
+
+// A differentiable op instance: its inputs' host values and three views of
+// it (the backend's forward, the backend's backward, the reference forward).
+struct Differentiable {
+  std::vector<std::string> names;  // one per input: "x", "weights", ...
+  std::vector<HostTensor> values;  // the values the backend holds (read back)
+  // Uploads `values`, runs the backend's forward, returns y.
+  std::function<HostTensor()> forward;
+  // Uploads `values`, runs forward and backward with dy = r, returns one
+  // gradient per input (empty for an input without one). With `start`
+  // non-null, the parameter gradients are first set to (*start)[k] and the
+  // backward runs with accumulate = true.
+  std::function<std::vector<HostTensor>(const HostTensor& r, const std::vector<HostTensor>* start)>
+      backward;
+  // y in double from the inputs in double.
+  std::function<RefTensor(const std::vector<RefTensor>&)> reference;
+  // Inputs whose gradient accumulates (parameters; not x).
+  std::vector<bool> accumulates;
+  // Optional: for ops that sum products (dense, conv), the sum of the terms'
+  // absolute values per output, Σ|x·w| + |b|: the scale that the forward's
+  // rounding error is relative to.
+  std::function<RefTensor(const std::vector<RefTensor>&)> terms;
+};
+
+class BackendConformance : public ::testing::TestWithParam<BackendCase> {
+ protected:
+  void SetUp() override {
+    backend_ = make_backend({.device = GetParam().device, .threads = GetParam().threads});
+    scope_ = backend_->enter();
+  }
+  void TearDown() override { scope_.reset(); }
+
+  Backend& be() { return *backend_; }
+  const BackendCapabilities& caps() { return backend_->capabilities(); }
+
+  // fp32 always, bf16 where the backend computes in it.
+  std::vector<DType> precisions() {
+    std::vector<DType> p{DType::kF32};
+    if (caps().bf16) p.push_back(DType::kBF16);
+    return p;
+  }
+
+  void upload(Tensor& t, const HostTensor& values) {
+    ASSERT_EQ(std::size_t(t.elements()), values.size()) << "upload into " << t.dims().str();
+    be().copy_from_host(values.data(), t);
+  }
+  HostTensor read(const Tensor& t) {
+    HostTensor h(std::size_t(t.elements()));
+    be().copy_to_host(t, h.data());
+    return h;
+  }
+  Tensor plain(const Dims& dims, const HostTensor& values, DType dt = DType::kF32) {
+    Tensor t;
+    be().shape_plain(t, dims, dt);
+    upload(t, values);
+    return t;
+  }
+  // The values as a tensor of dtype `dt` holds them.
+  HostTensor stored(const HostTensor& values, DType dt) {
+    if (dt == DType::kF32) return values;
+    Tensor t = plain(Dims{std::int64_t(values.size())}, values, dt);
+    return read(t);
+  }
+
+  // A tensor of dims (N, C, H, W) in the layout this backend's conv chooses
+  // for its output (e.g. a blocked one): what a pool, norm, eltwise or dense
+  // after a conv receives. Its values are unspecified; use it with shape_like.
+  Tensor conv_output_like(const Dims& nchw, DType dt) {
+    auto conv = be().conv(ConvSpec{Dims{1, nchw[2], nchw[3]}, nchw[1], 1, 1, 0, dt,
+                                   Activation::kNone, nchw[0]});
+    Tensor x, w, b, y;
+    be().shape_plain(x, Dims{nchw[0], 1, nchw[2], nchw[3]}, dt);
+    be().fill_zero(x);
+    conv->shape_parameters(w, b);
+    be().fill_zero(w);
+    be().fill_zero(b);
+    conv->forward(x, w, b, y);
+    EXPECT_EQ(y.dims(), nchw);
+    return y;
+  }
+
+  // fp32 tensors in the layouts parameters live in, each with a name: plain,
+  // and the master-weight layouts a dense and a conv op chose (possibly
+  // blocked): what the optimizers, multiply (pruning) and clip_scale see.
+  // Values are unspecified; use them with shape_like.
+  std::vector<std::pair<std::string, Tensor>> parameter_layouts() {
+    std::vector<std::pair<std::string, Tensor>> out;
+    Tensor p, w, b;
+    be().shape_plain(p, Dims{37}, DType::kF32);  // two vectors of 16 and a tail
+    out.emplace_back("plain {37}", std::move(p));
+    auto dense = be().dense(DenseSpec{Dims{9}, 5, DType::kF32, Activation::kNone, 128});
+    dense->shape_parameters(w, b);
+    out.emplace_back("dense weights " + w.dims().str(), std::move(w));
+    auto conv = be().conv(ConvSpec{Dims{16, 5, 5}, 16, 3, 1, 1, DType::kF32, Activation::kNone, 128});
+    conv->shape_parameters(w, b);
+    out.emplace_back("conv weights " + w.dims().str(), std::move(w));
+    return out;
+  }
+  Tensor shaped_like(const Tensor& like, const HostTensor& values) {
+    Tensor t;
+    be().shape_like(t, like, DType::kF32);
+    upload(t, values);
+    return t;
+  }
+
+  // Numeric ∂(Σ r·reference)/∂values[k][i] in double; NaN at a kink.
+  double reference_derivative(const Differentiable& d, std::vector<RefTensor>& v, std::size_t k,
+                              std::size_t i, const HostTensor& r) {
+    auto objective = [&] {
+      const RefTensor y = d.reference(v);
+      double s = 0;
+      for (std::size_t j = 0; j < y.size(); ++j) s += y[j] * double(r[j]);
+      return s;
+    };
+    auto central = [&](double h) {
+      const double original = v[k][i];
+      v[k][i] = original + h;
+      const double up = objective();
+      v[k][i] = original - h;
+      const double down = objective();
+      v[k][i] = original;
+      return (up - down) / (2 * h);
+    };
+    const double h = kReferenceStep * std::max(1.0, std::fabs(v[k][i]));
+    const double g1 = central(h), g2 = central(h / 2);
+    if (std::fabs(g1 - g2) > 1e-6 * (1.0 + std::fabs(g2))) return std::nan("");
+    return g2;
+  }
+
+  // Numeric ∂L/∂values[k][i] through the backend's forward, in fp32, at two steps.
+  std::pair<double, double> backend_derivative(Differentiable& d, std::size_t k, std::size_t i,
+                                               const HostTensor& r) {
+    auto objective = [&] {
+      const HostTensor y = d.forward();
+      double s = 0;
+      for (std::size_t j = 0; j < y.size(); ++j) s += double(y[j]) * double(r[j]);
+      return s;
+    };
+    auto central = [&](float h) {
+      const float original = d.values[k][i];
+      d.values[k][i] = original + h;
+      const double up = objective();
+      d.values[k][i] = original - h;
+      const double down = objective();
+      d.values[k][i] = original;
+      return (up - down) / (double(original + h) - double(original - h));
+    };
+    return {central(kFiniteDifferenceStep), central(kFiniteDifferenceStep / 2)};
+  }
+
+  // The whole check of a differentiable op in dtype `dt` (see the top of the file).
+  void check_differentiable(Differentiable& d, DType dt, std::uint32_t seed = 99) {
+    std::vector<RefTensor> v;
+    for (const HostTensor& h : d.values) v.push_back(to_double(h));
+    const HostTensor y = d.forward();
+    double terms = 0;
+    if (d.terms) {
+      std::vector<RefTensor> magnitudes = v;
+      for (RefTensor& m : magnitudes)
+        for (double& e : m) e = std::fabs(e);
+      for (double t : d.terms(magnitudes)) terms = std::max(terms, t);
+    }
+    expect_close("forward", y, d.reference(v), tolerance(dt), terms);
+    expect_same_bits("forward run twice", y, d.forward());
+
+    const HostTensor r = stored(randn(y.size(), seed), dt);
+    const std::vector<HostTensor> grads = d.backward(r, nullptr);
+    ASSERT_EQ(grads.size(), d.values.size());
+    {
+      const std::vector<HostTensor> again = d.backward(r, nullptr);
+      for (std::size_t k = 0; k < grads.size(); ++k)
+        expect_same_bits("d" + d.names[k] + " run twice", grads[k], again[k]);
+    }
+
+    for (std::size_t k = 0; k < grads.size(); ++k) {
+      if (grads[k].empty()) continue;
+      SCOPED_TRACE("gradient of " + d.names[k]);
+      ASSERT_EQ(grads[k].size(), d.values[k].size());
+      // vs the reference, every coordinate.
+      RefTensor want(grads[k].size());
+      std::size_t kinks = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        want[i] = reference_derivative(d, v, k, i, r);
+        kinks += std::isnan(want[i]);
+      }
+      EXPECT_LE(4 * kinks, want.size()) << "too many coordinates at a kink";
+      double norm = 0;
+      for (float g : grads[k]) norm += double(g) * g;
+      EXPECT_GT(norm, 0.0) << "the gradient is all zero";
+      expect_close("d" + d.names[k] + " vs reference", grads[k], want, tolerance(dt));
+
+      // vs the backend's own forward differenced, a sample of coordinates (fp32).
+      if (dt == DType::kF32) {
+        double scale = 0;
+        for (float g : grads[k]) scale = std::max(scale, double(std::fabs(g)));
+        const std::size_t stride = std::max<std::size_t>(1, grads[k].size() / 16);
+        int checked = 0, skipped = 0;
+        for (std::size_t i = (k * 7) % stride; i < grads[k].size(); i += stride) {
+          const auto [n1, n2] = backend_derivative(d, k, i, r);
+          const double bound = kFiniteDifferenceTolerance * (std::fabs(n2) + scale);
+          if (std::fabs(n1 - n2) > bound) {
+            ++skipped;
+            continue;
+          }
+          ++checked;
+          EXPECT_NEAR(grads[k][i], n2, bound)
+              << "d" << d.names[k] << "[" << i << "] vs the backend's forward differenced";
+        }
+        EXPECT_GE(checked, 3 * skipped) << "too many coordinates at a kink";
+        EXPECT_GT(checked, 0);
+      }
+    }
+
+    // accumulate = true adds to what the gradient tensors held.
+    std::vector<HostTensor> start(d.values.size());
+    bool any = false;
+    for (std::size_t k = 0; k < start.size(); ++k)
+      if (k < d.accumulates.size() && d.accumulates[k]) {
+        start[k] = randn(grads[k].size(), seed + 17 + std::uint32_t(k));
+        any = true;
+      }
+    if (!any) return;
+    const std::vector<HostTensor> summed = d.backward(r, &start);
+    for (std::size_t k = 0; k < start.size(); ++k) {
+      if (start[k].empty()) continue;
+      RefTensor want(start[k].size());
+      for (std::size_t i = 0; i < want.size(); ++i) want[i] = double(start[k][i]) + grads[k][i];
+      expect_close("d" + d.names[k] + " with accumulate", summed[k], want, kF32Tolerance);
+    }
+  }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<ExecutionScope> scope_;
+};
+
+// ======================================================================================
+// Memory and transfers
+// ======================================================================================
+
+const std::vector<Dims>& odd_shapes() {
+  static const std::vector<Dims> shapes = {Dims{1},          Dims{7},
+                                           Dims{3, 5},       Dims{2, 3, 5, 7},
+                                           Dims{1, 3, 1, 5, 2}, Dims{5, 1, 1, 1}};
+  return shapes;
+}
+
+TEST_P(BackendConformance, ShapePlainGivesTheDimsAndDtypeAsked) {
+  for (DType dt : precisions()) {
+    SCOPED_TRACE(dtype_trace(dt));
+    for (const Dims& dims : odd_shapes()) {
+      Tensor t;
+      be().shape_plain(t, dims, dt);
+      EXPECT_EQ(t.dims(), dims);
+      EXPECT_EQ(t.dtype(), dt);
+      EXPECT_EQ(t.elements(), dims.product());
+      EXPECT_FALSE(t.empty());
+    }
+    // Reshaping an existing tensor, smaller then larger, keeps working.
+    Tensor t;
+    for (const Dims& dims : {Dims{4, 9}, Dims{2, 3}, Dims{6, 11}}) {
+      be().shape_plain(t, dims, dt);
+      const HostTensor v = stored(randn(std::size_t(dims.product()), 3), dt);
+      upload(t, v);
+      expect_same_bits("round trip after reshape to " + dims.str(), read(t), v);
+    }
+  }
+}
+
+TEST_P(BackendConformance, CopyRoundTripIsExactInF32AndRoundsToNearestInBf16) {
+  for (const Dims& dims : odd_shapes()) {
+    SCOPED_TRACE(dims.str());
+    const HostTensor v = randn(std::size_t(dims.product()), 5, 3.0f);
+    Tensor t = plain(dims, v);
+    expect_same_bits("f32 round trip", read(t), v);
+    if (!caps().bf16) continue;
+    Tensor b = plain(dims, v, DType::kBF16);
+    const HostTensor got = read(b);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      EXPECT_LE(std::fabs(got[i] - v[i]), std::ldexp(std::fabs(v[i]), -8))
+          << "bf16 of " << v[i] << " is " << got[i] << ": not the nearest";
+    // Values bf16 holds exactly come back exactly; converting again changes nothing.
+    expect_same_bits("bf16 round trip of bf16 values", read(plain(dims, got, DType::kBF16)), got);
+  }
+}
+
+TEST_P(BackendConformance, ShapeLikeAndCopiesWorkInAConvOutputLayout) {
+  for (DType dt : precisions()) {
+    SCOPED_TRACE(dtype_trace(dt));
+    const Dims dims{3, 16, 3, 5};
+    const Tensor like = conv_output_like(dims, dt);
+    for (DType as : precisions()) {
+      Tensor t;
+      be().shape_like(t, like, as);
+      EXPECT_EQ(t.dims(), dims);
+      EXPECT_EQ(t.dtype(), as);
+      const HostTensor v = stored(randn(std::size_t(dims.product()), 7), as);
+      upload(t, v);
+      expect_same_bits(std::string("round trip as ") + dtype_name(as), read(t), v);
+    }
+  }
+}
+
+TEST_P(BackendConformance, FlattenAndUnflattenKeepRowMajorOrder) {
+  for (DType dt : precisions()) {
+    SCOPED_TRACE(dtype_trace(dt));
+    const Dims dims{2, 16, 3, 3};
+    const HostTensor v = stored(randn(std::size_t(dims.product()), 9), dt);
+    const Tensor conv_like = conv_output_like(dims, dt);
+    for (bool conv_layout : {false, true}) {
+      SCOPED_TRACE(conv_layout ? "conv output layout" : "plain");
+      Tensor src;
+      if (conv_layout) {
+        be().shape_like(src, conv_like, dt);
+      } else {
+        be().shape_plain(src, dims, dt);
+      }
+      upload(src, v);
+      Tensor flat;
+      be().flatten(src, flat);
+      EXPECT_EQ(flat.dims(), (Dims{2, 144}));
+      EXPECT_EQ(flat.dtype(), dt);
+      expect_same_bits("flatten", read(flat), v);
+
+      const HostTensor g = stored(randn(v.size(), 10), dt);
+      Tensor gflat = plain(Dims{2, 144}, g, dt);
+      Tensor gimg;
+      be().unflatten(gflat, src, gimg);
+      EXPECT_EQ(gimg.dims(), dims);
+      EXPECT_EQ(gimg.dtype(), dt);
+      expect_same_bits("unflatten", read(gimg), g);
+    }
+  }
+}
+
+TEST_P(BackendConformance, GatherRowsAssemblesTheRowsInTheOrderGiven) {
+  const std::int64_t rows = 7, width = 6;
+  const HostTensor features = randn(std::size_t(rows * width), 11);
+  HostTensor labels(rows);
+  std::iota(labels.begin(), labels.end(), 10.0f);
+  const std::vector<std::uint32_t> order{3, 0, 6, 6, 2};
+  const std::int64_t n = std::int64_t(order.size());
+  for (const Dims& sample : {Dims{width}, Dims{1, 2, 3}}) {
+    SCOPED_TRACE(sample.str());
+    Tensor x, y;
+    be().shape_plain(x, sample.with_batch(n), DType::kF32);
+    be().shape_plain(y, Dims{n}, DType::kF32);
+    be().gather_rows(features.data(), labels.data(), width, order.data(), x, y);
+    HostTensor want_x, want_y;
+    for (std::uint32_t r : order) {
+      want_x.insert(want_x.end(), features.begin() + r * width, features.begin() + (r + 1) * width);
+      want_y.push_back(labels[r]);
+    }
+    expect_same_bits("x", read(x), want_x);
+    expect_same_bits("y", read(y), want_y);
+  }
+}
+
+TEST_P(BackendConformance, HostViewIsNullOrAliasesAPlainF32Tensor) {
+  const HostTensor v = randn(15, 18);
+  Tensor t = plain(Dims{3, 5}, v);
+  if (float* view = be().host_view(t)) {
+    expect_same_bits("values through the view", HostTensor(view, view + 15), v);
+    view[4] = 42.0f;  // what a batch pipeline gathering into it does
+    t.mark_modified();
+    HostTensor want = v;
+    want[4] = 42.0f;
+    expect_same_bits("a write through the view", read(t), want);
+  }
+  if (caps().bf16) {
+    Tensor b = plain(Dims{3, 5}, v, DType::kBF16);
+    EXPECT_EQ(be().host_view(b), nullptr) << "a bf16 tensor has no fp32 host view";
+  }
+}
+
+TEST_P(BackendConformance, FillZeroZeroesEveryElement) {
+  for (DType dt : precisions()) {
+    SCOPED_TRACE(dtype_trace(dt));
+    const Dims dims{2, 16, 3, 3};
+    Tensor a = plain(Dims{3, 7}, randn(21, 12), dt);
+    Tensor b;
+    be().shape_like(b, conv_output_like(dims, dt), dt);
+    upload(b, randn(std::size_t(dims.product()), 13));
+    for (Tensor* t : {&a, &b}) {
+      be().fill_zero(*t);
+      const HostTensor h = read(*t);
+      EXPECT_TRUE(std::all_of(h.begin(), h.end(), [](float x) { return x == 0.0f && !std::signbit(x); }));
+    }
+  }
+}
+
+TEST_P(BackendConformance, MultiplyIsAnExactElementwiseProduct) {
+  for (const auto& [name, like] : parameter_layouts()) {
+    SCOPED_TRACE(name);
+    const HostTensor a = randn(std::size_t(like.elements()), 14);
+    HostTensor m = randn(a.size(), 15);
+    for (std::size_t i = 0; i < m.size(); i += 3) m[i] = 0.0f;  // a pruning mask's zeros
+    for (std::size_t i = 1; i < m.size(); i += 3) m[i] = 1.0f;
+    Tensor t = shaped_like(like, a), mask = shaped_like(like, m);
+    const std::uint64_t version = t.version();
+    be().multiply(t, mask);
+    EXPECT_GT(t.version(), version) << "multiply must mark t modified";
+    HostTensor want(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) want[i] = a[i] * m[i];  // one IEEE product: exact
+    expect_same_bits("t ⊙ mask", read(t), want);
+  }
+}
+
+TEST_P(BackendConformance, UpdateRunningStatBlendsWithMomentumAndScale) {
+  const HostTensor running = randn(13, 16), batch = randn(13, 17);
+  for (const auto& [momentum, scale] : {std::pair{0.1f, 1.0f}, std::pair{0.25f, 1.2f}}) {
+    Tensor r = plain(Dims{13}, running), b = plain(Dims{13}, batch);
+    be().update_running_stat(r, b, momentum, scale);
+    RefTensor want(13);
+    for (std::size_t i = 0; i < 13; ++i)
+      want[i] = (1.0 - momentum) * running[i] + double(momentum) * scale * batch[i];
+    expect_close("running", read(r), want, kF32Tolerance);
+  }
+}
+
+// ======================================================================================
+// Eltwise
+// ======================================================================================
+
+TEST_P(BackendConformance, EltwiseForwardBackwardAndBackwardFromOutput) {
+  for (DType dt : precisions()) {
+    for (Activation act :
+         {Activation::kRelu, Activation::kGelu, Activation::kTanh, Activation::kSigmoid}) {
+      for (bool conv_layout : {false, true}) {
+        SCOPED_TRACE(dtype_trace(dt) + ", " + activation_name(act) +
+                     (conv_layout ? ", conv output layout" : ", plain"));
+        const Dims dims = conv_layout ? Dims{2, 16, 2, 3} : Dims{3, 7};
+        auto op = be().eltwise(EltwiseSpec{act, dt});
+        Tensor x, y, dy, dx, dx_from_y;
+        if (conv_layout) {
+          be().shape_like(x, conv_output_like(dims, dt), dt);
+        } else {
+          be().shape_plain(x, dims, dt);
+        }
+        const bool from_output = act != Activation::kGelu;  // relu, tanh, sigmoid only
+        Differentiable d;
+        d.names = {"x"};
+        d.values = {stored(away_from_zero(randn(std::size_t(dims.product()), 20, 1.5f)), dt)};
+        d.forward = [&] {
+          upload(x, d.values[0]);
+          op->forward(x, y);
+          EXPECT_EQ(y.dims(), x.dims());
+          EXPECT_EQ(y.dtype(), x.dtype());
+          return read(y);
+        };
+        d.backward = [&](const HostTensor& r, const std::vector<HostTensor>*) {
+          upload(x, d.values[0]);
+          op->forward(x, y);
+          be().shape_like(dy, y, dt);
+          upload(dy, r);
+          op->backward(x, dy, dx);
+          EXPECT_EQ(dx.dims(), x.dims());
+          EXPECT_EQ(dx.dtype(), x.dtype());
+          if (from_output) {
+            // The same derivative from the output: equal up to the rounding
+            // of y (exact in fp32 for relu; one rounding of y in bf16).
+            op->backward_from_output(y, dy, dx_from_y);
+            EXPECT_EQ(dx_from_y.dims(), x.dims());
+            expect_close("backward_from_output vs backward", read(dx_from_y), read(dx),
+                         tolerance(dt));
+          }
+          return std::vector<HostTensor>{read(dx)};
+        };
+        d.reference = [&](const std::vector<RefTensor>& v) {
+          RefTensor out(v[0].size());
+          for (std::size_t i = 0; i < out.size(); ++i) out[i] = activation_ref(act, v[0][i]);
+          return out;
+        };
+        check_differentiable(d, dt);
+      }
+    }
+  }
+}
+
+// ======================================================================================
+// Dense
+// ======================================================================================
+
+// y(N,O) = act(x(N,F) · W(O,F)ᵀ + b); an image input is flattened in C,H,W order.
+RefTensor dense_ref(const std::vector<RefTensor>& v, std::int64_t n, std::int64_t f,
+                    std::int64_t out, Activation act) {
+  RefTensor y(std::size_t(n * out));
+  for (std::int64_t s = 0; s < n; ++s)
+    for (std::int64_t o = 0; o < out; ++o) {
+      double acc = v[2][std::size_t(o)];
+      for (std::int64_t i = 0; i < f; ++i) acc += v[0][std::size_t(s * f + i)] * v[1][std::size_t(o * f + i)];
+      y[std::size_t(s * out + o)] = activation_ref(act, acc);
+    }
+  return y;
+}
+
+class DenseCheck {
+ public:
+  // `x_like`: when given, x takes its layout (an image in a conv's output layout).
+  DenseCheck(Backend& be, const Dims& in, std::int64_t n, std::int64_t out,
+             Activation act, DType dt, const Tensor* x_like)
+      : be_(be), op_(be.dense(DenseSpec{in, out, dt, act, n})) {
+    if (act != Activation::kNone) act_op_ = be.eltwise(EltwiseSpec{act, dt});
+    if (x_like != nullptr) {
+      be.shape_like(x_, *x_like, dt);
+    } else {
+      be.shape_plain(x_, in.with_batch(n), dt);
+    }
+    op_->shape_parameters(w_, b_);
+    op_->shape_parameters(dw_, db_);
+  }
+
+  void build(Differentiable& d, std::function<void(Tensor&, const HostTensor&)> upload,
+             std::function<HostTensor(const Tensor&)> read) {
+    auto upload_all = [this, &d, upload] {
+      upload(x_, d.values[0]);
+      upload(w_, d.values[1]);
+      upload(b_, d.values[2]);
+    };
+    d.names = {"x", "weights", "bias"};
+    d.accumulates = {false, true, true};
+    d.forward = [this, upload_all, read] {
+      upload_all();
+      op_->forward(x_, w_, b_, y_);
+      return read(y_);
+    };
+    d.backward = [this, upload_all, upload, read](const HostTensor& r,
+                                                  const std::vector<HostTensor>* start) {
+      upload_all();
+      op_->forward(x_, w_, b_, y_);
+      be_.shape_like(dy_, y_, y_.dtype());
+      upload(dy_, r);
+      const Tensor* dz = &dy_;
+      if (act_op_) {
+        act_op_->backward_from_output(y_, dy_, dz_);
+        dz = &dz_;
+      }
+      if (start != nullptr) {
+        upload(dw_, (*start)[1]);
+        upload(db_, (*start)[2]);
+      }
+      op_->backward_weights(x_, *dz, dw_, db_, start != nullptr);
+      op_->backward_data(*dz, w_, dx_);
+      EXPECT_EQ(dx_.dims(), x_.dims());
+      EXPECT_EQ(dx_.dtype(), x_.dtype());
+      return std::vector<HostTensor>{read(dx_), read(dw_), read(db_)};
+    };
+  }
+
+  const Tensor& weights() const { return w_; }
+
+ private:
+  Backend& be_;
+  std::unique_ptr<DenseOp> op_;
+  std::unique_ptr<EltwiseOp> act_op_;
+  Tensor x_, w_, b_, y_, dy_, dz_, dx_, dw_, db_;
+};
+
+TEST_P(BackendConformance, DenseFlatInputWithEachFusedActivation) {
+  const std::int64_t n = 3, f = 5, out = 4;
+  for (DType dt : precisions())
+    for (Activation act :
+         {Activation::kNone, Activation::kRelu, Activation::kTanh, Activation::kSigmoid}) {
+      SCOPED_TRACE(dtype_trace(dt) + ", fused " + activation_name(act));
+      DenseCheck c(be(), Dims{f}, n, out, act, dt, nullptr);
+      Differentiable d;
+      c.build(d, [this](Tensor& t, const HostTensor& v) { upload(t, v); },
+              [this](const Tensor& t) { return read(t); });
+      EXPECT_EQ(c.weights().dims(), (Dims{out, f}));
+      d.values = {stored(randn(n * f, 21), dt), randn(out * f, 22, 0.5f), randn(out, 23, 0.5f)};
+      d.reference = [&](const std::vector<RefTensor>& v) { return dense_ref(v, n, f, out, act); };
+      d.terms = [&](const std::vector<RefTensor>& v) { return dense_ref(v, n, f, out, Activation::kNone); };
+      check_differentiable(d, dt);
+    }
+}
+
+TEST_P(BackendConformance, DenseImageInputPlainAndInAConvOutputLayout) {
+  const std::int64_t n = 2, out = 3;
+  for (DType dt : precisions())
+    for (bool conv_layout : {false, true}) {
+      for (Activation act : {Activation::kNone, Activation::kRelu}) {
+        SCOPED_TRACE(dtype_trace(dt) + (conv_layout ? ", conv output layout" : ", plain") +
+                     ", fused " + activation_name(act));
+        const Dims in = conv_layout ? Dims{16, 2, 3} : Dims{2, 3, 3};
+        const std::int64_t f = in.product();
+        Tensor like;
+        if (conv_layout) like = conv_output_like(in.with_batch(n), dt);
+        DenseCheck c(be(), in, n, out, act, dt, conv_layout ? &like : nullptr);
+        Differentiable d;
+        c.build(d, [this](Tensor& t, const HostTensor& v) { upload(t, v); },
+                [this](const Tensor& t) { return read(t); });
+        EXPECT_EQ(c.weights().dims(), in.with_batch(out));
+        d.values = {stored(randn(std::size_t(n * f), 24), dt), randn(std::size_t(out * f), 25, 0.3f),
+                    randn(std::size_t(out), 26, 0.5f)};
+        d.reference = [&](const std::vector<RefTensor>& v) { return dense_ref(v, n, f, out, act); };
+        d.terms = [&](const std::vector<RefTensor>& v) { return dense_ref(v, n, f, out, Activation::kNone); };
+        check_differentiable(d, dt);
+      }
+    }
+}
+
+// ======================================================================================
+// Convolution
+// ======================================================================================
+
+struct ConvShape {
+  std::int64_t n, c, h, w, out, k, stride, pad;
+  std::int64_t ho() const { return (h + 2 * pad - k) / stride + 1; }
+  std::int64_t wo() const { return (w + 2 * pad - k) / stride + 1; }
+};
+
+RefTensor conv_ref(const std::vector<RefTensor>& v, const ConvShape& s, Activation act) {
+  const RefTensor &x = v[0], &wt = v[1], &b = v[2];
+  RefTensor y(std::size_t(s.n * s.out * s.ho() * s.wo()));
+  std::size_t at = 0;
+  for (std::int64_t n = 0; n < s.n; ++n)
+    for (std::int64_t o = 0; o < s.out; ++o)
+      for (std::int64_t i = 0; i < s.ho(); ++i)
+        for (std::int64_t j = 0; j < s.wo(); ++j) {
+          double acc = b[std::size_t(o)];
+          for (std::int64_t c = 0; c < s.c; ++c)
+            for (std::int64_t ki = 0; ki < s.k; ++ki)
+              for (std::int64_t kj = 0; kj < s.k; ++kj) {
+                const std::int64_t hi = i * s.stride - s.pad + ki, wj = j * s.stride - s.pad + kj;
+                if (hi < 0 || hi >= s.h || wj < 0 || wj >= s.w) continue;  // zero padding
+                acc += x[std::size_t(((n * s.c + c) * s.h + hi) * s.w + wj)] *
+                       wt[std::size_t(((o * s.c + c) * s.k + ki) * s.k + kj)];
+              }
+          y[at++] = activation_ref(act, acc);
+        }
+  return y;
+}
+
+TEST_P(BackendConformance, ConvWithStridePaddingAndFusedActivations) {
+  const ConvShape shapes[] = {
+      {2, 3, 5, 5, 4, 3, 1, 0},  // plain 3x3
+      {2, 3, 6, 7, 4, 3, 2, 1},  // stride 2, pad 1, non-square image
+      {1, 2, 5, 5, 3, 2, 2, 0},  // even kernel, stride 2 (drops the last column)
+      {2, 2, 4, 4, 3, 1, 1, 0},  // 1x1
+  };
+  for (DType dt : precisions())
+    for (const ConvShape& s : shapes)
+      for (Activation act :
+           {Activation::kNone, Activation::kRelu, Activation::kTanh, Activation::kSigmoid}) {
+        SCOPED_TRACE(dtype_trace(dt) + ", in " + (Dims{s.n, s.c, s.h, s.w}).str() + " k" +
+                     std::to_string(s.k) + " stride " + std::to_string(s.stride) + " pad " +
+                     std::to_string(s.pad) + ", fused " + activation_name(act));
+        auto op = be().conv(ConvSpec{Dims{s.c, s.h, s.w}, s.out, s.k, s.stride, s.pad, dt, act, s.n});
+        std::unique_ptr<EltwiseOp> act_op;
+        if (act != Activation::kNone) act_op = be().eltwise(EltwiseSpec{act, dt});
+        Tensor x, w, b, y, dy, dz, dx, dw, db;
+        be().shape_plain(x, Dims{s.n, s.c, s.h, s.w}, dt);
+        op->shape_parameters(w, b);
+        op->shape_parameters(dw, db);
+        EXPECT_EQ(w.dims(), (Dims{s.out, s.c, s.k, s.k}));
+        EXPECT_EQ(b.dims(), (Dims{s.out}));
+        Differentiable d;
+        d.names = {"x", "weights", "bias"};
+        d.accumulates = {false, true, true};
+        d.values = {stored(randn(std::size_t(x.elements()), 30), dt),
+                    randn(std::size_t(w.elements()), 31, 0.4f), randn(std::size_t(s.out), 32, 0.5f)};
+        auto upload_all = [&] {
+          upload(x, d.values[0]);
+          upload(w, d.values[1]);
+          upload(b, d.values[2]);
+        };
+        d.forward = [&] {
+          upload_all();
+          op->forward(x, w, b, y);
+          EXPECT_EQ(y.dims(), (Dims{s.n, s.out, s.ho(), s.wo()}));
+          return read(y);
+        };
+        d.backward = [&](const HostTensor& r, const std::vector<HostTensor>* start) {
+          upload_all();
+          op->forward(x, w, b, y);
+          be().shape_like(dy, y, y.dtype());
+          upload(dy, r);
+          const Tensor* g = &dy;
+          if (act_op) {
+            act_op->backward_from_output(y, dy, dz);
+            g = &dz;
+          }
+          if (start != nullptr) {
+            upload(dw, (*start)[1]);
+            upload(db, (*start)[2]);
+          }
+          op->backward_weights(x, *g, dw, db, start != nullptr);
+          op->backward_data(*g, w, dx);
+          EXPECT_EQ(dx.dims(), x.dims());
+          EXPECT_EQ(dx.dtype(), x.dtype());
+          return std::vector<HostTensor>{read(dx), read(dw), read(db)};
+        };
+        d.reference = [&](const std::vector<RefTensor>& v) { return conv_ref(v, s, act); };
+        d.terms = [&](const std::vector<RefTensor>& v) { return conv_ref(v, s, Activation::kNone); };
+        check_differentiable(d, dt);
+      }
+}
+
+// ======================================================================================
+// Pooling
+// ======================================================================================
+
+TEST_P(BackendConformance, MaxAndAvgPooling) {
+  struct PoolShape {
+    std::int64_t k, stride;
+  };
+  for (DType dt : precisions())
+    for (bool max : {true, false})
+      for (PoolShape p : {PoolShape{2, 2}, PoolShape{3, 1}, PoolShape{3, 2}})
+        for (bool conv_layout : {false, true}) {
+          SCOPED_TRACE(dtype_trace(dt) + (max ? ", max" : ", avg") + " k" + std::to_string(p.k) +
+                       " stride " + std::to_string(p.stride) +
+                       (conv_layout ? ", conv output layout" : ", plain"));
+          // Sizes keep every value k/16 with |k| <= 256, exact in bf16.
+          const Dims in = conv_layout ? Dims{16, 4, 4} : Dims{3, 5, 5};
+          const std::int64_t n = 2, c = in[0], h = in[1], w = in[2];
+          const std::int64_t ho = (h - p.k) / p.stride + 1, wo = (w - p.k) / p.stride + 1;
+          auto op = be().pool(PoolSpec{in, p.k, p.stride, max, dt});
+          Tensor x, y, dy, dx;
+          if (conv_layout) {
+            be().shape_like(x, conv_output_like(in.with_batch(n), dt), dt);
+          } else {
+            be().shape_plain(x, in.with_batch(n), dt);
+          }
+          Differentiable d;
+          d.names = {"x"};
+          d.values = {stored(distinct_values(std::size_t(x.elements()), 40), dt)};
+          d.forward = [&] {
+            upload(x, d.values[0]);
+            op->forward(x, y);
+            EXPECT_EQ(y.dims(), (Dims{n, c, ho, wo}));
+            return read(y);
+          };
+          d.backward = [&](const HostTensor& r, const std::vector<HostTensor>*) {
+            upload(x, d.values[0]);
+            op->forward(x, y);
+            be().shape_like(dy, y, y.dtype());
+            upload(dy, r);
+            op->backward(x, dy, dx);
+            EXPECT_EQ(dx.dims(), x.dims());
+            EXPECT_EQ(dx.dtype(), x.dtype());
+            return std::vector<HostTensor>{read(dx)};
+          };
+          d.reference = [&](const std::vector<RefTensor>& v) {
+            RefTensor out;
+            for (std::int64_t s = 0; s < n * c; ++s)
+              for (std::int64_t i = 0; i < ho; ++i)
+                for (std::int64_t j = 0; j < wo; ++j) {
+                  double best = -1e300, sum = 0;
+                  for (std::int64_t ki = 0; ki < p.k; ++ki)
+                    for (std::int64_t kj = 0; kj < p.k; ++kj) {
+                      const double e = v[0][std::size_t((s * h + i * p.stride + ki) * w + j * p.stride + kj)];
+                      best = std::max(best, e);
+                      sum += e;
+                    }
+                  out.push_back(max ? best : sum / double(p.k * p.k));
+                }
+            return out;
+          };
+          check_differentiable(d, dt);
+        }
+}
+
+// ======================================================================================
+// Batch norm and layer norm
+// ======================================================================================
+
+// Per-group statistics: group g of `groups`, element i of it at index(g, i).
+struct NormGeometry {
+  std::int64_t n, c, spatial;  // batch norm: stats per c over (n, spatial); layer norm: per n over c
+  bool layer;
+  std::int64_t groups() const { return layer ? n : c; }
+  std::int64_t group_size() const { return layer ? c : n * spatial; }
+  std::size_t index(std::int64_t g, std::int64_t i) const {
+    if (layer) return std::size_t(g * c + i);
+    const std::int64_t s = i / spatial, p = i % spatial;
+    return std::size_t((s * c + g) * spatial + p);
+  }
+  // The parameter (γ, β) index of element index(g, i).
+  std::int64_t param(std::int64_t g, std::int64_t i) const { return layer ? i : g; }
+};
+
+// Biased (population) mean and variance of each group.
+void norm_stats(const RefTensor& x, const NormGeometry& geo, RefTensor& mean, RefTensor& var) {
+  mean.assign(std::size_t(geo.groups()), 0);
+  var.assign(std::size_t(geo.groups()), 0);
+  for (std::int64_t g = 0; g < geo.groups(); ++g) {
+    double s = 0;
+    for (std::int64_t i = 0; i < geo.group_size(); ++i) s += x[geo.index(g, i)];
+    const double m = s / double(geo.group_size());
+    double q = 0;
+    for (std::int64_t i = 0; i < geo.group_size(); ++i) q += (x[geo.index(g, i)] - m) * (x[geo.index(g, i)] - m);
+    mean[std::size_t(g)] = m;
+    var[std::size_t(g)] = q / double(geo.group_size());
+  }
+}
+
+RefTensor norm_apply(const RefTensor& x, const RefTensor& gamma, const RefTensor& beta,
+                     const RefTensor& mean, const RefTensor& var, const NormGeometry& geo,
+                     double eps) {
+  RefTensor y(x.size());
+  for (std::int64_t g = 0; g < geo.groups(); ++g)
+    for (std::int64_t i = 0; i < geo.group_size(); ++i) {
+      const std::size_t at = geo.index(g, i);
+      const auto p = std::size_t(geo.param(g, i));
+      y[at] = gamma[p] * (x[at] - mean[std::size_t(g)]) / std::sqrt(var[std::size_t(g)] + eps) + beta[p];
+    }
+  return y;
+}
+
+TEST_P(BackendConformance, BatchNormFlatAndImage) {
+  const float eps = 1e-5f;
+  for (DType dt : precisions())
+    for (int shape = 0; shape < 3; ++shape) {
+      // flat (N, F); image (N, C, H, W) plain; image in a conv's output layout
+      const bool image = shape > 0, conv_layout = shape == 2;
+      SCOPED_TRACE(dtype_trace(dt) + (image ? conv_layout ? ", image in conv output layout" : ", image" : ", flat"));
+      const Dims in = !image ? Dims{4} : conv_layout ? Dims{16, 2, 2} : Dims{3, 2, 3};
+      const std::int64_t n = image ? 2 : 5;
+      const NormGeometry geo{n, in[0], image ? in[1] * in[2] : 1, false};
+      auto op = be().batch_norm(NormSpec{in, eps, dt});
+      Tensor x, scale, shift, y, mean, var, dy, dx, dscale, dshift;
+      if (conv_layout) {
+        be().shape_like(x, conv_output_like(in.with_batch(n), dt), dt);
+      } else {
+        be().shape_plain(x, in.with_batch(n), dt);
+      }
+      op->shape_parameters(scale, shift);
+      op->shape_parameters(dscale, dshift);
+      EXPECT_EQ(scale.dims(), (Dims{in[0]}));
+      Differentiable d;
+      d.names = {"x", "scale", "shift"};
+      d.accumulates = {false, true, true};
+      HostTensor xv = randn(std::size_t(x.elements()), 50, 1.5f);
+      for (float& e : xv) e += 0.5f;  // a nonzero mean
+      d.values = {stored(xv, dt), randn(std::size_t(in[0]), 51, 0.5f),
+                  randn(std::size_t(in[0]), 52, 0.5f)};
+      for (float& g : d.values[1]) g += 1.0f;
+      auto upload_all = [&] {
+        upload(x, d.values[0]);
+        upload(scale, d.values[1]);
+        upload(shift, d.values[2]);
+      };
+      d.forward = [&] {
+        upload_all();
+        op->forward_training(x, scale, shift, y, mean, var);
+        EXPECT_EQ(y.dims(), x.dims());
+        EXPECT_EQ(y.dtype(), x.dtype());
+        return read(y);
+      };
+      d.backward = [&](const HostTensor& r, const std::vector<HostTensor>* start) {
+        upload_all();
+        op->forward_training(x, scale, shift, y, mean, var);
+        be().shape_like(dy, y, y.dtype());
+        upload(dy, r);
+        if (start != nullptr) {
+          upload(dscale, (*start)[1]);
+          upload(dshift, (*start)[2]);
+        }
+        op->backward(x, dy, scale, shift, mean, var, dx, dscale, dshift, start != nullptr);
+        EXPECT_EQ(dx.dims(), x.dims());
+        EXPECT_EQ(dx.dtype(), x.dtype());
+        return std::vector<HostTensor>{read(dx), read(dscale), read(dshift)};
+      };
+      d.reference = [&](const std::vector<RefTensor>& v) {
+        RefTensor m, s;
+        norm_stats(v[0], geo, m, s);
+        return norm_apply(v[0], v[1], v[2], m, s, geo, eps);
+      };
+      check_differentiable(d, dt);
+
+      // The batch statistics forward_training wrote (fp32, biased variance).
+      RefTensor want_mean, want_var;
+      norm_stats(to_double(d.values[0]), geo, want_mean, want_var);
+      d.forward();
+      EXPECT_EQ(mean.dims(), (Dims{in[0]}));
+      EXPECT_EQ(var.dims(), (Dims{in[0]}));
+      expect_close("mean", read(mean), want_mean, kF32Tolerance);
+      expect_close("variance", read(var), want_var, kF32Tolerance);
+
+      // forward_inference normalizes with the (running) statistics given.
+      HostTensor rm = randn(std::size_t(in[0]), 53), rv = randn(std::size_t(in[0]), 54);
+      for (float& e : rv) e = 0.5f + e * e;
+      Tensor running_mean = plain(Dims{in[0]}, rm), running_var = plain(Dims{in[0]}, rv);
+      upload(x, d.values[0]);
+      op->forward_inference(x, scale, shift, running_mean, running_var, y);
+      EXPECT_EQ(y.dims(), x.dims());
+      const HostTensor yi = read(y);
+      expect_close("forward_inference",
+                   yi, norm_apply(to_double(d.values[0]), to_double(d.values[1]), to_double(d.values[2]),
+                                  to_double(rm), to_double(rv), geo, eps),
+                   tolerance(dt));
+      op->forward_inference(x, scale, shift, running_mean, running_var, y);
+      expect_same_bits("forward_inference run twice", read(y), yi);
+    }
+}
+
+TEST_P(BackendConformance, LayerNorm) {
+  const float eps = 1e-5f;
+  for (DType dt : precisions()) {
+    SCOPED_TRACE(dtype_trace(dt));
+    const std::int64_t n = 3, f = 6;
+    const NormGeometry geo{n, f, 1, true};
+    auto op = be().layer_norm(NormSpec{Dims{f}, eps, dt});
+    Tensor x, scale, shift, y, mean, var, dy, dx, dscale, dshift;
+    be().shape_plain(x, Dims{n, f}, dt);
+    op->shape_parameters(scale, shift);
+    op->shape_parameters(dscale, dshift);
+    EXPECT_EQ(scale.dims(), (Dims{f}));
+    Differentiable d;
+    d.names = {"x", "scale", "shift"};
+    d.accumulates = {false, true, true};
+    HostTensor xv = randn(std::size_t(n * f), 60, 1.5f);
+    for (std::size_t i = 0; i < xv.size(); ++i) xv[i] += float(i / f);  // per-sample means differ
+    d.values = {stored(xv, dt), randn(std::size_t(f), 61, 0.5f), randn(std::size_t(f), 62, 0.5f)};
+    for (float& g : d.values[1]) g += 1.0f;
+    auto upload_all = [&] {
+      upload(x, d.values[0]);
+      upload(scale, d.values[1]);
+      upload(shift, d.values[2]);
+    };
+    d.forward = [&] {
+      upload_all();
+      op->forward_training(x, scale, shift, y, mean, var);
+      EXPECT_EQ(y.dims(), x.dims());
+      return read(y);
+    };
+    d.backward = [&](const HostTensor& r, const std::vector<HostTensor>* start) {
+      upload_all();
+      op->forward_training(x, scale, shift, y, mean, var);
+      be().shape_like(dy, y, y.dtype());
+      upload(dy, r);
+      if (start != nullptr) {
+        upload(dscale, (*start)[1]);
+        upload(dshift, (*start)[2]);
+      }
+      op->backward(x, dy, scale, shift, mean, var, dx, dscale, dshift, start != nullptr);
+      EXPECT_EQ(dx.dims(), x.dims());
+      EXPECT_EQ(dx.dtype(), x.dtype());
+      return std::vector<HostTensor>{read(dx), read(dscale), read(dshift)};
+    };
+    d.reference = [&](const std::vector<RefTensor>& v) {
+      RefTensor m, s;
+      norm_stats(v[0], geo, m, s);
+      return norm_apply(v[0], v[1], v[2], m, s, geo, eps);
+    };
+    check_differentiable(d, dt);
+
+    RefTensor want_mean, want_var;
+    norm_stats(to_double(d.values[0]), geo, want_mean, want_var);
+    const HostTensor y_training = d.forward();
+    EXPECT_EQ(mean.dims(), (Dims{n}));
+    expect_close("mean", read(mean), want_mean, kF32Tolerance);
+    expect_close("variance", read(var), want_var, kF32Tolerance);
+
+    // forward_inference ignores the statistics given: each sample's own are used.
+    Tensor bogus_mean = plain(Dims{n}, HostTensor(std::size_t(n), 100.0f));
+    Tensor bogus_var = plain(Dims{n}, HostTensor(std::size_t(n), 1e4f));
+    op->forward_inference(x, scale, shift, bogus_mean, bogus_var, y);
+    expect_close("forward_inference", read(y), y_training, tolerance(dt));
+  }
+}
+
+// ======================================================================================
+// Losses
+// ======================================================================================
+
+struct LossRef {
+  RefTensor loss;     // per sample
+  RefTensor grad;     // ∂loss/∂pred, unscaled
+  RefTensor predict;  // what predict() returns
+  std::int64_t correct = 0;
+};
+
+LossRef loss_ref(LossKind kind, const HostTensor& pred, const HostTensor& labels, std::int64_t k) {
+  LossRef r;
+  const std::size_t n = labels.size();
+  r.grad.resize(pred.size());
+  r.predict.resize(pred.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const double y = labels[i];
+    switch (kind) {
+      case LossKind::kSoftmaxCrossEntropy: {
+        double mx = -1e300;
+        std::size_t best = 0;
+        for (std::int64_t j = 0; j < k; ++j) {
+          mx = std::max(mx, double(pred[i * k + j]));
+          if (pred[i * k + j] > pred[i * k + best]) best = std::size_t(j);
+        }
+        double z = 0;
+        for (std::int64_t j = 0; j < k; ++j) z += std::exp(double(pred[i * k + j]) - mx);
+        const double lse = mx + std::log(z);
+        const auto label = std::size_t(y);
+        r.loss.push_back(lse - pred[i * k + label]);
+        r.correct += best == label;
+        for (std::int64_t j = 0; j < k; ++j) {
+          const double p = std::exp(double(pred[i * k + j]) - lse);
+          r.predict[i * k + j] = p;
+          r.grad[i * k + j] = p - (std::size_t(j) == label ? 1.0 : 0.0);
+        }
+        break;
+      }
+      case LossKind::kBinaryCrossEntropy: {
+        const double z = pred[i];
+        const double sig = 1.0 / (1.0 + std::exp(-z));
+        r.loss.push_back(std::log1p(std::exp(z)) - y * z);  // log(1+e^z) − y·z
+        r.correct += (z > 0) == (y > 0.5);
+        r.grad[i] = sig - y;
+        r.predict[i] = sig;
+        break;
+      }
+      case LossKind::kMeanSquaredError: {
+        const double e = pred[i] - y;
+        r.loss.push_back(e * e);
+        r.grad[i] = 2 * e;
+        r.predict[i] = pred[i];
+        break;
+      }
+      case LossKind::kMeanAbsoluteError: {
+        const double e = pred[i] - y;
+        r.loss.push_back(std::fabs(e));
+        r.grad[i] = e > 0 ? 1.0 : -1.0;  // the labels are never exactly hit
+        r.predict[i] = pred[i];
+        break;
+      }
+    }
+  }
+  return r;
+}
+
+// A batch of predictions and labels for a loss with k outputs.
+void loss_batch(LossKind kind, std::int64_t n, std::int64_t k, std::uint32_t seed, HostTensor& pred,
+                HostTensor& labels) {
+  pred = randn(std::size_t(n * k), seed, 2.0f);
+  labels.resize(std::size_t(n));
+  std::mt19937 rng(seed + 1);
+  for (float& y : labels) {
+    switch (kind) {
+      case LossKind::kSoftmaxCrossEntropy: y = float(rng() % std::uint32_t(k)); break;
+      case LossKind::kBinaryCrossEntropy: y = float(rng() % 2); break;
+      default: y = float(int(rng() % 64) - 32) / 8.0f + 1.0f / 32; break;  // never equal to a pred
+    }
+  }
+}
+
+TEST_P(BackendConformance, LossesGradientTotalsAndPredict) {
+  for (DType dt : precisions())
+    for (LossKind kind : {LossKind::kSoftmaxCrossEntropy, LossKind::kBinaryCrossEntropy,
+                          LossKind::kMeanSquaredError, LossKind::kMeanAbsoluteError}) {
+      SCOPED_TRACE(dtype_trace(dt) + ", " + loss_name(kind));
+      const std::int64_t k = kind == LossKind::kSoftmaxCrossEntropy ? 5 : 1;
+      auto op = be().loss(kind, k);
+      LossTotals expected;
+      double abs_sum = 0;
+      // Three batches, the second of another size: the totals add up.
+      const std::int64_t sizes[] = {6, 4, 6};
+      const float scales[] = {1.0f / 16, 0.3f, 1.0f};
+      for (int b = 0; b < 3; ++b) {
+        const std::int64_t n = sizes[b];
+        HostTensor pv, lv;
+        loss_batch(kind, n, k, 70 + std::uint32_t(b), pv, lv);
+        pv = stored(pv, dt);
+        Tensor pred = plain(Dims{n, k}, pv, dt), labels = plain(Dims{n}, lv), dpred;
+        const LossRef want = loss_ref(kind, pv, lv, k);
+        op->forward_backward(pred, labels, &dpred, scales[b]);
+        EXPECT_EQ(dpred.dims(), pred.dims());
+        EXPECT_EQ(dpred.dtype(), pred.dtype());
+        RefTensor grad = want.grad;
+        for (double& g : grad) g *= scales[b];
+        const HostTensor got_grad = read(dpred);
+        expect_close("dpred, batch " + std::to_string(b), got_grad, grad, tolerance(dt));
+        for (double l : want.loss) {
+          expected.loss_sum += l;
+          abs_sum += std::fabs(l);
+        }
+        expected.count += n;
+        if (is_classification(kind)) expected.correct += want.correct;
+
+        const LossTotals t = op->totals();
+        EXPECT_EQ(t.count, expected.count) << "after batch " << b;
+        if (is_classification(kind)) {
+          EXPECT_EQ(t.correct, expected.correct) << "after batch " << b;
+        }
+        EXPECT_NEAR(t.loss_sum, expected.loss_sum, kF32Tolerance * abs_sum) << "after batch " << b;
+
+        HostTensor predicted(pv.size());
+        op->predict(pred, predicted.data());
+        expect_close("predict, batch " + std::to_string(b), predicted, want.predict, kF32Tolerance);
+
+        // The same batch again on a fresh op gives the same gradient bits.
+        auto fresh = be().loss(kind, k);
+        Tensor dpred2;
+        fresh->forward_backward(pred, labels, &dpred2, scales[b]);
+        expect_same_bits("dpred run twice", read(dpred2), got_grad);
+      }
+
+      // set_totals replaces the running totals; later batches add to them.
+      op->set_totals(LossTotals{});
+      LossTotals zero = op->totals();
+      EXPECT_EQ(zero.count, 0);
+      EXPECT_EQ(zero.correct, 0);
+      EXPECT_EQ(zero.loss_sum, 0.0);
+      const LossTotals saved{12.5, 3, 7};
+      op->set_totals(saved);
+      LossTotals back = op->totals();
+      EXPECT_EQ(back.loss_sum, saved.loss_sum);
+      EXPECT_EQ(back.correct, saved.correct);
+      EXPECT_EQ(back.count, saved.count);
+      HostTensor pv, lv;
+      loss_batch(kind, 5, k, 80, pv, lv);
+      pv = stored(pv, dt);
+      Tensor pred = plain(Dims{5, k}, pv, dt), labels = plain(Dims{5}, lv);
+      op->forward_backward(pred, labels, nullptr, 1.0f);  // totals only, no gradient
+      const LossRef want = loss_ref(kind, pv, lv, k);
+      const LossTotals after = op->totals();
+      double sum = saved.loss_sum, abs = saved.loss_sum;
+      for (double l : want.loss) sum += l, abs += std::fabs(l);
+      EXPECT_NEAR(after.loss_sum, sum, kF32Tolerance * abs);
+      EXPECT_EQ(after.count, saved.count + 5);
+      if (is_classification(kind)) {
+        EXPECT_EQ(after.correct, saved.correct + want.correct);
+      }
+    }
+}
+
+TEST_P(BackendConformance, LossTotalsAreTheSameBitsRunTwice) {
+  for (LossKind kind : {LossKind::kSoftmaxCrossEntropy, LossKind::kBinaryCrossEntropy,
+                        LossKind::kMeanSquaredError, LossKind::kMeanAbsoluteError}) {
+    SCOPED_TRACE(loss_name(kind));
+    const std::int64_t k = kind == LossKind::kSoftmaxCrossEntropy ? 5 : 1;
+    LossTotals first;
+    for (int run = 0; run < 2; ++run) {
+      auto op = be().loss(kind, k);
+      for (int b = 0; b < 3; ++b) {
+        HostTensor pv, lv;
+        loss_batch(kind, 40, k, 90 + std::uint32_t(b), pv, lv);
+        Tensor pred = plain(Dims{40, k}, pv), labels = plain(Dims{40}, lv), dpred;
+        op->forward_backward(pred, labels, &dpred, 1.0f / 40);
+      }
+      const LossTotals t = op->totals();
+      if (run == 0) {
+        first = t;
+      } else {
+        EXPECT_EQ(std::memcmp(&t.loss_sum, &first.loss_sum, sizeof(double)), 0);
+        EXPECT_EQ(t.correct, first.correct);
+        EXPECT_EQ(t.count, first.count);
+      }
+    }
+  }
+}
+
+// ======================================================================================
+// Gradient clipping and optimizer updates
+// ======================================================================================
+
+TEST_P(BackendConformance, ClipScaleAgainstTheGlobalNorm) {
+  // Gradients of several sizes, in the layouts parameters live in.
+  std::vector<Tensor> grads;
+  double squares = 0;
+  std::uint32_t seed = 100;
+  for (const auto& [name, like] : parameter_layouts()) {
+    const HostTensor g = randn(std::size_t(like.elements()), seed++);
+    for (float e : g) squares += double(e) * e;
+    grads.push_back(shaped_like(like, g));
+  }
+  const HostTensor small = randn(7, seed);
+  for (float e : small) squares += double(e) * e;
+  grads.push_back(plain(Dims{7}, small));
+  const double norm = std::sqrt(squares);
+  std::vector<const Tensor*> ptrs;
+  for (const Tensor& g : grads) ptrs.push_back(&g);
+  for (double max_norm : {norm / 3, norm / 1.01, norm * 1.01, norm * 4}) {
+    SCOPED_TRACE("max_norm " + std::to_string(max_norm) + ", norm " + std::to_string(norm));
+    Tensor scale;
+    be().clip_scale(ptrs, float(max_norm), scale);
+    EXPECT_EQ(scale.elements(), 1);
+    EXPECT_EQ(scale.dtype(), DType::kF32);
+    const float got = read(scale)[0];
+    if (norm > max_norm) {
+      EXPECT_NEAR(got, float(max_norm) / (norm + 1e-6), 1e-6 * got);
+    } else {
+      EXPECT_EQ(got, 1.0f) << "below max_norm the scale is exactly 1";
+    }
+    Tensor again;
+    be().clip_scale(ptrs, float(max_norm), again);
+    expect_same_bits("clip_scale run twice", read(again), read(scale));
+  }
+}
+
+// A one-element scale from clip_scale (< 1), and its value.
+float make_clip_scale(Backend& be, const Tensor& g, Tensor& scale) {
+  be.clip_scale({&g}, 0.5f, scale);
+  float s = 0;
+  be.copy_to_host(scale, &s);
+  return s;
+}
+
+TEST_P(BackendConformance, AdamStepsWithBiasCorrectionWeightDecayAndClipping) {
+  struct Case {
+    float weight_decay;
+    bool decoupled, clip;
+  };
+  const auto layouts = parameter_layouts();
+  for (Case c : {Case{0, false, false}, Case{0.1f, false, false}, Case{0.1f, true, false},
+                 Case{0.05f, true, true}, Case{0, false, true}})
+    for (const auto& [name, like] : layouts) {
+      SCOPED_TRACE(name + ", weight_decay " + std::to_string(c.weight_decay) +
+                   (c.decoupled ? " decoupled" : " coupled") + (c.clip ? ", clipped" : ""));
+      const auto n = std::size_t(like.elements());
+      const HostTensor w0 = randn(n, 110);
+      Tensor w = shaped_like(like, w0), g, m = shaped_like(like, HostTensor(n, 0.0f)),
+             v = shaped_like(like, HostTensor(n, 0.0f)), scale;
+      RefTensor rw = to_double(w0), rm(n, 0.0), rv(n, 0.0);
+      AdamUpdate u;
+      u.lr = 0.01f;
+      u.weight_decay = c.weight_decay;
+      u.decoupled_weight_decay = c.decoupled;
+      // Steps 1, 2, 3, then 10: a resumed run's bias correction uses the t it is given.
+      for (std::int64_t t : {1, 2, 3, 10}) {
+        SCOPED_TRACE("step " + std::to_string(t));
+        const HostTensor gh = randn(n, 120 + std::uint32_t(t));
+        g = shaped_like(like, gh);
+        double gs = 1;
+        u.grad_scale = nullptr;
+        if (c.clip) {
+          gs = make_clip_scale(be(), g, scale);
+          EXPECT_LT(gs, 1.0);
+          u.grad_scale = &scale;
+        }
+        u.step = t;
+        const std::uint64_t version = w.version();
+        be().adam_update(w, g, m, v, u);
+        EXPECT_GT(w.version(), version) << "adam_update must mark w modified";
+        const double b1 = u.beta1, b2 = u.beta2, lr = u.lr, wd = c.weight_decay;
+        for (std::size_t i = 0; i < n; ++i) {
+          double grad = gh[i] * gs;
+          if (!c.decoupled) grad += wd * rw[i];
+          rm[i] = b1 * rm[i] + (1 - b1) * grad;
+          rv[i] = b2 * rv[i] + (1 - b2) * grad * grad;
+          const double mhat = rm[i] / (1 - std::pow(b1, double(t)));
+          const double vhat = rv[i] / (1 - std::pow(b2, double(t)));
+          if (c.decoupled) rw[i] -= lr * wd * rw[i];
+          rw[i] -= lr * mhat / (std::sqrt(vhat) + double(u.epsilon));
+        }
+        expect_close("m", read(m), rm, kF32Tolerance);
+        expect_close("v", read(v), rv, kF32Tolerance);
+        expect_close("w", read(w), rw, kF32Tolerance);
+      }
+    }
+}
+
+TEST_P(BackendConformance, SgdStepsWithMomentumNesterovWeightDecayAndClipping) {
+  const auto layouts = parameter_layouts();
+  struct Case {
+    float momentum, weight_decay;
+    bool nesterov, clip;
+  };
+  for (Case c : {Case{0, 0, false, false}, Case{0, 0.1f, false, false}, Case{0.9f, 0, false, false},
+                 Case{0.9f, 0.05f, false, true}, Case{0.9f, 0, true, false},
+                 Case{0.8f, 0.1f, true, true}})
+    for (const auto& [name, like] : layouts) {
+      SCOPED_TRACE(name + ", momentum " + std::to_string(c.momentum) + " weight_decay " +
+                   std::to_string(c.weight_decay) + (c.nesterov ? " nesterov" : "") +
+                   (c.clip ? ", clipped" : ""));
+      const auto n = std::size_t(like.elements());
+      const HostTensor w0 = randn(n, 130);
+      Tensor w = shaped_like(like, w0), g, vel = shaped_like(like, HostTensor(n, 0.0f)), scale;
+      RefTensor rw = to_double(w0), rv(n, 0.0);
+      SgdUpdate u;
+      u.lr = 0.05f;
+      u.momentum = c.momentum;
+      u.weight_decay = c.weight_decay;
+      u.nesterov = c.nesterov;
+      for (int step = 0; step < 3; ++step) {
+        SCOPED_TRACE("step " + std::to_string(step));
+        const HostTensor gh = randn(n, 140 + std::uint32_t(step));
+        g = shaped_like(like, gh);
+        double gs = 1;
+        u.grad_scale = nullptr;
+        if (c.clip) {
+          gs = make_clip_scale(be(), g, scale);
+          u.grad_scale = &scale;
+        }
+        be().sgd_update(w, g, vel, u);
+        for (std::size_t i = 0; i < n; ++i) {
+          const double grad = gh[i] * gs + double(c.weight_decay) * rw[i];
+          if (c.momentum == 0) {
+            rw[i] -= double(u.lr) * grad;
+            continue;
+          }
+          rv[i] = double(c.momentum) * rv[i] + grad;
+          rw[i] -= double(u.lr) * (c.nesterov ? grad + double(c.momentum) * rv[i] : rv[i]);
+        }
+        expect_close("w", read(w), rw, kF32Tolerance);
+        if (c.momentum != 0) expect_close("velocity", read(vel), rv, kF32Tolerance);
+      }
+    }
+}
+
+// ======================================================================================
+// Dropout
+// ======================================================================================
+
+TEST_P(BackendConformance, DropoutMaskIsAPureFunctionOfTheKeyAndBackwardReusesIt) {
+  const std::int64_t n = 100003;
+  const float p = 0.3f;
+  const HostTensor xh = away_from_zero(randn(n, 150));  // nonzero: y == 0 exactly where dropped
+  for (DType dt : precisions()) {
+    SCOPED_TRACE(dtype_trace(dt));
+    const HostTensor xv = stored(xh, dt);
+    Tensor x = plain(Dims{n}, xv, dt), y, y_again, y_other_stream, y_other_seed, dy, dx;
+    be().dropout_forward(x, y, p, 7, 3);
+    EXPECT_EQ(y.dims(), x.dims());
+    EXPECT_EQ(y.dtype(), x.dtype());
+    const HostTensor yv = read(y);
+    // Other keys in between leave no state behind: the same key gives the same bits.
+    be().dropout_forward(x, y_other_stream, p, 7, 4);
+    be().dropout_forward(x, y_other_seed, p, 8, 3);
+    be().dropout_forward(x, y_again, p, 7, 3);
+    expect_same_bits("the same key twice", read(y_again), yv);
+
+    std::size_t kept = 0;
+    RefTensor want(yv.size());
+    for (std::size_t i = 0; i < yv.size(); ++i) {
+      const bool keep = yv[i] != 0.0f;
+      kept += keep;
+      want[i] = keep ? double(xv[i]) / (1.0 - p) : 0.0;
+    }
+    expect_close("kept values are x/(1-p)", yv, want, tolerance(dt));
+    const double fraction = double(kept) / double(n);
+    EXPECT_NEAR(fraction, 1.0 - p, 0.01) << "kept fraction (σ ≈ 0.0015 at this size)";
+
+    auto differs = [&](const HostTensor& other) {
+      std::size_t diff = 0;
+      for (std::size_t i = 0; i < yv.size(); ++i) diff += (other[i] == 0.0f) != (yv[i] == 0.0f);
+      return diff;
+    };
+    EXPECT_GT(differs(read(y_other_stream)), std::size_t(n / 10)) << "another stream, another mask";
+    EXPECT_GT(differs(read(y_other_seed)), std::size_t(n / 10)) << "another seed, another mask";
+
+    // The mask depends on the element's index, not on the tensor's size.
+    Tensor head = plain(Dims{1000}, HostTensor(xv.begin(), xv.begin() + 1000), dt), y_head;
+    be().dropout_forward(head, y_head, p, 7, 3);
+    expect_same_bits("the first 1000 elements alone", read(y_head), HostTensor(yv.begin(), yv.begin() + 1000));
+
+    // Backward recomputes the same mask from the key.
+    const HostTensor dyv = stored(away_from_zero(randn(n, 151)), dt);
+    dy = plain(Dims{n}, dyv, dt);
+    be().dropout_backward(dy, dx, p, 7, 3);
+    EXPECT_EQ(dx.dims(), dy.dims());
+    EXPECT_EQ(dx.dtype(), dy.dtype());
+    const HostTensor dxv = read(dx);
+    RefTensor want_dx(dxv.size());
+    for (std::size_t i = 0; i < dxv.size(); ++i) want_dx[i] = yv[i] != 0.0f ? double(dyv[i]) / (1.0 - p) : 0.0;
+    expect_close("dx", dxv, want_dx, tolerance(dt));
+    for (std::size_t i = 0; i < dxv.size(); ++i)
+      if ((dxv[i] == 0.0f) != (yv[i] == 0.0f)) {
+        ADD_FAILURE() << "backward's mask differs from forward's at " << i;
+        break;
+      }
+
+    // p = 0 keeps everything unchanged.
+    Tensor y0;
+    be().dropout_forward(x, y0, 0.0f, 7, 3);
+    expect_same_bits("p = 0", read(y0), xv);
+  }
+}
+
+// ======================================================================================
+// Fake quantization
+// ======================================================================================
+
+TEST_P(BackendConformance, FakeQuantizeMatchesTheFormulaBitForBit) {
+  const float scale = 0.25f;
+  HostTensor xv = randn(61, 160, 20.0f);
+  // Exact ties (x/scale = k + 0.5) round half to even; values past the range clamp.
+  const float ties[] = {0.125f, 0.375f, 0.625f, -0.375f, -0.625f, 2.5f * scale, 100.0f, -100.0f, 0.0f};
+  std::copy(std::begin(ties), std::end(ties), xv.begin());
+  for (const auto& [lo, hi] : {std::pair{0.0f, 255.0f}, std::pair{-127.0f, 127.0f}}) {
+    for (bool conv_layout : {false, true}) {
+      SCOPED_TRACE("range " + std::to_string(lo) + ".." + std::to_string(hi) +
+                   (conv_layout ? ", conv output layout" : ", plain"));
+      const Dims dims = conv_layout ? Dims{2, 16, 2, 2} : Dims{61};
+      HostTensor v = conv_layout ? randn(std::size_t(dims.product()), 161, 20.0f) : xv;
+      Tensor x;
+      if (conv_layout) {
+        be().shape_like(x, conv_output_like(dims, DType::kF32), DType::kF32);
+      } else {
+        be().shape_plain(x, dims, DType::kF32);
+      }
+      upload(x, v);
+      Tensor y;
+      be().fake_quantize(x, y, scale, lo, hi);
+      EXPECT_EQ(y.dims(), dims);
+      HostTensor want(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) want[i] = std::clamp(std::nearbyint(v[i] / scale), lo, hi) * scale;
+      expect_same_bits("fake_quantize", read(y), want);
+    }
+  }
+}
+
+TEST_P(BackendConformance, FakeQuantizeChannelsMatchesTheFormulaBitForBit) {
+  // Dense weights (O, I) and conv weights (O, C, K, K), each in the layout
+  // its op's shape_parameters chose; one row all zero (scale 1).
+  auto dense = be().dense(DenseSpec{Dims{9}, 4, DType::kF32, Activation::kNone, 8});
+  auto conv = be().conv(ConvSpec{Dims{3, 5, 5}, 4, 3, 1, 1, DType::kF32, Activation::kNone, 8});
+  Tensor wd, bd, wc, bc;
+  dense->shape_parameters(wd, bd);
+  conv->shape_parameters(wc, bc);
+  for (Tensor* w : {&wd, &wc}) {
+    SCOPED_TRACE(w->dims().str());
+    const auto o = std::size_t(w->dims()[0]);
+    const std::size_t per = std::size_t(w->elements()) / o;
+    HostTensor v = randn(std::size_t(w->elements()), 170, 0.3f);
+    std::fill(v.begin() + std::ptrdiff_t(per), v.begin() + std::ptrdiff_t(2 * per), 0.0f);
+    v[2 * per + 1] = -1.5f;  // the row's extreme is negative
+    upload(*w, v);
+    Tensor y;
+    be().fake_quantize_channels(*w, y);
+    EXPECT_EQ(y.dims(), w->dims());
+    HostTensor want(v.size());
+    for (std::size_t r = 0; r < o; ++r) {
+      float mx = 0;
+      for (std::size_t i = 0; i < per; ++i) mx = std::max(mx, std::fabs(v[r * per + i]));
+      const float s = mx > 0 ? mx / 127.0f : 1.0f;
+      for (std::size_t i = 0; i < per; ++i)
+        want[r * per + i] = std::clamp(std::nearbyint(v[r * per + i] / s), -127.0f, 127.0f) * s;
+    }
+    expect_same_bits("fake_quantize_channels", read(y), want);
+  }
+}
+
+TEST_P(BackendConformance, FakeQuantizeRefusesBf16WithAUsageError) {
+  if (!caps().bf16) GTEST_SKIP() << "no bf16 on this backend";
+  Tensor x = plain(Dims{2, 4}, randn(8, 180), DType::kBF16), y;
+  auto kind_of = [](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return e.kind();
+    }
+    return ErrorKind::kBusy;  // not thrown: reported as a mismatch below
+  };
+  EXPECT_EQ(kind_of([&] { be().fake_quantize(x, y, 0.1f, -127, 127); }), ErrorKind::kUsage);
+  EXPECT_EQ(kind_of([&] { be().fake_quantize_channels(x, y); }), ErrorKind::kUsage);
+}
+
+// ======================================================================================
+// Determinism across thread counts
+// ======================================================================================
+
+// The elementwise ops and reductions on tensors large enough to be split
+// across threads; returns every result read back.
+std::vector<HostTensor> run_thread_sensitive_ops(Backend& be) {
+  auto scope = be.enter();
+  std::vector<HostTensor> out;
+  const std::int64_t n = 100003;
+  auto plain = [&](const Dims& dims, const HostTensor& v) {
+    Tensor t;
+    be.shape_plain(t, dims, DType::kF32);
+    be.copy_from_host(v.data(), t);
+    return t;
+  };
+  auto read = [&](const Tensor& t) {
+    HostTensor h(std::size_t(t.elements()));
+    be.copy_to_host(t, h.data());
+    out.push_back(h);
+  };
+  const HostTensor a = randn(n, 200), b = randn(n, 201);
+  Tensor x = plain(Dims{n}, a), mask = plain(Dims{n}, b), y;
+  be.multiply(x, mask);
+  read(x);
+  be.update_running_stat(x, mask, 0.1f, 1.3f);
+  read(x);
+  be.fake_quantize(x, y, 0.05f, -127, 127);
+  read(y);
+  Tensor w = plain(Dims{61, 1639}, randn(61 * 1639, 202));
+  be.fake_quantize_channels(w, y);
+  read(y);
+  be.dropout_forward(x, y, 0.2f, 5, 6);
+  read(y);
+  be.dropout_backward(mask, y, 0.2f, 5, 6);
+  read(y);
+  for (Activation act : {Activation::kRelu, Activation::kGelu, Activation::kTanh, Activation::kSigmoid}) {
+    auto op = be.eltwise(EltwiseSpec{act, DType::kF32});
+    Tensor ex = plain(Dims{7, n / 7}, HostTensor(a.begin(), a.begin() + 7 * (n / 7))), ey, edx;
+    op->forward(ex, ey);
+    read(ey);
+    op->backward(ex, ey, edx);
+    read(edx);
+  }
+  // Reductions: clip_scale over several gradients, then the updates that use it.
+  Tensor g1 = plain(Dims{n}, b), g2 = plain(Dims{333}, randn(333, 203)), scale;
+  be.clip_scale({&g1, &g2}, 1.0f, scale);
+  read(scale);
+  Tensor m, v, vel;
+  be.shape_plain(m, Dims{n}, DType::kF32);
+  be.shape_plain(v, Dims{n}, DType::kF32);
+  be.shape_plain(vel, Dims{n}, DType::kF32);
+  be.fill_zero(m);
+  be.fill_zero(v);
+  be.fill_zero(vel);
+  Tensor wa = plain(Dims{n}, a), ws = plain(Dims{n}, a);
+  for (std::int64_t t = 1; t <= 2; ++t) {
+    AdamUpdate au;
+    au.step = t;
+    au.weight_decay = 0.01f;
+    au.decoupled_weight_decay = true;
+    au.grad_scale = &scale;
+    be.adam_update(wa, g1, m, v, au);
+    SgdUpdate su;
+    su.momentum = 0.9f;
+    su.nesterov = true;
+    su.weight_decay = 0.01f;
+    su.grad_scale = &scale;
+    be.sgd_update(ws, g1, vel, su);
+  }
+  read(wa);
+  read(m);
+  read(v);
+  read(ws);
+  read(vel);
+  // Loss totals over large batches.
+  for (LossKind kind : {LossKind::kSoftmaxCrossEntropy, LossKind::kBinaryCrossEntropy,
+                        LossKind::kMeanSquaredError, LossKind::kMeanAbsoluteError}) {
+    const std::int64_t k = kind == LossKind::kSoftmaxCrossEntropy ? 10 : 1, rows = 20000;
+    HostTensor pv, lv;
+    loss_batch(kind, rows, k, 204, pv, lv);
+    auto op = be.loss(kind, k);
+    Tensor pred = plain(Dims{rows, k}, pv), labels = plain(Dims{rows}, lv), dpred;
+    op->forward_backward(pred, labels, &dpred, 1.0f / float(rows));
+    op->forward_backward(pred, labels, nullptr, 1.0f);
+    read(dpred);
+    const LossTotals t = op->totals();
+    float bits[2];
+    std::memcpy(bits, &t.loss_sum, sizeof(double));
+    out.push_back({bits[0], bits[1], float(t.correct), float(t.count)});
+  }
+  return out;
+}
+
+TEST_P(BackendConformance, ElementwiseOpsAndReductionsGiveTheSameBitsRunTwiceAndForAnyThreadCount) {
+  const std::vector<HostTensor> first = run_thread_sensitive_ops(be());
+  const std::vector<HostTensor> second = run_thread_sensitive_ops(be());
+  ASSERT_EQ(first.size(), second.size());
+  for (std::size_t i = 0; i < first.size(); ++i)
+    expect_same_bits("result " + std::to_string(i) + " run twice", second[i], first[i]);
+  if (!caps().deterministic) GTEST_SKIP() << "the backend does not report deterministic";
+  const int other_threads = GetParam().threads == 1 ? 2 : 1;
+  auto other = make_backend({.device = GetParam().device, .threads = other_threads});
+  const std::vector<HostTensor> third = run_thread_sensitive_ops(*other);
+  ASSERT_EQ(first.size(), third.size());
+  for (std::size_t i = 0; i < first.size(); ++i)
+    expect_same_bits("result " + std::to_string(i) + " with " + std::to_string(other_threads) +
+                         " threads",
+                     third[i], first[i]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendConformance, ::testing::ValuesIn(usable_backends()),
+                         case_name);
+// The CPU backend is always usable, so this never triggers here; it keeps a
+// build whose registry lists nothing usable from failing for that reason alone.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BackendConformance);
+
+}  // namespace
+}  // namespace anneal

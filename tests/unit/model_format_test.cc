@@ -1,0 +1,328 @@
+// The model and checkpoint test vectors of docs/STORE.md ("Test vectors")
+// against the code: each documented blob must be byte for byte what
+// encode_model / encode_checkpoint (and Trainer::save_state) write for the
+// same tiny model, and must decode to it. A change to the format or to the
+// document without the other fails here.
+//
+// ANNEAL_WRITE_VECTORS=DIR writes the blobs the code produces to DIR/NAME.bin
+// (to regenerate the document's vectors with tests/format/read_model.py
+// --annotate).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "anneal/datasets.h"
+#include "anneal/error.h"
+#include "anneal/hash.h"
+#include "anneal/preprocess.h"
+#include "anneal/trainer.h"
+#include "runs/model_file.h"
+#include "test_util.h"
+
+namespace anneal {
+namespace {
+using nlohmann::json;
+
+// The vectors' shared pieces: a numeric column "x" and a two-category
+// column "color" into a dense(2) over the transformed [3] input, labels
+// "no"/"yes".
+const char* kFeatures =
+    R"({"input_shape":[2],"columns":[{"column":"x","width":1,"mean":1.5,"scale":0.5},)"
+    R"({"column":"color","width":1,"one_hot":["red","blue"]}]})";
+const char* kLabels = R"({"column":"label","classification":true,"categorical":true,"classes":["no","yes"]})";
+const char* kColumns =
+    R"([{"name":"x","type":"numeric","missing":0,"count":4,"min":1,"max":2,"mean":1.5,"std":0.5},)"
+    R"({"name":"color","type":"categorical","missing":0,"count":4,"min":0,"max":1,"mean":0.5,"std":0.5,"categories":["red","blue"]},)"
+    R"({"name":"label","type":"categorical","missing":0,"count":4,"min":0,"max":1,"mean":0.5,"std":0.5,"categories":["no","yes"]}])";
+const std::vector<float> kWeight = {0.5f, -1.0f, 2.0f, 0.25f, 1.0f, -0.5f};
+const std::vector<float> kBias = {0.125f, -0.25f};
+
+// The document's vectors: NAME -> bytes. A vector is a fenced block whose
+// first line is "vector NAME"; then "magic HEX...", "length HEX...",
+// "header JSON" and payload lines "OFFSET HEX...". '#' starts a comment.
+std::map<std::string, std::string> document_vectors() {
+  const auto path = std::filesystem::path(ANNEAL_TEST_DATA_DIR) / ".." / ".." / "docs" / "STORE.md";
+  std::ifstream in(path);
+  EXPECT_TRUE(in) << path;
+  std::map<std::string, std::string> out;
+  std::string line, name;
+  bool fenced = false;
+  auto hex_bytes = [](std::istringstream& words, std::string& into) {
+    std::string w;
+    while (words >> w) {
+      if (w.size() != 2 || !std::isxdigit(static_cast<unsigned char>(w[0])) ||
+          !std::isxdigit(static_cast<unsigned char>(w[1])))
+        break;
+      into += char(std::stoi(w, nullptr, 16));
+    }
+  };
+  while (std::getline(in, line)) {
+    if (line.rfind("```", 0) == 0) {
+      fenced = !fenced;
+      name.clear();
+      continue;
+    }
+    if (!fenced) continue;
+    if (line.rfind("vector ", 0) == 0) {
+      name = line.substr(7);
+      out[name];
+      continue;
+    }
+    if (name.empty()) continue;
+    if (line.rfind("header ", 0) == 0) {  // the header's bytes, verbatim, over one or more lines
+      out[name] += line.substr(7);
+      continue;
+    }
+    const std::string code = line.substr(0, line.find('#'));
+    std::istringstream words(code);
+    std::string first;
+    if (!(words >> first)) continue;
+    if (first == "magic" || first == "length" || first.size() == 4) hex_bytes(words, out[name]);
+  }
+  return out;
+}
+
+std::string hex(std::string_view bytes) {
+  std::string s;
+  char buf[4];
+  for (unsigned char c : bytes) {
+    std::snprintf(buf, sizeof buf, "%02x", c);
+    s += buf;
+  }
+  return s;
+}
+
+// A first difference, readable.
+std::string first_difference(const std::string& want, const std::string& got) {
+  std::size_t i = 0;
+  while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
+  return "sizes " + std::to_string(want.size()) + " / " + std::to_string(got.size()) + ", first difference at byte " +
+         std::to_string(i) + ": document " + hex(std::string_view(want).substr(i, 16)) + " code " +
+         hex(std::string_view(got).substr(i, 16));
+}
+
+void maybe_write(const std::string& name, const std::string& bytes) {
+  const char* dir = std::getenv("ANNEAL_WRITE_VECTORS");
+  if (dir == nullptr) return;
+  std::ofstream(std::filesystem::path(dir) / (name + ".bin"), std::ios::binary) << bytes;
+}
+
+runs::ModelFile shell() {
+  runs::ModelFile m;
+  m.features = FeatureTransform::from_json(json::parse(kFeatures));
+  m.labels = LabelEncoding::from_json(json::parse(kLabels));
+  m.loss = LossKind::kSoftmaxCrossEntropy;
+  m.layers = "dense(2)";
+  m.input_shape = {3};
+  m.outputs = 2;
+  m.dataset_columns = columns_from_json(json::parse(kColumns));
+  m.label_column = "label";
+  m.dataset_format = "csv";
+  return m;
+}
+
+// The weights hash of a quantized or pruned model, as the document gives it.
+std::string compressed_hash(const runs::ModelFile& m) {
+  std::string bytes;
+  for (const auto& t : m.tensors) {
+    bytes += t.name;
+    for (auto d : t.dims) bytes.append(":").append(std::to_string(d));
+    bytes += "\n";
+    bytes.append(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float));
+  }
+  return to_hex(hash_bytes(bytes));
+}
+
+// The tiny network as a Trainer (adam: moments in the state), weights set
+// to the vectors' values; two training rows.
+struct TinyTrainer {
+  std::vector<float> x = {1, 0, 1, 2, 1, 0}, y = {0, 1};
+  NullReporter reporter;
+  std::unique_ptr<Backend> backend = test::cpu_backend();
+  std::unique_ptr<Trainer> trainer;
+  TinyTrainer() {
+    TrainerConfig c;
+    c.layers = "dense(2)";
+    c.classes = 2;
+    c.batch = 2;
+    c.epochs = 1;
+    c.seed = 7;
+    trainer = std::make_unique<Trainer>(c, *backend, DataView{x, y, {3}}, std::nullopt, reporter);
+    trainer->load_weights({{"0.dense.weight", kWeight}, {"0.dense.bias", kBias}});
+  }
+};
+
+runs::ModelFile format1_model(TinyTrainer& t) {
+  runs::ModelFile m = shell();
+  m.tensors = runs::export_weights(*t.trainer);
+  m.weights_hash = t.trainer->weights_hash();
+  return m;
+}
+
+runs::NamedTensor tensor(std::string name, std::vector<std::int64_t> dims, std::vector<float> values,
+                         runs::TensorEncoding encoding = runs::TensorEncoding::kF32) {
+  runs::NamedTensor t;
+  t.name = std::move(name);
+  t.dims = std::move(dims);
+  t.values = std::move(values);
+  t.encoding = encoding;
+  return t;
+}
+
+runs::ModelFile int8_model() {
+  runs::ModelFile m = shell();
+  runs::NamedTensor w = tensor("0.dense.weight", {2, 3}, {}, runs::TensorEncoding::kS8);
+  w.q = {32, -64, 127, 32, 127, -64};
+  w.scales = {0.015625f, 0.0078125f};
+  for (std::size_t i = 0; i < w.q.size(); ++i) w.values.push_back(float(w.q[i]) * w.scales[i / 3]);
+  m.tensors = {w, tensor("0.dense.bias", {2}, kBias)};
+  m.int8 = true;
+  m.activation_scales["0.dense"] = {0.03125f, 0.0625f};
+  m.compression = {{"operation", "quantize"}, {"method", "minmax"}, {"calibration_data", "tiny@v1"},
+                   {"calibration_samples", 4}, {"qat_epochs", 0}};
+  m.weights_hash = compressed_hash(m);
+  return m;
+}
+
+runs::ModelFile pruned_model() {
+  runs::ModelFile m = shell();
+  m.tensors = {tensor("0.dense.weight", {2, 3}, {0.5f, 0.0f, 2.0f, 0.0f, 1.0f, 0.0f}, runs::TensorEncoding::kBitmask),
+               tensor("0.dense.bias", {2}, kBias)};
+  m.compression = {{"operation", "prune"}, {"structured", false}, {"target_sparsity", 0.5},
+                   {"schedule", "oneshot"}, {"scope", "layer"}, {"finetune_epochs", 0}};
+  m.weights_hash = compressed_hash(m);
+  return m;
+}
+
+runs::Checkpoint checkpoint(TinyTrainer& t) {
+  runs::Checkpoint c;
+  c.header = {{"features", json::parse(kFeatures)}, {"labels", json::parse(kLabels)}};
+  c.header["run"] = 1;
+  c.header["step"] = t.trainer->step();
+  c.state = t.trainer->save_state();
+  return c;
+}
+
+void expect_document_has(const std::string& name, const std::string& bytes) {
+  maybe_write(name, bytes);
+  const auto vectors = document_vectors();
+  auto it = vectors.find(name);
+  ASSERT_NE(it, vectors.end()) << "docs/STORE.md has no vector " << name;
+  EXPECT_TRUE(it->second == bytes) << "docs/STORE.md vector " << name << " differs from the code's bytes: "
+                                   << first_difference(it->second, bytes);
+}
+
+TEST(ModelFormat, Format1VectorIsWhatTheCodeWrites) {
+  TinyTrainer t;
+  expect_document_has("model-format-1", runs::encode_model(format1_model(t)));
+}
+
+TEST(ModelFormat, Int8VectorIsWhatTheCodeWrites) { expect_document_has("model-int8", runs::encode_model(int8_model())); }
+
+TEST(ModelFormat, BitmaskVectorIsWhatTheCodeWrites) {
+  expect_document_has("model-bitmask", runs::encode_model(pruned_model()));
+}
+
+TEST(ModelFormat, CheckpointVectorIsWhatTheCodeWrites) {
+  TinyTrainer t;
+  expect_document_has("checkpoint", runs::encode_checkpoint(checkpoint(t)));
+}
+
+// The documented bytes decode to the documented meaning.
+TEST(ModelFormat, DocumentVectorsDecode) {
+  const auto vectors = document_vectors();
+  ASSERT_TRUE(vectors.count("model-format-1") && vectors.count("model-int8") && vectors.count("model-bitmask") &&
+              vectors.count("checkpoint"));
+  const runs::ModelFile f1 = runs::decode_model(vectors.at("model-format-1"), "doc");
+  ASSERT_EQ(f1.tensors.size(), 2u);
+  EXPECT_EQ(f1.tensors[0].name, "0.dense.weight");
+  EXPECT_EQ(f1.tensors[0].dims, (std::vector<std::int64_t>{2, 3}));
+  EXPECT_EQ(f1.tensors[0].values, kWeight);
+  EXPECT_EQ(f1.tensors[1].name, "0.dense.bias");
+  EXPECT_EQ(f1.tensors[1].values, kBias);
+  EXPECT_EQ(f1.layers, "dense(2)");
+  EXPECT_EQ(f1.features.output_width(), 3);
+  TinyTrainer t;
+  EXPECT_EQ(f1.weights_hash, t.trainer->weights_hash());
+
+  // The example row of the document: x = 2, color = blue -> [1, 0, 1].
+  TransformCounts counts;
+  const std::vector<float> input = f1.features.apply(std::vector<float>{2.0f, 1.0f}, counts);
+  EXPECT_EQ(input, (std::vector<float>{1.0f, 0.0f, 1.0f}));
+  // The document's logits for that row, through softmax. anneal's softmax
+  // (exp of oneDNN's log-softmax) is a few 1e-6 off the exact value.
+  auto softmax0 = [](double a, double b) { return 1.0 / (1.0 + std::exp(b - a)); };
+  const std::unique_ptr<Backend> backend = test::cpu_backend();
+  runs::Predictor predictor(f1, *backend);
+  std::vector<float> p = predictor.predict(input);
+  EXPECT_NEAR(p[0], softmax0(2.625, -0.5), 1e-5);
+  EXPECT_NEAR(p[0] + p[1], 1.0, 1e-5);
+
+  const runs::ModelFile q = runs::decode_model(vectors.at("model-int8"), "doc");
+  EXPECT_TRUE(q.int8);
+  EXPECT_EQ(q.tensors[0].encoding, runs::TensorEncoding::kS8);
+  EXPECT_EQ(q.tensors[0].values, (std::vector<float>{0.5f, -1.0f, 1.984375f, 0.25f, 0.9921875f, -0.5f}));
+  EXPECT_EQ(q.activation_scales.at("0.dense").input, 0.03125f);
+  runs::Predictor int8_predictor(q, *backend);
+  ASSERT_TRUE(int8_predictor.uses_inference_network());
+  p = int8_predictor.predict(input);
+  EXPECT_NEAR(p[0], softmax0(2.609375, -0.5), 1e-5);  // the document's int8 arithmetic
+
+  const runs::ModelFile b = runs::decode_model(vectors.at("model-bitmask"), "doc");
+  EXPECT_EQ(b.tensors[0].encoding, runs::TensorEncoding::kBitmask);
+  EXPECT_EQ(b.tensors[0].values, (std::vector<float>{0.5f, 0.0f, 2.0f, 0.0f, 1.0f, 0.0f}));
+  runs::Predictor sparse_predictor(b, *backend);
+  p = sparse_predictor.predict(input);
+  EXPECT_NEAR(p[0], softmax0(2.625, -0.25), 1e-5);
+
+  const runs::Checkpoint c = runs::decode_checkpoint(vectors.at("checkpoint"), "doc");
+  EXPECT_EQ(c.header.at("run"), 1);
+  TinyTrainer resumed;
+  resumed.trainer->load_state(c.state);  // the documented state is one this trainer accepts
+  EXPECT_EQ(resumed.trainer->values("0.dense.weight"), kWeight);
+}
+
+// Regressions: a crafted blob must be refused by decode_model, never read
+// past a vector's end or allocate what its dims claim.
+TEST(ModelFormat, Format1TensorWithFewerValuesThanItsDimsIsCorrupt) {
+  TinyTrainer t;
+  runs::ModelFile m = format1_model(t);
+  m.tensors[0].values.pop_back();  // encode_model writes count = values.size()
+  try {
+    runs::decode_model(runs::encode_model(m), "crafted");
+    FAIL() << "decoded a tensor with fewer values than its dims";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << e.what();
+  }
+}
+
+TEST(ModelFormat, Format2DimsLargerThanTheBytesAreCorruptBeforeAllocating) {
+  // The documented bitmask model with its weight's dims edited to claim
+  // 2^40 elements in a few bytes: refused before its values are allocated
+  // (4 TiB). "ANMODEL1" | u64 LE header length | header JSON | tensors.
+  std::string bytes = runs::encode_model(pruned_model());
+  const std::string from = "\"dims\":[2,3]", to = "\"dims\":[1048576,1048576]";
+  const std::size_t at = bytes.find(from);
+  ASSERT_NE(at, std::string::npos);
+  std::uint64_t header = 0;
+  std::memcpy(&header, bytes.data() + 8, 8);
+  header += to.size() - from.size();
+  bytes.replace(at, from.size(), to);
+  std::memcpy(bytes.data() + 8, &header, 8);
+  try {
+    runs::decode_model(bytes, "crafted");
+    FAIL() << "decoded a tensor whose dims exceed its bytes";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace anneal
