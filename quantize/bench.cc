@@ -44,7 +44,10 @@ BenchResult bench_model(Store& store, const BenchRequest& request) {
 
   const std::unique_ptr<Backend> backend = make_backend({.device = request.device, .threads = request.threads});
   runs::Predictor predictor(model, *backend, request.batch);
-  result.engine = predictor.uses_inference_network() ? "inference" : model.linear ? "linear" : "network";
+  result.engine = model.linear ? "linear"
+                  : !predictor.inference_only() ? "network"
+                  : model.int8 ? "network (int8)"
+                               : "network (sparse)";
   std::vector<float> x = make_rows(request.batch);
   using Clock = std::chrono::steady_clock;
   auto time = [&](const std::vector<float>& rows) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "anneal/backend.h"
 #include "anneal/error.h"
 #include "anneal/network.h"
 #include "anneal/quantize.h"
@@ -164,7 +165,7 @@ CompressResult prune_model(Store& store, const PruneRequest& request, Reporter& 
   DatasetRef data = parse_dataset_ref(data_text, "--data");
   const std::unique_ptr<Backend> backend = make_backend({.device = request.device, .threads = request.threads});
   const Dims input(parent.model.input_shape);
-  const std::vector<WeightedLayer> layers = weighted_layers(parent.model.layers, input);
+  const std::vector<WeightedLayer> layers = weighted_layers(parent.model.layers, input, *backend);
   if (request.structured && layers.size() < 2)
     throw usage_error("prune --structured: the network has no hidden dense or conv layer to shrink");
   runs::ModelInputs in = runs::model_inputs(store, parent.model, parent.record.ref(), data, EvalSplit::kTrain);
@@ -190,7 +191,7 @@ CompressResult prune_model(Store& store, const PruneRequest& request, Reporter& 
   for (const auto& t : child.tensors) weights.emplace_back(t.name, t.values);
   trainer.load_weights(weights);
 
-  const std::vector<WeightedLayer> child_layers = weighted_layers(child.layers, input);
+  const std::vector<WeightedLayer> child_layers = weighted_layers(child.layers, input, *backend);
   auto apply_masks = [&](double sparsity) {
     std::vector<std::vector<float>> current;
     for (const auto& L : child_layers) current.push_back(trainer.values(L.prefix + ".weight"));

@@ -1,14 +1,16 @@
 // INT8 post-training quantization: per-channel weight quantization,
 // activation calibration (minmax, percentile, entropy) and quantize_model.
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "anneal/backend.h"
 #include "anneal/error.h"
+#include "anneal/network.h"
 #include "anneal/quantize.h"
 #include "anneal/trainer.h"
 #include "derived_model.h"
-#include "engine/omp_threads.h"
 #include "runs/model_inputs.h"
 
 namespace anneal {
@@ -148,32 +150,42 @@ namespace {
 
 // Scale per calibration point: 0 the network input, k + 1 weighted layer k's
 // output (fused activation included), observed on `x` (samples rows) through
-// the fp32 network of `model`.
+// the fp32 network of `model`, built inference-only (oneDNN's fp32 inference
+// primitives, every dense layer dense, whatever its sparsity).
 std::vector<float> calibrate(const runs::ModelFile& model, const std::vector<WeightedLayer>& layers,
                              const std::vector<float>& x, std::int64_t samples, std::int64_t width,
-                             CalibrationMethod method, int threads) {
+                             CalibrationMethod method, Backend& backend) {
   std::vector<ActivationRange> ranges(layers.size() + 1);
   {
-    engine::OmpThreads scope(threads);
-    InferenceSpec spec = runs::inference_spec(model);
-    spec.int8 = false;
-    spec.sparse = SparseKernel::kDense;
-    InferenceNetwork net(std::move(spec));
-    std::vector<float> out;
+    const auto scope = backend.enter();
+    NetworkOptions options;
+    options.input_shape = Dims(model.input_shape);
+    options.outputs = model.outputs;
+    options.inference = runs::inference_options(model);
+    options.inference->int8 = false;
+    options.inference->sparse = SparseKernel::kDense;
+    Network net(model.layers, options, backend);
     constexpr std::int64_t kBatch = 256;
+    PassContext ctx;
+    ctx.training = false;
+    Tensor batch;
+    std::vector<float> values;  // one layer's output on the host
     const bool histogram = method != CalibrationMethod::kMinMax;
     for (int pass = 0; pass < (histogram ? 2 : 1); ++pass) {
-      const InferenceNetwork::Observer observe = [&](std::size_t k, const float* v, std::size_t n) {
-        if (pass == 0) ranges[k + 1].add_max({v, n});
-        else ranges[k + 1].add_histogram({v, n});
+      const Network::LayerObserver observe = [&](std::size_t k, const Tensor& y) {
+        values.resize(std::size_t(y.elements()));
+        backend.copy_to_host(y, values.data());
+        if (pass == 0) ranges[k + 1].add_max(values);
+        else ranges[k + 1].add_histogram(values);
       };
       for (std::int64_t start = 0; start < samples; start += kBatch) {
         const std::int64_t n = std::min(kBatch, samples - start);
-        const std::span<const float> batch(x.data() + start * width, std::size_t(n * width));
-        if (pass == 0) ranges[0].add_max(batch);
-        else ranges[0].add_histogram(batch);
-        out.resize(std::size_t(n * model.outputs));
-        net.forward(batch.data(), n, out.data(), observe);
+        const std::span<const float> rows(x.data() + start * width, std::size_t(n * width));
+        if (pass == 0) ranges[0].add_max(rows);
+        else ranges[0].add_histogram(rows);
+        backend.shape_plain(batch, options.input_shape.with_batch(n), DType::kF32);
+        backend.copy_from_host(rows.data(), batch);
+        net.forward(batch, ctx, observe);
       }
     }
   }
@@ -233,7 +245,8 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
   DatasetRef calib = parse_dataset_ref(request.calib, "--calib");
   const std::unique_ptr<Backend> backend = make_backend({.device = request.device, .threads = request.threads});
   // Unsupported layers (batchnorm, layernorm) fail here, before any run.
-  const std::vector<WeightedLayer> layers = weighted_layers(parent.model.layers, Dims(parent.model.input_shape));
+  const std::vector<WeightedLayer> layers =
+      weighted_layers(parent.model.layers, Dims(parent.model.input_shape), *backend);
   runs::ModelInputs in = runs::model_inputs(store, parent.model, parent.record.ref(), calib, EvalSplit::kTrain);
   calib.version = parse_dataset_ref(in.dataset).version;
   std::int64_t width = 1;
@@ -251,7 +264,7 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
   reporter.note("calibrating " + parent.record.ref() + " on " + std::to_string(samples) + " rows of " + in.dataset +
                 " (" + calibration_method_name(request.method) + ")");
   std::vector<float> scales =
-      calibrate(parent.model, layers, x, samples, width, request.method, request.threads);
+      calibrate(parent.model, layers, x, samples, width, request.method, *backend);
 
   runs::ModelFile child = parent.model;
   if (request.qat_epochs > 0) {
@@ -260,7 +273,7 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
     fine_tune_quantized(child, layers, scales, in, request, *backend, reporter);
     // The usual conversion from here on, on the fine-tuned weights: their
     // activations are calibrated afresh (fine-tuning moves the ranges).
-    scales = calibrate(child, layers, x, samples, width, request.method, request.threads);
+    scales = calibrate(child, layers, x, samples, width, request.method, *backend);
   }
   child.int8 = true;
   json scales_json = json::array();

@@ -225,6 +225,118 @@ struct SgdUpdate {
   const Tensor* grad_scale = nullptr;   // null: 1
 };
 
+// ---- Inference-only ops: int8 and sparse models ------------------------------
+// What an inference-only Network (NetworkOptions::inference) is built from:
+// INT8-quantized models (s8 weights with a scale per output channel, u8/s8
+// activations with calibrated scales, on oneDNN's int8 primitives with the
+// activation fused) and pruned models (fp32 weights, mostly zero, whose
+// dense layers run a CSR kernel when it measures faster than oneDNN's dense
+// one). Forward only: there are no gradients and nothing to train.
+//
+// Weights: each op takes host copies of its layer's weights in its spec and
+// owns them from then on (the spec may be destroyed after the factory call);
+// it reorders them into the layout its primitive wants once per batch size.
+//
+// Quantized activations: a kS8/kU8 tensor holds q with real x ≈ q · scale
+// (symmetric, no zero point); u8 holds values known non-negative (after a
+// relu), at twice the resolution of s8. The scale is not in the tensor: it is
+// static per layer (calibrated when the model was quantized) and every op
+// that reads or writes one is told it in its spec.
+//
+// Caching: each op builds its primitives, reordered weights and scratch
+// memory the first time it sees an input of a given batch size and layout,
+// and reuses them after: a steady-state forward allocates nothing. Outputs
+// are shaped by the op (dims, dtype and layout its choice, as for the layer
+// ops); the caller owns them. Inputs may arrive in any layout and are
+// converted by the op. Errors as for the layer ops.
+
+// How an fp32 dense layer with mostly-zero weights runs.
+enum class SparseKernel : std::uint8_t {
+  kMeasure,  // time CSR and the dense inner product once per batch size, keep the faster
+  kDense,    // always oneDNN's dense inner product
+  kSparse,   // always CSR (for tests)
+};
+
+// One dense or conv layer's weights, host values, row-major.
+struct InferenceWeights {
+  std::vector<float> weight;  // (O, I...) real values (int8: q · scales, for reports only)
+  std::vector<float> bias;    // (O), real values
+  // int8 only: weight ≈ q · scales[o], q (O, I...) in [-127, 127].
+  std::vector<std::int8_t> q;
+  std::vector<float> scales;  // (O), > 0
+};
+
+// The activation side of an int8 dense or conv layer. oneDNN computes
+// dst = act(oscale · (Σ q_x·q_w + bias / (s_in·s_w))) with
+// oscale = s_in · s_w[o] / s_out, so an s8/u8 output comes out quantized.
+struct Int8Activations {
+  // The scale of x when x is s8/u8; an f32 x is quantized to s8 at this scale.
+  float input_scale = 0;
+  // y's dtype: kU8 (only with a fused relu), kS8, or kF32 (real values: the
+  // network's last layer, or a fused tanh/sigmoid, which cannot run on a
+  // rescaled accumulator).
+  DType output = DType::kF32;
+  float output_scale = 0;  // y's scale when y is s8/u8
+};
+
+// y(N,O) = act(x(N,I...) · Wᵀ + b). An image x (N,C,H,W) is read in C,H,W
+// order, as DenseOp does. With `int8`: x is f32, s8 or u8 and y as `quant`
+// says. Without: x and y are f32; when at least half the weights are zero
+// and the activation is none or relu, `sparse` picks the kernel.
+struct InferenceDenseSpec {
+  Dims in;                              // per-sample: (F) or (C, H, W)
+  std::int64_t out = 0;                 // O
+  Activation fused = Activation::kNone; // relu/tanh/sigmoid
+  InferenceWeights weights;
+  bool int8 = false;
+  Int8Activations quant;                // int8 only
+  SparseKernel sparse = SparseKernel::kMeasure;  // fp32 only
+};
+
+// y(N,O,Ho,Wo) = act(conv(x(N,C,H,W), W(O,C,K,K)) + b), square kernel,
+// symmetric zero padding, Ho = (H + 2·pad − K)/stride + 1. dtypes as for
+// InferenceDenseSpec (fp32 convs never run sparse).
+struct InferenceConvSpec {
+  Dims in;  // (C, H, W)
+  std::int64_t out_channels = 0, kernel = 0, stride = 1, pad = 0;
+  Activation fused = Activation::kNone;
+  InferenceWeights weights;
+  bool int8 = false;
+  Int8Activations quant;
+  // The pooling layer right after this conv (fused activation between),
+  // when its window equals its stride: pool = that window (0: none). An
+  // int8 conv lowered to a matrix product may run it on the product's rows
+  // (see InferenceConvOp::runs_pool).
+  std::int64_t pool = 0;
+  bool pool_max = true;
+};
+
+// Max or average pooling over K×K windows, no padding, Ho = (H − K)/stride + 1,
+// of an f32, s8 or u8 x: y keeps x's dtype (and so its scale).
+struct InferencePoolSpec {
+  Dims in;  // (C, H, W)
+  std::int64_t kernel = 2, stride = 2;
+  bool max = true;
+};
+
+class InferenceOp {
+ public:
+  virtual ~InferenceOp() = default;
+  // y = op(x), x (N, in...). x must not be y.
+  virtual void forward(const Tensor& x, Tensor& y) = 0;
+  // What the latest forward ran on, for reports: "int8 inner product",
+  // "sparse csr", "fp32 convolution", ...; empty before the first forward.
+  virtual std::string kernel() const = 0;
+};
+
+class InferenceConvOp : public InferenceOp {
+ public:
+  // True when the op also runs the pooling named in its spec, so that y is
+  // the pooled (N, O, Ho/pool, Wo/pool) and the pooling layer has nothing
+  // left to do. Fixed at construction.
+  virtual bool runs_pool() const = 0;
+};
+
 // ---- The backend ---------------------------------------------------------
 
 // What a backend can do, asked instead of probing the hardware.
@@ -336,6 +448,24 @@ class Backend : public MemoryAllocator {
   virtual std::unique_ptr<NormOp> batch_norm(const NormSpec& spec) = 0;
   virtual std::unique_ptr<NormOp> layer_norm(const NormSpec& spec) = 0;
   virtual std::unique_ptr<LossOp> loss(LossKind kind, std::int64_t outputs) = 0;
+
+  // Inference-only op factories (see their section above); called while an
+  // inference-only network is built. kCorrupt when the weights do not match
+  // the shape, kUsage/kFailure as for the other factories.
+  virtual std::unique_ptr<InferenceOp> inference_dense(InferenceDenseSpec spec) = 0;
+  virtual std::unique_ptr<InferenceConvOp> inference_conv(InferenceConvSpec spec) = 0;
+  virtual std::unique_ptr<InferenceOp> inference_pool(const InferencePoolSpec& spec) = 0;
+  // y (x's dims, plain row-major f32) = x · scale, for x f32, s8 or u8 in
+  // any layout: an int8 activation turned into real values. When x already
+  // is plain f32 and scale is 1, y becomes a view of x (valid while x is).
+  virtual void dequantize(const Tensor& x, float scale, Tensor& y) = 0;
+  // Makes `t` a plain row-major f32 tensor of `dims` over caller-owned host
+  // memory, without a copy, and returns true, when this backend computes in
+  // host memory (the CPU backend); else returns false and leaves t alone
+  // (copy_from_host then). `host` must stay alive and unchanged while t is
+  // in use; ops only read an input. How an inference-only network reads a
+  // batch of rows where they lie, as a forward-only pass can afford.
+  virtual bool view_host(const float* host, const Dims& dims, Tensor& t) = 0;
 };
 
 // Backends are made by the registry in anneal/device.h.

@@ -38,6 +38,13 @@ struct PassContext {
   std::uint64_t micro_step = 0;  // global micro-batch counter: a fresh dropout mask each
 };
 
+// What one layer of an inference-only network ran on (Network::kernels()).
+struct LayerKernel {
+  std::string layer;    // the layer as described: "dense(256) relu"
+  std::string kernel;   // "int8 inner product", "sparse csr", "fp32 convolution", ...
+  double sparsity = 0;  // dense/conv: the fraction of zero weights
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -58,6 +65,10 @@ class Layer {
   // returns dx = ∂L/∂x (owned by the layer). Without need_dx the returned
   // reference is to an empty tensor.
   virtual const Tensor& backward(const Tensor& dy, const PassContext& ctx, bool need_dx) = 0;
+
+  // What the latest forward ran on, for reports; the kernel is empty for
+  // layers that do not say (the trainable dense, conv, pool, ...).
+  virtual LayerKernel kernel() const { return {describe(), "", 0}; }
 
   // Appends this layer's parameters / state buffers (none by default).
   virtual void collect_parameters(std::vector<Parameter*>& out) { (void)out; }

@@ -8,10 +8,20 @@
 // avgpool(K[,stride=S]), flatten, relu, gelu, tanh, sigmoid, dropout(P),
 // batchnorm, layernorm. Pool stride defaults to K; conv stride 1, pad 0.
 // A dense layer on an image input flattens it implicitly.
+//
+// One builder makes every network: trainable ones (fp32 or bf16 parameters,
+// forward and backward) and inference-only ones (NetworkOptions::inference)
+// for INT8-quantized and pruned models, which run the same spec on the
+// Backend's inference ops with the weights given in the options. Both name
+// and number their layers the same way, so a model's tensors ("3.conv.weight")
+// fit either.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +49,31 @@ std::vector<LayerSpec> parse_layer_spec(std::string_view spec);
 // The layer names parse_layer_spec() accepts.
 const std::vector<std::string>& known_layer_names();
 
+// One dense or conv layer of an inference-only network: its weights and,
+// int8 only, its activation scales from calibration (real ≈ q · scale).
+struct InferenceLayer {
+  InferenceWeights weights;  // backend.h; int8 needs q and scales too
+  float input_scale = 0;     // int8: the scale its input is quantized to
+  float output_scale = 0;    // int8: the scale of its output (unused for the last layer)
+};
+
+// An inference-only network. Supports dense, conv (with a fused
+// relu/tanh/sigmoid), maxpool, avgpool, flatten, dropout (the identity) and
+// standalone activations; batchnorm and layernorm are kUsage.
+//
+// int8: every dense/conv runs int8. A layer's output is u8 after a fused
+// relu, s8 otherwise, at its output_scale, and the next int8 layer reads it
+// at that scale; the last dense/conv layer's output (and one with a fused
+// tanh/sigmoid) is f32, as is a standalone activation's. A layer reading an
+// f32 input quantizes it to s8 at its input_scale.
+// Otherwise (pruned models): fp32 weights; a dense layer with at least half
+// its weights zero runs a CSR kernel when `sparse` says so (see SparseKernel).
+struct InferenceOptions {
+  bool int8 = false;
+  SparseKernel sparse = SparseKernel::kMeasure;
+  std::map<std::string, InferenceLayer> layers;  // by parameter prefix: "0.dense", "3.conv"
+};
+
 struct NetworkOptions {
   Dims input_shape;                // per sample: {F} or {C, H, W}
   std::int64_t outputs = 0;        // width the last layer must have (0: unchecked)
@@ -47,6 +82,20 @@ struct NetworkOptions {
   std::uint64_t seed = 0;          // weight initialisation
   bool input_gradient = false;     // compute ∂L/∂input (gradient checks)
   std::int64_t batch = 128;        // expected batch size (lets the backend pick layouts)
+  // Set: an inference-only network with these weights (compute, seed and
+  // input_gradient are then unused).
+  std::optional<InferenceOptions> inference;
+};
+
+// A dense or conv layer of a network, in order, with its parameter prefix.
+struct WeightedLayer {
+  std::string prefix;  // "3.conv"
+  std::string text;    // "conv(32,3,pad=1) relu"
+  bool conv = false;
+  bool relu = false;   // a fused relu follows (its output is non-negative)
+  bool last = false;   // the network's last dense/conv layer
+  std::int64_t out = 0;                    // O (features or channels)
+  std::vector<std::int64_t> weight_dims;   // (O, I...) or (O, C, K, K)
 };
 
 // Quantization-aware training: which tensors the forward pass passes
@@ -70,6 +119,9 @@ class Network {
   // last layer whose width is not options.outputs. Weights are initialised
   // as PyTorch does by default (U(±1/√fan_in)) from options.seed.
   // `backend` must outlive the network; it is used from one thread at a time.
+  // Inference-only (options.inference): the same checks, and kCorrupt for a
+  // dense/conv layer whose weights are missing, mis-sized or (int8) lack
+  // q, scales or activation scales; kUsage for batchnorm/layernorm.
   Network(std::string_view spec, const NetworkOptions& options, Backend& backend);
   ~Network();
   Network(const Network&) = delete;
@@ -78,9 +130,18 @@ class Network {
   // Logits/values (N, outputs) for x (N, input_shape...). The result is owned
   // by the network, valid until the next forward(). x must stay alive until
   // backward() has run.
+  // Inference-only networks take only ctx.training = false (kUsage).
   const Tensor& forward(const Tensor& x, const PassContext& ctx);
+
+  // Called during a forward with the output of the k-th dense/conv layer
+  // (fused activation included; in an int8 network, a pooling its op ran
+  // included), in whatever dtype and layout the layer produced: how
+  // calibration reads activation ranges. Valid only during the call.
+  using LayerObserver = std::function<void(std::size_t k, const Tensor& y)>;
+  const Tensor& forward(const Tensor& x, const PassContext& ctx, const LayerObserver& observe);
   // Backpropagates dloss = ∂L/∂output of the latest training forward,
   // filling every parameter's grad (adding to it with ctx.accumulate).
+  // kUsage for an inference-only network.
   void backward(const Tensor& dloss, const PassContext& ctx);
   // ∂L/∂input of the latest backward; only with options.input_gradient.
   const Tensor& input_gradient() const;
@@ -91,9 +152,12 @@ class Network {
   // masters back, so the optimizer applies the gradient to them (the
   // straight-through estimator); an inference forward puts them back at its
   // end. Activations: the next layer gets the quantized copy and the
-  // gradient passes through unchanged. kUsage for an unknown prefix.
+  // gradient passes through unchanged. kUsage for an unknown prefix, or
+  // for an inference-only network (it has no fp32 parameters).
   void set_fake_quantization(const FakeQuantization& fq);
 
+  // Trainable networks only (an inference-only one has none: its ops own
+  // their weights).
   const std::vector<Parameter*>& parameters() const { return parameters_; }
   const std::vector<StateBuffer>& buffers() const { return buffers_; }
   std::int64_t parameter_count() const;  // scalars over all parameters
@@ -103,9 +167,23 @@ class Network {
   // The spec as built, fused activations included.
   std::string describe() const;
 
+  // The dense and conv layers as built, in order.
+  const std::vector<WeightedLayer>& weighted_layers() const { return weighted_; }
+  bool inference_only() const { return inference_only_; }
+  // Inference-only: what each layer ran on in the latest forward (empty
+  // before the first); empty for a trainable network.
+  std::vector<LayerKernel> kernels() const;
+  // Why this spec cannot be built inference-only ("layer 3 'batchnorm': ..."),
+  // or empty when it can.
+  const std::string& inference_blocker() const { return inference_blocker_; }
+
  private:
   Backend& backend_;
   std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<WeightedLayer> weighted_;
+  std::vector<std::size_t> weighted_at_;  // index into layers_ of each weighted_ entry
+  bool inference_only_ = false;
+  std::string inference_blocker_;
   std::vector<Parameter*> parameters_;
   std::vector<StateBuffer> buffers_;
   Dims input_shape_;
@@ -133,5 +211,11 @@ class Network {
   std::vector<QuantizedOutput> fq_outputs_;  // in layer order
   bool swapped_ = false;
 };
+
+// The dense and conv layers `spec` builds for `input` (built on `backend`,
+// batch 1, fp32): what quantize and prune walk. kUsage for a bad spec, or one
+// an inference-only network cannot run (batchnorm, layernorm), since the
+// models quantize and prune make must run as one.
+std::vector<WeightedLayer> weighted_layers(std::string_view spec, const Dims& input, Backend& backend);
 
 }  // namespace anneal

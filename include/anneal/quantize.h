@@ -5,7 +5,8 @@
 //     s8 with one scale per output channel (max |w| / 127); activations get
 //     one scale each from calibration rows run through the fp32 network
 //     (minmax, percentile or entropy), u8 after a relu and s8 otherwise.
-//     eval/predict then run oneDNN int8 primitives (InferenceNetwork).
+//     eval/predict then run the model as an inference-only int8 Network
+//     (oneDNN int8 primitives, see network.h).
 //     With qat_epochs, quantization-aware fine-tuning comes first (fake
 //     quantization in the training forward pass, straight-through backward).
 //   prune_model: magnitude pruning, one-shot or on the gradual cubic schedule
@@ -37,7 +38,7 @@
 
 #include "anneal/catalog_runs.h"
 #include "anneal/device.h"
-#include "anneal/inference.h"
+#include "anneal/layers.h"
 #include "anneal/report.h"
 #include "anneal/store.h"
 
@@ -155,8 +156,8 @@ struct BenchResult {
   std::int64_t rows_per_repeat = 0;
   double samples_per_s = 0;            // median over repeats
   std::vector<double> repeat_samples_per_s;
-  std::string engine;                  // "network" or "inference"
-  std::vector<InferenceLayerInfo> layers;  // inference engine: kernel per layer
+  std::string engine;                  // "network" (int8 and pruned: "network (int8)", "network (sparse)") or "linear"
+  std::vector<LayerKernel> layers;     // int8 and pruned models: the kernel each layer ran on
 };
 // Batch inference on deterministic pseudo-random standardized inputs
 // through the Predictor eval uses (preprocessing excluded).

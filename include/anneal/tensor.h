@@ -24,10 +24,15 @@ namespace anneal {
 enum class DType : std::uint8_t {
   kF32,   // IEEE float32: master weights, gradients, fp32 compute
   kBF16,  // bfloat16: activations and working weights under bf16 compute
+  // Quantized activations of int8 inference (Backend's inference-only ops):
+  // q with real value ≈ q · scale, the scale static per layer and known to
+  // the ops (it is not part of the tensor).
+  kS8,    // signed, q in [-128, 127]
+  kU8,    // unsigned, q in [0, 255]: values known non-negative (after a relu)
 };
 
 std::size_t dtype_size(DType dtype);  // bytes per element
-const char* dtype_name(DType dtype);  // "f32" / "bf16"
+const char* dtype_name(DType dtype);  // "f32" / "bf16" / "s8" / "u8"
 
 // Dims: a tensor's logical extents, at most kMaxRank of them. Fixed capacity,
 // so building one in a training step allocates nothing.
@@ -127,6 +132,12 @@ class Tensor {
   // (flatten of a plain tensor). The view must not outlive base's storage;
   // layout->bytes() must not exceed base.bytes().
   void view_of(const Tensor& base, const Dims& dims, std::shared_ptr<const TensorLayout> layout);
+  // Makes this tensor a view of `bytes` bytes of memory it does not own: a
+  // backend wrapping caller memory it can address directly
+  // (Backend::view_host). The memory must outlive the view's use;
+  // layout->bytes() must not exceed `bytes`.
+  void view_of_memory(void* data, std::size_t bytes, const Dims& dims, DType dtype,
+                      std::shared_ptr<const TensorLayout> layout);
 
  private:
   void release() noexcept;

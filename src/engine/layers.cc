@@ -271,11 +271,15 @@ class FlattenLayer final : public Layer {
 
   // x (N, C, H, W) -> y (N, C·H·W), row-major order
   const Tensor& forward(const Tensor& x, const PassContext&) override {
+    viewed_ = true;
     if (x.dims().rank() == 2) return x;
     x_ = &x;
     backend_.flatten(x, y_);
+    viewed_ = y_.is_view();
     return y_;
   }
+
+  LayerKernel kernel() const override { return {describe(), viewed_ ? "view" : "reorder", 0}; }
 
   // dx (N, C, H, W) = dy (N, C·H·W) folded back into x's layout
   const Tensor& backward(const Tensor& dy, const PassContext&, bool need_dx) override {
@@ -288,6 +292,7 @@ class FlattenLayer final : public Layer {
  private:
   Backend& backend_;
   const Tensor* x_ = nullptr;
+  bool viewed_ = false;  // the latest forward copied nothing
   Tensor y_, dx_, empty_;
 };
 
@@ -301,6 +306,7 @@ class DropoutLayer final : public Layer {
   }
 
   std::string describe() const override { return "dropout(" + fmt_number(p_) + ")"; }
+  LayerKernel kernel() const override { return {describe(), "identity at inference", 0}; }
 
   // training: y = x ⊙ m / (1 − p), m ~ Bernoulli(1 − p) keyed by (seed, micro-step, layer);
   // inference: y = x

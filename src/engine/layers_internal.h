@@ -36,4 +36,27 @@ std::unique_ptr<Layer> make_dropout_layer(const LayerContext& ctx, float p);
 std::unique_ptr<Layer> make_batch_norm_layer(const LayerContext& ctx);
 std::unique_ptr<Layer> make_layer_norm_layer(const LayerContext& ctx);
 
+// ---- inference-only layers (quantized_layers.cc) ----
+// Forward only (backward throws): the layers of an int8 or sparse network,
+// each running one Backend inference op, which owns the weights in `spec`.
+
+std::unique_ptr<Layer> make_inference_dense_layer(const LayerContext& ctx, InferenceDenseSpec spec);
+// *runs_pool is set when the op also runs the pooling named in spec.pool
+// (InferenceConvOp::runs_pool): the pooling layer is then make_fused_pool_layer.
+std::unique_ptr<Layer> make_inference_conv_layer(const LayerContext& ctx, InferenceConvSpec spec,
+                                                 bool* runs_pool);
+std::unique_ptr<Layer> make_inference_pool_layer(const LayerContext& ctx, bool max, std::int64_t kernel,
+                                                 std::int64_t stride);
+// A pooling the conv before it already ran: hands its input on unchanged.
+std::unique_ptr<Layer> make_fused_pool_layer(const LayerContext& ctx, bool max, std::int64_t kernel,
+                                             std::int64_t stride);
+// y = f(x as real values): x (f32, or s8/u8 at `input_scale`) dequantized to
+// plain f32, then the activation; y is f32.
+std::unique_ptr<Layer> make_inference_activation_layer(const LayerContext& ctx, Activation kind,
+                                                       float input_scale);
+// A flatten right before an int8 dense: hands the image on unchanged, and
+// the dense op reads it in C, H, W order itself (as DenseSpec allows), which
+// for an int8 image stored (N, H, W, C) costs no reorder at all.
+std::unique_ptr<Layer> make_deferred_flatten_layer(const LayerContext& ctx);
+
 }  // namespace anneal::engine

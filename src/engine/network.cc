@@ -167,13 +167,74 @@ std::vector<LayerSpec> parse_layer_spec(std::string_view spec) {
   return out;
 }
 
+namespace {
+
+bool is_int8(DType d) { return d == DType::kS8 || d == DType::kU8; }
+
+// Dense/conv layer `prefix` of an inference-only network, its weights
+// checked against the layer's shape (kCorrupt: the model is damaged).
+const InferenceLayer& inference_layer(const InferenceOptions& inference, const std::string& prefix,
+                                      std::int64_t out, std::int64_t fan_in) {
+  auto it = inference.layers.find(prefix);
+  if (it == inference.layers.end()) throw corrupt("inference: no weights for layer " + prefix);
+  const InferenceWeights& w = it->second.weights;
+  if (std::int64_t(w.weight.size()) != out * fan_in || std::int64_t(w.bias.size()) != out)
+    throw corrupt("inference: layer " + prefix + " weights have the wrong size");
+  return it->second;
+}
+
+// A pooling layer spec that an int8 conv may run on its own output: a
+// window equal to its stride. Its window, or 0. (The layer itself is checked
+// when its turn comes.)
+std::int64_t poolable_window(const LayerSpec& s) {
+  if ((s.name != "maxpool" && s.name != "avgpool") || s.args.size() != 1) return 0;
+  const double k = s.args[0];
+  double stride = k;
+  for (const auto& [key, v] : s.options)
+    if (key == "stride") stride = v;
+  if (!(k >= 1) || k != std::floor(k) || k > 1e9 || stride != k) return 0;
+  return std::int64_t(k);
+}
+
+}  // namespace
+
 Network::Network(std::string_view spec, const NetworkOptions& options, Backend& backend)
     : backend_(backend), input_shape_(options.input_shape), input_gradient_(options.input_gradient) {
   const std::vector<LayerSpec> layers = parse_layer_spec(spec);
   if (input_shape_.rank() != 1 && input_shape_.rank() != 3)
     throw usage_error("network input must be flat {F} or an image {C, H, W}, not " + input_shape_.str());
+  const InferenceOptions* inference = options.inference ? &*options.inference : nullptr;
+  inference_only_ = inference != nullptr;
+  const bool int8 = inference && inference->int8;
+  if (inference_only_) input_gradient_ = false;
+  std::size_t last_weighted = layers.size();  // the spec's last dense/conv
+  for (std::size_t i = 0; i < layers.size(); ++i)
+    if (layers[i].name == "dense" || layers[i].name == "conv") last_weighted = i;
+  // In an int8 network, what flows from one layer to the next: f32 or s8/u8
+  // at `act_scale`. Fixed here, so each op is told the scales it meets.
+  DType act_dtype = DType::kF32;
+  float act_scale = 1.0f;
+  // The int8 layer's activations: its input at the scale it arrives in (an
+  // f32 input is quantized at the layer's own input scale), its output u8
+  // after a relu, s8 otherwise, f32 for the last layer and tanh/sigmoid.
+  auto int8_activations = [&](const InferenceLayer& l, const std::string& prefix, Activation fused,
+                              bool last) {
+    const InferenceWeights& w = l.weights;
+    if (w.q.size() != w.weight.size() || w.scales.size() != w.bias.size() || !(l.input_scale > 0) ||
+        (!(l.output_scale > 0) && !last))
+      throw corrupt("inference: layer " + prefix + " lacks its int8 weights or scales");
+    Int8Activations q;
+    q.input_scale = is_int8(act_dtype) ? act_scale : l.input_scale;
+    const bool f32_out = last || (fused != Activation::kNone && fused != Activation::kRelu);
+    q.output = f32_out ? DType::kF32 : fused == Activation::kRelu ? DType::kU8 : DType::kS8;
+    q.output_scale = f32_out ? 0.0f : l.output_scale;
+    act_dtype = q.output;
+    act_scale = f32_out ? 1.0f : l.output_scale;
+    return q;
+  };
   Dims shape = input_shape_;
   bool pool_masks_relu = false;  // the next layer is a maxpool after conv relu
+  bool pool_fused = false;       // the next layer is a pooling the int8 conv before it runs
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const LayerSpec& s = layers[i];
     const int index = int(layers_.size());
@@ -190,6 +251,7 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
         fused = next;
     }
     std::unique_ptr<Layer> layer;
+    std::int64_t conv_kernel = 0;  // conv: K
     if (s.name == "dense") {
       Args a{s, "dense(WIDTH)"};
       a.expect_positional(1, 1);
@@ -198,13 +260,28 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
       if (shape.rank() != 1) {
         // An image into dense flattens implicitly. A real (plain, row-major)
         // flatten first lets the inner product run on a 2-D input, which
-        // oneDNN handles far faster than a blocked 4-D one.
-        layers_.push_back(engine::make_flatten_layer(ctx));
+        // oneDNN handles far faster than a blocked 4-D one. (An int8 dense
+        // flattens itself, see make_deferred_flatten_layer.)
+        layers_.push_back(int8 ? engine::make_deferred_flatten_layer(ctx) : engine::make_flatten_layer(ctx));
         shape = layers_.back()->output_shape();
         ctx.input = shape;
         ctx.index = int(layers_.size());
       }
-      layer = engine::make_dense_layer(ctx, width, fused);
+      if (inference) {
+        const std::string prefix = std::to_string(ctx.index) + ".dense";
+        const InferenceLayer& l = inference_layer(*inference, prefix, width, shape.product());
+        InferenceDenseSpec d;
+        d.in = shape;
+        d.out = width;
+        d.fused = fused;
+        d.weights = l.weights;
+        d.int8 = int8;
+        if (int8) d.quant = int8_activations(l, prefix, fused, i == last_weighted);
+        d.sparse = inference->sparse;
+        layer = engine::make_inference_dense_layer(ctx, std::move(d));
+      } else {
+        layer = engine::make_dense_layer(ctx, width, fused);
+      }
     } else if (s.name == "conv") {
       Args a{s, "conv(CHANNELS,KERNEL[,stride=S][,pad=P])"};
       a.expect_positional(2, 2);
@@ -214,17 +291,43 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
       const std::int64_t kernel = a.positive_int(s.args[1], "KERNEL");
       const std::int64_t stride = a.option_int("stride", 1, 1);
       const std::int64_t pad = a.option_int("pad", 0, 0);
+      conv_kernel = kernel;
       if (kernel > shape[1] + 2 * pad || kernel > shape[2] + 2 * pad)
         throw usage_error(where(s) + ": kernel " + std::to_string(kernel) +
                           " is larger than its padded input " + std::to_string(shape[1] + 2 * pad) +
                           "x" + std::to_string(shape[2] + 2 * pad));
       if (pad >= kernel) a.fail("pad must be smaller than the kernel");
-      // conv relu maxpool: relu's gradient is applied on the pool's output
-      // (a quarter of the conv's for 2x2) by the pool layer.
-      const bool relu_then_maxpool = fused == Activation::kRelu && i + 2 < layers.size() &&
-                                     layers[i + 2].name == "maxpool";
-      layer = engine::make_conv_layer(ctx, channels, kernel, stride, pad, fused, relu_then_maxpool);
-      pool_masks_relu = relu_then_maxpool;
+      if (inference) {
+        const std::string prefix = std::to_string(index) + ".conv";
+        const InferenceLayer& l = inference_layer(*inference, prefix, channels, shape[0] * kernel * kernel);
+        InferenceConvSpec c;
+        c.in = shape;
+        c.out_channels = channels;
+        c.kernel = kernel;
+        c.stride = stride;
+        c.pad = pad;
+        c.fused = fused;
+        c.weights = l.weights;
+        c.int8 = int8;
+        if (int8) {
+          c.quant = int8_activations(l, prefix, fused, i == last_weighted);
+          // The pooling after it (past its fused activation) is offered to
+          // the op, which may run it on its own output.
+          const std::size_t next = i + (fused != Activation::kNone ? 2 : 1);
+          if (next < layers.size()) {
+            c.pool = poolable_window(layers[next]);
+            c.pool_max = layers[next].name == "maxpool";
+          }
+        }
+        layer = engine::make_inference_conv_layer(ctx, std::move(c), &pool_fused);
+      } else {
+        // conv relu maxpool: relu's gradient is applied on the pool's output
+        // (a quarter of the conv's for 2x2) by the pool layer.
+        const bool relu_then_maxpool = fused == Activation::kRelu && i + 2 < layers.size() &&
+                                       layers[i + 2].name == "maxpool";
+        layer = engine::make_conv_layer(ctx, channels, kernel, stride, pad, fused, relu_then_maxpool);
+        pool_masks_relu = relu_then_maxpool;
+      }
     } else if (s.name == "maxpool" || s.name == "avgpool") {
       Args a{s, s.name == "maxpool" ? "maxpool(KERNEL[,stride=S])" : "avgpool(KERNEL[,stride=S])"};
       a.expect_positional(1, 1);
@@ -236,15 +339,18 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
         throw usage_error(where(s) + ": window " + std::to_string(kernel) +
                           " is larger than its input " + std::to_string(shape[1]) + "x" +
                           std::to_string(shape[2]));
-      layer = engine::make_pool_layer(ctx, s.name == "maxpool", kernel, stride,
-                                      std::exchange(pool_masks_relu, false));
+      const bool max = s.name == "maxpool";
+      if (std::exchange(pool_fused, false)) layer = engine::make_fused_pool_layer(ctx, max, kernel, stride);
+      else if (inference) layer = engine::make_inference_pool_layer(ctx, max, kernel, stride);
+      else layer = engine::make_pool_layer(ctx, max, kernel, stride, std::exchange(pool_masks_relu, false));
     } else if (s.name == "flatten") {
       Args a{s, "flatten"};
       a.expect_positional(0, 0);
       a.allow_options({});
       // dense reads an image input in flatten order itself: skip the copy.
       if (shape.rank() == 1) continue;  // already flat
-      layer = engine::make_flatten_layer(ctx);
+      const bool dense_next = i + 1 < layers.size() && layers[i + 1].name == "dense";
+      layer = int8 && dense_next ? engine::make_deferred_flatten_layer(ctx) : engine::make_flatten_layer(ctx);
     } else if (activation_of(s.name) != Activation::kNone) {
       Args a{s, s.name.c_str()};
       a.expect_positional(0, 0);
@@ -252,26 +358,32 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
       if (i > 0 && !layers_.empty() && activation_of(s.name) != Activation::kGelu &&
           (layers[i - 1].name == "dense" || layers[i - 1].name == "conv"))
         continue;  // fused into the previous layer
-      layer = engine::make_activation_layer(ctx, activation_of(s.name));
+      if (inference) {
+        layer = engine::make_inference_activation_layer(ctx, activation_of(s.name), act_scale);
+        act_dtype = DType::kF32;
+        act_scale = 1.0f;
+      } else {
+        layer = engine::make_activation_layer(ctx, activation_of(s.name));
+      }
     } else if (s.name == "dropout") {
       Args a{s, "dropout(P) with 0 <= P < 1"};
       a.expect_positional(1, 1);
       a.allow_options({});
       if (!(s.args[0] >= 0 && s.args[0] < 1)) a.fail("P must be in [0, 1)");
       layer = engine::make_dropout_layer(ctx, float(s.args[0]));
-    } else if (s.name == "batchnorm") {
-      Args a{s, "batchnorm"};
+    } else if (s.name == "batchnorm" || s.name == "layernorm") {
+      Args a{s, s.name.c_str()};
       a.expect_positional(0, 0);
       a.allow_options({});
-      layer = engine::make_batch_norm_layer(ctx);
-    } else if (s.name == "layernorm") {
-      Args a{s, "layernorm"};
-      a.expect_positional(0, 0);
-      a.allow_options({});
-      if (shape.rank() != 1)
+      const bool layer_norm = s.name == "layernorm";
+      if (layer_norm && shape.rank() != 1)
         throw usage_error(where(s) + " needs a flat input {F} but gets the image " + shape.str() +
                           "; put flatten before it");
-      layer = engine::make_layer_norm_layer(ctx);
+      if (inference_blocker_.empty())
+        inference_blocker_ = where(s) + ": int8 and sparse inference support dense, conv, pooling, flatten, "
+                             "dropout and activations, not " + s.name;
+      if (inference) throw usage_error(inference_blocker_);
+      layer = layer_norm ? engine::make_layer_norm_layer(ctx) : engine::make_batch_norm_layer(ctx);
     } else {
       throw usage_error(where(s) + ": no builder for this layer");
     }
@@ -280,9 +392,23 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
       if (d < 1)
         throw usage_error(where(s) + " leaves nothing of its input " + ctx.input.str() +
                           " (output " + shape.str() + ")");
+    if (s.name == "dense" || s.name == "conv") {
+      WeightedLayer w;
+      w.prefix = std::to_string(ctx.index) + "." + s.name;
+      w.text = layer->describe();
+      w.conv = s.name == "conv";
+      w.relu = fused == Activation::kRelu;
+      w.out = shape[0];
+      w.weight_dims = w.conv ? std::vector<std::int64_t>{shape[0], ctx.input[0], conv_kernel, conv_kernel}
+                             : ctx.input.with_batch(shape[0]).to_vector();
+      weighted_.push_back(std::move(w));
+      weighted_at_.push_back(layers_.size());
+    }
     layers_.push_back(std::move(layer));
   }
   if (layers_.empty()) throw usage_error("layer spec '" + std::string(spec) + "' builds no layer");
+  if (!weighted_.empty()) weighted_.back().last = true;
+  if (inference_only_ && weighted_.empty()) throw usage_error("inference: the network has no dense or conv layer");
   if (options.outputs > 0) {
     const std::string meaning = options.output_meaning.empty()
                                     ? std::to_string(options.outputs) + " outputs"
@@ -308,13 +434,26 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
 
 Network::~Network() = default;
 
-const Tensor& Network::forward(const Tensor& x, const PassContext& ctx) {
+const Tensor& Network::forward(const Tensor& x, const PassContext& ctx) { return forward(x, ctx, nullptr); }
+
+const Tensor& Network::forward(const Tensor& x, const PassContext& ctx, const LayerObserver& observe) {
   if (x.dims().without_batch() != input_shape_)
     throw usage_error("network input " + x.dims().str() + " does not match the input shape " +
                       input_shape_.str());
+  if (inference_only_ && ctx.training) throw usage_error("an inference-only network cannot run a training pass");
+  // Hands layer i's output to the observer when layer i is the k-th dense/conv.
+  std::size_t k = 0;
+  auto observed = [&](std::size_t i, const Tensor& y) {
+    if (!observe || k >= weighted_at_.size() || weighted_at_[k] != i) return;
+    observe(k, y);
+    ++k;
+  };
   if (fq_weights_.empty() && fq_outputs_.empty() && fq_input_scale_ == 0) {
     const Tensor* h = &x;
-    for (auto& layer : layers_) h = &layer->forward(*h, ctx);
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      h = &layers_[i]->forward(*h, ctx);
+      observed(i, *h);
+    }
     return *h;
   }
   // Fake-quantized pass. A training forward that never got its backward
@@ -335,6 +474,7 @@ const Tensor& Network::forward(const Tensor& x, const PassContext& ctx) {
   auto next = fq_outputs_.begin();
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     h = &layers_[i]->forward(*h, ctx);
+    observed(i, *h);
     if (next != fq_outputs_.end() && next->layer == i) {
       backend_.fake_quantize(*h, next->y, next->scale, next->lo, next->hi);
       h = &next->y;
@@ -357,6 +497,7 @@ void Network::restore_master_weights() {
 }
 
 void Network::set_fake_quantization(const FakeQuantization& fq) {
+  if (inference_only_) throw usage_error("fake quantization: an inference-only network has no fp32 weights");
   restore_master_weights();
   std::vector<QuantizedWeight> weights;
   std::vector<QuantizedOutput> outputs;
@@ -384,6 +525,7 @@ void Network::set_fake_quantization(const FakeQuantization& fq) {
 }
 
 void Network::backward(const Tensor& dloss, const PassContext& ctx) {
+  if (inference_only_) throw usage_error("an inference-only network has no backward pass");
   // Layers below the first one with parameters (the implicit flatten before
   // a first dense, a leading activation) have nothing to learn: unless the
   // input gradient is wanted, backward stops at that first parametric layer
@@ -425,6 +567,26 @@ std::vector<std::string> Network::summary() const {
                     layer->output_shape().str() + "  " + std::to_string(count) + " params");
   }
   return lines;
+}
+
+std::vector<LayerKernel> Network::kernels() const {
+  std::vector<LayerKernel> out;
+  if (!inference_only_) return out;
+  for (const auto& layer : layers_) {
+    LayerKernel k = layer->kernel();
+    if (k.kernel.empty()) return {};  // not run yet
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+std::vector<WeightedLayer> weighted_layers(std::string_view spec, const Dims& input, Backend& backend) {
+  NetworkOptions options;
+  options.input_shape = input;
+  options.batch = 1;
+  const Network network(spec, options, backend);
+  if (!network.inference_blocker().empty()) throw usage_error(network.inference_blocker());
+  return network.weighted_layers();
 }
 
 std::string Network::describe() const {

@@ -5,8 +5,25 @@
 
 namespace anneal {
 
-std::size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
-const char* dtype_name(DType dtype) { return dtype == DType::kF32 ? "f32" : "bf16"; }
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kBF16: return 2;
+    case DType::kS8:
+    case DType::kU8: return 1;
+  }
+  return 4;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kBF16: return "bf16";
+    case DType::kS8: return "s8";
+    case DType::kU8: return "u8";
+  }
+  return "?";
+}
 
 Dims::Dims(std::initializer_list<std::int64_t> dims) {
   if (dims.size() > kMaxRank) throw std::length_error("anneal::Dims: rank above kMaxRank");
@@ -117,6 +134,17 @@ void Tensor::view_of(const Tensor& base, const Dims& dims,
   capacity_ = base.bytes();
   dims_ = dims;
   dtype_ = base.dtype();
+  layout_ = std::move(layout);
+}
+
+void Tensor::view_of_memory(void* data, std::size_t bytes, const Dims& dims, DType dtype,
+                            std::shared_ptr<const TensorLayout> layout) {
+  if (layout->bytes() > bytes) throw std::logic_error("anneal::Tensor::view_of_memory: view larger than its memory");
+  release();
+  data_ = data;
+  capacity_ = bytes;
+  dims_ = dims;
+  dtype_ = dtype;
   layout_ = std::move(layout);
 }
 

@@ -123,7 +123,7 @@ void decode_tensor(NamedTensor& t, std::string_view bytes, const std::string& ow
 
 }  // namespace
 
-bool needs_inference_network(const ModelFile& m) {
+bool inference_only(const ModelFile& m) {
   if (m.linear) return false;
   if (m.int8) return true;
   for (const auto& t : m.tensors)
@@ -131,31 +131,28 @@ bool needs_inference_network(const ModelFile& m) {
   return false;
 }
 
-InferenceSpec inference_spec(const ModelFile& m) {
-  InferenceSpec spec;
-  spec.layers = m.layers;
-  spec.input_shape = Dims(m.input_shape);
-  spec.outputs = m.outputs;
-  spec.int8 = m.int8;
+InferenceOptions inference_options(const ModelFile& m) {
+  InferenceOptions options;
+  options.int8 = m.int8;
   for (const auto& t : m.tensors) {
     const auto dot = t.name.rfind('.');
     if (dot == std::string::npos) continue;
     const std::string prefix = t.name.substr(0, dot), role = t.name.substr(dot + 1);
     if (!prefix.ends_with(".dense") && !prefix.ends_with(".conv")) continue;
-    InferenceWeights& w = spec.weights[prefix];
+    InferenceLayer& layer = options.layers[prefix];
     if (role == "weight") {
-      w.weight = t.values;
-      w.q = t.q;
-      w.scales = t.scales;
+      layer.weights.weight = t.values;
+      layer.weights.q = t.q;
+      layer.weights.scales = t.scales;
     } else if (role == "bias") {
-      w.bias = t.values;
+      layer.weights.bias = t.values;
     }
     if (auto it = m.activation_scales.find(prefix); it != m.activation_scales.end()) {
-      w.input_scale = it->second.input;
-      w.output_scale = it->second.output;
+      layer.input_scale = it->second.input;
+      layer.output_scale = it->second.output;
     }
   }
-  return spec;
+  return options;
 }
 
 std::string encode_model(const ModelFile& m) {
@@ -315,15 +312,17 @@ Predictor::Predictor(const ModelFile& model, Backend& backend, std::int64_t batc
   if (model.linear) return;
   const auto scope = backend_->enter();
   loss_ = backend_->loss(model.loss, model.outputs);
-  if (needs_inference_network(model)) {
-    inference_ = std::make_unique<InferenceNetwork>(inference_spec(model));
-    return;
-  }
   NetworkOptions options;
   options.input_shape = Dims(model.input_shape);
   options.outputs = model.outputs;
   options.compute = model.precision == Precision::kBf16 ? DType::kBF16 : DType::kF32;
   options.batch = batch_;
+  if (runs::inference_only(model)) {
+    // int8 and pruned models: the ops own their weights, given here.
+    options.inference = inference_options(model);
+    network_ = std::make_unique<Network>(model.layers, options, *backend_);
+    return;
+  }
   network_ = std::make_unique<Network>(model.layers, options, *backend_);
   std::vector<const NamedTensor*> by_position;
   for (const auto& t : model.tensors) by_position.push_back(&t);
@@ -354,30 +353,27 @@ std::vector<float> Predictor::predict(std::span<const float> features) {
   const Dims sample(model_.input_shape);
   std::vector<float> out(static_cast<std::size_t>(rows * model_.outputs));
   Tensor x;
-  std::vector<float> logits;
   PassContext ctx;
   ctx.training = false;
   for (std::int64_t start = 0; start < rows; start += batch_) {
     const std::int64_t n = std::min(batch_, rows - start);
-    if (inference_) {
-      // The raw outputs go through the loss's predict like the network's.
-      logits.resize(std::size_t(n * model_.outputs));
-      inference_->forward(features.data() + start * width, n, logits.data());
-      backend_->shape_plain(x, Dims{n, model_.outputs}, DType::kF32);
-      backend_->copy_from_host(logits.data(), x);
-      loss_->predict(x, out.data() + start * model_.outputs);
-      continue;
+    // An inference-only network reads the rows where they lie (its first
+    // op quantizes or reorders them anyway); a trainable one gets its own
+    // aligned copy, as in training.
+    const float* rows_at = features.data() + start * width;
+    if (!network_->inference_only() || !backend_->view_host(rows_at, sample.with_batch(n), x)) {
+      if (x.is_view()) x = Tensor();
+      backend_->shape_plain(x, sample.with_batch(n), DType::kF32);
+      backend_->copy_from_host(rows_at, x);
     }
-    backend_->shape_plain(x, sample.with_batch(n), DType::kF32);
-    backend_->copy_from_host(features.data() + start * width, x);
     const Tensor& y = network_->forward(x, ctx);
     loss_->predict(y, out.data() + start * model_.outputs);
   }
   return out;
 }
 
-std::vector<InferenceLayerInfo> Predictor::kernels() const {
-  return inference_ ? inference_->describe() : std::vector<InferenceLayerInfo>();
+std::vector<LayerKernel> Predictor::kernels() const {
+  return network_ ? network_->kernels() : std::vector<LayerKernel>();
 }
 
 std::string linear_weights_hash(const LinearModel& model) {

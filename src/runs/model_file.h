@@ -28,7 +28,6 @@
 #include <map>
 
 #include "anneal/backend.h"
-#include "anneal/inference.h"
 #include "anneal/linear.h"
 #include "anneal/network.h"
 #include "anneal/preprocess.h"
@@ -75,10 +74,12 @@ struct ModelFile {
   nlohmann::json compression = nlohmann::json::object();  // how it was made: method, sparsity, ...
 };
 
-// True when the model needs InferenceNetwork (int8, or sparse-stored weights).
-bool needs_inference_network(const ModelFile& model);
-// The model's network as an InferenceSpec (weights by layer prefix).
-InferenceSpec inference_spec(const ModelFile& model);
+// True when the model runs as an inference-only Network (int8, or
+// sparse-stored weights): see NetworkOptions::inference.
+bool inference_only(const ModelFile& model);
+// The model's dense/conv weights (and int8 scales) by layer prefix, as an
+// inference-only Network takes them (int8 when the model is).
+InferenceOptions inference_options(const ModelFile& model);
 
 std::string encode_model(const ModelFile& model);
 // Throws kCorrupt naming `owner` for bytes that are not a model.
@@ -106,17 +107,16 @@ class Predictor {
   Predictor& operator=(const Predictor&) = delete;
   // rows x outputs: class probabilities (bce: P(1)), or the standardized value.
   std::vector<float> predict(std::span<const float> features);
-  // True when the model runs on InferenceNetwork (int8, sparse weights).
-  bool uses_inference_network() const { return inference_ != nullptr; }
-  // InferenceNetwork: the kernel each layer ran on last; else empty.
-  std::vector<InferenceLayerInfo> kernels() const;
+  // True when the model runs as an inference-only network (int8, sparse weights).
+  bool inference_only() const { return network_ != nullptr && network_->inference_only(); }
+  // Inference-only: the kernel each layer ran on last; else empty.
+  std::vector<LayerKernel> kernels() const;
 
  private:
   const ModelFile& model_;
   Backend* backend_;
   std::int64_t batch_;
   std::unique_ptr<Network> network_;
-  std::unique_ptr<InferenceNetwork> inference_;  // int8 and sparse models
   std::unique_ptr<LossOp> loss_;
 };
 

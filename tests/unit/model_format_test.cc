@@ -271,7 +271,7 @@ TEST(ModelFormat, DocumentVectorsDecode) {
   EXPECT_EQ(q.tensors[0].values, (std::vector<float>{0.5f, -1.0f, 1.984375f, 0.25f, 0.9921875f, -0.5f}));
   EXPECT_EQ(q.activation_scales.at("0.dense").input, 0.03125f);
   runs::Predictor int8_predictor(q, *backend);
-  ASSERT_TRUE(int8_predictor.uses_inference_network());
+  ASSERT_TRUE(int8_predictor.inference_only());
   p = int8_predictor.predict(input);
   EXPECT_NEAR(p[0], softmax0(2.609375, -0.5), 1e-5);  // the document's int8 arithmetic
 

@@ -4,13 +4,14 @@
 // the store.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <random>
 
 #include "anneal/backend.h"
 #include "anneal/error.h"
-#include "anneal/inference.h"
 #include "anneal/network.h"
 #include "anneal/quantize.h"
 #include "anneal/runs.h"
@@ -70,20 +71,29 @@ TEST(QuantizeMath, CalibrationThresholds) {
 
 // ---- int8 layers against fp32 ---------------------------------------------------
 
-// The spec's outputs for x through the engine's fp32 Network: the reference.
-std::vector<float> network_forward(const InferenceSpec& spec, const std::vector<float>& x, std::int64_t rows) {
+// A layer spec with weights for every dense/conv layer, as a model holds it.
+struct TestModel {
+  std::string layers;
+  Dims input;
+  std::int64_t outputs = 0;
+  InferenceOptions inference;  // weights (and, int8, scales) by prefix
+};
+
+// The spec's outputs for x through the engine's trainable fp32 Network: the reference.
+std::vector<float> network_forward(const TestModel& m, const std::vector<float>& x, std::int64_t rows) {
   std::unique_ptr<Backend> backend = test::cpu_backend();
   NetworkOptions options;
-  options.input_shape = spec.input_shape;
+  options.input_shape = m.input;
   options.batch = rows;
-  Network net(spec.layers, options, *backend);
+  Network net(m.layers, options, *backend);
+  EXPECT_FALSE(net.inference_only());
   for (Parameter* p : net.parameters()) {
     const auto dot = p->name.rfind('.');
-    const InferenceWeights& w = spec.weights.at(p->name.substr(0, dot));
+    const InferenceWeights& w = m.inference.layers.at(p->name.substr(0, dot)).weights;
     backend->copy_from_host(p->name.ends_with("weight") ? w.weight.data() : w.bias.data(), p->value);
   }
   Tensor t;
-  backend->shape_plain(t, spec.input_shape.with_batch(rows), DType::kF32);
+  backend->shape_plain(t, m.input.with_batch(rows), DType::kF32);
   backend->copy_from_host(x.data(), t);
   PassContext ctx;
   ctx.training = false;
@@ -93,44 +103,72 @@ std::vector<float> network_forward(const InferenceSpec& spec, const std::vector<
   return out;
 }
 
-// An fp32 spec with random weights for `layers` on `input`.
-InferenceSpec random_spec(const std::string& layers, const Dims& input, std::int64_t outputs, std::uint32_t seed) {
-  InferenceSpec spec;
-  spec.layers = layers;
-  spec.input_shape = input;
-  spec.outputs = outputs;
-  for (const WeightedLayer& l : weighted_layers(layers, input)) {
+// The outputs of m's inference-only network (int8 when m.inference says so)
+// for x; `kernels` gets what each layer ran on, `observe` each dense/conv
+// layer's output on the host.
+std::vector<float> inference_forward(const TestModel& m, const std::vector<float>& x, std::int64_t rows,
+                                     std::vector<LayerKernel>* kernels = nullptr,
+                                     const std::function<void(std::size_t, const std::vector<float>&)>& observe = {}) {
+  std::unique_ptr<Backend> backend = test::cpu_backend();
+  NetworkOptions options;
+  options.input_shape = m.input;
+  options.outputs = m.outputs;
+  options.inference = m.inference;
+  Network net(m.layers, options, *backend);
+  EXPECT_TRUE(net.inference_only());
+  EXPECT_TRUE(net.parameters().empty());  // the ops own the weights
+  Tensor t;
+  backend->shape_plain(t, m.input.with_batch(rows), DType::kF32);
+  backend->copy_from_host(x.data(), t);
+  PassContext ctx;
+  ctx.training = false;
+  std::vector<float> values;
+  const Tensor& y = net.forward(t, ctx, [&](std::size_t k, const Tensor& out) {
+    if (!observe) return;
+    values.resize(std::size_t(out.elements()));
+    backend->copy_to_host(out, values.data());
+    observe(k, values);
+  });
+  std::vector<float> out(std::size_t(y.elements()));
+  backend->copy_to_host(y, out.data());
+  if (kernels) *kernels = net.kernels();
+  return out;
+}
+
+// An fp32 model with random weights for `layers` on `input`.
+TestModel random_model(const std::string& layers, const Dims& input, std::int64_t outputs, std::uint32_t seed) {
+  TestModel m{layers, input, outputs, {}};
+  std::unique_ptr<Backend> backend = test::cpu_backend();
+  for (const WeightedLayer& l : weighted_layers(layers, input, *backend)) {
     std::int64_t n = 1;
     for (auto d : l.weight_dims) n *= d;
-    InferenceWeights& w = spec.weights[l.prefix];
+    InferenceWeights& w = m.inference.layers[l.prefix].weights;
     w.weight = random_values(std::size_t(n), seed++, 1.0f / std::sqrt(float(n / l.out)));
     w.bias = random_values(std::size_t(l.out), seed++, 0.1f);
   }
-  return spec;
+  return m;
 }
 
-// The int8 version of an fp32 spec, with activation scales from the fp32
-// chain's ranges on x (minmax).
-InferenceSpec int8_of(const InferenceSpec& f32, const std::vector<float>& x, std::int64_t rows) {
-  const auto layers = weighted_layers(f32.layers, f32.input_shape);
+// The int8 version of an fp32 model, with activation scales from the fp32
+// network's ranges on x (minmax).
+TestModel int8_of(const TestModel& f32, const std::vector<float>& x, std::int64_t rows) {
+  std::unique_ptr<Backend> backend = test::cpu_backend();
+  const auto layers = weighted_layers(f32.layers, f32.input, *backend);
   std::vector<ActivationRange> ranges(layers.size() + 1);
   ranges[0].add_max(x);
-  InferenceSpec probe = f32;
-  InferenceNetwork net(probe);
-  std::vector<float> y(std::size_t(rows * f32.outputs));
-  net.forward(x.data(), rows, y.data(),
-              [&](std::size_t k, const float* v, std::size_t n) { ranges[k + 1].add_max({v, n}); });
-  InferenceSpec q = f32;
-  q.int8 = true;
+  inference_forward(f32, x, rows, nullptr,
+                    [&](std::size_t k, const std::vector<float>& v) { ranges[k + 1].add_max(v); });
+  TestModel q = f32;
+  q.inference.int8 = true;
   float in = ranges[0].max() / 127.0f;
   for (std::size_t k = 0; k < layers.size(); ++k) {
-    InferenceWeights& w = q.weights[layers[k].prefix];
-    QuantizedWeights qw = quantize_per_channel(w.weight, layers[k].out);
-    w.q = qw.q;
-    w.scales = qw.scales;
-    w.input_scale = in;
-    w.output_scale = layers[k].last ? 0.0f : ranges[k + 1].max() / (layers[k].relu ? 255.0f : 127.0f);
-    in = w.output_scale;
+    InferenceLayer& l = q.inference.layers[layers[k].prefix];
+    QuantizedWeights qw = quantize_per_channel(l.weights.weight, layers[k].out);
+    l.weights.q = qw.q;
+    l.weights.scales = qw.scales;
+    l.input_scale = in;
+    l.output_scale = layers[k].last ? 0.0f : ranges[k + 1].max() / (layers[k].relu ? 255.0f : 127.0f);
+    in = l.output_scale;
   }
   return q;
 }
@@ -146,40 +184,42 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   EXPECT_LE(max_err, relative * max_ref) << "max error " << max_err << " of max " << max_ref;
 }
 
-// Also checks that the int8 chain's kernels, in order, are `kernels` when given.
+constexpr const char* kReadsImage = "none (the int8 dense reads the image)";
+constexpr const char* kDenseOnHwc = "int8 inner product (image read in H, W, C order)";
+
+// Also checks that the int8 network's kernels, in order, are `kernels` when given.
 void check_int8_against_fp32(const std::string& layers, const Dims& input, std::int64_t outputs,
                              const std::vector<std::string>& kernels = {}) {
   const std::int64_t rows = 37;
-  const InferenceSpec f32 = random_spec(layers, input, outputs, 11);
+  const TestModel f32 = random_model(layers, input, outputs, 11);
   const std::vector<float> x = random_values(std::size_t(rows * input.product()), 3);
   const std::vector<float> reference = network_forward(f32, x, rows);
-  InferenceNetwork fp32_chain(f32);
-  std::vector<float> y32(reference.size());
-  fp32_chain.forward(x.data(), rows, y32.data());
-  expect_close(y32, reference, 1e-4);
-  InferenceNetwork int8_chain(int8_of(f32, x, rows));
-  std::vector<float> y8(reference.size());
-  int8_chain.forward(x.data(), rows, y8.data());
-  expect_close(y8, reference, 0.04);
+  expect_close(inference_forward(f32, x, rows), reference, 1e-4);
+  std::vector<LayerKernel> info;
+  expect_close(inference_forward(int8_of(f32, x, rows), x, rows, &info), reference, 0.04);
   if (!kernels.empty()) {
     std::vector<std::string> got;
-    for (const auto& info : int8_chain.describe()) got.push_back(info.kernel);
+    for (const auto& k : info) got.push_back(k.kernel);
     EXPECT_EQ(got, kernels);
   }
-  for (const auto& info : int8_chain.describe()) {
-    if (info.layer.starts_with("dense") || info.layer.starts_with("conv")) {
-      EXPECT_TRUE(info.kernel.starts_with("int8")) << info.layer << ": " << info.kernel;
+  for (std::size_t i = 0; i < info.size(); ++i) {
+    if (info[i].layer.starts_with("dense") || info[i].layer.starts_with("conv")) {
+      EXPECT_TRUE(info[i].kernel.starts_with("int8")) << info[i].layer << ": " << info[i].kernel;
     }
     // The int8 conv/pool output (N, H, W, C) feeds the dense layer as it is
     // (weights permuted to H, W, C order), with no reorder per batch; the
     // comparison above is what shows the permutation right.
-    if (info.layer == "flatten") {
-      EXPECT_EQ(info.kernel, "view (H, W, C order)");
+    if (info[i].layer == "flatten") {
+      EXPECT_EQ(info[i].kernel, kReadsImage);
+      ASSERT_LT(i + 1, info.size());
+      EXPECT_EQ(info[i + 1].kernel, kDenseOnHwc);
     }
   }
 }
 
-TEST(QuantizeInt8Layer, DenseMatchesFp32) { check_int8_against_fp32("dense(24)", Dims{40}, 24); }
+TEST(QuantizeInt8Layer, DenseMatchesFp32) {
+  check_int8_against_fp32("dense(24)", Dims{40}, 24, {"int8 inner product"});
+}
 TEST(QuantizeInt8Layer, DenseReluMatchesFp32) { check_int8_against_fp32("dense(64) relu dense(10)", Dims{50}, 10); }
 TEST(QuantizeInt8Layer, ConvMatchesFp32) {
   check_int8_against_fp32("conv(8,3,pad=1) flatten dense(6)", Dims{3, 8, 8}, 6);
@@ -198,18 +238,67 @@ TEST(QuantizeInt8Layer, ConvReluPoolChainMatchesFp32) {
 // output (9×9 by 2), which then runs on the conv's (N, H, W, C) output.
 TEST(QuantizeInt8Layer, FewChannelConvStrideAndWideKernelMatchesFp32) {
   check_int8_against_fp32("conv(6,5,pad=2,stride=2) relu conv(4,3) relu flatten dense(5)", Dims{3, 13, 11}, 5,
-                          {"int8 matmul (im2col)", "int8 convolution", "view (H, W, C order)", "int8 inner product"});
+                          {"int8 matmul (im2col)", "int8 convolution", kReadsImage, kDenseOnHwc});
 }
 
 TEST(QuantizeInt8Layer, FewChannelConvAvgpoolMatchesFp32) {
   check_int8_against_fp32("conv(8,3) relu avgpool(2) flatten dense(4)", Dims{2, 10, 10}, 4,
-                          {"int8 matmul (im2col)", "int8 pooling (of the matmul's rows)", "view (H, W, C order)",
-                           "int8 inner product"});
+                          {"int8 matmul (im2col) with its avgpool on the rows", "run by the conv before it",
+                           kReadsImage, kDenseOnHwc});
 }
 
 TEST(QuantizeInt8Layer, FewChannelConvUntiledPoolMatchesFp32) {
   check_int8_against_fp32("conv(4,3,pad=1) relu maxpool(2) flatten dense(3)", Dims{1, 9, 9}, 3,
-                          {"int8 matmul (im2col)", "int8 pooling", "view (H, W, C order)", "int8 inner product"});
+                          {"int8 matmul (im2col)", "int8 pooling", kReadsImage, kDenseOnHwc});
+}
+
+// Standalone activations dequantize, and the int8 layer after one
+// quantizes again at its own input scale; dropout is the identity.
+TEST(QuantizeInt8Layer, StandaloneActivationAndDropoutMatchFp32) {
+  check_int8_against_fp32("dense(32) gelu dropout(0.5) dense(16) relu dense(4)", Dims{20}, 4,
+                          {"int8 inner product", "fp32 eltwise", "identity at inference", "int8 inner product",
+                           "int8 inner product"});
+}
+
+// The one builder builds inference-only networks from the spec trainable
+// ones come from: the same layer numbering (an implicit flatten included),
+// the same checks, and int8/sparse-specific refusals.
+TEST(QuantizeInt8Layer, InferenceNetworksComeFromTheOneBuilder) {
+  std::unique_ptr<Backend> backend = test::cpu_backend();
+  const auto layers = weighted_layers("conv(4,3) relu maxpool(2) dense(8) relu dense(3)", Dims{1, 8, 8}, *backend);
+  ASSERT_EQ(layers.size(), 3u);
+  EXPECT_EQ(layers[0].prefix, "0.conv");
+  EXPECT_EQ(layers[0].text, "conv(4,3) relu");
+  EXPECT_EQ(layers[0].weight_dims, (std::vector<std::int64_t>{4, 1, 3, 3}));
+  EXPECT_TRUE(layers[0].relu);
+  EXPECT_EQ(layers[1].prefix, "3.dense");  // after the maxpool and the implicit flatten
+  EXPECT_EQ(layers[1].weight_dims, (std::vector<std::int64_t>{8, 36}));  // flattened first, as trained
+  EXPECT_TRUE(layers[2].last);
+  EXPECT_FALSE(layers[1].last);
+  EXPECT_THROW(weighted_layers("dense(8) batchnorm dense(3)", Dims{4}, *backend), Error);
+
+  TestModel m = random_model("dense(8) relu dense(3)", Dims{4}, 3, 1);
+  const std::vector<float> x = random_values(4 * 5, 2);
+  TestModel q = int8_of(m, x, 5);
+  NetworkOptions options;
+  options.input_shape = m.input;
+  options.inference = q.inference;
+  Network net(m.layers, options, *backend);
+  Tensor t;
+  backend->shape_plain(t, Dims{5, 4}, DType::kF32);
+  backend->copy_from_host(x.data(), t);
+  PassContext training;
+  EXPECT_THROW(net.forward(t, training), Error);  // inference only
+  EXPECT_THROW(net.backward(t, training), Error);
+  EXPECT_THROW(net.set_fake_quantization({}), Error);
+  // A missing layer, missing scales, or a layer inference cannot run.
+  options.inference->layers.erase("1.dense");
+  EXPECT_THROW(Network(m.layers, options, *backend), Error);
+  options.inference = q.inference;
+  options.inference->layers["0.dense"].output_scale = 0;
+  EXPECT_THROW(Network(m.layers, options, *backend), Error);
+  options.inference = q.inference;
+  EXPECT_THROW(Network("dense(8) layernorm dense(3)", options, *backend), Error);
 }
 
 // ---- the sparse kernel --------------------------------------------------------
@@ -219,42 +308,56 @@ TEST(PruneSparseKernel, CsrEqualsDense) {
   std::vector<float> w = random_values(std::size_t(out * in), 5);
   const std::vector<float> mask = magnitude_mask(w, 0.9);
   for (std::size_t i = 0; i < w.size(); ++i) w[i] *= mask[i];
+  EXPECT_EQ(std::count(w.begin(), w.end(), 0.0f), std::llround(0.9 * double(out * in)));
   const std::vector<float> b = random_values(std::size_t(out), 6);
   const std::vector<float> x = random_values(std::size_t(n * in), 7);
-  const CsrMatrix csr = CsrMatrix::from_dense(w.data(), out, in);
-  EXPECT_EQ(csr.values.size(), std::size_t(std::llround(0.1 * double(out * in))));
-  std::vector<float> y(std::size_t(n * out)), scratch;
+  std::unique_ptr<Backend> backend = test::cpu_backend();
+  Tensor xt, y;
+  backend->shape_plain(xt, Dims{n, in}, DType::kF32);
+  backend->copy_from_host(x.data(), xt);
   for (bool relu : {false, true}) {
-    sparse_dense_forward(csr, b.data(), relu, x.data(), n, y.data(), scratch);
+    InferenceDenseSpec spec;
+    spec.in = Dims{in};
+    spec.out = out;
+    spec.fused = relu ? Activation::kRelu : Activation::kNone;
+    spec.weights.weight = w;
+    spec.weights.bias = b;
+    spec.sparse = SparseKernel::kSparse;
+    std::unique_ptr<InferenceOp> op = backend->inference_dense(spec);
+    op->forward(xt, y);
+    EXPECT_EQ(op->kernel(), "sparse csr");
+    ASSERT_EQ(y.dims(), (Dims{n, out}));
+    std::vector<float> got(std::size_t(n * out));
+    backend->copy_to_host(y, got.data());
     for (std::int64_t s = 0; s < n; ++s)
       for (std::int64_t o = 0; o < out; ++o) {
         double ref = b[std::size_t(o)];
         for (std::int64_t i = 0; i < in; ++i) ref += double(w[std::size_t(o * in + i)]) * x[std::size_t(s * in + i)];
         if (relu) ref = std::max(ref, 0.0);
-        EXPECT_NEAR(y[std::size_t(s * out + o)], ref, 1e-4) << s << "," << o;
+        EXPECT_NEAR(got[std::size_t(s * out + o)], ref, 1e-4) << s << "," << o;
       }
   }
 }
 
 TEST(PruneSparseKernel, NetworkSparseEqualsDense) {
-  InferenceSpec spec = random_spec("dense(48) relu dense(7)", Dims{30}, 7, 21);
-  for (auto& [prefix, w] : spec.weights) {
-    const std::vector<float> mask = magnitude_mask(w.weight, 0.85);
-    for (std::size_t i = 0; i < mask.size(); ++i) w.weight[i] *= mask[i];
+  TestModel m = random_model("dense(48) relu dense(7)", Dims{30}, 7, 21);
+  for (auto& [prefix, l] : m.inference.layers) {
+    const std::vector<float> mask = magnitude_mask(l.weights.weight, 0.85);
+    for (std::size_t i = 0; i < mask.size(); ++i) l.weights.weight[i] *= mask[i];
   }
   const std::int64_t rows = 100;
   const std::vector<float> x = random_values(std::size_t(rows * 30), 9);
-  InferenceSpec sparse = spec, dense = spec;
-  sparse.sparse = SparseKernel::kSparse;
-  dense.sparse = SparseKernel::kDense;
-  InferenceNetwork a(sparse), b(dense);
-  std::vector<float> ya(std::size_t(rows * 7)), yb(ya.size());
-  a.forward(x.data(), rows, ya.data());
-  b.forward(x.data(), rows, yb.data());
+  TestModel sparse = m, dense = m;
+  sparse.inference.sparse = SparseKernel::kSparse;
+  dense.inference.sparse = SparseKernel::kDense;
+  std::vector<LayerKernel> ka, kb;
+  const std::vector<float> ya = inference_forward(sparse, x, rows, &ka);
+  const std::vector<float> yb = inference_forward(dense, x, rows, &kb);
   expect_close(ya, yb, 1e-5);
-  EXPECT_EQ(a.describe()[0].kernel, "sparse csr");
-  EXPECT_EQ(b.describe()[0].kernel, "fp32 inner product");
-  expect_close(ya, network_forward(spec, x, rows), 1e-4);
+  EXPECT_EQ(ka[0].kernel, "sparse csr");
+  EXPECT_NEAR(ka[0].sparsity, 0.85, 0.01);
+  EXPECT_EQ(kb[0].kernel, "fp32 inner product");
+  expect_close(ya, network_forward(m, x, rows), 1e-4);
 }
 
 // ---- pruning -------------------------------------------------------------------------

@@ -439,6 +439,39 @@ class CpuBackend final : public Backend {
     return make_loss_op(ctx_, kind, outputs);
   }
 
+  // ---- inference-only ops ----
+
+  std::unique_ptr<InferenceOp> inference_dense(InferenceDenseSpec spec) override {
+    return make_inference_dense_op(ctx_, std::move(spec));
+  }
+  std::unique_ptr<InferenceConvOp> inference_conv(InferenceConvSpec spec) override {
+    return make_inference_conv_op(ctx_, std::move(spec));
+  }
+  std::unique_ptr<InferenceOp> inference_pool(const InferencePoolSpec& spec) override {
+    return make_inference_pool_op(ctx_, spec);
+  }
+
+  bool view_host(const float* host, const Dims& dims, Tensor& t) override {
+    const MemDesc md = plain_md(dims, DType::kF32);
+    const bool same_layout = !t.empty() && t.is_view() && md_of(t) == md;
+    t.view_of_memory(const_cast<float*>(host), md.get_size(), dims, DType::kF32,
+                     same_layout ? t.shared_layout() : make_layout(md));
+    return true;
+  }
+
+  void dequantize(const Tensor& x, float scale, Tensor& y) override {
+    const MemDesc plain = plain_md(x.dims(), DType::kF32);
+    if (md_of(x) == plain && scale == 1.0f) {
+      const bool same_layout = !y.empty() && md_of(y) == plain;
+      if (!y.is_view() || y.data() != x.data() || !same_layout)
+        y.view_of(x, x.dims(), same_layout ? y.shared_layout() : make_layout(plain));
+      return;
+    }
+    if (y.is_view()) y = Tensor();  // viewed an earlier input; own storage again
+    shape_plain(y, x.dims(), DType::kF32);
+    edge_reorders_.run_scaled(ctx_, md_of(x), x.data(), plain, y.data(), scale);
+  }
+
  private:
   // The value of a clip_scale() tensor (host memory on this backend).
   static float scale_of(const Tensor* t) {

@@ -5,12 +5,20 @@
 namespace anneal::cpu {
 
 memory::data_type to_dnnl(DType dtype) {
-  return dtype == DType::kF32 ? memory::data_type::f32 : memory::data_type::bf16;
+  switch (dtype) {
+    case DType::kF32: return memory::data_type::f32;
+    case DType::kBF16: return memory::data_type::bf16;
+    case DType::kS8: return memory::data_type::s8;
+    case DType::kU8: return memory::data_type::u8;
+  }
+  throw failure("cpu backend: unexpected tensor data type");
 }
 
 DType from_dnnl(memory::data_type dtype) {
   if (dtype == memory::data_type::f32) return DType::kF32;
   if (dtype == memory::data_type::bf16) return DType::kBF16;
+  if (dtype == memory::data_type::s8) return DType::kS8;
+  if (dtype == memory::data_type::u8) return DType::kU8;
   throw failure("cpu backend: unexpected oneDNN data type");
 }
 
@@ -47,7 +55,13 @@ std::string md_string(const MemDesc& md) {
     if (i) s += ",";
     s += std::to_string(md.data.dims[i]);
   }
-  s += md.data.data_type == dnnl_bf16 ? "} bf16" : "} f32";
+  switch (md.data_type()) {
+    case memory::data_type::f32: return s + "} f32";
+    case memory::data_type::bf16: return s + "} bf16";
+    case memory::data_type::s8: return s + "} s8";
+    case memory::data_type::u8: return s + "} u8";
+    default: return s + "} ?";
+  }
   return s;
 }
 
@@ -139,32 +153,63 @@ void Exec::run(CpuContext& ctx) {
   }
 }
 
+Reorders::Entry& Reorders::entry_for(CpuContext& ctx, const MemDesc& src_md, const MemDesc& dst_md,
+                                     bool accumulate, float scale) {
+  for (Entry& e : entries_)
+    if (e.accumulate == accumulate && e.scale == scale && e.src == src_md && e.dst == dst_md) return e;
+  try {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (accumulate) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    if (scale != 1.0f) attr.set_output_scales(0, {scale});
+    dnnl::reorder::primitive_desc pd(ctx.engine, src_md, ctx.engine, dst_md, attr);
+    entries_.push_back({src_md, dst_md, accumulate, scale,
+                        Exec(dnnl::reorder(pd), pd, ctx,
+                             {{DNNL_ARG_FROM, src_md}, {DNNL_ARG_TO, dst_md}})});
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl(e, "creating a reorder " + md_string(src_md) + " -> " + md_string(dst_md));
+  }
+  return entries_.back();
+}
+
 void Reorders::run(CpuContext& ctx, const MemDesc& src_md, const void* src, const MemDesc& dst_md,
                    void* dst, bool accumulate) {
-  Entry* entry = nullptr;
-  for (Entry& e : entries_)
-    if (e.accumulate == accumulate && e.src == src_md && e.dst == dst_md) entry = &e;
-  if (entry == nullptr) {
-    try {
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      if (accumulate) {
-        dnnl::post_ops ops;
-        ops.append_sum(1.0f);
-        attr.set_post_ops(ops);
-      }
-      dnnl::reorder::primitive_desc pd(ctx.engine, src_md, ctx.engine, dst_md, attr);
-      entries_.push_back({src_md, dst_md, accumulate,
-                          Exec(dnnl::reorder(pd), pd, ctx,
-                               {{DNNL_ARG_FROM, src_md}, {DNNL_ARG_TO, dst_md}})});
-    } catch (const dnnl::error& e) {
-      rethrow_dnnl(e, "creating a reorder " + md_string(src_md) + " -> " + md_string(dst_md));
-    }
-    entry = &entries_.back();
+  Entry& entry = entry_for(ctx, src_md, dst_md, accumulate, 1.0f);
+  entry.exec.set(DNNL_ARG_FROM, src);
+  entry.exec.set(DNNL_ARG_TO, dst);
+  entry.exec.run(ctx);
+}
+
+void Reorders::run_scaled(CpuContext& ctx, const MemDesc& src_md, const void* src, const MemDesc& dst_md,
+                          void* dst, float scale) {
+  Entry& entry = entry_for(ctx, src_md, dst_md, false, scale);
+  entry.exec.set(DNNL_ARG_FROM, src);
+  entry.exec.set(DNNL_ARG_TO, dst);
+  entry.exec.run(ctx);
+}
+
+void reorder_now(CpuContext& ctx, const MemDesc& src_md, const void* src, const MemDesc& dst_md,
+                 void* dst) {
+  try {
+    memory from(src_md, ctx.engine, const_cast<void*>(src));
+    memory to(dst_md, ctx.engine, dst);
+    dnnl::reorder(dnnl::reorder::primitive_desc(ctx.engine, src_md, ctx.engine, dst_md))
+        .execute(ctx.stream, from, to);
+    ctx.stream.wait();
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl(e, "reordering " + md_string(src_md) + " -> " + md_string(dst_md));
   }
-  entry->exec.set(DNNL_ARG_FROM, src);
-  entry->exec.set(DNNL_ARG_TO, dst);
-  entry->exec.run(ctx);
+}
+
+double zero_fraction(const std::vector<float>& values) {
+  if (values.empty()) return 0;
+  std::size_t zeros = 0;
+  for (float v : values) zeros += v == 0.0f;
+  return double(zeros) / double(values.size());
 }
 
 const void* conform(CpuContext& ctx, Reorders& reorders, const Tensor& t, const MemDesc& want,

@@ -113,15 +113,31 @@ class Reorders {
   // dst = src, or dst += src when `accumulate` (f32 destinations).
   void run(CpuContext& ctx, const MemDesc& src_md, const void* src, const MemDesc& dst_md,
            void* dst, bool accumulate = false);
+  // dst = src · scale, rounded and saturated to dst's type: how int8
+  // inference quantizes (f32 to s8/u8), dequantizes and requantizes. A
+  // scale of exactly 1 is a plain reorder.
+  void run_scaled(CpuContext& ctx, const MemDesc& src_md, const void* src, const MemDesc& dst_md,
+                  void* dst, float scale);
 
  private:
   struct Entry {
     MemDesc src, dst;
     bool accumulate;
+    float scale;
     Exec exec;
   };
+  Entry& entry_for(CpuContext& ctx, const MemDesc& src_md, const MemDesc& dst_md, bool accumulate,
+                   float scale);
   std::vector<Entry> entries_;
 };
+
+// dst = src for one-off conversions at build time (weights into the layout
+// a primitive wants); waits for the result.
+void reorder_now(CpuContext& ctx, const MemDesc& src_md, const void* src, const MemDesc& dst_md,
+                 void* dst);
+
+// The fraction of zeros in `values` (0 when empty): a layer's sparsity.
+double zero_fraction(const std::vector<float>& values);
 
 // An input tensor in the descriptor a primitive wants: the tensor's own
 // storage when it already matches, else a converted copy kept in `scratch`.

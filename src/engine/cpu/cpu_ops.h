@@ -18,4 +18,13 @@ std::unique_ptr<NormOp> make_batch_norm_op(CpuContext& ctx, const NormSpec& spec
 std::unique_ptr<NormOp> make_layer_norm_op(CpuContext& ctx, const NormSpec& spec);
 std::unique_ptr<LossOp> make_loss_op(CpuContext& ctx, LossKind kind, std::int64_t outputs);
 
+// Inference-only ops (cpu_inference_ops.cc dispatches int8 specs to
+// cpu_int8_ops.cc and fp32 dense ones to cpu_sparse_ops.cc).
+std::unique_ptr<InferenceOp> make_inference_dense_op(CpuContext& ctx, InferenceDenseSpec spec);
+std::unique_ptr<InferenceConvOp> make_inference_conv_op(CpuContext& ctx, InferenceConvSpec spec);
+std::unique_ptr<InferenceOp> make_inference_pool_op(CpuContext& ctx, const InferencePoolSpec& spec);
+std::unique_ptr<InferenceOp> make_int8_dense_op(CpuContext& ctx, const InferenceDenseSpec& spec);
+std::unique_ptr<InferenceConvOp> make_int8_conv_op(CpuContext& ctx, const InferenceConvSpec& spec);
+std::unique_ptr<InferenceOp> make_sparse_dense_op(CpuContext& ctx, InferenceDenseSpec spec);
+
 }  // namespace anneal::cpu
