@@ -6,9 +6,11 @@
 #include "anneal/datasets.h"
 #include "anneal/error.h"
 #include "anneal/maintenance.h"
+#include "anneal/preprocess.h"
 #include "anneal/runs.h"
 #include "anneal/store.h"
 #include "command.h"
+#include "error_text.h"
 #include "output.h"
 
 namespace anneal::cli {
@@ -121,6 +123,7 @@ int run_import(const Invocation& inv) {
   if (a.count("categorical")) request.categorical = a["categorical"].as<std::vector<std::string>>();
   request.split = a["split"].as<double>();
   request.seed = a["seed"].as<std::uint64_t>();
+  request.labels_are_classes = labels_are_classes;
   request.nonfinite = parse_nonfinite_name(a["nonfinite"].as<std::string>());
   request.max_columns = a["max-columns"].as<std::uint64_t>();
   if (request.max_columns < 2 || request.max_columns > kCeilingMaxColumns)
@@ -222,15 +225,17 @@ int run_fsck(const Invocation& inv) {
   TerminalReporter reporter(inv.global.log_format);
   FsckReport report = fsck(store, reporter);
   fsck_runs(store, reporter, report);
+  std::vector<std::string> findings;
+  for (const auto& f : report.findings) findings.push_back(f.text + remedy_command(f.remedy, f.remedy_argument));
   if (inv.global.json) {
     print_json({{"ok", report.ok()}, {"objects_checked", report.objects_checked},
                 {"blobs_checked", report.blobs_checked}, {"problems", report.problems},
-                {"findings", report.findings},
+                {"findings", findings},
                 {"unreferenced_objects", report.unreferenced_objects},
                 {"stale_temp_files", report.stale_temp_files}});
   } else {
     for (const auto& p : report.problems) std::cout << "BROKEN " << p << "\n";
-    for (const auto& f : report.findings) std::cout << "NOTE " << f << "\n";
+    for (const auto& f : findings) std::cout << "NOTE " << f << "\n";
     std::cout << "checked " << report.objects_checked << " objects, " << report.blobs_checked << " streams: "
               << (report.ok() ? "ok" : std::to_string(report.problems.size()) + " problems") << "\n";
     if (report.unreferenced_objects || report.stale_temp_files)

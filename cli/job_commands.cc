@@ -150,7 +150,7 @@ int run_job_exec(const Invocation& inv) {
   StopOnSignal stop;
   auto reporter = make_train_reporter(inv.global.log_format);
   TrainResult result = execute_job(store, id, claim, stop.token(), *reporter);
-  if (result.cancelled) return 130;
+  if (result.cancelled) return kExitInterrupted;
   reporter->note("registered " + (result.model ? result.model->ref() : std::string("nothing")) +
                  ", weights " + result.weights_hash);
   return kExitOk;

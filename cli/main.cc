@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 
@@ -12,6 +13,7 @@
 #include "anneal/spelling.h"
 #include "anneal/version.h"
 #include "command.h"
+#include "error_text.h"
 #include "manpage.h"
 
 namespace anneal::cli {
@@ -22,15 +24,40 @@ namespace fs = std::filesystem;
 constexpr const char* kUsage = "anneal [--store DIR] [--json] COMMAND [ARGS...]";
 constexpr const char* kDescription =
     "Train machine-learning models on one server, from a versioned local store.";
-constexpr const char* kExitCodes =
-    "Exit codes:\n"
-    "  0   success (also: nothing to do, e.g. an import of identical content)\n"
-    "  1   failure (I/O, a damaged store, something not found)\n"
-    "  2   bad command line: unknown command or flag, bad flag value\n"
-    "  4   retrain / model promote: trained, but the gate refused the promotion\n"
-    "  65  bad input data (the message gives file:line:column)\n"
-    "  75  busy: a lock is held by another anneal process\n"
-    "  130 training interrupted (SIGINT/SIGTERM) after writing a checkpoint\n";
+// What each exit code means to someone running anneal, as --help and the
+// man page list them. The codes are error.h's; the static_assert below
+// keeps this list to exactly that table.
+struct ExitCodeHelp {
+  int code;
+  const char* meaning;
+};
+constexpr ExitCodeHelp kExitCodeHelp[] = {
+    {kExitOk, "success (also: nothing to do, e.g. an import of identical content)"},
+    {kExitFailure, "failure (I/O, a damaged store, something not found)"},
+    {kExitUsage, "bad command line: unknown command or flag, bad flag value"},
+    {kExitGateRefused, "retrain / model promote: trained, but the gate refused the promotion"},
+    {kExitBadData, "bad input data (the message gives file:line:column)"},
+    {kExitBusy, "busy: a lock is held by another anneal process"},
+    {kExitInterrupted, "training interrupted (SIGINT/SIGTERM) after writing a checkpoint"},
+};
+
+constexpr bool describes_every_exit_code() {
+  if (std::size(kExitCodeHelp) != std::size(kExitCodes)) return false;
+  for (std::size_t i = 0; i < std::size(kExitCodes); ++i)
+    if (kExitCodeHelp[i].code != kExitCodes[i]) return false;
+  return true;
+}
+static_assert(describes_every_exit_code(), "kExitCodeHelp must list error.h's kExitCodes, in order");
+
+// "Exit codes:\n  0   success ...\n", the block --help ends with.
+std::string exit_codes_help() {
+  std::string out = "Exit codes:\n";
+  for (const ExitCodeHelp& e : kExitCodeHelp) {
+    const std::string code = std::to_string(e.code);
+    out += "  " + code + std::string(code.size() < 4 ? 4 - code.size() : 1, ' ') + e.meaning + "\n";
+  }
+  return out;
+}
 
 po::options_description global_options() {
   po::options_description global("Global options");
@@ -61,7 +88,7 @@ void print_usage(std::ostream& out) {
   for (const auto& c : commands()) width = std::max(width, c.name.size());
   for (const auto& c : commands())
     if (!c.hidden) out << "  " << c.name << std::string(width - c.name.size() + 2, ' ') << c.summary << "\n";
-  out << "\n" << global_options() << "\n" << kExitCodes;
+  out << "\n" << global_options() << "\n" << exit_codes_help();
 }
 
 po::options_description command_options(const Command& command) {
@@ -77,7 +104,7 @@ void print_command_help(std::ostream& out, const Command& command) {
   out << "usage: anneal " << command.name << " " << command.synopsis << "\n\n"
       << command.summary << "\n";
   if (!command.details.empty()) out << "\n" << command.details << "\n";
-  out << "\n" << command_options(command) << "\n" << kExitCodes;
+  out << "\n" << command_options(command) << "\n" << exit_codes_help();
 }
 
 // Finds the command named by the leading words of `words` ("data import").
@@ -106,17 +133,14 @@ const Command* find_command(const std::vector<std::string>& words, std::size_t& 
 [[noreturn]] void unknown_command(const std::vector<std::string>& words) {
   std::string given = words.empty() ? "" : words[0];
   if (words.size() > 1) given += " " + words[1];
-  std::string closest;
-  std::size_t best = 1000;
-  for (const auto& c : commands()) {
-    std::size_t d = std::min(edit_distance(given, c.name), edit_distance(words[0], c.name));
-    if (d < best) {
-      best = d;
-      closest = c.name;
-    }
-  }
-  std::string hint = best <= 3 ? " (did you mean '" + closest + "'?)" : "";
-  throw usage_error("unknown command '" + given + "'" + hint + "; see 'anneal --help'");
+  std::vector<std::string_view> names;
+  for (const auto& c : commands())
+    if (!c.hidden) names.push_back(c.name);
+  // The two words as a two-word command ("data lst"), else the first as a
+  // one-word command ("trian FILE").
+  std::string hint = did_you_mean(given, names);
+  if (hint.empty() && words.size() > 1) hint = did_you_mean(words[0], names);
+  throw usage_error("unknown command '" + given + "'" + hint + " (see 'anneal --help')");
 }
 
 int run(int argc, char** argv) {
@@ -125,7 +149,7 @@ int run(int argc, char** argv) {
   // from the same text as --help (manpage.cc), so they cannot drift from it.
   if (args == std::vector<std::string>{"--help-man"} ||
       args == std::vector<std::string>{"--completion", "bash"}) {
-    HelpText help{kUsage, kDescription, global_options(), command_options, kExitCodes};
+    HelpText help{kUsage, kDescription, global_options(), command_options, exit_codes_help()};
     if (args[0] == "--help-man") write_manpage(std::cout, help);
     else write_bash_completion(std::cout, help);
     return kExitOk;
@@ -225,7 +249,7 @@ int main(int argc, char** argv) {
   try {
     return anneal::cli::run(argc, argv);
   } catch (const anneal::Error& e) {
-    return report_error(json, e.what(), anneal::exit_code(e.kind()));
+    return report_error(json, anneal::cli::error_text(e), anneal::exit_code(e.kind()));
   } catch (const boost::program_options::error& e) {
     return report_error(json, std::string(e.what()) + " (see 'anneal --help')", anneal::kExitUsage);
   } catch (const std::exception& e) {

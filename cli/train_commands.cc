@@ -81,7 +81,7 @@ int run_train(const Invocation& inv) {
     rows.push_back({"  weights_hash", result.weights_hash});
     print_table(std::cout, rows);
   }
-  return result.cancelled ? 130 : kExitOk;
+  return result.cancelled ? kExitInterrupted : kExitOk;
 }
 
 json run_json(const RunRecord& r) {

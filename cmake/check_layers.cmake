@@ -18,7 +18,7 @@ cmake_minimum_required(VERSION 3.25)
 set(common   error spelling fault_point report version build_info)
 set(store    store object_store catalog_runs catalog_jobs datasets formats table chunker maintenance fs hash)
 set(engine   tensor backend device layers network loss optimizer trainer linear)
-set(runs     runs config jobs metrics preprocess)
+set(runs     runs config jobs model_metrics preprocess)
 set(quantize quantize)
 
 # Per source layer: its files, the public-header layers it may include, and

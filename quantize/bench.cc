@@ -6,7 +6,7 @@
 
 #include "anneal/error.h"
 #include "anneal/quantize.h"
-#include "compress_common.h"
+#include "derived_model.h"
 #include "runs/model_file.h"
 
 namespace anneal {

@@ -10,8 +10,8 @@
 #include "anneal/network.h"
 #include "anneal/quantize.h"
 #include "anneal/trainer.h"
-#include "compress_common.h"
-#include "runs/use.h"
+#include "derived_model.h"
+#include "runs/model_inputs.h"
 
 namespace anneal {
 using nlohmann::json;

@@ -152,23 +152,13 @@ ColumnSchema merge_column(const ColumnSchema& train, const ColumnSchema& test) {
 // A reproducible stratified split: within each label class, rows ordered by
 // a hash of (seed, row index) and the first round(fraction * n) go to test.
 // Keys depend only on the row index, so appending rows moves few rows across.
-std::vector<std::uint8_t> stratified_split(const Table& table, double fraction,
+// Whether the labels are classes at all is the caller's policy (`classes`):
+// when they are not (a numeric target), all rows form one stratum.
+std::vector<std::uint8_t> stratified_split(const Table& table, bool classes, double fraction,
                                            std::uint64_t seed) {
   std::vector<std::uint8_t> split(table.rows, 0);
   if (fraction <= 0 || table.rows == 0) return split;
-  const ColumnSchema& label = table.columns[table.label_column];
-  // Regression targets (non-integer or very many values) form one stratum.
-  bool classes = label.type == ColumnType::kCategorical;
   std::map<float, std::vector<std::uint64_t>> strata;
-  if (!classes) {
-    classes = true;
-    for (std::uint64_t i = 0; i < table.rows && classes; ++i) {
-      float y = table.labels[i];
-      classes = std::floor(y) == y && (strata.size() < 1000 || strata.count(y));
-      if (classes) strata[y];
-    }
-    strata.clear();
-  }
   for (std::uint64_t i = 0; i < table.rows; ++i)
     strata[classes ? table.labels[i] : 0.0f].push_back(i);
   auto key = [seed](std::uint64_t row) {
@@ -224,13 +214,13 @@ void parse_inputs(const ImportRequest& request, const std::vector<SourceFile>& s
                                            : request.format;
   const bool idx = format == Format::kIdx;
   if (idx && !request.labels)
-    throw usage_error("--labels: IDX images need their labels file (--labels FILE)");
+    throw usage_error(Subject::kLabelsFile, ": IDX images need their labels file");
   if (!idx && (request.labels || request.test_labels))
-    throw usage_error(std::string(request.labels ? "--labels" : "--test-labels") +
-                      ": only IDX data takes a separate labels file; this input is " +
-                      format_name(format));
+    throw usage_error(request.labels ? Subject::kLabelsFile : Subject::kTestLabelsFile,
+                      std::string(": only IDX data takes a separate labels file; this input is ") +
+                          format_name(format));
   if (idx && request.test && !request.test_labels)
-    throw usage_error("--test-labels: the IDX test images need their labels file");
+    throw usage_error(Subject::kTestLabelsFile, ": the IDX test images need their labels file");
 
   auto parse_part = [&](const std::string& prefix, std::string_view text,
                         const Table* reference) {
@@ -315,7 +305,7 @@ void load_streams(sql::Database& db, std::int64_t version_id, DatasetVersion& v)
 std::pair<std::int64_t, DatasetVersion> lookup(sql::Database& db, const DatasetRef& ref) {
   auto ds = db.prepare("SELECT id FROM datasets WHERE name = ?");
   ds.bind(1, ref.name);
-  if (!ds.step()) throw not_found("no dataset named '" + ref.name + "' (see 'anneal data list')");
+  if (!ds.step()) throw not_found("no dataset named '" + ref.name + "'").with(Remedy::kListDatasets);
   std::int64_t dataset_id = ds.int64(0);
   std::string sql = std::string("SELECT ") + kVersionColumns +
                     " FROM dataset_versions v WHERE v.dataset_id = ? " +
@@ -349,23 +339,22 @@ std::optional<int> version_with_fingerprint(sql::Database& db, const std::string
 ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter& reporter) {
   validate_dataset_name(request.dataset);
   if (!(request.split >= 0 && request.split < 1))
-    throw usage_error("--split " + std::to_string(request.split) +
-                      ": expected a fraction in [0, 1)");
+    throw usage_error(Subject::kTestFraction, std::to_string(request.split) + ": expected a fraction in [0, 1)");
 
   std::vector<SourceFile> sources;
-  auto add_source = [&](const std::string& role, const fs::path& path, const char* flag) {
+  auto add_source = [&](const std::string& role, const fs::path& path, Subject subject) {
     try {
       sources.push_back({role, path, FileSnapshot(path)});
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::kNotFound)
-        throw usage_error(std::string(flag) + ": " + path.string() + ": no such file");
+        throw usage_error(subject, ": " + path.string() + ": no such file");
       throw;
     }
   };
-  add_source("source", request.file, "FILE");
-  if (request.labels) add_source("source.labels", *request.labels, "--labels");
-  if (request.test) add_source("test.source", *request.test, "--test");
-  if (request.test_labels) add_source("test.source.labels", *request.test_labels, "--test-labels");
+  add_source("source", request.file, Subject::kDataFile);
+  if (request.labels) add_source("source.labels", *request.labels, Subject::kLabelsFile);
+  if (request.test) add_source("test.source", *request.test, Subject::kTestFile);
+  if (request.test_labels) add_source("test.source.labels", *request.test_labels, Subject::kTestLabelsFile);
 
   const ObjectStore& objects = store.objects();
   ImportResult result;
@@ -429,7 +418,8 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
     result.version.train_rows = train.rows;
     result.version.test_rows = test.rows;
   } else {
-    split = stratified_split(train, request.split, request.seed);
+    if (!request.labels_are_classes) throw failure("import: the request has no labels_are_classes policy");
+    split = stratified_split(train, request.labels_are_classes(train), request.split, request.seed);
     std::uint64_t test_rows = static_cast<std::uint64_t>(std::count(split.begin(), split.end(), 1));
     result.version.train_rows = train.rows - test_rows;
     result.version.test_rows = test_rows;
@@ -642,15 +632,15 @@ void export_dataset(Store& store, const DatasetRef& ref, const std::string& role
   if (!stream) {
     std::string roles;
     for (const auto& s : v.streams) roles += (roles.empty() ? "" : ", ") + s.role;
-    throw usage_error("--part " + role + ": " + v.ref() + " has no such part (parts: " + roles + ")");
+    throw usage_error(Subject::kDatasetPart, role + ": " + v.ref() + " has no such part (parts: " + roles + ")");
   }
   if (!force && fs::exists(out))
-    throw usage_error("-o " + out.string() + ": file exists (pass --force to replace it)");
+    throw Error(ErrorKind::kUsage, Subject::kOutputFile, out.string() + ": file exists", Remedy::kReplaceExisting);
   std::string bytes = read_blob(store.db(), store.objects(), stream->blob,
                                 "dataset " + v.ref() + ", " + role);
   fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
   if (!write_file_atomic(out, bytes, dir, /*replace=*/force))
-    throw usage_error("-o " + out.string() + ": file exists (pass --force to replace it)");
+    throw Error(ErrorKind::kUsage, Subject::kOutputFile, out.string() + ": file exists", Remedy::kReplaceExisting);
 }
 
 LoadedDataset load_dataset(Store& store, const DatasetRef& ref) {
@@ -659,7 +649,7 @@ LoadedDataset load_dataset(Store& store, const DatasetRef& ref) {
   const DatasetVersion& v = loaded.version;
   auto read_f32 = [&](const std::string& role) {
     const DatasetStream* s = v.stream(role);
-    if (!s) throw corrupt("dataset " + v.ref() + " has no '" + role + "' stream; run 'anneal fsck'");
+    if (!s) throw corrupt("dataset " + v.ref() + " has no '" + role + "' stream").with(Remedy::kCheckStore);
     std::string bytes = read_blob(store.db(), store.objects(), s->blob, "dataset " + v.ref() + ", " + role);
     std::vector<float> out(bytes.size() / sizeof(float));
     std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));

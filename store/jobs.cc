@@ -56,7 +56,7 @@ JobRecord read_job(sql::Statement& row) {
 JobRecord job_in(sql::Database& db, std::int64_t job) {
   auto stmt = db.prepare(std::string("SELECT ") + kJobColumns + " WHERE j.id = ?");
   stmt.bind(1, job);
-  if (!stmt.step()) throw not_found("no job job-" + std::to_string(job) + " (see 'anneal jobs list')");
+  if (!stmt.step()) throw not_found("no job job-" + std::to_string(job)).with(Remedy::kListJobs);
   return read_job(stmt);
 }
 
@@ -142,9 +142,9 @@ std::int64_t parse_job_id(std::string_view text, std::string_view what) {
 }
 
 JobRecord submit_job(Store& store, const JobSpec& spec, double now) {
-  if (spec.cores < 1) throw usage_error("--cores must be at least 1");
-  if (spec.retries < 0) throw usage_error("--retries must be at least 0");
-  if (spec.timeout_s && !(*spec.timeout_s > 0)) throw usage_error("--timeout must be positive");
+  if (spec.cores < 1) throw usage_error(Subject::kJobCores, "must be at least 1");
+  if (spec.retries < 0) throw usage_error(Subject::kJobRetries, "must be at least 0");
+  if (spec.timeout_s && !(*spec.timeout_s > 0)) throw usage_error(Subject::kJobTimeout, "must be positive");
   sql::Database& db = store.db();
   std::int64_t id = 0;
   {

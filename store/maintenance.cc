@@ -261,8 +261,7 @@ void check_orphans(Store& store, FsckReport& report) {
       // told the run is busy and can be retried.
       if (!try_lock_run(store, id).held()) continue;
       const std::string run = "run-" + std::to_string(id);
-      report.findings.push_back(run + " is marked running but no process holds it; 'anneal train --resume " + run +
-                                "' continues it");
+      report.findings.push_back({run + " is marked running but no process holds it", Remedy::kResumeRun, run});
     }
   });
   checking(report, "catalog table jobs", [&] {
@@ -271,9 +270,9 @@ void check_orphans(Store& store, FsckReport& report) {
         "WHERE state = 'running' AND lease_expires < ? ORDER BY id");
     rows.bind(1, unix_now());
     while (rows.step())
-      report.findings.push_back("job " + std::to_string(rows.int64(0)) + " (" + rows.text(1) +
-                                ") is marked running on " + rows.text(2) +
-                                " but its lease expired (the worker died); the next 'anneal worker' takes it over");
+      report.findings.push_back({"job " + std::to_string(rows.int64(0)) + " (" + rows.text(1) +
+                                     ") is marked running on " + rows.text(2) + " but its lease expired (the worker died)",
+                                 Remedy::kStartWorker, ""});
   });
 }
 

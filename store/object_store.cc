@@ -303,7 +303,8 @@ std::string ObjectStore::get(const std::string& id, std::string_view owner) cons
   std::string raw;
   if (auto problem = read_verified(path_of(id), id, impl_->dctx.local().get(), raw))
     throw corrupt("object " + id + " (" + std::string(owner) + "): " + *problem +
-                  "; the store is damaged, run 'anneal fsck'");
+                  "; the store is damaged")
+        .with(Remedy::kCheckStore);
   return raw;
 }
 

@@ -85,7 +85,7 @@ ModelRecord read_model_row(sql::Statement& row) {
 void require_run(sql::Database& db, std::int64_t run) {
   auto stmt = db.prepare("SELECT 1 FROM runs WHERE id = ?");
   stmt.bind(1, run);
-  if (!stmt.step()) throw not_found("no run run-" + std::to_string(run) + " (see 'anneal runs list')");
+  if (!stmt.step()) throw not_found("no run run-" + std::to_string(run)).with(Remedy::kListRuns);
 }
 
 }  // namespace
@@ -161,7 +161,7 @@ void end_run(Store& store, std::int64_t run, RunStatus status, const std::string
 RunRecord find_run(Store& store, std::int64_t run) {
   auto stmt = store.db().prepare(std::string("SELECT ") + kRunColumns + " WHERE r.id = ?");
   stmt.bind(1, run);
-  if (!stmt.step()) throw not_found("no run run-" + std::to_string(run) + " (see 'anneal runs list')");
+  if (!stmt.step()) throw not_found("no run run-" + std::to_string(run)).with(Remedy::kListRuns);
   return read_run(stmt);
 }
 
@@ -344,7 +344,7 @@ ModelRecord register_model(Store& store, std::int64_t run, const std::string& na
 ModelRecord find_model(Store& store, const ModelRef& ref) {
   if (ref.alias) {
     if (auto held = find_alias(store, ref.name, *ref.alias)) return *held;
-    throw not_found("alias '" + ref.to_string() + "' is not set (see 'anneal model alias list')");
+    throw not_found("alias '" + ref.to_string() + "' is not set").with(Remedy::kListAliases);
   }
   sql::Database& db = store.db();
   std::string sql = std::string("SELECT ") + kModelColumns + " WHERE m.name = ? " +
@@ -355,7 +355,7 @@ ModelRecord find_model(Store& store, const ModelRef& ref) {
   if (!stmt.step()) {
     auto any = db.prepare("SELECT 1 FROM models WHERE name = ?");
     any.bind(1, ref.name);
-    if (!any.step()) throw not_found("no model named '" + ref.name + "' (see 'anneal model list')");
+    if (!any.step()) throw not_found("no model named '" + ref.name + "'").with(Remedy::kListModels);
     throw not_found("model '" + ref.name + "' has no version v" + std::to_string(*ref.version));
   }
   return read_model_row(stmt);

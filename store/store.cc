@@ -251,10 +251,10 @@ bool Store::init(const fs::path& root) {
     // holding other things (a home directory given by mistake) would lock
     // others out of them.
     if (!fs::is_directory(root, ec))
-      throw usage_error(root.string() + " exists and is not a directory; 'anneal init' needs a new or empty directory");
+      throw usage_error(root.string() + " exists and is not a directory; a store is created only in a new or empty directory");
     if (!fs::is_empty(root, ec))
-      throw usage_error(root.string() + " is not empty and holds no store; 'anneal init' needs a new or empty "
-                        "directory, because it makes the store owner-only (0700)");
+      throw usage_error(root.string() + " is not empty and holds no store; a store is created only in a new or "
+                        "empty directory, because it is made owner-only (0700)");
   }
   make_private_dir(root);
   for (const char* sub : {"objects", "tmp", "locks"}) make_private_dir(root / sub);
@@ -280,7 +280,7 @@ bool Store::init(const fs::path& root) {
 
 Store Store::open(const fs::path& root) {
   if (!fs::exists(root / "catalog.db"))
-    throw not_found("no anneal store at " + root.string() + " (create one with 'anneal init')");
+    throw not_found("no anneal store at " + root.string()).with(Remedy::kCreateStore);
   for (const char* sub : {"objects", "tmp", "locks"}) make_private_dir(root / sub);
   auto impl = std::make_unique<Impl>(root, /*create=*/false);
   migrate(impl->db, root);

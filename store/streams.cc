@@ -77,26 +77,29 @@ std::string read_blob(sql::Database& db, const ObjectStore& objects, const std::
   auto size_stmt = db.prepare("SELECT size FROM blobs WHERE hash = ?");
   size_stmt.bind(1, blob);
   if (!size_stmt.step())
-    throw corrupt("catalog: " + std::string(owner) + " refers to unknown blob " + blob +
-                  "; run 'anneal fsck'");
+    throw corrupt("catalog: " + std::string(owner) + " refers to unknown blob " + blob)
+        .with(Remedy::kCheckStore);
   std::uint64_t size = static_cast<std::uint64_t>(size_stmt.int64(0));
   std::vector<BlobChunk> chunks = blob_chunks(db, blob);
   std::vector<std::pair<std::string, std::uint64_t>> list;
   for (const auto& c : chunks) list.emplace_back(c.object, c.length);
   if (stream_hash(list) != blob)
     throw corrupt("catalog: " + std::string(owner) + ": the chunk list of blob " + blob +
-                  " does not match its hash; run 'anneal fsck'");
+                  " does not match its hash")
+        .with(Remedy::kCheckStore);
   std::vector<std::uint64_t> offsets(chunks.size() + 1, 0);
   for (std::size_t i = 0; i < chunks.size(); ++i) offsets[i + 1] = offsets[i] + chunks[i].length;
   if (offsets.back() != size)
     throw corrupt("catalog: " + std::string(owner) + ": chunk lengths of blob " + blob +
-                  " do not add up to its size; run 'anneal fsck'");
+                  " do not add up to its size")
+        .with(Remedy::kCheckStore);
   std::string bytes(size, '\0');
   tbb::parallel_for(std::size_t(0), chunks.size(), [&](std::size_t i) {
     std::string raw = objects.get(chunks[i].object, owner);
     if (raw.size() != chunks[i].length)
       throw corrupt("object " + chunks[i].object + " (" + std::string(owner) +
-                    "): length differs from the catalog; run 'anneal fsck'");
+                    "): length differs from the catalog")
+          .with(Remedy::kCheckStore);
     std::copy(raw.begin(), raw.end(), bytes.begin() + static_cast<std::ptrdiff_t>(offsets[i]));
   });
   return bytes;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -76,6 +77,12 @@ struct ImportRequest {
   std::vector<std::string> categorical;  // force these columns categorical
   double split = 0.2;                    // test fraction when no --test is given
   std::uint64_t seed = 0;
+  // Whether the parsed training rows' labels are classes, so that the test
+  // split takes `split` of each class (stratified) rather than of all rows.
+  // What counts as a class is training policy, which the store does not
+  // own: callers hand labels_are_classes() (preprocess.h), the same guess
+  // that picks a config's default loss. Required when the import splits.
+  std::function<bool(const Table& train)> labels_are_classes;
   NonFinite nonfinite = NonFinite::kError;           // --nonfinite
   std::uint64_t max_columns = kDefaultMaxColumns;    // --max-columns
   DecompressLimits decompress_limits;                // --max-decompressed-size, --max-decompression-ratio

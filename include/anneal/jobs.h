@@ -32,10 +32,6 @@
 
 namespace anneal {
 
-// The exit code of `anneal retrain` and `anneal model promote` when the gate
-// refused the promotion (README.md).
-inline constexpr int kExitGateRefused = 4;
-
 // Reads CONFIG text, checks it (every key and value, as train would), and
 // builds the spec `anneal submit` queues. Throws kUsage naming SOURCE:LINE.
 JobSpec make_job_spec(const std::string& config_text, const std::string& config_source,

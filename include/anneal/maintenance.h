@@ -6,6 +6,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "anneal/error.h"
 #include "anneal/fs.h"
 
 #include "anneal/report.h"
@@ -23,7 +24,12 @@ struct FsckReport {
   // Each entry one line about something that is not damage but needs a
   // person or a command: a run left running by a process that died, a job
   // whose worker's lease expired. Printed; they do not make the check fail.
-  std::vector<std::string> findings;
+  struct Finding {
+    std::string text;            // what was found
+    Remedy remedy;               // what resolves it, said by cli/ as the command that does
+    std::string remedy_argument; // the run or job the remedy names
+  };
+  std::vector<Finding> findings;
   // Harmless findings: objects nothing references (gc removes them), stale
   // temporary files of interrupted writes.
   std::uint64_t unreferenced_objects = 0;

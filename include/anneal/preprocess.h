@@ -79,8 +79,7 @@ class LabelEncoding {
   // a non-integer numeric label), naming the column.
   static LabelEncoding fit(LossKind loss, const Table& train, const Table& test);
   // The loss a label column suggests when the config names none: softmax_ce
-  // for a categorical or integer label with at most 100 distinct values, mse
-  // otherwise.
+  // when labels_are_classes(train), mse otherwise.
   static LossKind infer_loss(const Table& train);
 
   bool classification() const { return classification_; }
@@ -107,6 +106,18 @@ class LabelEncoding {
   std::vector<std::string> class_names_;
   double mean_ = 0, scale_ = 1;          // regression
 };
+
+// The most distinct integer label values that still read as classes.
+inline constexpr std::size_t kMaxGuessedClasses = 100;
+
+// Training policy, the one guess of what a class is: whether the label
+// column of `table` holds classes (a categorical label, or only integers
+// with at most kMaxGuessedClasses distinct values) rather than a numeric
+// target. It picks the loss of a config that names none, and an import
+// stratifies its test split by it (ImportRequest::labels_are_classes), so
+// the split's strata are the classes training will see. It lives here, with
+// the label encoding, rather than in store/, which only applies it. Pure.
+bool labels_are_classes(const Table& table);
 
 // Splits indices 0..rows-1 into (train, validation): within each group of
 // equal `groups[i]` (the encoded class, or all one group), rows are ordered by

@@ -30,7 +30,7 @@
 #include "anneal/device.h"
 #include "anneal/datasets.h"
 #include "anneal/maintenance.h"
-#include "anneal/metrics.h"
+#include "anneal/model_metrics.h"
 #include "anneal/report.h"
 #include "anneal/store.h"
 

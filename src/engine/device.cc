@@ -4,7 +4,7 @@
 
 #include "anneal/error.h"
 #include "engine/cpu/cpu_backend.h"
-#include "engine/names.h"
+#include "anneal/spelling.h"
 
 namespace anneal {
 

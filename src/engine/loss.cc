@@ -1,6 +1,6 @@
 #include "anneal/loss.h"
 
-#include "engine/names.h"
+#include "anneal/spelling.h"
 
 namespace anneal {
 
@@ -9,7 +9,7 @@ LossKind parse_loss_kind(std::string_view name) {
   if (name == "bce") return LossKind::kBinaryCrossEntropy;
   if (name == "mse") return LossKind::kMeanSquaredError;
   if (name == "mae") return LossKind::kMeanAbsoluteError;
-  throw engine::unknown_name_error("loss", name, {"softmax_ce", "bce", "mse", "mae"});
+  throw unknown_name_error("loss", name, {"softmax_ce", "bce", "mse", "mae"});
 }
 
 const char* loss_name(LossKind kind) {

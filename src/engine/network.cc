@@ -12,7 +12,6 @@
 
 #include "anneal/error.h"
 #include "engine/layers_internal.h"
-#include "engine/names.h"
 #include "engine/random.h"
 
 namespace anneal {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "anneal/error.h"
-#include "engine/names.h"
+#include "anneal/spelling.h"
 
 namespace anneal {
 
@@ -13,14 +13,14 @@ OptimizerKind parse_optimizer_kind(std::string_view name) {
   if (name == "sgd") return OptimizerKind::kSgd;
   if (name == "adam") return OptimizerKind::kAdam;
   if (name == "adamw") return OptimizerKind::kAdamW;
-  throw engine::unknown_name_error("optimizer", name, {"sgd", "adam", "adamw"});
+  throw unknown_name_error("optimizer", name, {"sgd", "adam", "adamw"});
 }
 
 ScheduleKind parse_schedule_kind(std::string_view name) {
   if (name == "constant") return ScheduleKind::kConstant;
   if (name == "step") return ScheduleKind::kStep;
   if (name == "cosine") return ScheduleKind::kCosine;
-  throw engine::unknown_name_error("lr schedule", name, {"constant", "step", "cosine"});
+  throw unknown_name_error("lr schedule", name, {"constant", "step", "cosine"});
 }
 
 const char* optimizer_name(OptimizerKind kind) {

@@ -12,7 +12,7 @@
 #include <numeric>
 
 #include "anneal/error.h"
-#include "engine/names.h"
+#include "anneal/spelling.h"
 #include "engine/random.h"
 #include "engine/state_io.h"
 

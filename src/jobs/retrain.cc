@@ -11,6 +11,7 @@
 #include "anneal/fs.h"
 #include "anneal/hash.h"
 #include "anneal/jobs.h"
+#include "anneal/preprocess.h"
 #include "anneal/version.h"
 
 namespace anneal {
@@ -34,6 +35,7 @@ ImportRequest import_like_latest(Store& store, const std::string& dataset, const
   ImportRequest request;
   request.dataset = dataset;
   request.file = file;
+  request.labels_are_classes = labels_are_classes;
   std::vector<DatasetVersion> versions;
   try {
     versions = dataset_versions(store, dataset);
@@ -43,8 +45,9 @@ ImportRequest import_like_latest(Store& store, const std::string& dataset, const
   if (versions.empty()) return request;
   const json& o = versions.back().options;
   if (o.value("test", false))
-    throw usage_error("--data: " + versions.back().ref() +
-                      " was imported with a separate --test file; import new versions with 'anneal data import'");
+    throw usage_error(Subject::kRetrainData, ": " + versions.back().ref() +
+                                                " was imported with a separate test file, which a retrain cannot "
+                                                "repeat; import its new versions as a dataset instead");
   if (o.contains("format")) request.format = parse_format_name(o["format"].get<std::string>());
   if (o.contains("label")) request.label = o["label"].get<std::string>();
   if (o.contains("header")) request.header = o["header"].get<bool>();
@@ -95,7 +98,7 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
   DatasetRef dataset_ref = parse_dataset_ref(config.dataset, request.config_source + ": dataset");
   if (request.promote) validate_alias_name(*request.promote);
   if (request.data && dataset_ref.version)
-    throw usage_error("--data: the config pins dataset " + dataset_ref.to_string() +
+    throw usage_error(Subject::kRetrainData, ": the config pins dataset " + dataset_ref.to_string() +
                       "; a new version would never be trained (use NAME or NAME@latest)");
   const std::string config_hash = to_hex(hash_bytes(config.to_text()));
 

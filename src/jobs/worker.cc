@@ -206,13 +206,13 @@ class Worker {
       : store_(store), options_(options), reporter_(reporter),
         id_(host_name() + ":" + std::to_string(::getpid())) {
     if (options_.job_command.empty()) throw failure("worker: no job command");
-    if (options_.cores < 1) throw usage_error("--cores must be at least 1");
-    if (options_.max_jobs < 0) throw usage_error("--max-jobs must be at least 0");
-    if (!(options_.lease_s > 0)) throw usage_error("--lease must be positive");
+    if (options_.cores < 1) throw usage_error(Subject::kWorkerCores, "must be at least 1");
+    if (options_.max_jobs < 0) throw usage_error(Subject::kWorkerMaxJobs, "must be at least 0");
+    if (!(options_.lease_s > 0)) throw usage_error(Subject::kWorkerLease, "must be positive");
     std::vector<int> cpus = allowed_cpus();
     if (static_cast<std::int64_t>(cpus.size()) < options_.cores)
-      throw usage_error("--cores " + std::to_string(options_.cores) + ": this process may run on only " +
-                        std::to_string(cpus.size()) + " CPUs");
+      throw usage_error(Subject::kWorkerCores, std::to_string(options_.cores) + ": this process may run on only " +
+                                                   std::to_string(cpus.size()) + " CPUs");
     free_cpus_.assign(cpus.begin(), cpus.begin() + options_.cores);
     max_jobs_ = options_.max_jobs > 0 ? options_.max_jobs : options_.cores;
     make_private_dir(store_.root() / "logs");

@@ -55,27 +55,20 @@ const std::vector<ConfigKey>& known_config_keys() {
 
 namespace {
 
-std::string closest_key(std::string_view key) {
+// "; did you mean 'K'?" for an unknown config key, or "".
+std::string suggest_key(std::string_view key) {
   // Names other tools use for the same setting, so 'learning_rate' points
   // at 'lr' rather than at whatever key happens to be spelled alike.
-  static const std::pair<const char*, const char*> kAliases[] = {
+  static const Spelling kAliases[] = {
       {"learning_rate", "lr"},     {"batch_size", "batch"},  {"num_epochs", "epochs"},
       {"max_epochs", "epochs"},    {"n_epochs", "epochs"},   {"num_threads", "threads"},
       {"schedule", "lr_schedule"}, {"warmup", "warmup_steps"}, {"patience", "early_stop"},
       {"val_split", "validation"}, {"validation_split", "validation"}, {"model", "layers"},
       {"data", "dataset"},         {"optim", "optimizer"},   {"l2", "weight_decay"}};
-  std::string best;
-  std::size_t best_distance = ~std::size_t{0};
-  auto consider = [&](std::string_view name, const char* suggestion) {
-    std::size_t d = edit_distance(key, name);
-    if (d < best_distance) {
-      best_distance = d;
-      best = suggestion;
-    }
-  };
-  for (const auto& k : known_config_keys()) consider(k.name, k.name);
-  for (const auto& [alias, target] : kAliases) consider(alias, target);
-  return best;
+  std::vector<Spelling> known;
+  for (const auto& k : known_config_keys()) known.push_back({k.name, k.name});
+  known.insert(known.end(), std::begin(kAliases), std::end(kAliases));
+  return did_you_mean(key, known);
 }
 
 bool is_known(std::string_view key) {
@@ -246,10 +239,13 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
   std::map<std::string, Setting> settings;
   for (const auto& option : parsed.options) {
     int line = line_of(text, option.string_key);
-    std::string where = std::string(source) + (line > 0 ? ":" + std::to_string(line) : "");
+    // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive)
+    // on "literal" + std::string temporaries here.
+    std::string where(source);
+    if (line > 0) where.append(":").append(std::to_string(line));
     if (option.unregistered || !is_known(option.string_key))
-      throw usage_error(where + ": unknown key '" + option.string_key + "'; did you mean '" +
-                        closest_key(option.string_key) + "'?");
+      throw usage_error(where + ": unknown key '" + option.string_key + "'" +
+                        suggest_key(option.string_key));
     if (settings.count(option.string_key))
       throw usage_error(where + ": key '" + option.string_key + "' is set twice");
     settings[option.string_key] = {trim(option.value.empty() ? "" : option.value[0]), where};
@@ -260,7 +256,7 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
       throw usage_error("--set " + o + ": expected key=value");
     std::string key = trim(o.substr(0, eq));
     if (!is_known(key))
-      throw usage_error("--set " + o + ": unknown key '" + key + "'; did you mean '" + closest_key(key) + "'?");
+      throw usage_error("--set " + o + ": unknown key '" + key + "'" + suggest_key(key));
     std::string value = trim(o.substr(eq + 1));
     // The resolved config is written back as INI text (to_text(), frozen
     // in a job or a run) and must parse back to exactly this value: in that

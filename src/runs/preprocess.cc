@@ -179,16 +179,20 @@ FeatureTransform FeatureTransform::from_json(const json& j) {
 
 // -------------------------------------------------------------- labels
 
-LossKind LabelEncoding::infer_loss(const Table& train) {
-  const ColumnSchema& label = train.columns[train.label_column];
-  if (label.type == ColumnType::kCategorical) return LossKind::kSoftmaxCrossEntropy;
+bool labels_are_classes(const Table& table) {
+  const ColumnSchema& label = table.columns[table.label_column];
+  if (label.type == ColumnType::kCategorical) return true;
   std::set<float> distinct;
-  for (float y : train.labels) {
-    if (std::floor(y) != y) return LossKind::kMeanSquaredError;
+  for (float y : table.labels) {
+    if (std::floor(y) != y) return false;  // NaN included
     distinct.insert(y);
-    if (distinct.size() > 100) return LossKind::kMeanSquaredError;
+    if (distinct.size() > kMaxGuessedClasses) return false;
   }
-  return LossKind::kSoftmaxCrossEntropy;
+  return true;
+}
+
+LossKind LabelEncoding::infer_loss(const Table& train) {
+  return labels_are_classes(train) ? LossKind::kSoftmaxCrossEntropy : LossKind::kMeanSquaredError;
 }
 
 LabelEncoding LabelEncoding::fit(LossKind loss, const Table& train, const Table& test) {

@@ -12,7 +12,8 @@
 #include "anneal/trainer.h"
 #include "anneal/version.h"
 #include "runs/model_file.h"
-#include "runs/prepare.h"
+#include "runs/scoring.h"
+#include "runs/training_data.h"
 
 namespace anneal {
 using nlohmann::json;
@@ -125,13 +126,13 @@ Setup resolve(Store& store, const TrainRequest& request) {
   Setup s;
   if (request.resume) {
     if (!request.overrides.empty())
-      throw usage_error("--set: a resumed run keeps its recorded config; start a new run to change it");
+      throw usage_error(Subject::kConfigOverrides, ": a resumed run keeps its recorded config; start a new run to change it");
     if (request.device)
-      throw usage_error("--device: a resumed run keeps its recorded device (the weights depend on it); "
-                        "start a new run to change it");
+      throw usage_error(Subject::kDevice, ": a resumed run keeps its recorded device (the weights depend on it); "
+                                          "start a new run to change it");
     RunRecord run = find_run(store, *request.resume);
     if (run.status == RunStatus::kSucceeded)
-      throw usage_error("--resume " + run.label() + ": the run already succeeded" +
+      throw usage_error(Subject::kResumedRun, run.label() + ": the run already succeeded" +
                         (run.model.empty() ? std::string() : " and registered " + run.model));
     s.config = parse_train_config(run.config_text, run.label() + " config", {});
     s.dataset = parse_dataset_ref(run.dataset, "dataset");
@@ -175,7 +176,8 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
     run_lock.emplace(try_lock_run(store, setup.resumed->id));
   }
   if (run_lock && !run_lock->held())
-    throw busy("--resume " + setup.resumed->label() + ": another anneal process is training this run");
+    throw Error(ErrorKind::kBusy, Subject::kResumedRun,
+                setup.resumed->label() + ": another anneal process is training this run");
   std::unique_ptr<Backend> backend;
   try {
     backend = make_backend({.device = config.device, .threads = config.threads});

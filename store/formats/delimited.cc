@@ -72,17 +72,18 @@ std::string column_list(const std::vector<ColumnPlan>& columns) {
   return out;
 }
 
-// Resolves a --label / --categorical value: a column name, else a 0-based
-// index written as digits.
+// Resolves the label column or a categorical column as the import names it
+// (`subject`, for the error): a column name, else a 0-based index written as
+// digits.
 std::size_t resolve_column(const std::vector<ColumnPlan>& columns, const std::string& wanted,
-                           const char* flag, const std::string& display_name) {
+                           Subject subject, const std::string& display_name) {
   for (std::size_t i = 0; i < columns.size(); ++i)
     if (columns[i].name == wanted) return i;
   bool digits = !wanted.empty() && wanted.size() < 10 &&
                 wanted.find_first_not_of("0123456789") == std::string::npos;
   if (digits && std::stoul(wanted) < columns.size()) return std::stoul(wanted);
-  throw data_error(display_name + ": no column '" + wanted + "' for " + flag +
-                   " (columns: " + column_list(columns) + ")");
+  throw Error(ErrorKind::kBadData, subject,
+              ": no column '" + wanted + "' in " + display_name + " (columns: " + column_list(columns) + ")");
 }
 
 class DelimitedParser {
@@ -99,8 +100,8 @@ class DelimitedParser {
   struct Block;
   class BlockParser;
 
-  [[noreturn]] void fail(std::size_t offset, const std::string& what) const {
-    formats::throw_text_error(options_.display_name, text_, TextError{offset, what});
+  [[noreturn]] void fail(std::size_t offset, const std::string& what, Remedy remedy = Remedy::kNone) const {
+    formats::throw_text_error(options_.display_name, text_, TextError{offset, what, remedy, ""});
   }
   void read_header();
   void name_columns(const std::vector<Field>& first_record);
@@ -254,17 +255,16 @@ class DelimitedParser::BlockParser {
       if (nonfinite_ == NonFinite::kMissing && column != layout_.label) return NAN;
       throw TextError{reader_.offset(field.begin),
                       "expected a finite number, found " + formats::quote_for_message(trimmed_content(field)) +
-                          " in column '" + plan.name + "'" +
-                          (column == layout_.label ? std::string(" (the label)")
-                                                   : std::string(" (--nonfinite missing reads such values as missing)"))};
+                          " in column '" + plan.name + "'" + (column == layout_.label ? " (the label)" : ""),
+                      column == layout_.label ? Remedy::kNone : Remedy::kReadNonFiniteAsMissing};
     }
     std::string why = plan.origin == TypeOrigin::kReference
                           ? "numeric in the train part"
-                          : "inferred numeric from its first " + std::to_string(kInferenceRows) +
-                                " rows; use --categorical " + plan.name;
-    throw TextError{reader_.offset(field.begin), "expected a number in column '" + plan.name +
-                                                     "' (" + why + "), found " +
-                                                     formats::quote_for_message(field.value())};
+                          : "inferred numeric from its first " + std::to_string(kInferenceRows) + " rows";
+    throw TextError{reader_.offset(field.begin),
+                    "expected a number in column '" + plan.name + "' (" + why + "), found " +
+                        formats::quote_for_message(field.value()),
+                    plan.origin == TypeOrigin::kReference ? Remedy::kNone : Remedy::kDeclareCategorical, plan.name};
   }
 
   TextError missing_label(const char* at, std::string_view value) const {
@@ -374,8 +374,8 @@ void DelimitedParser::read_header() {
       if (fields.size() == limit)
         fail(reader_.offset(after),
              "expected at most " + std::to_string(limit) + " columns, found " +
-                 std::to_string(reader_.count_remaining(after, fields.size())) +
-                 " (pass --max-columns N to raise the limit)");
+                 std::to_string(reader_.count_remaining(after, fields.size())),
+             Remedy::kRaiseColumnLimit);
       fields.emplace_back();
       after = reader_.read(after, fields.back(), record_end);
     }
@@ -391,7 +391,7 @@ void DelimitedParser::read_header() {
   layout_.data_begin = reader_.offset(options_.header ? after : first);
   layout_.label = options_.label.empty()
                       ? columns.size() - 1
-                      : resolve_column(columns, options_.label, "--label", options_.display_name);
+                      : resolve_column(columns, options_.label, Subject::kLabelColumn, options_.display_name);
 }
 
 // Names from the header (colN, 1-based, without one or for an empty name),
@@ -442,7 +442,7 @@ void DelimitedParser::choose_types() {
     }
   } else {
     for (const std::string& wanted : options_.categorical) {
-      ColumnPlan& column = columns[resolve_column(columns, wanted, "--categorical", options_.display_name)];
+      ColumnPlan& column = columns[resolve_column(columns, wanted, Subject::kCategoricalColumn, options_.display_name)];
       column.type = ColumnType::kCategorical;
       column.origin = TypeOrigin::kForced;
     }

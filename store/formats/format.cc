@@ -96,7 +96,7 @@ const char* format_name(Format format) {
 Format parse_format_name(std::string_view name) {
   for (Format format : {Format::kAuto, Format::kCsv, Format::kTsv, Format::kIdx, Format::kLibsvm})
     if (name == format_name(format)) return format;
-  throw usage_error("--format: expected one of auto, csv, tsv, idx, libsvm, found '" +
+  throw usage_error(Subject::kFormat, ": expected one of auto, csv, tsv, idx, libsvm, found '" +
                     std::string(name) + "'");
 }
 

@@ -138,10 +138,10 @@ bool is_float_type(unsigned char type) {
 // f32/f64 elements that are not finite (inf, NaN, f64 beyond float32's
 // range) become missing (NaN) when `policy` is kMissing; otherwise the first
 // one is reported as kBadData naming `name`, its element and byte offset,
-// and `hint`.
+// and `note` (if any), with `remedy`.
 // Integer elements are always finite.
 ColumnStats convert(const IdxArray& array, std::vector<float>& out, NonFinite policy, const std::string& name,
-                    std::string_view hint) {
+                    std::string_view note, Remedy remedy) {
   out.resize(array.elements);
   std::size_t chunks = (array.elements + kConvertChunk - 1) / kConvertChunk;
   std::vector<ColumnStats> chunk_stats(chunks);
@@ -173,8 +173,9 @@ ColumnStats convert(const IdxArray& array, std::vector<float>& out, NonFinite po
     if (array.type == static_cast<unsigned char>(ElementType::kF64) && !std::isnan(out[i]))
       found += " (beyond float32's range)";
     throw data_error(name + ": expected a finite number, found " + found + " at element " + std::to_string(i) +
-                     " (byte " + std::to_string(array.header_bytes + i * element_bytes(array.type)) + "; " +
-                     std::string(hint) + ")");
+                     ", byte " + std::to_string(array.header_bytes + i * element_bytes(array.type)) +
+                     (note.empty() ? "" : " (" + std::string(note) + ")"))
+        .with(remedy);
   }
   ColumnStats stats;
   for (const auto& chunk : chunk_stats) stats.merge(chunk);
@@ -223,13 +224,13 @@ Table parse_idx(std::string_view images, std::string_view labels, const ParseOpt
   ColumnSchema& image = table.columns[0];
   image.name = "image";
   image.shape = table.sample_shape;
-  convert(image_array, table.features, options.nonfinite, options.display_name,
-          "--nonfinite missing reads such values as missing")
+  convert(image_array, table.features, options.nonfinite, options.display_name, "",
+          Remedy::kReadNonFiniteAsMissing)
       .store_into(image);
   ColumnSchema& label = table.columns[1];
   label.name = "label";
   // A label cannot be missing, whatever --nonfinite says.
-  convert(label_array, table.labels, NonFinite::kError, labels_display_name, "a label must be finite")
+  convert(label_array, table.labels, NonFinite::kError, labels_display_name, "a label must be finite", Remedy::kNone)
       .store_into(label);
   return table;
 }

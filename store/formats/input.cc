@@ -59,11 +59,11 @@ class BoundedOutput {
     if (used_ <= limit_) return;
     if (limit_ == limits_.max_bytes)
       throw data_error(name_ + ": expected at most " + std::to_string(limits_.max_bytes) +
-                       " bytes once decompressed, found more; pass --max-decompressed-size BYTES to "
-                       "raise the limit (or decompress the file first)");
+                       " bytes once decompressed, found more")
+          .with(Remedy::kRaiseDecompressedSize);
     throw data_error(name_ + ": expected at most " + std::to_string(limits_.max_ratio) + " times its " +
-                     std::to_string(input_bytes_) + " compressed bytes once decompressed, found more; pass "
-                     "--max-decompression-ratio N to raise the limit (or decompress the file first)");
+                     std::to_string(input_bytes_) + " compressed bytes once decompressed, found more")
+        .with(Remedy::kRaiseDecompressionRatio);
   }
   std::size_t used() const { return used_; }
 
@@ -168,7 +168,7 @@ std::string unzstd(std::string_view bytes, const std::string& name, const Decomp
 NonFinite parse_nonfinite_name(std::string_view name) {
   if (name == "error") return NonFinite::kError;
   if (name == "missing") return NonFinite::kMissing;
-  throw usage_error("--nonfinite '" + std::string(name) + "': expected error or missing");
+  throw usage_error(Subject::kNonFinitePolicy, "'" + std::string(name) + "': expected error or missing");
 }
 
 bool is_compressed_input(std::string_view bytes) {

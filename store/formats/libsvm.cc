@@ -138,8 +138,8 @@ class LineParser {
       bool missing_token = formats::is_missing_value(std::string_view(colon + 1, static_cast<std::size_t>(token_end - colon - 1)));
       if (!std::isfinite(value) && !missing_token) {
         if (nonfinite_ != NonFinite::kMissing)
-          throw error_at(colon + 1, "expected a finite number, found " + quoted(colon + 1, token_end) +
-                                        " (--nonfinite missing reads such values as missing)");
+          throw error_at(colon + 1, "expected a finite number, found " + quoted(colon + 1, token_end),
+                         Remedy::kReadNonFiniteAsMissing);
         value = std::numeric_limits<float>::quiet_NaN();
       }
       block.indices.push_back(static_cast<std::uint32_t>(index));
@@ -157,11 +157,12 @@ class LineParser {
       throw error_at(at, "expected an index above " + std::to_string(previous) + " (indices must ascend), found " +
                              std::to_string(index));
     if (index > max_index_)
-      throw error_at(at, width_from_reference_
-                             ? "expected an index of at most " + std::to_string(max_index_) +
-                                   " (the train part's feature count), found " + std::to_string(index)
-                             : "expected an index of at most " + std::to_string(max_index_) + ", found " +
-                                   std::to_string(index) + " (pass --max-columns N to raise the limit)");
+      throw width_from_reference_
+          ? error_at(at, "expected an index of at most " + std::to_string(max_index_) +
+                             " (the train part's feature count), found " + std::to_string(index))
+          : error_at(at, "expected an index of at most " + std::to_string(max_index_) + ", found " +
+                             std::to_string(index),
+                     Remedy::kRaiseColumnLimit);
   }
 
   static const char* skip_spaces(const char* p, const char* end) {
@@ -175,8 +176,8 @@ class LineParser {
   static std::string quoted(const char* begin, const char* end) {
     return formats::quote_for_message(std::string_view(begin, static_cast<std::size_t>(end - begin)));
   }
-  TextError error_at(const char* p, std::string what) const {
-    return TextError{static_cast<std::size_t>(p - text_.data()), std::move(what)};
+  TextError error_at(const char* p, std::string what, Remedy remedy = Remedy::kNone) const {
+    return TextError{static_cast<std::size_t>(p - text_.data()), std::move(what), remedy, ""};
   }
 
   std::string_view text_;

@@ -214,7 +214,8 @@ std::string location(const std::string& name, std::string_view text, std::size_t
 }
 
 void throw_text_error(const std::string& name, std::string_view text, const TextError& error) {
-  throw data_error(location(name, text, error.offset) + ": " + error.what);
+  throw data_error(location(name, text, error.offset) + ": " + error.what)
+      .with(error.remedy, error.remedy_argument);
 }
 
 const TextError* first_error(const std::vector<std::optional<TextError>>& errors) {

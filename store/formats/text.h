@@ -11,7 +11,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include "anneal/error.h"
 
 namespace anneal::formats {
 
@@ -19,8 +22,12 @@ namespace anneal::formats {
 // (or keep it) instead of anneal::Error so that parallel blocks can report the
 // error that comes first in the file, not the one that was found first.
 struct TextError {
-  std::size_t offset;  // byte offset into the whole text
-  std::string what;    // "expected ..., found ..."
+  TextError(std::size_t offset, std::string what, Remedy remedy = Remedy::kNone, std::string remedy_argument = "")
+      : offset(offset), what(std::move(what)), remedy(remedy), remedy_argument(std::move(remedy_argument)) {}
+  std::size_t offset;           // byte offset into the whole text
+  std::string what;             // "expected ..., found ..."
+  Remedy remedy;                // what would let the text parse
+  std::string remedy_argument;  // the column the remedy names, if any
 };
 
 // "NAME:LINE:COLUMN" of a byte offset: LINE counts every '\n' before it,

@@ -51,6 +51,7 @@ expect_rc 2 submit "$WORK/tiny.ini" --timeout soon
 expect_contains "$ERR" "--timeout 'soon'" "bad duration names the flag"
 expect_rc 2 submit "$WORK/missing.ini"
 expect_rc 2 submit "$WORK/tiny.ini" --cores 0
+expect_contains "$ERR" "--cores must be at least 1" "the store's 'job core count' is named as its flag"
 # A value the frozen INI text could not carry: '#' would start a comment
 # (the job would run with label 'y'), a line break would add a key.
 expect_rc 2 submit "$WORK/tiny.ini" --set 'label=y#z'

@@ -45,7 +45,7 @@ open(w + "/f32.idx", "wb").write(idx(0x0D, [4, 2], struct.pack(">8f", 1, 2, 3, f
 open(w + "/f64.idx", "wb").write(idx(0x0E, [4, 2], struct.pack(">8d", 1, 2, 3, 1e300, 5, 6, 7, float("nan"))))
 open(w + "/labels.idx", "wb").write(idx(0x08, [4], bytes([0, 1, 0, 1])))
 PY
-refused "idx f32" "f32.idx: expected a finite number, found inf at element 3 (byte 24;" \
+refused "idx f32" "f32.idx: expected a finite number, found inf at element 3, byte 24 (--nonfinite missing" \
   "$WORK/f32.idx" --labels "$WORK/labels.idx"
 refused "idx f64" "f64.idx: expected a finite number, found inf (beyond float32's range) at element 3" \
   "$WORK/f64.idx" --labels "$WORK/labels.idx"

@@ -221,7 +221,7 @@ TEST(Delimited, ForcedCategoricalByNameOrIndex) {
     EXPECT_EQ(table->columns[0].categories, std::vector<std::string>({"10115", "80331"}));
     EXPECT_EQ(table->features, std::vector<float>({0, 3, 1, 4, 0, 5}));
   }
-  EXPECT_NE(csv_error(text, with_categorical({"nope"})).find("no column 'nope' for --categorical"),
+  EXPECT_NE(csv_error(text, with_categorical({"nope"})).find("the categorical column: no column 'nope' in t.csv"),
             std::string::npos);
 }
 
@@ -260,7 +260,7 @@ TEST(Delimited, TypesAreInferredFromTheFirst1000Rows) {
   EXPECT_EQ(error.substr(0, 12), "t.csv:1002:1") << error;
   EXPECT_NE(error.find("expected a number in column 'v'"), std::string::npos) << error;
   EXPECT_NE(error.find("inferred numeric"), std::string::npos) << error;
-  EXPECT_NE(error.find("--categorical v"), std::string::npos) << error;
+  EXPECT_NE(error.find("declare column 'v' categorical"), std::string::npos) << error;
   EXPECT_NE(error.find("found 'oops'"), std::string::npos) << error;
   // The same value within the first 1000 rows makes the column categorical.
   Table categorical = parse_csv("v,label\noops,0\n" + text.substr(8));
@@ -325,7 +325,7 @@ TEST(Delimited, LineNumbersCountNewlinesInsideQuotes) {
 
 TEST(Delimited, MissingLabelColumnListsTheColumns) {
   EXPECT_EQ(csv_error("a,b,c\n1,2,3\n", with_label("foo")),
-            "t.csv: no column 'foo' for --label (columns: a, b, c)");
+            "the label column: no column 'foo' in t.csv (columns: a, b, c)");
   EXPECT_NE(csv_error("a,b,c\n1,2,3\n", with_label("3")).find("no column '3'"), std::string::npos);
 }
 
@@ -471,14 +471,14 @@ TEST(Delimited, SurvivesRandomDamage) {
 TEST(Delimited, ColumnLimit) {
   std::string header(300000, ',');
   EXPECT_EQ(csv_error(header + "\n"),
-            "t.csv:1:16385: expected at most 16384 columns, found 300001 (pass --max-columns N to raise the limit)");
+            "t.csv:1:16385: expected at most 16384 columns, found 300001 (the column limit can be raised)");
   ParseOptions options;
   options.max_columns = 3;
   EXPECT_EQ(csv_error("a,b,c,d\n1,2,3,4\n", options),
-            "t.csv:1:7: expected at most 3 columns, found 4 (pass --max-columns N to raise the limit)");
+            "t.csv:1:7: expected at most 3 columns, found 4 (the column limit can be raised)");
   options.header = false;
   EXPECT_EQ(csv_error("1,2,3,4\n", options),
-            "t.csv:1:7: expected at most 3 columns, found 4 (pass --max-columns N to raise the limit)");
+            "t.csv:1:7: expected at most 3 columns, found 4 (the column limit can be raised)");
   options.header = true;
   EXPECT_EQ(parse_csv("a,b,c\n1,2,3\n", options).columns.size(), 3u);
   // A data row that runs on is reported as too many fields, without

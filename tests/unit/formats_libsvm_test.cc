@@ -87,7 +87,7 @@ TEST(Libsvm, Errors) {
   // An absurd index in a tiny file must not try to allocate the dense table:
   // by default the column limit refuses it, naming its flag...
   EXPECT_EQ(libsvm_error("1 1000000:1\n"),
-            "d.svm:1:3: expected an index of at most 16384, found 1000000 (pass --max-columns N to raise the limit)");
+            "d.svm:1:3: expected an index of at most 16384, found 1000000 (the column limit can be raised)");
   // ...and with the limit raised, the cell limit still does.
   ParseOptions wide;
   wide.max_columns = kCeilingMaxColumns;

@@ -60,7 +60,7 @@ TEST(NonFinite, CsvAndTsvCellsAreBadInputWithTheirPosition) {
     std::string csv = "a,b,label\n1,2,0\n3," + c.cell + ",1\n";
     EXPECT_EQ(bad_data([&] { parse_delimited(csv, ',', options_for("t.csv")); }),
               "t.csv:3:3: expected a finite number, found " + c.found +
-                  " in column 'b' (--nonfinite missing reads such values as missing)")
+                  " in column 'b' (such values can be read as missing)")
         << c.cell;
     std::string tsv = "a\tb\tlabel\n1\t2\t0\n3\t" + c.cell + "\t1\n";
     EXPECT_NE(bad_data([&] { parse_delimited(tsv, '\t', options_for("t.tsv")); })
@@ -82,8 +82,8 @@ TEST(NonFinite, BadInBlocksPastTheFirstAndInTheLabel) {
   for (int i = 0; i < 200000; ++i) csv += "1.5,0\n";
   csv += "-inf,1\n";
   EXPECT_EQ(bad_data([&] { parse_delimited(csv, ',', options_for("big.csv")); }),
-            "big.csv:200002:1: expected a finite number, found '-inf' in column 'a' (--nonfinite missing reads "
-            "such values as missing)");
+            "big.csv:200002:1: expected a finite number, found '-inf' in column 'a' (such values can be read as "
+            "missing)");
   // A label cannot be missing, so --nonfinite missing does not help there.
   EXPECT_EQ(bad_data([&] { parse_delimited("a,label\n1,inf\n", ',', options_for("t.csv", NonFinite::kMissing)); }),
             "t.csv:2:3: expected a finite number, found 'inf' in column 'label' (the label)");
@@ -111,7 +111,7 @@ TEST(NonFinite, DocumentedMissingTokensStayMissing) {
 
 TEST(NonFinite, LibsvmValuesAndLabels) {
   EXPECT_EQ(bad_data([&] { parse_libsvm("1 1:1\n0 1:2 3:inf\n", options_for("d.svm")); }),
-            "d.svm:2:9: expected a finite number, found 'inf' (--nonfinite missing reads such values as missing)");
+            "d.svm:2:9: expected a finite number, found 'inf' (such values can be read as missing)");
   EXPECT_NE(bad_data([&] { parse_libsvm("1 2:1e39\n", options_for("d.svm")); }).find("d.svm:1:5: expected a finite number, found '1e39'"),
             std::string::npos);
   EXPECT_EQ(bad_data([&] { parse_libsvm("1 1:1\n-inf 1:2\n", options_for("d.svm", NonFinite::kMissing)); }),
@@ -142,12 +142,12 @@ TEST(NonFinite, IdxFloatImages) {
   std::string f32 = idx_header(0x0D, {2, 2}) + big_endian(1.0f) + big_endian(2.0f) + big_endian(INFINITY) +
                     big_endian(4.0f);
   EXPECT_EQ(bad_data([&] { parse_idx(f32, labels, options_for("i.idx"), "l.idx"); }),
-            "i.idx: expected a finite number, found inf at element 2 (byte 20; --nonfinite missing reads such "
-            "values as missing)");
+            "i.idx: expected a finite number, found inf at element 2, byte 20 (such values can be read as "
+            "missing)");
   std::string f64 = idx_header(0x0E, {2, 2}) + big_endian(1.0) + big_endian(1e300) + big_endian(static_cast<double>(NAN)) +
                     big_endian(4.0);
   EXPECT_NE(bad_data([&] { parse_idx(f64, labels, options_for("i.idx"), "l.idx"); })
-                .find("i.idx: expected a finite number, found inf (beyond float32's range) at element 1 (byte 20;"),
+                .find("i.idx: expected a finite number, found inf (beyond float32's range) at element 1, byte 20"),
             std::string::npos);
   Table table = parse_idx(f64, labels, options_for("i.idx", NonFinite::kMissing), "l.idx");
   EXPECT_EQ(table.columns[0].missing, 2u);
@@ -156,7 +156,7 @@ TEST(NonFinite, IdxFloatImages) {
   std::string f32_labels = idx_header(0x0D, {2}) + big_endian(1.0f) + big_endian(-INFINITY);
   std::string images = idx_header(0x08, {2, 1}) + std::string("\x01\x02", 2);
   EXPECT_NE(bad_data([&] { parse_idx(images, f32_labels, options_for("i.idx", NonFinite::kMissing), "l.idx"); })
-                .find("l.idx: expected a finite number, found -inf at element 1 (byte 12; a label must be finite)"),
+                .find("l.idx: expected a finite number, found -inf at element 1, byte 12 (a label must be finite)"),
             std::string::npos);
 }
 

@@ -79,13 +79,13 @@ TEST(FormatNames, RoundTrip) {
   EXPECT_STREQ(format_name(Format::kLibsvm), "libsvm");
 }
 
-TEST(FormatNames, UnknownNameIsAUsageErrorNamingTheFlag) {
+TEST(FormatNames, UnknownNameIsAUsageErrorAboutTheFormat) {
   try {
     parse_format_name("parquet");
     FAIL() << "expected an error";
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::kUsage);
-    EXPECT_NE(std::string(error.what()).find("--format"), std::string::npos) << error.what();
+    EXPECT_EQ(error.subject(), Subject::kFormat);  // cli/ names it --format
     EXPECT_NE(std::string(error.what()).find("'parquet'"), std::string::npos) << error.what();
   }
 }
@@ -170,8 +170,9 @@ TEST(Decompress, SizeLimitStopsABombEarly) {
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kBadData);
       EXPECT_EQ(std::string(e.what()),
-                "bomb.gz: expected at most 1048576 bytes once decompressed, found more; pass "
-                "--max-decompressed-size BYTES to raise the limit (or decompress the file first)");
+                "bomb.gz: expected at most 1048576 bytes once decompressed, found more; the decompressed size "
+                "limit can be raised (or decompress the file first)");
+      EXPECT_EQ(e.remedy(), Remedy::kRaiseDecompressedSize);
     }
   }
   limits.max_bytes = zeros.size();
@@ -188,8 +189,9 @@ TEST(Decompress, RatioLimit) {
     ADD_FAILURE() << "expected kBadData";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "bomb.gz: expected at most 100 times its " + std::to_string(gz.size()) +
-                                         " compressed bytes once decompressed, found more; pass "
-                                         "--max-decompression-ratio N to raise the limit (or decompress the file first)");
+                                         " compressed bytes once decompressed, found more; the decompression "
+                                         "ratio limit can be raised (or decompress the file first)");
+    EXPECT_EQ(e.remedy(), Remedy::kRaiseDecompressionRatio);
   }
   limits.max_ratio = 2000;
   EXPECT_EQ(decompress_input(gz, "ok.gz", limits), zeros);

@@ -7,7 +7,7 @@
 
 #include "anneal/error.h"
 #include "anneal/linear.h"
-#include "anneal/metrics.h"
+#include "anneal/model_metrics.h"
 #include "anneal/preprocess.h"
 
 namespace anneal {

@@ -1,6 +1,7 @@
 #include "test_util.h"
 
 #include "anneal/datasets.h"
+#include "anneal/preprocess.h"
 #include "anneal/report.h"
 #include "anneal/store.h"
 
@@ -33,6 +34,7 @@ void init_store_with_dataset(const std::filesystem::path& root, const std::strin
   ImportRequest request;
   request.dataset = name;
   request.file = data_file(file);
+  request.labels_are_classes = anneal::labels_are_classes;
   NullReporter quiet;
   import_dataset(store, request, quiet);
 }

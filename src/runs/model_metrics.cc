@@ -1,4 +1,4 @@
-#include "anneal/metrics.h"
+#include "anneal/model_metrics.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "compress_common.h"
+#include "derived_model.h"
 
 #include <unistd.h>
 #include <zstd.h>
@@ -7,8 +7,8 @@
 #include "anneal/error.h"
 #include "anneal/hash.h"
 #include "anneal/version.h"
-#include "runs/prepare.h"
-#include "runs/use.h"
+#include "runs/scoring.h"
+#include "runs/model_inputs.h"
 
 namespace anneal::compress {
 using nlohmann::json;

@@ -1,5 +1,7 @@
-// What quantize and prune share: reading the parent, scoring child against
-// parent on the same rows, sizes, and registering the child with its run.
+// A derived model: one made from a registered parent model (quantize,
+// prune), as opposed to one trained from data. Loading the parent, scoring
+// the child against it on the same rows, sizes, and registering the child
+// with its run and lineage.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,8 @@
-// Evaluation metrics of predictions against labels. Pure functions of their
-// inputs; thread-safe; throw anneal::Error kBadData when sizes disagree.
+// Model scoring metrics: how well predictions match labels (accuracy, F1,
+// ROC AUC, RMSE, ...), as eval, training and the gates report them. Not the
+// Prometheus metrics of the store (prometheus_metrics() in jobs.h). Pure
+// functions of their inputs; thread-safe; throw anneal::Error kBadData when
+// sizes disagree.
 #pragma once
 
 #include <cstdint>

@@ -1,3 +1,5 @@
+// Build info: the version and commit this binary was built from, as CMake
+// generated them into anneal/build_info.h.
 #include "anneal/version.h"
 
 #include "anneal/build_info.h"

@@ -5,11 +5,8 @@
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "anneal/config.h"
 #include "anneal/datasets.h"
@@ -32,14 +29,5 @@ struct PreparedData {
 // Checks the config against the version (the label) and builds the arrays.
 // kUsage for a label the version does not have or a loss that does not fit.
 PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig& config);
-
-// Scores predictions (rows x outputs of a model with this loss) against
-// encoded labels as "<prefix>_accuracy", "<prefix>_macro_f1", ... or
-// "<prefix>_rmse", "<prefix>_mae", "<prefix>_r2" in the target's units.
-nlohmann::json score(const std::string& prefix, LossKind loss, const LabelEncoding& labels,
-                     std::span<const float> predictions, std::span<const float> encoded_labels);
-
-// rows x classes probabilities from a model's raw predictions (bce: P(1)).
-std::vector<float> class_probabilities(LossKind loss, std::span<const float> predictions);
 
 }  // namespace anneal::runs

@@ -1,0 +1,107 @@
+#include "runs/model_inputs.h"
+
+#include <cmath>
+#include <map>
+
+#include "anneal/error.h"
+
+namespace anneal::runs {
+namespace {
+
+// The model's code of each code of a column dictionary (by category name);
+// codes the model never saw map to `categories` (an unseen code).
+std::vector<float> code_map(const std::vector<std::string>& from, const std::vector<std::string>& to) {
+  std::map<std::string, float> index;
+  for (std::size_t i = 0; i < to.size(); ++i) index.emplace(to[i], static_cast<float>(i));
+  std::vector<float> out(from.size(), static_cast<float>(to.size()));
+  for (std::size_t i = 0; i < from.size(); ++i)
+    if (auto it = index.find(from[i]); it != index.end()) out[i] = it->second;
+  return out;
+}
+
+float remap(float code, const std::vector<float>& map) {
+  if (std::isnan(code)) return code;
+  auto i = static_cast<std::size_t>(code);
+  return code >= 0 && i < map.size() ? map[i] : static_cast<float>(map.size());
+}
+
+}  // namespace
+
+ModelFile load_model(Store& store, const ModelRecord& record) {
+  return decode_model(read_model(store, record), "model " + record.ref());
+}
+
+std::vector<float> aligned_features(const Table& table, const ModelFile& model, const std::string& where) {
+  std::map<std::string, std::pair<std::size_t, std::size_t>> located;  // name -> (column, offset)
+  std::size_t offset = 0;
+  for (std::size_t c = 0; c < table.columns.size(); ++c) {
+    if (c == table.label_column) continue;
+    located[table.columns[c].name] = {c, offset};
+    offset += static_cast<std::size_t>(table.columns[c].width());
+  }
+  const auto in_w = static_cast<std::size_t>(table.sample_width());
+  const auto out_w = static_cast<std::size_t>(model.features.input_width());
+  std::vector<float> out(table.rows * out_w);
+  std::size_t out_offset = 0;
+  for (const ColumnTransform& ct : model.features.columns()) {
+    auto it = located.find(ct.column);
+    if (it == located.end()) {
+      std::string needed;
+      for (const auto& c : model.features.columns()) needed += (needed.empty() ? "" : ", ") + c.column;
+      throw usage_error(where + ": missing column '" + ct.column + "' (the model needs: " + needed + ")");
+    }
+    const ColumnSchema& col = table.columns[it->second.first];
+    if (col.width() != ct.width)
+      throw usage_error(where + ": column '" + ct.column + "' holds " + std::to_string(col.width()) +
+                        " values per row, the model expects " + std::to_string(ct.width));
+    std::vector<float> map;
+    if (ct.one_hot) {
+      if (col.type != ColumnType::kCategorical) throw failure("column '" + ct.column + "' was not read as categorical");
+      map = code_map(col.categories, ct.category_names);
+    } else if (col.type == ColumnType::kCategorical) {
+      throw data_error(where + ": column '" + ct.column + "' holds text; the model expects numbers");
+    }
+    for (std::uint64_t r = 0; r < table.rows; ++r) {
+      const float* src = table.features.data() + r * in_w + it->second.second;
+      float* dst = out.data() + r * out_w + out_offset;
+      for (std::int64_t k = 0; k < ct.width; ++k) dst[k] = ct.one_hot ? remap(src[k], map) : src[k];
+    }
+    out_offset += static_cast<std::size_t>(ct.width);
+  }
+  return out;
+}
+
+ModelInputs model_inputs(Store& store, const ModelFile& model, const std::string& model_ref,
+                         const DatasetRef& data, EvalSplit split) {
+  ModelInputs result;
+  LoadedDataset loaded = load_dataset(store, data);
+  result.dataset = loaded.version.ref();
+  if (loaded.version.label_column != model.label_column)
+    throw usage_error("dataset " + result.dataset + " has label '" + loaded.version.label_column + "', model " +
+                      model_ref + " predicts '" + model.label_column + "'");
+  if (split == EvalSplit::kDefault) split = loaded.test.rows > 0 ? EvalSplit::kTest : EvalSplit::kTrain;
+  if (split == EvalSplit::kTest && loaded.test.rows == 0)
+    throw usage_error(Subject::kEvalSplit, "test: dataset " + result.dataset + " has no test split; use train or all");
+  result.split = split == EvalSplit::kTrain ? "train" : split == EvalSplit::kTest ? "test" : "all";
+
+  std::vector<float> features, stored_labels;
+  std::string where = "dataset " + result.dataset;
+  for (const Table* part : {&loaded.train, &loaded.test}) {
+    bool wanted = split == EvalSplit::kAll || (part == &loaded.train) == (split == EvalSplit::kTrain);
+    if (!wanted || part->rows == 0) continue;
+    std::vector<float> f = aligned_features(*part, model, where);
+    features.insert(features.end(), f.begin(), f.end());
+    std::vector<float> labels = part->labels;
+    const ColumnSchema& label = part->columns[part->label_column];
+    if (label.type == ColumnType::kCategorical) {
+      std::vector<float> map = code_map(label.categories, model.labels.class_names());
+      for (float& y : labels) y = remap(y, map);
+    }
+    stored_labels.insert(stored_labels.end(), labels.begin(), labels.end());
+  }
+  result.x = model.features.apply(features, result.counts);
+  result.y = model.labels.encode_all(stored_labels, where + " " + result.split);
+  return result;
+}
+
+}  // namespace anneal::runs

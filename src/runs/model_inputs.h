@@ -1,0 +1,42 @@
+// A registered model's inputs: rows of a dataset version (or of a file's
+// table) laid out and preprocessed as the model expects, with its labels
+// encoded. What eval and predict do before predicting, and what quantize
+// and prune use to score a derived model. Internal to src/runs/ and the
+// libraries built on it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "anneal/runs.h"
+#include "runs/model_file.h"
+
+namespace anneal::runs {
+
+struct ModelInputs {
+  std::string dataset;       // NAME@vN
+  std::string split;         // "train", "test" or "all"
+  std::vector<float> x;      // rows x the model's input width, preprocessed
+  std::vector<float> y;      // rows: encoded labels
+  TransformCounts counts;
+};
+
+// The model `record` names, read from the store and decoded. kCorrupt for a
+// damaged blob.
+ModelFile load_model(Store& store, const ModelRecord& record);
+
+// The rows of `table` laid out as the model's feature columns expect: found
+// by name, categorical codes translated into the model's dictionary (a code
+// the model never saw becomes its unseen code). Raw values: the model's
+// feature transform is not applied. kUsage naming `where` for a column the
+// model needs and `table` lacks or holds at another width; kBadData for
+// text where the model expects numbers.
+std::vector<float> aligned_features(const Table& table, const ModelFile& model, const std::string& where);
+
+// The rows of `split` of `data` through the model's own preprocessing, with
+// encoded labels. kUsage when the version's label or columns do not match
+// the model (named `model_ref`) or the split is absent.
+ModelInputs model_inputs(Store& store, const ModelFile& model, const std::string& model_ref,
+                         const DatasetRef& data, EvalSplit split);
+
+}  // namespace anneal::runs

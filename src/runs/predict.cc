@@ -1,0 +1,117 @@
+// `anneal predict`: a registered model's predictions for the rows of a
+// CSV/TSV file that has no label column.
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "anneal/device.h"
+#include "anneal/error.h"
+#include "anneal/formats.h"
+#include "anneal/fs.h"
+#include "anneal/runs.h"
+#include "runs/model_inputs.h"
+#include "runs/prediction_csv.h"
+
+namespace anneal {
+namespace {
+
+// `text` with one more column, named `name`, holding 0 in every record: the
+// parser needs a label column and predict input has none. Records end at a
+// line break outside double quotes (RFC 4180).
+std::string with_placeholder_label(std::string_view text, char delimiter, const std::string& name) {
+  std::string out;
+  out.reserve(text.size() + text.size() / 8 + name.size());
+  bool quoted = false, header = true, empty_line = true;
+  auto end_record = [&](std::size_t at_cr) {
+    if (!empty_line) out += std::string(1, delimiter) + (header ? name : "0");
+    header = header && empty_line;
+    (void)at_cr;
+  };
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '"') quoted = !quoted;
+    if (!quoted && (c == '\n' || (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n'))) {
+      end_record(i);
+      empty_line = true;
+      if (c == '\r') {
+        out += "\r\n";
+        ++i;
+      } else {
+        out += '\n';
+      }
+      continue;
+    }
+    if (c != '\r' && !(empty_line && c == '\xEF' && out.empty())) empty_line = false;
+    out += c;
+  }
+  end_record(text.size());
+  return out;
+}
+
+}  // namespace
+
+PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesystem::path& input,
+                           const std::filesystem::path& out, bool force, const BackendOptions& compute) {
+  PredictResult result;
+  result.model = find_model(store, ref);
+  runs::ModelFile model = runs::load_model(store, result.model);
+  if (model.dataset_format != "csv" && model.dataset_format != "tsv")
+    throw usage_error(Subject::kPredictInput, ": prediction reads CSV/TSV files; model " + result.model.ref() +
+                                                 " was trained on " + model.dataset_format +
+                                                 " data (evaluate it on an imported version instead)");
+  if (!force && std::filesystem::exists(out))
+    throw Error(ErrorKind::kUsage, Subject::kOutputFile, out.string() + ": file exists", Remedy::kReplaceExisting);
+  std::string text;
+  try {
+    FileSnapshot contents(input);
+    text = decompress_input(contents.bytes(), input.string());
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kNotFound) throw usage_error(Subject::kPredictInput, input.string() + ": no such file");
+    throw;
+  }
+  Format format = detect_format(input.filename().string(), text);
+  char delimiter = format == Format::kTsv ? '\t' : ',';
+  if (format != Format::kCsv && format != Format::kTsv) delimiter = model.dataset_format == "tsv" ? '\t' : ',';
+  const std::string placeholder = "__anneal_placeholder_label__";
+  ParseOptions options;
+  options.display_name = input.string();
+  options.label = placeholder;
+  options.max_columns = kDefaultMaxColumns + 1;  // the placeholder label is one more
+  for (const auto& c : model.features.columns())
+    if (c.one_hot) options.categorical.push_back(c.column);
+  Table table;
+  {
+    std::string widened = with_placeholder_label(text, delimiter, placeholder);
+    text.clear();
+    // Categorical columns the file lacks are reported below as missing
+    // columns, not as a bad --categorical name.
+    std::vector<std::string> present;
+    {
+      ParseOptions probe = options;
+      probe.categorical.clear();
+      Table header_only = parse_delimited(widened, delimiter, probe);
+      for (const auto& c : header_only.columns)
+        for (const auto& want : options.categorical)
+          if (c.name == want) present.push_back(want);
+    }
+    options.categorical = present;
+    table = parse_delimited(widened, delimiter, options);
+  }
+  std::vector<float> raw = runs::aligned_features(table, model, input.string());
+  TransformCounts counts;
+  std::vector<float> x = model.features.apply(raw, counts);
+  result.rows = table.rows;
+  result.missing = counts.missing;
+  result.unseen = counts.unseen;
+  const std::unique_ptr<Backend> backend = make_backend(compute);
+  runs::Predictor predictor(model, *backend);
+  std::vector<float> predictions = predictor.predict(x);
+
+  const std::string csv = runs::prediction_csv(model, predictions, table.rows);
+  std::filesystem::path dir = out.parent_path().empty() ? std::filesystem::path(".") : out.parent_path();
+  if (!write_file_atomic(out, csv, dir, force))
+    throw Error(ErrorKind::kUsage, Subject::kOutputFile, out.string() + ": file exists", Remedy::kReplaceExisting);
+  return result;
+}
+
+}  // namespace anneal

@@ -1,0 +1,54 @@
+#include "runs/prediction_csv.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "runs/scoring.h"
+
+namespace anneal::runs {
+namespace {
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string number_text(double v) {
+  std::ostringstream out;
+  out.precision(7);
+  out << v;
+  return out.str();
+}
+
+}  // namespace
+
+std::string prediction_csv(const ModelFile& model, std::span<const float> predictions, std::uint64_t rows) {
+  std::string csv = "row,prediction";
+  const bool classification = model.labels.classification();
+  if (classification)
+    for (const auto& name : model.labels.class_names()) csv.append(",").append(csv_field("p_" + name));
+  csv += "\n";
+  LossKind as = model.linear ? LossKind::kSoftmaxCrossEntropy : model.loss;
+  std::vector<float> probs = classification ? class_probabilities(as, predictions) : std::vector<float>();
+  const auto k = static_cast<std::size_t>(classification ? model.labels.classes() : 1);
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    csv += std::to_string(r + 1) + ",";
+    if (classification) {
+      const float* p = probs.data() + r * k;
+      auto best = static_cast<std::size_t>(std::max_element(p, p + k) - p);
+      csv += csv_field(model.labels.class_names()[best]);
+      for (std::size_t j = 0; j < k; ++j) {
+        csv += ',';
+        csv += number_text(p[j]);
+      }
+    } else {
+      csv += number_text(model.labels.decode_value(predictions[r]));
+    }
+    csv += "\n";
+  }
+  return csv;
+}
+
+}  // namespace anneal::runs

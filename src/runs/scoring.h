@@ -1,0 +1,26 @@
+// Scoring a model's raw predictions against encoded labels, the same way
+// for training, eval and derived models: metric names and class
+// probabilities. Internal to src/runs/ and the libraries built on it.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "anneal/loss.h"
+#include "anneal/preprocess.h"
+
+namespace anneal::runs {
+
+// Scores predictions (rows x outputs of a model with this loss) against
+// encoded labels as "<prefix>_accuracy", "<prefix>_macro_f1", ... or
+// "<prefix>_rmse", "<prefix>_mae", "<prefix>_r2" in the target's units.
+nlohmann::json score(const std::string& prefix, LossKind loss, const LabelEncoding& labels,
+                     std::span<const float> predictions, std::span<const float> encoded_labels);
+
+// rows x classes probabilities from a model's raw predictions (bce: P(1)).
+std::vector<float> class_probabilities(LossKind loss, std::span<const float> predictions);
+
+}  // namespace anneal::runs
