@@ -18,7 +18,12 @@ using nlohmann::json;
 
 
 std::string points(double v) {
-  return (v >= 0 ? "+" : "") + format_double(v, 3) + " points";
+  // Appended piece by piece: GCC 12 misreads `const char* + string&&` here
+  // as an overlapping memcpy (-Wrestrict).
+  std::string text = v >= 0 ? "+" : "";
+  text += format_double(v, 3);
+  text += " points";
+  return text;
 }
 
 void print_compressed(const Invocation& inv, const CompressResult& r) {
