@@ -18,7 +18,7 @@ cmake_minimum_required(VERSION 3.25)
 set(common   error spelling fault_point report version build_info)
 set(store    store object_store catalog_runs catalog_jobs datasets formats table chunker maintenance fs hash)
 set(engine   tensor backend device layers network loss optimizer trainer linear)
-set(runs     runs config jobs model_metrics preprocess)
+set(runs     runs config jobs model_metrics preprocess model_file model_inputs scoring)
 set(quantize quantize)
 
 # Per source layer: its files, the public-header layers it may include, and
@@ -35,7 +35,7 @@ set(runs_may      common store engine runs)
 set(runs_internal runs/ jobs/)
 set(quantize_files    quantize/*.cc quantize/*.h)
 set(quantize_may      common store engine runs quantize)
-set(quantize_internal <local> runs/ engine/)  # TEMPORARY: until runs/ exposes its model API publicly
+set(quantize_internal <local>)
 set(cli_files    cli/*.cc cli/*.h)
 set(cli_may      common store engine runs quantize)
 set(cli_internal <local>)

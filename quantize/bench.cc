@@ -7,7 +7,7 @@
 #include "anneal/error.h"
 #include "anneal/quantize.h"
 #include "derived_model.h"
-#include "runs/model_file.h"
+#include "anneal/model_file.h"
 
 namespace anneal {
 

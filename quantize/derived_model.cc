@@ -7,8 +7,8 @@
 #include "anneal/error.h"
 #include "anneal/hash.h"
 #include "anneal/version.h"
-#include "runs/scoring.h"
-#include "runs/model_inputs.h"
+#include "anneal/scoring.h"
+#include "anneal/model_inputs.h"
 
 namespace anneal::compress {
 using nlohmann::json;

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anneal/quantize.h"
-#include "runs/model_file.h"
+#include "anneal/model_file.h"
 
 namespace anneal::compress {
 

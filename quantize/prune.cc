@@ -11,7 +11,7 @@
 #include "anneal/quantize.h"
 #include "anneal/trainer.h"
 #include "derived_model.h"
-#include "runs/model_inputs.h"
+#include "anneal/model_inputs.h"
 
 namespace anneal {
 using nlohmann::json;

@@ -110,10 +110,4 @@ inline Error unknown_name_error(std::string_view what, std::string_view name,
                      " (known: " + list + ")");
 }
 
-namespace engine {
-// The engine's parsers (trainer.cc) name it from namespace engine, where it
-// used to live; to go once those files are next edited.
-using anneal::unknown_name_error;
-}  // namespace engine
-
 }  // namespace anneal

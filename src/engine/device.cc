@@ -12,7 +12,7 @@ Device parse_device(std::string_view name) {
   if (name == "auto") return Device::kAuto;
   if (name == "cpu") return Device::kCpu;
   if (name == "cuda") return Device::kCuda;
-  throw engine::unknown_name_error("device", name, {"auto", "cpu", "cuda"});
+  throw unknown_name_error("device", name, {"auto", "cpu", "cuda"});
 }
 
 const char* device_name(Device device) {

@@ -17,16 +17,6 @@
 namespace anneal {
 namespace {
 
-std::string closest(std::string_view name, const std::vector<std::string>& known) {
-  std::string best;
-  std::size_t best_distance = ~std::size_t{0};
-  for (const std::string& k : known) {
-    const std::size_t d = edit_distance(name, k);
-    if (d < best_distance) best_distance = d, best = k;
-  }
-  return best;
-}
-
 std::string where(const LayerSpec& s) {
   return "layer " + std::to_string(s.position) + " '" + s.text + "'";
 }
@@ -135,10 +125,11 @@ std::vector<LayerSpec> parse_layer_spec(std::string_view spec) {
       throw usage_error("layer spec: expected a space after '" + layer.text + "', found '" +
                         std::string(1, spec[i]) + "'");
     const auto& known = known_layer_names();
-    if (std::find(known.begin(), known.end(), layer.name) == known.end())
+    if (std::find(known.begin(), known.end(), layer.name) == known.end()) {
+      const std::vector<std::string_view> names(known.begin(), known.end());
       throw usage_error("layer spec: unknown layer '" + layer.name + "' (layer " +
-                        std::to_string(layer.position) + "); did you mean '" +
-                        closest(layer.name, known) + "'?");
+                        std::to_string(layer.position) + ")" + did_you_mean(layer.name, names));
+    }
     if (has_parens) {
       std::size_t pos = 0;
       while (pos <= args_text.size()) {

@@ -21,7 +21,7 @@ namespace anneal {
 Precision parse_precision(std::string_view name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;
-  throw engine::unknown_name_error("precision", name, {"fp32", "bf16"});
+  throw unknown_name_error("precision", name, {"fp32", "bf16"});
 }
 
 const char* precision_name(Precision precision) {
@@ -33,7 +33,7 @@ EarlyStopMetric parse_early_stop_metric(std::string_view name) {
   if (name == "val_loss") return EarlyStopMetric::kValLoss;
   if (name == "val_accuracy") return EarlyStopMetric::kValAccuracy;
   if (name == "train_loss") return EarlyStopMetric::kTrainLoss;
-  throw engine::unknown_name_error("early-stop metric", name,
+  throw unknown_name_error("early-stop metric", name,
                                    {"none", "val_loss", "val_accuracy", "train_loss"});
 }
 

@@ -3,8 +3,8 @@
 #include "anneal/error.h"
 #include "anneal/model_metrics.h"
 #include "anneal/runs.h"
-#include "runs/model_inputs.h"
-#include "runs/scoring.h"
+#include "anneal/model_inputs.h"
+#include "anneal/scoring.h"
 
 namespace anneal {
 

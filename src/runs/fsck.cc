@@ -3,7 +3,7 @@
 #include "anneal/config.h"
 #include "anneal/error.h"
 #include "anneal/runs.h"
-#include "runs/model_file.h"
+#include "anneal/model_file.h"
 
 namespace anneal {
 using nlohmann::json;

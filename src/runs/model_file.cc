@@ -1,4 +1,4 @@
-#include "runs/model_file.h"
+#include "anneal/model_file.h"
 
 #include <bit>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "runs/model_inputs.h"
+#include "anneal/model_inputs.h"
 
 #include <cmath>
 #include <map>

@@ -9,7 +9,7 @@
 #include "anneal/formats.h"
 #include "anneal/fs.h"
 #include "anneal/runs.h"
-#include "runs/model_inputs.h"
+#include "anneal/model_inputs.h"
 #include "runs/prediction_csv.h"
 
 namespace anneal {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "runs/scoring.h"
+#include "anneal/scoring.h"
 
 namespace anneal::runs {
 namespace {

@@ -8,7 +8,7 @@
 #include <span>
 #include <string>
 
-#include "runs/model_file.h"
+#include "anneal/model_file.h"
 
 namespace anneal::runs {
 

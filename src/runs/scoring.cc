@@ -1,4 +1,4 @@
-#include "runs/scoring.h"
+#include "anneal/scoring.h"
 
 #include "anneal/model_metrics.h"
 

@@ -11,8 +11,8 @@
 #include "anneal/runs.h"
 #include "anneal/trainer.h"
 #include "anneal/version.h"
-#include "runs/model_file.h"
-#include "runs/scoring.h"
+#include "anneal/model_file.h"
+#include "anneal/scoring.h"
 #include "runs/training_data.h"
 
 namespace anneal {

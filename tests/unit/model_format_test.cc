@@ -23,7 +23,7 @@
 #include "anneal/hash.h"
 #include "anneal/preprocess.h"
 #include "anneal/trainer.h"
-#include "runs/model_file.h"
+#include "anneal/model_file.h"
 #include "test_util.h"
 
 namespace anneal {

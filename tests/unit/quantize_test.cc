@@ -16,7 +16,7 @@
 #include "anneal/quantize.h"
 #include "anneal/runs.h"
 #include "anneal/trainer.h"
-#include "runs/model_file.h"
+#include "anneal/model_file.h"
 #include "test_util.h"
 
 namespace anneal {

@@ -1,6 +1,6 @@
 // Scoring a model's raw predictions against encoded labels, the same way
 // for training, eval and derived models: metric names and class
-// probabilities. Internal to src/runs/ and the libraries built on it.
+// probabilities. Defined in src/runs/; public for the libraries built on it.
 #pragma once
 
 #include <span>

@@ -1,7 +1,7 @@
 // A registered model's inputs: rows of a dataset version (or of a file's
 // table) laid out and preprocessed as the model expects, with its labels
 // encoded. What eval and predict do before predicting, and what quantize
-// and prune use to score a derived model. Internal to src/runs/ and the
+// and prune use to score a derived model. Defined in src/runs/; public for the
 // libraries built on it.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "anneal/runs.h"
-#include "runs/model_file.h"
+#include "anneal/model_file.h"
 
 namespace anneal::runs {
 

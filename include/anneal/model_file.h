@@ -13,7 +13,8 @@
 // The model header holds everything predict and eval need: the feature
 // transform, the label encoding, the loss, the layer spec (or the linear
 // model), the input shape, the dataset's columns and each tensor's name,
-// dims and offset. Internal to src/runs/.
+// dims and offset. docs/STORE.md ("Models and checkpoints") specifies the
+// bytes. Public for the libraries built on src/runs (quantize/) and the tests.
 #pragma once
 
 #include <cstdint>
