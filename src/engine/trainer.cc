@@ -361,6 +361,7 @@ class Trainer::Impl {
   std::vector<float> values(const std::string& name) {
     Tensor* t = named_tensor(name, nullptr);
     if (t == nullptr) throw usage_error("values: the network has no tensor " + name);
+    const auto scope = backend_->enter();
     std::vector<float> out(std::size_t(t->elements()));
     backend_->copy_to_host(*t, out.data());
     return out;
@@ -370,6 +371,7 @@ class Trainer::Impl {
     std::size_t index = 0;
     if (named_tensor(name, &index) == nullptr || network_->parameters()[index]->name != name)
       throw usage_error("set_mask: the network has no parameter " + name);
+    const auto scope = backend_->enter();
     optimizer_->set_mask(index, mask);
   }
 
