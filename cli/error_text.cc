@@ -31,6 +31,23 @@ const char* flag_of(Subject subject) {
     case Subject::kConfigOverrides: return "--set";
     case Subject::kRetrainData: return "--data";
     case Subject::kDevice: return "--device";
+    case Subject::kThreads: return "--threads";
+    case Subject::kBenchBatch: return "--batch";
+    case Subject::kBenchRepeats: return "--repeats";
+    case Subject::kBenchSeconds: return "--seconds";
+    case Subject::kCalibrationData: return "--calib";
+    case Subject::kCalibrationSamples: return "--calib-samples";
+    case Subject::kCalibrationMethod: return "--method";
+    case Subject::kQatEpochs: return "--qat-epochs";
+    case Subject::kQatLearningRate: return "--qat-lr";
+    case Subject::kQatBatch: return "--qat-batch";
+    case Subject::kPruneSparsity: return "--sparsity";
+    case Subject::kPruneSchedule: return "--schedule";
+    case Subject::kPruneStructured: return "--structured";
+    case Subject::kPruneGlobal: return "--global";
+    case Subject::kFinetuneEpochs: return "--finetune-epochs";
+    case Subject::kFinetuneLearningRate: return "--lr";
+    case Subject::kFinetuneData: return "--data";
   }
   return "";
 }

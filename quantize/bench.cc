@@ -12,10 +12,10 @@
 namespace anneal {
 
 BenchResult bench_model(Store& store, const BenchRequest& request) {
-  if (request.batch < 1) throw usage_error("--batch must be >= 1, not " + std::to_string(request.batch));
-  if (request.repeats < 1) throw usage_error("--repeats must be >= 1");
-  if (!(request.seconds > 0)) throw usage_error("--seconds must be > 0");
-  if (request.threads < 1) throw usage_error("--threads must be >= 1");
+  if (request.batch < 1) throw usage_error(Subject::kBenchBatch, "must be >= 1, not " + std::to_string(request.batch));
+  if (request.repeats < 1) throw usage_error(Subject::kBenchRepeats, "must be >= 1");
+  if (!(request.seconds > 0)) throw usage_error(Subject::kBenchSeconds, "must be > 0");
+  if (request.threads < 1) throw usage_error(Subject::kThreads, "must be >= 1");
   BenchResult result;
   result.model = find_model(store, parse_model_ref(request.model, "MODEL"));
   const runs::ModelFile model = runs::decode_model(read_model(store, result.model), "model " + result.model.ref());

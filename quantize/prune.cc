@@ -41,7 +41,7 @@ double cubic_sparsity(double final_sparsity, std::int64_t step, std::int64_t end
 PruneSchedule parse_prune_schedule(std::string_view name) {
   if (name == "oneshot") return PruneSchedule::kOneShot;
   if (name == "gradual") return PruneSchedule::kGradual;
-  throw usage_error("--schedule " + std::string(name) + ": expected oneshot or gradual");
+  throw usage_error(Subject::kPruneSchedule, std::string(name) + ": expected oneshot or gradual");
 }
 
 namespace {
@@ -97,7 +97,7 @@ std::string prune_structured(runs::ModelFile& m, const std::vector<WeightedLayer
                              json& kept_json) {
   for (const LayerSpec& s : parse_layer_spec(m.layers))
     if (s.name == "batchnorm" || s.name == "layernorm")
-      throw usage_error("prune --structured: " + s.name + " layers are not supported");
+      throw usage_error(Subject::kPruneStructured, ": " + s.name + " layers are not supported");
   std::vector<std::int64_t> widths;
   for (std::size_t k = 0; k < layers.size(); ++k) {
     const WeightedLayer& L = layers[k];
@@ -154,20 +154,20 @@ CompressResult prune_model(Store& store, const PruneRequest& request, Reporter& 
   if (parent.model.int8)
     throw usage_error("prune " + parent.record.ref() + ": the model is int8; prune its fp32 parent, then quantize");
   if (!(request.sparsity > 0 && request.sparsity < 1))
-    throw usage_error("--sparsity must be in (0, 1), not " + std::to_string(request.sparsity));
-  if (request.finetune_epochs < 0) throw usage_error("--finetune-epochs must be >= 0");
+    throw usage_error(Subject::kPruneSparsity, "must be in (0, 1), not " + std::to_string(request.sparsity));
+  if (request.finetune_epochs < 0) throw usage_error(Subject::kFinetuneEpochs, "must be >= 0");
   if (request.schedule == PruneSchedule::kGradual && request.finetune_epochs < 1)
-    throw usage_error("--schedule gradual prunes while fine-tuning: give --finetune-epochs 1 or more");
-  if (request.structured && request.global) throw usage_error("--global applies to unstructured pruning only");
-  if (!(request.lr > 0)) throw usage_error("--lr must be > 0");
+    throw usage_error(Subject::kFinetuneEpochs, "must be 1 or more with the gradual schedule, which prunes while fine-tuning");
+  if (request.structured && request.global) throw usage_error(Subject::kPruneGlobal, "applies to unstructured pruning only");
+  if (!(request.lr > 0)) throw usage_error(Subject::kFinetuneLearningRate, "must be > 0");
   const std::string data_text = request.data.empty() ? parent.record.lineage.value("dataset", "") : request.data;
-  if (data_text.empty()) throw usage_error("prune: the parent names no dataset; give --data DATA");
+  if (data_text.empty()) throw usage_error(Subject::kFinetuneData, "must be given: the parent names no dataset");
   DatasetRef data = parse_dataset_ref(data_text, "--data");
   const std::unique_ptr<Backend> backend = make_backend({.device = request.device, .threads = request.threads});
   const Dims input(parent.model.input_shape);
   const std::vector<WeightedLayer> layers = weighted_layers(parent.model.layers, input, *backend);
   if (request.structured && layers.size() < 2)
-    throw usage_error("prune --structured: the network has no hidden dense or conv layer to shrink");
+    throw usage_error(Subject::kPruneStructured, ": the network has no hidden dense or conv layer to shrink");
   runs::ModelInputs in = runs::model_inputs(store, parent.model, parent.record.ref(), data, EvalSplit::kTrain);
   data.version = parse_dataset_ref(in.dataset).version;
 

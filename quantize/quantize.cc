@@ -50,7 +50,7 @@ CalibrationMethod parse_calibration_method(std::string_view name) {
   if (name == "minmax") return CalibrationMethod::kMinMax;
   if (name == "percentile") return CalibrationMethod::kPercentile;
   if (name == "entropy") return CalibrationMethod::kEntropy;
-  throw usage_error("--method " + std::string(name) + ": expected minmax, percentile or entropy");
+  throw usage_error(Subject::kCalibrationMethod, std::string(name) + ": expected minmax, percentile or entropy");
 }
 
 const char* calibration_method_name(CalibrationMethod method) {
@@ -237,11 +237,11 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
   compress::Parent parent = compress::load_parent(store, request.model, "quantize");
   if (parent.model.int8) throw usage_error("quantize " + parent.record.ref() + ": the model is already int8");
   if (request.calib_samples < 1)
-    throw usage_error("--calib-samples must be >= 1, not " + std::to_string(request.calib_samples));
+    throw usage_error(Subject::kCalibrationSamples, "must be >= 1, not " + std::to_string(request.calib_samples));
   if (request.qat_epochs < 0)
-    throw usage_error("--qat-epochs must be >= 0, not " + std::to_string(request.qat_epochs));
-  if (!(request.qat_lr > 0)) throw usage_error("--qat-lr must be > 0");
-  if (request.qat_batch < 1) throw usage_error("--qat-batch must be >= 1");
+    throw usage_error(Subject::kQatEpochs, "must be >= 0, not " + std::to_string(request.qat_epochs));
+  if (!(request.qat_lr > 0)) throw usage_error(Subject::kQatLearningRate, "must be > 0");
+  if (request.qat_batch < 1) throw usage_error(Subject::kQatBatch, "must be >= 1");
   DatasetRef calib = parse_dataset_ref(request.calib, "--calib");
   const std::unique_ptr<Backend> backend = make_backend({.device = request.device, .threads = request.threads});
   // Unsupported layers (batchnorm, layernorm) fail here, before any run.
@@ -252,7 +252,7 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
   std::int64_t width = 1;
   for (auto d : parent.model.input_shape) width *= d;
   const auto rows = std::int64_t(in.y.size());
-  if (rows == 0) throw usage_error("--calib " + in.dataset + ": the train split has no rows");
+  if (rows == 0) throw usage_error(Subject::kCalibrationData, in.dataset + ": the train split has no rows");
   // Evenly spaced rows of the train split, so a small sample still spans
   // every part of the file.
   const std::int64_t samples = std::min(request.calib_samples, rows);

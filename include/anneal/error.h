@@ -83,6 +83,23 @@ enum class Subject {
   kConfigOverrides,      // settings given to override a config file's
   kRetrainData,          // a new data file a retrain imports first
   kDevice,               // the device a run trains or a model predicts on
+  kThreads,              // compute threads of a command
+  kBenchBatch,           // rows per forward pass of a bench
+  kBenchRepeats,         // timed repeats of a bench
+  kBenchSeconds,         // how long a bench times in all
+  kCalibrationData,      // the dataset an int8 model is calibrated on
+  kCalibrationSamples,   // how many rows calibrate
+  kCalibrationMethod,    // how activation ranges are chosen
+  kQatEpochs,            // epochs of quantization-aware training
+  kQatLearningRate,      // its learning rate
+  kQatBatch,             // its batch size
+  kPruneSparsity,        // the fraction of weights pruning removes
+  kPruneSchedule,        // oneshot or gradual
+  kPruneStructured,      // pruning whole neurons or channels
+  kPruneGlobal,          // one magnitude threshold over all layers
+  kFinetuneEpochs,       // epochs of training after pruning
+  kFinetuneLearningRate, // its learning rate
+  kFinetuneData,         // the dataset pruning fine-tunes on
 };
 
 // What the user can do about an error, as a concept. The message ends with
@@ -180,6 +197,23 @@ inline const char* subject_name(Subject subject) {
     case Subject::kConfigOverrides: return "the config overrides";
     case Subject::kRetrainData: return "the new data";
     case Subject::kDevice: return "the device";
+    case Subject::kThreads: return "the thread count";
+    case Subject::kBenchBatch: return "the bench's batch size";
+    case Subject::kBenchRepeats: return "the bench's repeat count";
+    case Subject::kBenchSeconds: return "the bench's duration";
+    case Subject::kCalibrationData: return "the calibration data";
+    case Subject::kCalibrationSamples: return "the calibration row count";
+    case Subject::kCalibrationMethod: return "the calibration method";
+    case Subject::kQatEpochs: return "the quantization-aware training epochs";
+    case Subject::kQatLearningRate: return "the quantization-aware training learning rate";
+    case Subject::kQatBatch: return "the quantization-aware training batch size";
+    case Subject::kPruneSparsity: return "the pruned fraction";
+    case Subject::kPruneSchedule: return "the pruning schedule";
+    case Subject::kPruneStructured: return "structured pruning";
+    case Subject::kPruneGlobal: return "global pruning";
+    case Subject::kFinetuneEpochs: return "the fine-tuning epochs";
+    case Subject::kFinetuneLearningRate: return "the fine-tuning learning rate";
+    case Subject::kFinetuneData: return "the fine-tuning data";
   }
   return "";
 }

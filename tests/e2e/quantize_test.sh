@@ -25,14 +25,19 @@ fp32=$(json_get 'j["metrics"]["test_accuracy"]')
 before=$(store_state)
 runs_before=$("$ANNEAL" --json runs list | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["runs"]))')
 expect_rc 2 quantize digits-mlp --int8 --calib digits --method bogus
-expect_contains "$ERR" "expected minmax, percentile or entropy" "bad method named"
+expect_contains "$ERR" "--method bogus: expected minmax, percentile or entropy" "bad method named as its flag"
 expect_eq "$(printf '%s\n' "$ERR" | wc -l)" "1" "one-line error"
 expect_rc 2 quantize digits-mlp --int8
 expect_contains "$ERR" "--calib" "missing --calib named"
 expect_rc 2 prune digits-mlp --sparsity 1.5
-expect_contains "$ERR" "--sparsity" "bad sparsity named"
+expect_contains "$ERR" "--sparsity must be in (0, 1)" "bad sparsity named"
 expect_rc 2 prune digits-mlp --sparsity 0.5 --schedule gradual --finetune-epochs 0
+expect_contains "$ERR" "--finetune-epochs must be 1 or more with the gradual schedule" "gradual without fine-tuning"
 expect_rc 2 bench digits-mlp --batch 0
+# quantize/ names concepts; cli/ says them as the command's flags.
+expect_contains "$ERR" "--batch must be >= 1" "bad bench batch named as its flag"
+expect_rc 2 quantize digits-mlp --int8 --calib digits --calib-samples 0
+expect_contains "$ERR" "--calib-samples must be >= 1" "bad calibration row count named as its flag"
 expect_rc 1 quantize no-such-model --int8 --calib digits
 expect_eq "$(store_state)" "$before" "bad requests left the store unchanged"
 expect_eq "$("$ANNEAL" --json runs list | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["runs"]))')" \
