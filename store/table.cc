@@ -2,11 +2,70 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "anneal/hash.h"
 
 namespace anneal {
 
 const char* column_type_name(ColumnType type) {
-  return type == ColumnType::kNumeric ? "numeric" : "categorical";
+  switch (type) {
+    case ColumnType::kNumeric: return "numeric";
+    case ColumnType::kCategorical: return "categorical";
+    case ColumnType::kDatetime: return "datetime";
+  }
+  return "numeric";
+}
+
+std::uint64_t row_content_key(const Table& table, std::uint64_t row, std::span<const std::size_t> columns) {
+  // Where each column's cells sit in the row's feature block.
+  std::vector<std::size_t> offsets(table.columns.size(), 0);
+  std::size_t offset = 0;
+  for (std::size_t c = 0; c < table.columns.size(); ++c) {
+    if (c == table.label_column) continue;
+    offsets[c] = offset;
+    offset += static_cast<std::size_t>(table.columns[c].width());
+  }
+  const std::size_t row_width = static_cast<std::size_t>(table.sample_width());
+  Hasher hasher;
+  auto put_u32 = [&](std::uint32_t v) {
+    unsigned char b[4] = {static_cast<unsigned char>(v), static_cast<unsigned char>(v >> 8),
+                          static_cast<unsigned char>(v >> 16), static_cast<unsigned char>(v >> 24)};
+    hasher.update(std::string_view(reinterpret_cast<const char*>(b), 4));
+  };
+  for (std::size_t c : columns) {
+    const ColumnSchema& schema = table.columns[c];
+    const float* cells = c == table.label_column ? table.labels.data() + row
+                                                 : table.features.data() + row * row_width + offsets[c];
+    const std::int64_t width = c == table.label_column ? 1 : schema.width();
+    put_u32(static_cast<std::uint32_t>(c == table.label_column ? 0xffffffffu : width));
+    for (std::int64_t k = 0; k < width; ++k) {
+      const float v = cells[k];
+      if (std::isnan(v)) {
+        put_u32(0x7fc00000u);
+      } else if (schema.type == ColumnType::kCategorical && v >= 0 &&
+                 static_cast<std::size_t>(v) < schema.categories.size()) {
+        const std::string& text = schema.categories[static_cast<std::size_t>(v)];
+        put_u32(0x80000000u | static_cast<std::uint32_t>(text.size()));
+        hasher.update(text);
+      } else {
+        std::uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        put_u32(bits);
+      }
+    }
+  }
+  const Digest d = hasher.finish();
+  std::uint64_t key = 0;
+  for (int i = 0; i < 8; ++i) key |= std::uint64_t{d[static_cast<std::size_t>(i)]} << (8 * i);
+  return key;
+}
+
+std::uint64_t row_content_key(const Table& table, std::uint64_t row) {
+  std::vector<std::size_t> all(table.columns.size());
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  return row_content_key(table, row, all);
 }
 
 std::int64_t ColumnSchema::width() const {
