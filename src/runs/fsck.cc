@@ -8,6 +8,19 @@
 namespace anneal {
 using nlohmann::json;
 
+namespace {
+
+// The operation a derived model's run records on its first line
+// ("operation = prune"), or "" for a training config.
+std::string_view derived_operation(std::string_view text) {
+  constexpr std::string_view kPrefix = "operation = ";
+  if (!text.starts_with(kPrefix)) return {};
+  text.remove_prefix(kPrefix.size());
+  return text.substr(0, text.find('\n'));
+}
+
+}  // namespace
+
 void fsck_runs(Store& store, Reporter& reporter, FsckReport& report) {
   FileLock no_gc = lock_out_gc(store, reporter);
   std::vector<RunArtifact> artifacts;
@@ -41,6 +54,15 @@ void fsck_runs(Store& store, Reporter& reporter, FsckReport& report) {
   }
   for (const StoredConfig& c : configs) {
     try {
+      // A run made by `anneal quantize` or `anneal prune` records the
+      // operation (quantize/derived_model.cc), not a training config: it
+      // has no layers or dataset to check, and resume never reads it.
+      if (const std::string_view op = derived_operation(c.text); !op.empty()) {
+        if (op != "quantize" && op != "prune")
+          report.problems.push_back(c.owner + ": its recorded config names the unknown operation '" +
+                                    std::string(op) + "'");
+        continue;
+      }
       parse_train_config(c.text, c.owner + " config", {});
     } catch (const std::exception& e) {
       report.problems.push_back(c.owner + ": its recorded config does not parse: " + e.what());
