@@ -60,6 +60,9 @@ struct TrainRequest {
   std::string config_source;             // its name in errors: the path
   std::vector<std::string> overrides;    // --set key=value, winning over the file
   std::optional<Device> device;          // --device, winning over the config's `device`
+  // An alias of the config's name to warm-start from, winning over the
+  // config's `warm_start` (retrain --warm-start: the alias it promotes).
+  std::optional<std::string> warm_start;
   std::optional<std::int64_t> resume;    // continue this run instead
   std::stop_token stop;                  // requested: checkpoint, record cancelled, return
   // Called once the run is recorded (created or reopened), before training.

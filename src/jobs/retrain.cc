@@ -97,6 +97,11 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
   validate_dataset_name(config.name);
   DatasetRef dataset_ref = parse_dataset_ref(config.dataset, request.config_source + ": dataset");
   if (request.promote) validate_alias_name(*request.promote);
+  if (request.warm_start) {
+    if (!request.promote) throw usage_error("warm start: retrain starts from the model holding the alias it promotes; name it");
+    // Part of what --if-changed compares: it changes what is trained.
+    config.warm_start = *request.promote;
+  }
   if (request.data && dataset_ref.version)
     throw usage_error(Subject::kRetrainData, ": the config pins dataset " + dataset_ref.to_string() +
                       "; a new version would never be trained (use NAME or NAME@latest)");
@@ -160,6 +165,7 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
     // in between.
     train.overrides.push_back("dataset=" + version.ref());
     train.stop = request.stop;
+    if (request.warm_start) train.warm_start = *request.promote;
     result.train = train_model(store, train, reporter);
     record.run = result.train->run.id;
     if (result.train->cancelled) {
