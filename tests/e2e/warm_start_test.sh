@@ -124,6 +124,22 @@ expect_contains "$ERR" "warm start from digits-ws@v1 refused: column 'pixel_0_3'
   "a dropped column: refused, saying why"
 expect_eq "$(refusals)" "1" "in one line"
 
+# A column the parent used has another type now.
+expect_rc 0 data import digits-cat "$TEST_DATA/digits.csv" --categorical pixel_0_3
+expect_rc 0 train "$WORK/w.ini" --set epochs=1 --set dataset=digits-cat --set warm_start=digits-ws@v1
+expect_contains "$ERR" "warm start from digits-ws@v1 refused: column 'pixel_0_3' is categorical in digits-cat@v1, numeric for the parent; training from scratch" \
+  "a retyped column: refused, saying why"
+
+# A linear model has no network weights; a bf16 one has (its fp32 master weights).
+expect_rc 0 --json train "$WORK/w.ini" --set epochs=1 --set layers=linear
+linear=$(json_get "j['model']")
+expect_rc 0 train "$WORK/w.ini" --set epochs=1 --set warm_start="$linear"
+expect_contains "$ERR" "warm start from $linear refused: it is a linear model" "a linear parent is refused"
+expect_rc 0 --json train "$WORK/w.ini" --set epochs=1 --set precision=bf16
+bf16=$(json_get "j['model']")
+expect_rc 0 --json train "$WORK/w.ini" --set epochs=1 --set warm_start="$bf16"
+expect_eq "$(lineage "$(json_get "j['model']")" "l['parent']")" "$bf16" "a bf16 parent starts an fp32 run"
+
 # A class the parent never saw.
 awk -F, 'BEGIN { OFS = "," } NR > 1 && NR <= 6 { $NF = 10 } { print }' "$TEST_DATA/digits.csv" > "$WORK/eleven.csv"
 expect_rc 0 data import digits-11 "$WORK/eleven.csv"
