@@ -10,6 +10,10 @@
 // `resume` continues it from its latest checkpoint and finishes with weights
 // bitwise identical to an uninterrupted run (same config, data, thread
 // count).
+// With `warm_start` in the config (or TrainRequest::warm_start) the run
+// starts from a registered model's weights and fitted preprocessing when
+// that model fits, and from scratch with a note saying why when it does not
+// (docs/TRAINING.md, "Warm start"); the lineage records which.
 //
 // Every function takes a Store used by one thread, reports through the
 // given Reporter only, and throws anneal::Error.

@@ -79,12 +79,15 @@ json RetrainResult::to_json() const {
   if (train) {
     j["run"] = train->run.label();
     j["model"] = train->model ? json(train->model->ref()) : json(nullptr);
+    // A warm start's parent (docs/TRAINING.md, "Warm start"), else null.
+    j["parent"] = train->model && train->model->lineage.contains("parent") ? train->model->lineage["parent"] : json(nullptr);
     j["samples_per_s"] = train->samples_per_s;
     j["weights_hash"] = train->weights_hash;
     j["metrics"] = train->metrics;
   } else {
     j["run"] = nullptr;
     j["model"] = nullptr;
+    j["parent"] = nullptr;
   }
   j["promoted"] = outcome == RetrainOutcome::kPromoted;
   if (gate) j["gate"] = {{"passed", gate->passed}, {"reason", gate->reason}};
@@ -98,7 +101,8 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
   DatasetRef dataset_ref = parse_dataset_ref(config.dataset, request.config_source + ": dataset");
   if (request.promote) validate_alias_name(*request.promote);
   if (request.warm_start) {
-    if (!request.promote) throw usage_error("warm start: retrain starts from the model holding the alias it promotes; name it");
+    if (!request.promote)
+      throw usage_error("warm start: name the alias to promote; the new model starts from the one holding it");
     // Part of what --if-changed compares: it changes what is trained.
     config.warm_start = *request.promote;
   }

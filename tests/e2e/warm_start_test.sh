@@ -40,6 +40,7 @@ expect_one_line() { [ "$(printf '%s\n' "$ERR" | wc -l)" -eq 1 ] && pass || fail 
 expect_rc 0 --json retrain "$WORK/w.ini" --data "$WORK/digits-60.csv" --promote production --warm-start
 expect_eq "$(json_get "j['outcome']")" "promoted" "the first night promotes"
 expect_eq "$(json_get "j['model']")" "digits-ws@v1" "the first night registers v1"
+expect_eq "$(json_get "j['parent']")" "None" "from no parent"
 first_hash=$(json_get "j['weights_hash']")
 expect_contains "$ERR" "warm start: digits-ws@production is not set yet; training from scratch" "the first night says so"
 expect_eq "$(lineage digits-ws@v1 "l['warm_start'], l['warm_start_unset'], 'parent' in l")" \
@@ -54,6 +55,7 @@ expect_rc 0 --json retrain "$WORK/w.ini" --data "$TEST_DATA/digits.csv" --promot
   --set epochs=2
 expect_eq "$(json_get "j['dataset']")" "digits@v2" "the next night imported the grown export"
 expect_eq "$(json_get "j['model']")" "digits-ws@v3" "and trained v3"
+expect_eq "$(json_get "j['parent']")" "digits-ws@v1" "from the model holding production"
 warm_run=$(json_get "j['run']")
 warm_hash=$(json_get "j['weights_hash']")
 expect_eq "$(json_get "'test_accuracy' in j['metrics']")" "True" "test accuracy is recorded"
