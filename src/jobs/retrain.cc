@@ -80,7 +80,8 @@ json RetrainResult::to_json() const {
     j["run"] = train->run.label();
     j["model"] = train->model ? json(train->model->ref()) : json(nullptr);
     // A warm start's parent (docs/TRAINING.md, "Warm start"), else null.
-    j["parent"] = train->model && train->model->lineage.contains("parent") ? train->model->lineage["parent"] : json(nullptr);
+    const bool warm = train->model && train->model->lineage.contains("parent");
+    j["parent"] = warm ? train->model->lineage["parent"] : json(nullptr);
     j["samples_per_s"] = train->samples_per_s;
     j["weights_hash"] = train->weights_hash;
     j["metrics"] = train->metrics;

@@ -125,7 +125,7 @@ std::string refusal_by_data(const ModelFile& parent, const LoadedDataset& loaded
     const ColumnSchema* now = column_named(v.columns, used.column);
     if (!now || now->name == v.label_column) return "column '" + used.column + "' is missing from " + v.ref();
     const ColumnSchema* then = column_named(parent.dataset_columns, used.column);
-    if (!then) throw corrupt("model: feature column '" + used.column + "' is not among its dataset's columns");
+    if (!then) return "the parent's model file does not describe its column '" + used.column + "'";
     if (now->type != then->type || now->width() != then->width())
       return "column '" + used.column + "' is " + type_text(*now) + " in " + v.ref() + ", " + type_text(*then) +
              " for the parent";
@@ -135,7 +135,9 @@ std::string refusal_by_data(const ModelFile& parent, const LoadedDataset& loaded
       const std::vector<float> codes = labels_for_parent(*part, parent);
       std::set<float> checked;
       for (std::size_t i = 0; i < codes.size(); ++i) {
-        if (!checked.insert(codes[i]).second) continue;
+        // A missing label is no class; encoding rejects it as it would
+        // from scratch.
+        if (std::isnan(codes[i]) || !checked.insert(codes[i]).second) continue;
         try {
           parent.labels.encode(codes[i], "");
         } catch (const Error& e) {
@@ -257,9 +259,10 @@ void load_parent_weights(Trainer& trainer, const WarmStart& warm) {
   for (const NamedTensor& t : warm.parent_model.tensors) named.emplace_back(t.name, t.values);
   // load_weights keeps what is not named; a warm start must replace all.
   const Network& network = trainer.network();
-  if (named.size() != network.parameters().size() + network.buffers().size())
+  const std::size_t wanted = network.parameters().size() + network.buffers().size();
+  if (named.size() != wanted)
     throw usage_error("warm start from " + warm.parent->ref() + ": it holds " + std::to_string(named.size()) +
-                      " tensors, the network " + std::to_string(network.parameters().size() + network.buffers().size()));
+                      " tensors, the network " + std::to_string(wanted));
   trainer.load_weights(named);
 }
 

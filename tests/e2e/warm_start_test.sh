@@ -182,6 +182,26 @@ expect_rc 0 --json eval "$scratch_model" sales@v2 --split all
 expect_eq "$(json_get "j['unseen_categories']")" "0" "a from-scratch model fits its own categories"
 [ "$unseen_warm" -gt 0 ] && pass || fail "the warm-started model kept the parent's categories: unseen $unseen_warm"
 
+# --- a categorical label: classes matched by name, not by code --------------
+# Reversed, the export lists virginica first: its dictionary codes differ
+# from the parent's. A warm start barely trained (one epoch, a tiny learning
+# rate) still classifies as the parent does.
+iris_config "$WORK/iris.ini" iris-ws "epochs = 30"
+expect_rc 0 data import iris "$TEST_DATA/iris.csv"
+expect_rc 0 train "$WORK/iris.ini"
+{ head -n 1 "$TEST_DATA/iris.csv"; tail -n +2 "$TEST_DATA/iris.csv" | tac; } > "$WORK/iris-rev.csv"
+expect_rc 0 data import iris-rev "$WORK/iris-rev.csv"
+expect_rc 0 --json train "$WORK/iris.ini" --set dataset=iris-rev --set warm_start=iris-ws@v1 --set epochs=1 \
+  --set lr=0.000001
+acc=$("$ANNEAL" --json runs show "$(json_get "j['run']")" | python3 -c "import json,sys; print(json.load(sys.stdin)['epochs'][0]['train_accuracy'])")
+python3 -c "import sys; sys.exit(0 if $acc > 0.9 else 1)" && pass || fail "warm start on reordered classes: train accuracy $acc"
+# A class the parent never saw, by name.
+awk -F, 'BEGIN { OFS = "," } NR >= 2 && NR <= 4 { $NF = "hybrid" } { print }' "$TEST_DATA/iris.csv" > "$WORK/iris-hybrid.csv"
+expect_rc 0 data import iris-hybrid "$WORK/iris-hybrid.csv"
+expect_rc 2 train "$WORK/iris.ini" --set dataset=iris-hybrid --set warm_start=iris-ws@v1
+expect_contains "$ERR" "warm start from iris-ws@v1 refused: class 'hybrid' of label 'species' in iris-hybrid@v1 is new to the parent (3 classes); training from scratch" \
+  "a new class by name: refused, saying why"
+
 # --- bad values: one line naming where, nothing recorded ---------------------
 before=$( (catalog_dump; cd "$ANNEAL_HOME" && find objects -type f | sort) | sha256sum)
 runs_before=$(runs_count)
