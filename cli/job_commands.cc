@@ -276,6 +276,9 @@ int run_retrain(const Invocation& inv) {
     if (!request.promote) throw usage_error("--gate: give --promote ALIAS too; the gate decides that promotion");
     request.gate = parse_gate(inv.args["gate"].as<std::string>());
   }
+  request.warm_start = inv.args["warm-start"].as<bool>();
+  if (request.warm_start && !request.promote)
+    throw usage_error("--warm-start: give --promote ALIAS too; the new model starts from the one holding that alias");
   Store store = Store::open(inv.global.store);
   StopOnSignal stop;
   request.stop = stop.token();
@@ -456,7 +459,7 @@ void add_job_commands(std::vector<Command>& out) {
   Command exec{"job-exec", "JOB", "run one job (the worker's child process)", "", nullptr, {"JOB"}, run_job_exec};
   exec.hidden = true;
   out.push_back(exec);
-  out.push_back({"retrain", "CONFIG [--data FILE] [--if-changed] [--promote ALIAS] [--gate EXPR]",
+  out.push_back({"retrain", "CONFIG [--data FILE] [--if-changed] [--promote ALIAS [--warm-start]] [--gate EXPR]",
                  "retrain a model in the foreground, for cron",
                  "Under a lock per config (a second retrain of the same config exits 75 naming the holder), "
                  "optionally imports FILE as a new version of the config's dataset (nothing new when the bytes "
@@ -464,12 +467,18 @@ void add_job_commands(std::vector<Command>& out) {
                  "of this config's last retrain, trains, and with --promote moves NAME@ALIAS to the new model "
                  "when the gate holds. EXPR is 'METRIC OP VALUE' with OP one of >= > <= < == != and VALUE a "
                  "number or an alias (the model holding it now; an unset alias is beaten by anything), e.g. "
-                 "'val_accuracy >= production'. Exit codes: 0 trained (and promoted when asked) or skipped, "
+                 "'val_accuracy >= production'. --warm-start starts the new model from the weights and the "
+                 "fitted preprocessing of the model holding NAME@ALIAS (the config key warm_start does the same "
+                 "for train) and trains the config's epochs on the new data; when that model does not fit (other "
+                 "layers or loss, a column it used gone or retyped, a class it never saw) one line says why and "
+                 "the run trains from scratch, as it does while the alias is not set yet. The model's lineage "
+                 "names the parent. Exit codes: 0 trained (and promoted when asked) or skipped, "
                  "4 trained but the gate refused promotion, 65 bad data, 75 lock held, 1 any other failure.",
                  [](po::options_description& o) {
                    o.add_options()("data", po::value<std::string>()->value_name("FILE"), "import FILE first")
                        ("if-changed", po::bool_switch(), "skip when data and config are unchanged")
                        ("promote", po::value<std::string>()->value_name("ALIAS"), "move this alias to the new model")
+                       ("warm-start", po::bool_switch(), "start from the model holding the --promote alias")
                        ("gate", po::value<std::string>()->value_name("EXPR"), "promote only when EXPR holds");
                    add_set_option(o);
                  },

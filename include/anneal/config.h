@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "anneal/catalog_runs.h"
 #include "anneal/device.h"
 #include "anneal/trainer.h"
 
@@ -47,6 +48,12 @@ struct TrainConfig {
   bool linear_only = false;    // layers = linear: the linear model is the model
   Device device = Device::kAuto;  // which backend trains (anneal/device.h)
   int threads = 1;             // the backend's compute threads; part of determinism
+  // The model whose weights and fitted preprocessing the run starts from,
+  // "" for none: an ALIAS of `name` (production), NAME@ALIAS, or an exact
+  // NAME@vN. A new run resolves it to the exact NAME@vN (or to "" when the
+  // alias is not set yet) before it records its config, so a resume starts
+  // from the same parent wherever the alias has moved since.
+  std::string warm_start;
   // Everything the engine needs except classes and loss, which come from
   // the data (set by the run).
   TrainerConfig trainer;
@@ -73,6 +80,11 @@ const std::vector<ConfigKey>& known_config_keys();
 // closest known one), a malformed value, a missing required key.
 TrainConfig parse_train_config(std::string_view text, std::string_view source,
                                const std::vector<std::string>& overrides);
+
+// The model config.warm_start names (non-empty): a bare word is an alias of
+// config.name, anything with '@' a model reference (NAME@ALIAS, NAME@vN,
+// NAME@latest). Syntax only; throws kUsage for a malformed one.
+ModelRef warm_start_ref(const TrainConfig& config);
 
 // "30s", "5m", "2h" (a duration) or "500" (steps); throws kUsage naming `key`.
 CheckpointEvery parse_checkpoint_every(std::string_view text, std::string_view key);

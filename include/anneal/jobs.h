@@ -108,6 +108,7 @@ struct RetrainRequest {
   std::optional<std::filesystem::path> data;  // import first as a new version of the config's dataset
   bool if_changed = false;
   std::optional<std::string> promote;  // alias
+  bool warm_start = false;             // start from the model holding `promote` (which it needs)
   std::optional<Gate> gate;
   std::stop_token stop;
 };

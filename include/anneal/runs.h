@@ -10,6 +10,10 @@
 // `resume` continues it from its latest checkpoint and finishes with weights
 // bitwise identical to an uninterrupted run (same config, data, thread
 // count).
+// With `warm_start` in the config (or TrainRequest::warm_start) the run
+// starts from a registered model's weights and fitted preprocessing when
+// that model fits, and from scratch with a note saying why when it does not
+// (docs/TRAINING.md, "Warm start"); the lineage records which.
 //
 // Every function takes a Store used by one thread, reports through the
 // given Reporter only, and throws anneal::Error.
@@ -60,6 +64,9 @@ struct TrainRequest {
   std::string config_source;             // its name in errors: the path
   std::vector<std::string> overrides;    // --set key=value, winning over the file
   std::optional<Device> device;          // --device, winning over the config's `device`
+  // An alias of the config's name to warm-start from, winning over the
+  // config's `warm_start` (retrain --warm-start: the alias it promotes).
+  std::optional<std::string> warm_start;
   std::optional<std::int64_t> resume;    // continue this run instead
   std::stop_token stop;                  // requested: checkpoint, record cancelled, return
   // Called once the run is recorded (created or reopened), before training.

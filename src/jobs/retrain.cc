@@ -79,12 +79,16 @@ json RetrainResult::to_json() const {
   if (train) {
     j["run"] = train->run.label();
     j["model"] = train->model ? json(train->model->ref()) : json(nullptr);
+    // A warm start's parent (docs/TRAINING.md, "Warm start"), else null.
+    const bool warm = train->model && train->model->lineage.contains("parent");
+    j["parent"] = warm ? train->model->lineage["parent"] : json(nullptr);
     j["samples_per_s"] = train->samples_per_s;
     j["weights_hash"] = train->weights_hash;
     j["metrics"] = train->metrics;
   } else {
     j["run"] = nullptr;
     j["model"] = nullptr;
+    j["parent"] = nullptr;
   }
   j["promoted"] = outcome == RetrainOutcome::kPromoted;
   if (gate) j["gate"] = {{"passed", gate->passed}, {"reason", gate->reason}};
@@ -97,6 +101,12 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
   validate_dataset_name(config.name);
   DatasetRef dataset_ref = parse_dataset_ref(config.dataset, request.config_source + ": dataset");
   if (request.promote) validate_alias_name(*request.promote);
+  if (request.warm_start) {
+    if (!request.promote)
+      throw usage_error("warm start: name the alias to promote; the new model starts from the one holding it");
+    // Part of what --if-changed compares: it changes what is trained.
+    config.warm_start = *request.promote;
+  }
   if (request.data && dataset_ref.version)
     throw usage_error(Subject::kRetrainData, ": the config pins dataset " + dataset_ref.to_string() +
                       "; a new version would never be trained (use NAME or NAME@latest)");
@@ -160,6 +170,7 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
     // in between.
     train.overrides.push_back("dataset=" + version.ref());
     train.stop = request.stop;
+    if (request.warm_start) train.warm_start = *request.promote;
     result.train = train_model(store, train, reporter);
     record.run = result.train->run.id;
     if (result.train->cancelled) {

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "anneal/catalog_jobs.h"
 #include "anneal/error.h"
 #include "anneal/spelling.h"
 
@@ -49,6 +50,7 @@ const std::vector<ConfigKey>& known_config_keys() {
       {"keep_checkpoints", "3", "checkpoints kept per run besides the best one"},
       {"baseline", "true", "tabular data: also fit the regularized linear baseline"},
       {"linear_l2", "1", "L2 strength of the linear model"},
+      {"warm_start", "", "start from a model's weights and preprocessing: an ALIAS of name (production) or NAME@vN"},
   };
   return kKeys;
 }
@@ -198,6 +200,13 @@ std::string format_real(float v) {
 
 }  // namespace
 
+ModelRef warm_start_ref(const TrainConfig& config) {
+  const std::string& text = config.warm_start;
+  if (text.find('@') != std::string::npos) return parse_model_ref(text, "warm_start");
+  validate_alias_name(text);
+  return ModelRef{config.name, std::nullopt, text};
+}
+
 CheckpointEvery parse_checkpoint_every(std::string_view text, std::string_view key) {
   CheckpointEvery every;
   every.text = std::string(text);
@@ -346,6 +355,17 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
   c.keep_checkpoints = v.integer("keep_checkpoints", 1, 1000000);
   c.baseline = v.boolean("baseline");
   c.linear_l2 = v.real("linear_l2", 0, 1e12, ">= 0");
+  c.warm_start = v.text("warm_start");
+  if (!c.warm_start.empty()) {
+    try {
+      // Syntax only (parsing is pure): the run looks the model up.
+      warm_start_ref(c);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kUsage) throw;
+      v.bad("warm_start", "an alias of '" + c.name + "' such as production (letters, digits, '.', '_', '-'; "
+                          "not latest or vN), NAME@ALIAS or NAME@vN");
+    }
+  }
   return c;
 }
 
@@ -384,6 +404,7 @@ std::string TrainConfig::to_text() const {
       {"keep_checkpoints", std::to_string(keep_checkpoints)},
       {"baseline", baseline ? "true" : "false"},
       {"linear_l2", format_real(linear_l2)},
+      {"warm_start", warm_start},
   };
   std::string out;
   for (const auto& [k, value] : kv)

@@ -14,6 +14,7 @@
 #include "anneal/model_file.h"
 #include "anneal/scoring.h"
 #include "runs/training_data.h"
+#include "runs/warm_start.h"
 
 namespace anneal {
 using nlohmann::json;
@@ -130,6 +131,9 @@ Setup resolve(Store& store, const TrainRequest& request) {
     if (request.device)
       throw usage_error(Subject::kDevice, ": a resumed run keeps its recorded device (the weights depend on it); "
                                           "start a new run to change it");
+    if (request.warm_start)
+      throw usage_error(Subject::kResumedRun, ": a resumed run keeps the parent it started from; start a new run "
+                                              "to warm-start");
     RunRecord run = find_run(store, *request.resume);
     if (run.status == RunStatus::kSucceeded)
       throw usage_error(Subject::kResumedRun, run.label() + ": the run already succeeded" +
@@ -143,6 +147,10 @@ Setup resolve(Store& store, const TrainRequest& request) {
   if (request.device) {
     s.config.device = *request.device;
     s.config.sources["device"] = "--device";
+  }
+  if (request.warm_start) {
+    s.config.warm_start = *request.warm_start;
+    s.config.sources["warm_start"] = "--warm-start";
   }
   validate_dataset_name(s.config.name);
   s.dataset = parse_dataset_ref(s.config.dataset, "dataset");
@@ -164,6 +172,7 @@ std::string host_name() {
 TrainResult train_model(Store& store, const TrainRequest& request, TrainingReporter& reporter) {
   const JobFence* fence = request.fence ? &*request.fence : nullptr;
   Setup setup = resolve(store, request);
+  runs::WarmStart warm = runs::resolve_warm_start(store, setup.config, reporter);
   const TrainConfig& config = setup.config;
 
   // Everything that can be checked without training, before a run exists.
@@ -188,7 +197,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
     throw usage_error(where->second + ": " + e.what());
   }
   reporter.note("loading " + setup.dataset.to_string());
-  PreparedData data = runs::prepare_data(store, setup.dataset, config);
+  PreparedData data = runs::prepare_run_data(store, setup.dataset, config, warm, reporter);
   TrainerConfig tc = config.trainer;
   tc.loss = data.loss;
   tc.classes = data.labels.classification() ? data.labels.classes() : 0;
@@ -211,6 +220,9 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       if (e.kind() != ErrorKind::kUsage || !about_layers || where == config.sources.end()) throw;
       throw usage_error(where->second + ": layers = " + config.trainer.layers + ": " + e.what());
     }
+    // A resumed run's checkpoint replaces these weights; one that has none
+    // left starts again from them.
+    if (warm.used) runs::load_parent_weights(*trainer, warm);
   }
 
   // Interrupted while loading: nothing has started, so nothing to record.
@@ -380,8 +392,10 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
     json summary = {{"samples_per_s", result.samples_per_s}, {"weights_hash", result.weights_hash},
                     {"metrics", metrics}};
     if (trainer) summary["steps"] = trainer->step();
-    result.model = register_model(store, run.id, config.name, runs::encode_model(model),
-                                  lineage_json(config, data, run, backend->capabilities()), metrics, summary, fence);
+    json lineage = lineage_json(config, data, run, backend->capabilities());
+    lineage.update(runs::warm_start_lineage(warm));
+    result.model = register_model(store, run.id, config.name, runs::encode_model(model), lineage, metrics, summary,
+                                  fence);
     result.run = find_run(store, run.id);
     return result;
   } catch (const std::exception& e) {

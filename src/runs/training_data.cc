@@ -23,11 +23,8 @@ std::vector<float> gather(const Table& t, const std::vector<std::uint32_t>& rows
 
 }  // namespace
 
-PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig& config) {
-  PreparedData d;
-  LoadedDataset loaded = load_dataset(store, ref);
-  d.version = loaded.version;
-  const DatasetVersion& v = d.version;
+void check_trainable(const LoadedDataset& loaded, const TrainConfig& config) {
+  const DatasetVersion& v = loaded.version;
   if (!config.label.empty() && config.label != v.label_column) {
     bool exists = false;
     for (const auto& c : v.columns) exists = exists || c.name == config.label;
@@ -39,6 +36,14 @@ PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig
         .with(Remedy::kReimportWithLabel, config.label);
   }
   if (loaded.train.rows == 0) throw usage_error("dataset " + v.ref() + " has no training rows");
+}
+
+PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig& config) {
+  PreparedData d;
+  LoadedDataset loaded = load_dataset(store, ref);
+  d.version = loaded.version;
+  const DatasetVersion& v = d.version;
+  check_trainable(loaded, config);
   d.loss = config.loss.empty() ? LabelEncoding::infer_loss(loaded.train) : parse_loss_kind(config.loss);
   d.labels = LabelEncoding::fit(d.loss, loaded.train, loaded.test);
   d.tabular = v.format == "csv" || v.format == "tsv";

@@ -26,6 +26,10 @@ struct PreparedData {
   std::uint64_t train_rows() const { return y_train.size(); }
 };
 
+// Checks that `config` can train on the version: kUsage for a label the
+// version does not have, or a version without training rows.
+void check_trainable(const LoadedDataset& loaded, const TrainConfig& config);
+
 // Checks the config against the version (the label) and builds the arrays.
 // kUsage for a label the version does not have or a loss that does not fit.
 PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig& config);

@@ -111,5 +111,43 @@ TEST(RunsConfig, LinearLayersMeanTheLinearModel) {
   EXPECT_NE(c.to_text().find("layers = linear"), std::string::npos);
 }
 
+// warm_start: a bare word is an alias of the config's own name; with '@' a
+// model reference. Only the syntax is checked here (parsing reads no store).
+TEST(RunsConfig, WarmStartNamesAnAliasOrAModel) {
+  TrainConfig none = parse_train_config(kExample, "cfg.ini", {});
+  EXPECT_EQ(none.warm_start, "");
+  EXPECT_EQ(none.to_text().find("warm_start"), std::string::npos);
+
+  TrainConfig alias = parse_train_config(std::string(kExample) + "warm_start = production\n", "cfg.ini", {});
+  EXPECT_EQ(alias.sources.at("warm_start"), "cfg.ini:11");
+  ModelRef ref = warm_start_ref(alias);
+  EXPECT_EQ(ref.name, "fmnist-mlp");
+  EXPECT_EQ(ref.alias, std::optional<std::string>("production"));
+  EXPECT_FALSE(ref.version);
+
+  ModelRef other = warm_start_ref(parse_train_config(kExample, "cfg.ini", {"warm_start=base-mlp@staging"}));
+  EXPECT_EQ(other.name, "base-mlp");
+  EXPECT_EQ(other.alias, std::optional<std::string>("staging"));
+
+  TrainConfig exact = parse_train_config(kExample, "cfg.ini", {"warm_start=fmnist-mlp@v3"});
+  ModelRef version = warm_start_ref(exact);
+  EXPECT_EQ(version.version, std::optional<int>(3));
+  EXPECT_FALSE(version.alias);
+  // The resolved text carries it and reads back (what a resume parses).
+  EXPECT_NE(exact.to_text().find("warm_start = fmnist-mlp@v3\n"), std::string::npos);
+  EXPECT_EQ(parse_train_config(exact.to_text(), "run-1 config", {}).warm_start, "fmnist-mlp@v3");
+}
+
+TEST(RunsConfig, MalformedWarmStartIsAUsageErrorNamingItsSource) {
+  for (const char* bad : {"warm_start=a@@b", "warm_start=v3", "warm_start=latest", "warm_start=a b", "warm_start=@v1",
+                          "warm_start=x@", "warm_start=-prod"}) {
+    std::string e = error_of(kExample, {bad});
+    EXPECT_EQ(e.rfind("--set warm_start: warm_start = '", 0), 0u) << bad << ": " << e;
+    EXPECT_NE(e.find("expected an alias of 'fmnist-mlp'"), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+  EXPECT_EQ(error_of(std::string(kExample) + "warm_start = a@@b\n").rfind("cfg.ini:11: warm_start = 'a@@b'", 0), 0u);
+}
+
 }  // namespace
 }  // namespace anneal

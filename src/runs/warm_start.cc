@@ -1,0 +1,277 @@
+#include "runs/warm_start.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "anneal/catalog_jobs.h"
+#include "anneal/error.h"
+#include "anneal/model_inputs.h"
+#include "anneal/network.h"
+#include "anneal/preprocess.h"
+
+namespace anneal::runs {
+using nlohmann::json;
+
+namespace {
+
+// "r.ini:9: " or "--set warm_start: ", where warm_start was given.
+std::string source_of(const TrainConfig& config) {
+  auto it = config.sources.find("warm_start");
+  return it == config.sources.end() ? std::string() : it->second + ": ";
+}
+
+// The layers of a spec as the network reads them, so that spacing and
+// number spelling ("dense(64)" and "dense( 64.0 )") do not count as a
+// difference.
+struct ParsedLayer {
+  std::string name;
+  std::vector<double> args;
+  std::vector<std::pair<std::string, double>> options;
+  bool operator==(const ParsedLayer&) const = default;
+};
+
+std::vector<ParsedLayer> parsed_layers(std::string_view spec) {
+  std::vector<ParsedLayer> out;
+  for (const LayerSpec& l : parse_layer_spec(spec)) out.push_back({l.name, l.args, l.options});
+  return out;
+}
+
+// Why `parent` cannot start a run of `config`, judged without the data; ""
+// when nothing is wrong so far.
+std::string refusal_by_config(const ModelFile& parent, const TrainConfig& config) {
+  if (parent.linear) return "it is a linear model, without network weights to start from";
+  if (parent.int8) return "it is an int8 model; warm-start from its fp32 parent";
+  if (!parent.compression.empty() || inference_only(parent))
+    return "it was made by " + parent.compression.value("operation", std::string("compression")) +
+           "; warm-start from the model it was made from";
+  if (config.linear_only) return "layers = linear trains no network";
+  std::vector<ParsedLayer> wanted;
+  try {
+    wanted = parsed_layers(config.trainer.layers);
+  } catch (const Error& e) {
+    // The same message the trainer gives for a bad spec, with its place.
+    auto where = config.sources.find("layers");
+    if (e.kind() != ErrorKind::kUsage || where == config.sources.end()) throw;
+    throw usage_error(where->second + ": layers = " + config.trainer.layers + ": " + e.what());
+  }
+  if (parsed_layers(parent.layers) != wanted)
+    return "layers differ (parent: " + parent.layers + "; config: " + config.trainer.layers + ")";
+  if (!config.loss.empty() && parse_loss_kind(config.loss) != parent.loss)
+    return "loss differs (parent: " + std::string(loss_name(parent.loss)) + "; config: " + config.loss + ")";
+  return "";
+}
+
+const ColumnSchema* column_named(const std::vector<ColumnSchema>& columns, const std::string& name) {
+  auto it = std::find_if(columns.begin(), columns.end(), [&](const ColumnSchema& c) { return c.name == name; });
+  return it == columns.end() ? nullptr : &*it;
+}
+
+std::string type_text(const ColumnSchema& c) {
+  std::string text = column_type_name(c.type);
+  if (c.width() != 1) text += " x" + std::to_string(c.width());
+  return text;
+}
+
+// The stored label values of `table` as the parent's codes: a categorical
+// label's codes translated by class name into the parent's classes (a class
+// the parent does not know becomes a code past its last), numbers as they
+// are.
+std::vector<float> labels_for_parent(const Table& table, const ModelFile& parent) {
+  std::vector<float> labels = table.labels;
+  const ColumnSchema& label = table.columns[table.label_column];
+  if (label.type != ColumnType::kCategorical || !parent.labels.classification()) return labels;
+  std::map<std::string, float> code_of;
+  const auto& names = parent.labels.class_names();
+  for (std::size_t i = 0; i < names.size(); ++i) code_of.emplace(names[i], static_cast<float>(i));
+  for (float& y : labels) {
+    if (std::isnan(y)) continue;
+    const auto code = static_cast<std::size_t>(y);
+    auto it = code < label.categories.size() ? code_of.find(label.categories[code]) : code_of.end();
+    y = it != code_of.end() ? it->second : static_cast<float>(names.size());
+  }
+  return labels;
+}
+
+// The text of a stored label value of `table`: its category, or the number.
+std::string label_text(const Table& table, float y) {
+  const ColumnSchema& label = table.columns[table.label_column];
+  const auto code = static_cast<std::size_t>(y);
+  if (label.type == ColumnType::kCategorical && y >= 0 && code < label.categories.size())
+    return label.categories[code];
+  std::ostringstream out;
+  out << y;
+  return out.str();
+}
+
+// Why the version's data cannot be read the way `parent` was trained; ""
+// when it can.
+std::string refusal_by_data(const ModelFile& parent, const LoadedDataset& loaded, const TrainConfig& config) {
+  const DatasetVersion& v = loaded.version;
+  if (v.label_column != parent.label_column)
+    return "the label differs (parent: '" + parent.label_column + "'; " + v.ref() + ": '" + v.label_column + "')";
+  const LossKind loss = config.loss.empty() ? LabelEncoding::infer_loss(loaded.train) : parse_loss_kind(config.loss);
+  if (loss != parent.loss)
+    return "loss differs (parent: " + std::string(loss_name(parent.loss)) + "; " + v.ref() + " suggests " +
+           loss_name(loss) + ")";
+  const ColumnSchema* parent_label = column_named(parent.dataset_columns, parent.label_column);
+  const ColumnSchema& label = loaded.train.columns[loaded.train.label_column];
+  if (parent_label && parent_label->type != label.type)
+    return "label '" + label.name + "' is " + column_type_name(label.type) + " in " + v.ref() + ", " +
+           column_type_name(parent_label->type) + " for the parent";
+  for (const ColumnTransform& used : parent.features.columns()) {
+    const ColumnSchema* now = column_named(v.columns, used.column);
+    if (!now || now->name == v.label_column) return "column '" + used.column + "' is missing from " + v.ref();
+    const ColumnSchema* then = column_named(parent.dataset_columns, used.column);
+    if (!then) return "the parent's model file does not describe its column '" + used.column + "'";
+    if (now->type != then->type || now->width() != then->width())
+      return "column '" + used.column + "' is " + type_text(*now) + " in " + v.ref() + ", " + type_text(*then) +
+             " for the parent";
+  }
+  if (parent.labels.classification()) {
+    for (const Table* part : {&loaded.train, &loaded.test}) {
+      const std::vector<float> codes = labels_for_parent(*part, parent);
+      std::set<float> checked;
+      for (std::size_t i = 0; i < codes.size(); ++i) {
+        // A missing label is no class; encoding rejects it as it would
+        // from scratch.
+        if (std::isnan(codes[i]) || !checked.insert(codes[i]).second) continue;
+        try {
+          parent.labels.encode(codes[i], "");
+        } catch (const Error& e) {
+          // encode's contract: kBadData is a class the encoding does not know.
+          if (e.kind() != ErrorKind::kBadData) throw;
+          return "class '" + label_text(*part, part->labels[i]) + "' of label '" + label.name + "' in " + v.ref() +
+                 " is new to the parent (" + std::to_string(parent.labels.classes()) + " classes)";
+        }
+      }
+    }
+  }
+  return "";
+}
+
+std::vector<float> gather(const std::vector<float>& rows_x_width, std::size_t width,
+                          const std::vector<std::uint32_t>& rows) {
+  std::vector<float> out(rows.size() * width);
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(rows_x_width.data() + rows[i] * width, width, out.data() + i * width);
+  return out;
+}
+
+// The version through the parent's own preprocessing, split as prepare_data
+// splits (the config's validation fraction and seed).
+PreparedData prepare_as_parent(const LoadedDataset& loaded, const ModelFile& parent, const TrainConfig& config,
+                               TransformCounts& counts) {
+  PreparedData d;
+  d.version = loaded.version;
+  const DatasetVersion& v = d.version;
+  d.loss = parent.loss;
+  d.labels = parent.labels;
+  d.features = parent.features;
+  d.tabular = v.format == "csv" || v.format == "tsv";
+  d.input_shape = d.features.output_shape();
+  const std::string where = "dataset " + v.ref();
+  std::vector<float> encoded = d.labels.encode_all(labels_for_parent(loaded.train, parent), where + " train");
+  std::vector<std::uint32_t> train_rows, val_rows;
+  validation_split(encoded, d.labels.classification(), config.validation, config.trainer.seed, train_rows,
+                   val_rows);
+  if (train_rows.empty())
+    throw usage_error("validation = " + std::to_string(config.validation) + " leaves no training rows");
+  const auto width = static_cast<std::size_t>(d.features.input_width());
+  const std::vector<float> train_x = aligned_features(loaded.train, parent, where);
+  d.x_train = d.features.apply(gather(train_x, width, train_rows), counts);
+  for (auto r : train_rows) d.y_train.push_back(encoded[r]);
+  if (!val_rows.empty()) {
+    d.x_val = d.features.apply(gather(train_x, width, val_rows), counts);
+    for (auto r : val_rows) d.y_val.push_back(encoded[r]);
+  }
+  if (loaded.test.rows > 0) {
+    d.x_test = d.features.apply(aligned_features(loaded.test, parent, where), counts);
+    d.y_test = d.labels.encode_all(labels_for_parent(loaded.test, parent), where + " test");
+  }
+  return d;
+}
+
+}  // namespace
+
+WarmStart resolve_warm_start(Store& store, TrainConfig& config, Reporter& reporter) {
+  WarmStart warm;
+  if (config.warm_start.empty()) return warm;
+  const ModelRef ref = warm_start_ref(config);
+  // A version, or the model that does not exist at all: a usage error
+  // naming where the key was set.
+  auto find = [&](const ModelRef& wanted) {
+    try {
+      return find_model(store, wanted);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kNotFound) throw;
+      throw usage_error(source_of(config) + "warm_start = " + config.warm_start + ": " + e.detail())
+          .with(e.remedy(), e.remedy_argument());
+    }
+  };
+  if (ref.alias) {
+    // Another name's alias must at least name a model that exists; the
+    // run's own name may have none yet (the first night).
+    if (ref.name != config.name) find(ModelRef{ref.name, std::nullopt, std::nullopt});
+    warm.parent = find_alias(store, ref.name, *ref.alias);
+    if (!warm.parent) {
+      warm.unset_alias = ref.to_string();
+      reporter.note("warm start: " + warm.unset_alias + " is not set yet; training from scratch");
+      config.warm_start.clear();
+      return warm;
+    }
+  } else {
+    warm.parent = find(ref);
+  }
+  config.warm_start = warm.parent->ref();
+  warm.parent_model = load_model(store, *warm.parent);
+  return warm;
+}
+
+PreparedData prepare_run_data(Store& store, const DatasetRef& ref, const TrainConfig& config, WarmStart& warm,
+                              Reporter& reporter) {
+  if (!warm.parent) return prepare_data(store, ref, config);
+  const std::string parent = warm.parent->ref();
+  warm.refused = refusal_by_config(warm.parent_model, config);
+  if (warm.refused.empty()) {
+    LoadedDataset loaded = load_dataset(store, ref);
+    check_trainable(loaded, config);
+    warm.refused = refusal_by_data(warm.parent_model, loaded, config);
+    if (warm.refused.empty()) {
+      TransformCounts counts;
+      PreparedData data = prepare_as_parent(loaded, warm.parent_model, config, counts);
+      warm.used = true;
+      reporter.note("warm start from " + parent + ": its weights and preprocessing" +
+                    (counts.unseen ? " (" + std::to_string(counts.unseen) + " values of categories it never saw "
+                                     "are encoded as unseen)"
+                                   : std::string()));
+      return data;
+    }
+  }
+  reporter.note("warm start from " + parent + " refused: " + warm.refused + "; training from scratch");
+  return prepare_data(store, ref, config);
+}
+
+void load_parent_weights(Trainer& trainer, const WarmStart& warm) {
+  std::vector<std::pair<std::string, std::vector<float>>> named;
+  for (const NamedTensor& t : warm.parent_model.tensors) named.emplace_back(t.name, t.values);
+  // load_weights keeps what is not named; a warm start must replace all.
+  const Network& network = trainer.network();
+  const std::size_t wanted = network.parameters().size() + network.buffers().size();
+  if (named.size() != wanted)
+    throw usage_error("warm start from " + warm.parent->ref() + ": it holds " + std::to_string(named.size()) +
+                      " tensors, the network " + std::to_string(wanted));
+  trainer.load_weights(named);
+}
+
+json warm_start_lineage(const WarmStart& warm) {
+  if (warm.used) return {{"parent", warm.parent->ref()}, {"warm_start", true}};
+  if (warm.parent)
+    return {{"warm_start", false}, {"warm_start_from", warm.parent->ref()}, {"warm_start_refused", warm.refused}};
+  if (!warm.unset_alias.empty()) return {{"warm_start", false}, {"warm_start_unset", warm.unset_alias}};
+  return json::object();
+}
+
+}  // namespace anneal::runs
