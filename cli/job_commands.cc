@@ -493,7 +493,8 @@ void add_job_commands(std::vector<Command>& out) {
                  {"CONFIG"}, run_retrain});
   out.push_back({"metrics", "[--textfile DIR]", "print Prometheus metrics of the store",
                  "The Prometheus text format: jobs by state, job durations, retries, each config's last "
-                 "retrain (success time, duration, outcomes), the newest models' metrics and aliases, training "
+                 "retrain (success time, duration, outcomes) and last gate against an alias (both models' scores "
+                 "on the same rows, the rows, the decision), the newest models' metrics and aliases, training "
                  "samples/s, store bytes and the dedup ratio. --textfile writes DIR/anneal.prom atomically for "
                  "node_exporter's textfile collector instead.",
                  [](po::options_description& o) {

@@ -182,8 +182,9 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
 
 // The Prometheus text exposition format (version 0.0.4) of the store: jobs
 // by state, job durations, retries, last retrain success and duration per
-// config, the latest model metrics, training samples/s, store bytes and the
-// dedup ratio.
+// config, each config's last gated retrain against an alias (both scores,
+// the rows, the decision), the latest model metrics, training samples/s,
+// store bytes and the dedup ratio.
 std::string prometheus_metrics(Store& store);
 
 // Writes prometheus_metrics() to DIR/anneal.prom atomically, for
