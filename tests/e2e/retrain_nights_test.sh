@@ -169,6 +169,7 @@ for night in 2 3; do
 done
 
 # The alias history and the metrics carry the last decision.
+night3_gate=$(json_get "json.dumps(j['gate'])")
 run --json model alias history digits-mlp
 expect_eq "$(json_get "j['history'][0]['gate']['passed']")" "True" "history: the first move records its gate"
 last_move=$(json_get "j['history'][-1]['gate']['incumbent'] is not None or len(j['history']) == 1")
@@ -178,9 +179,26 @@ expect_contains "$OUT" 'anneal_gate_candidate_score{config="digits-mlp",alias="p
 expect_contains "$OUT" 'anneal_gate_incumbent_score{config="digits-mlp",alias="production",metric="accuracy"}' "metrics: the incumbent's score"
 expect_contains "$OUT" 'anneal_gate_rows{config="digits-mlp",alias="production",metric="accuracy"}' "metrics: the rows"
 printf '%s\n' "$OUT" > "$WORK/metrics.prom"
+got=$(python3 - "$WORK/metrics.prom" "$night3_gate" <<'PY'
+import json, sys
+gate = json.loads(sys.argv[2])
+values = {}
+for line in open(sys.argv[1]):
+    if line.startswith("anneal_gate_"):
+        name, value = line.split("{")[0], float(line.rsplit(" ", 1)[1])
+        values[name] = value
+print(values["anneal_gate_candidate_score"] == gate["candidate"],
+      values["anneal_gate_incumbent_score"] == gate["incumbent"],
+      values["anneal_gate_rows"] == gate["rows"], values["anneal_gate_excluded_rows"] == gate["excluded_rows"],
+      values["anneal_gate_passed"] == (1 if gate["passed"] else 0))
+PY
+)
+expect_eq "$got" "True True True True True" "metrics: the last gated retrain's numbers, as its JSON gave them"
 if command -v promtool > /dev/null; then
   if promtool check metrics < "$WORK/metrics.prom" > "$WORK/promtool.out" 2>&1; then pass
   else fail "promtool check metrics: $(cat "$WORK/promtool.out")"; fi
+else
+  fail "promtool is missing (packaging/install-deps installs prometheus)"
 fi
 
 # --- a night of garbage: exit 65, the alias and the store as they were -------
@@ -266,6 +284,35 @@ run --json model promote "digits-mlp@v$last" --to fresh --gate 'val_accuracy >= 
 case "$RC" in 0 | 4) pass ;; *) fail "same version: model promote exited $RC: $ERR" ;; esac
 expect_eq "$(json_get "j['gate']['excluded_rows']")" "0" "same version: no row left out"
 check_gate "same version"
+
+# No row left: a version made of rows the incumbent trained on (its
+# training version's train split) leaves nothing to judge on; the gate
+# refuses by its rule.
+holder=$(alias_holder)
+holder_data=$("$ANNEAL" --json model show "digits-mlp@v$holder" | python3 -c "import json,sys; print(json.load(sys.stdin)['lineage']['dataset'])")
+for part in features labels split; do
+  [ -e "$WORK/$holder_data.$part" ] || "$ANNEAL" data export "$holder_data" --part "$part" -o "$WORK/$holder_data.$part" > /dev/null
+done
+python3 - "$WORK" "$holder_data" "$TEST_DATA/digits.csv" <<'PY'
+import array, sys
+work, version = sys.argv[1], sys.argv[2]
+f = array.array("f"); f.frombytes(open(f"{work}/{version}.features", "rb").read())
+y = array.array("f"); y.frombytes(open(f"{work}/{version}.labels", "rb").read())
+split = open(f"{work}/{version}.split", "rb").read()
+width = len(f) // len(y)
+with open(f"{work}/seen.csv", "w") as out:
+    out.write(open(sys.argv[3]).readline())
+    for i in range(len(y)):
+        if split[i] == 0:
+            out.write(",".join(str(int(x)) for x in list(f[i * width:(i + 1) * width]) + [y[i]]) + "\n")
+PY
+expect_rc 0 data import seen "$WORK/seen.csv"
+expect_rc 4 --json model promote digits-mlp@v2 --to production --gate 'accuracy >= production' --on seen
+expect_eq "$(json_get "j['gate']['rows']")" "0" "no row left: nothing scored"
+expect_eq "$(json_get "j['gate']['excluded_rows'] == j['gate']['test_rows'] > 0")" "True" "no row left: every test row trained on"
+expect_contains "$(json_get "j['gate']['reason']")" "no row of seen@v1's test split is left" "no row left: says so"
+expect_contains "$(json_get "j['gate']['reason']")" "production stays on digits-mlp@v$holder" "no row left: production stays"
+expect_eq "$(alias_holder)" "$holder" "no row left: production stays"
 
 # --- hostile gate input: one line each, nothing moves -------------------------
 expect_rc 2 model promote digits-mlp@v2 --to staging --gate 'val_acuracy >= staging'
