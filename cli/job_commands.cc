@@ -359,7 +359,7 @@ int run_alias_history(const Invocation& inv) {
     for (const auto& e : events)
       out.push_back({{"alias", e.alias}, {"action", e.action}, {"model", e.version ? json(v(e.version)) : json(nullptr)},
                      {"previous", e.previous ? json(v(e.previous)) : json(nullptr)}, {"at", e.at}, {"by", e.by},
-                     {"reason", e.reason}});
+                     {"reason", e.reason}, {"gate", e.gate}});
     print_json({{"name", name}, {"history", out}});
     return kExitOk;
   }
@@ -373,14 +373,23 @@ int run_promote(const Invocation& inv) {
   if (!inv.args.count("to")) throw usage_error("anneal model promote: --to ALIAS is required");
   std::optional<Gate> gate;
   if (inv.args.count("gate")) gate = parse_gate(inv.args["gate"].as<std::string>());
+  std::optional<DatasetRef> on;
+  if (inv.args.count("on")) {
+    on = parse_dataset_ref(inv.args["on"].as<std::string>(), "--on");
+    if (!gate) throw usage_error("--on: give --gate too; --on names the rows the gate scores both models on");
+    if (gate->constant)
+      throw usage_error("--on: the gate '" + gate->text + "' compares with a number, not an alias; --on names the "
+                        "rows a gate against an alias scores both models on");
+  }
   Store store = Store::open(inv.global.store);
   ModelRecord model = find_model(store, parse_model_ref(inv.args["REF"].as<std::string>(), "REF"));
   const std::string alias = inv.args["to"].as<std::string>();
-  GateVerdict verdict = promote_model(store, model, alias, gate, reason_of(inv, ""));
+  GateVerdict verdict = promote_model(store, model, alias, gate, reason_of(inv, ""), on);
   const int code = verdict.passed ? kExitOk : kExitGateRefused;
   if (inv.global.json) {
     print_json({{"model", model.ref()}, {"alias", model.name + "@" + alias}, {"promoted", verdict.passed},
-                {"reason", verdict.reason.empty() ? json(nullptr) : json(verdict.reason)}, {"exit_code", code}});
+                {"reason", verdict.reason.empty() ? json(nullptr) : json(verdict.reason)},
+                {"gate", gate ? verdict.to_json() : json(nullptr)}, {"exit_code", code}});
   } else if (verdict.passed) {
     std::cout << model.name << "@" << alias << " -> " << model.ref() << (verdict.reason.empty() ? "" : " (" + verdict.reason + ")") << "\n";
   } else {
@@ -466,14 +475,22 @@ void add_job_commands(std::vector<Command>& out) {
                  "are unchanged), skips with --if-changed when the dataset version and the config equal those "
                  "of this config's last retrain, trains, and with --promote moves NAME@ALIAS to the new model "
                  "when the gate holds. EXPR is 'METRIC OP VALUE' with OP one of >= > <= < == != and VALUE a "
-                 "number or an alias (the model holding it now; an unset alias is beaten by anything), e.g. "
-                 "'val_accuracy >= production'. --warm-start starts the new model from the weights and the "
-                 "fitted preprocessing of the model holding NAME@ALIAS (the config key warm_start does the same "
-                 "for train) and trains the config's epochs on the new data; when that model does not fit (other "
-                 "layers or loss, a column it used gone or retyped, a class it never saw) one line says why and "
-                 "the run trains from scratch, as it does while the alias is not set yet. The model's lineage "
-                 "names the parent. Exit codes: 0 trained (and promoted when asked) or skipped, "
-                 "4 trained but the gate refused promotion, 65 bad data, 75 lock held, 1 any other failure.",
+                 "number or an alias, e.g. 'val_accuracy >= production'. Against a number the new model's "
+                 "recorded METRIC is compared. Against an alias both the new model and the one holding the alias "
+                 "are scored afresh, each with its own preprocessing, on the same rows: the test split of the "
+                 "version just trained, less every row either model trained on; METRIC then names what eval "
+                 "computes (accuracy, macro_f1, macro_precision, macro_recall, roc_auc, rmse, mae, r2), a val_, "
+                 "test_ or baseline_ prefix ignored. An unset alias is beaten by anything. When the alias's "
+                 "model cannot be scored on those rows (a column it uses is missing or changed, a label it never "
+                 "saw) or no row is left, the gate refuses (exit 4) and says so in one line: the alias stays; "
+                 "check the new model, then anneal model promote REF --to ALIAS without --gate. --warm-start "
+                 "starts the new model from the weights and the fitted preprocessing of the model holding "
+                 "NAME@ALIAS (the config key warm_start does the same for train) and trains the config's epochs "
+                 "on the new data; when that model does not fit (other layers or loss, a column it used gone or "
+                 "retyped, a class it never saw) one line says why and the run trains from scratch, as it does "
+                 "while the alias is not set yet. The model's lineage names the parent. Exit codes: "
+                 "0 trained (and promoted when asked) or skipped, 4 trained but the gate refused promotion, "
+                 "65 bad data, 75 lock held, 1 any other failure.",
                  [](po::options_description& o) {
                    o.add_options()("data", po::value<std::string>()->value_name("FILE"), "import FILE first")
                        ("if-changed", po::bool_switch(), "skip when data and config are unchanged")
@@ -485,7 +502,8 @@ void add_job_commands(std::vector<Command>& out) {
                  {"CONFIG"}, run_retrain});
   out.push_back({"metrics", "[--textfile DIR]", "print Prometheus metrics of the store",
                  "The Prometheus text format: jobs by state, job durations, retries, each config's last "
-                 "retrain (success time, duration, outcomes), the newest models' metrics and aliases, training "
+                 "retrain (success time, duration, outcomes) and last gate against an alias (both models' scores "
+                 "on the same rows, the rows, the decision), the newest models' metrics and aliases, training "
                  "samples/s, store bytes and the dedup ratio. --textfile writes DIR/anneal.prom atomically for "
                  "node_exporter's textfile collector instead.",
                  [](po::options_description& o) {
@@ -500,12 +518,18 @@ void add_job_commands(std::vector<Command>& out) {
   out.push_back({"model alias list", "", "list aliases and the versions they point at", "", nullptr, {}, run_alias_list});
   out.push_back({"model alias history", "NAME", "show who moved NAME's aliases, when and why", "", nullptr, {"NAME"},
                  run_alias_history});
-  out.push_back({"model promote", "REF --to ALIAS [--gate EXPR]", "move an alias to a model version if a gate holds",
+  out.push_back({"model promote", "REF --to ALIAS [--gate EXPR [--on DATA]]",
+                 "move an alias to a model version if a gate holds",
                  "Without --gate the alias moves unconditionally. With it, only when EXPR holds (see anneal "
-                 "retrain --help); otherwise exit 4 and the alias stays where it was.",
+                 "retrain --help); otherwise exit 4 and the alias stays where it was. A gate against an alias "
+                 "scores REF and the alias's model on the test split of DATA (default: the version REF trained "
+                 "on), less every row either trained on; when the alias's model cannot be scored there, or no "
+                 "row is left, the gate refuses in one line (exit 4): check REF, then promote without --gate.",
                  [](po::options_description& o) {
                    o.add_options()("to", po::value<std::string>()->value_name("ALIAS"), "the alias to move")
                        ("gate", po::value<std::string>()->value_name("EXPR"), "promote only when EXPR holds")
+                       ("on", po::value<std::string>()->value_name("DATA"),
+                        "judge an alias gate on this dataset version's test split")
                        ("reason", po::value<std::string>()->value_name("TEXT"), "why");
                  },
                  {"REF"}, run_promote});

@@ -93,8 +93,17 @@ RetrainOutcome retrain_outcome_from_text(const std::string& text) {
 
 constexpr const char* kRetrainColumns =
     "r.id, r.config, r.config_hash, r.dataset, r.outcome, r.started, r.ended, r.run_id, "
-    "COALESCE((SELECT m.name || '@v' || m.version FROM models m WHERE m.id = r.model_id), ''), r.detail "
+    "COALESCE((SELECT m.name || '@v' || m.version FROM models m WHERE m.id = r.model_id), ''), r.detail, r.gate "
     "FROM retrains r";
+
+// A gate column's JSON; kCorrupt naming `what` when it does not parse.
+nlohmann::json gate_from_text(const std::string& text, const std::string& what) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw corrupt("catalog: the gate of " + what + " is not JSON: " + e.what());
+  }
+}
 
 RetrainRecord read_retrain(sql::Statement& row) {
   RetrainRecord r;
@@ -108,6 +117,7 @@ RetrainRecord read_retrain(sql::Statement& row) {
   if (!row.is_null(7)) r.run = row.int64(7);
   r.model = row.text(8);
   r.detail = row.text(9);
+  if (!row.is_null(10)) r.gate = gate_from_text(row.text(10), "retrain " + std::to_string(r.id));
   return r;
 }
 
@@ -340,7 +350,7 @@ void validate_alias_name(std::string_view alias) {
 }
 
 void set_alias(Store& store, const ModelRecord& model, const std::string& alias, const std::string& action,
-               const std::string& by, const std::string& reason) {
+               const std::string& by, const std::string& reason, const nlohmann::json& gate) {
   validate_alias_name(alias);
   sql::Database& db = store.db();
   sql::Transaction txn(db);
@@ -353,12 +363,15 @@ void set_alias(Store& store, const ModelRecord& model, const std::string& alias,
         "ON CONFLICT(name, alias) DO UPDATE SET model_id = excluded.model_id")
       .bind(1, model.name).bind(2, alias).bind(3, model.id).run();
   auto history = db.prepare(
-      "INSERT INTO alias_history(name, alias, action, model_id, previous_model_id, at, by, reason) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+      "INSERT INTO alias_history(name, alias, action, model_id, previous_model_id, at, by, reason, gate) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
   history.bind(1, model.name).bind(2, alias).bind(3, action).bind(4, model.id);
   if (had) history.bind(5, previous_id);
   else history.bind_null(5);
-  history.bind(6, sql::timestamp_now()).bind(7, by).bind(8, reason).run();
+  history.bind(6, sql::timestamp_now()).bind(7, by).bind(8, reason);
+  if (gate.is_null()) history.bind_null(9);
+  else history.bind(9, gate.dump());
+  history.run();
   fault_point("alias.before-commit");
   txn.commit();
   fault_point("alias.committed");
@@ -383,7 +396,7 @@ std::vector<AliasRecord> list_aliases(Store& store) {
 std::vector<AliasEvent> alias_history(Store& store, const std::string& name) {
   sql::Database& db = store.db();
   auto stmt = db.prepare(
-      "SELECT name, alias, action, model_id, previous_model_id, at, by, reason FROM alias_history "
+      "SELECT name, alias, action, model_id, previous_model_id, at, by, reason, gate FROM alias_history "
       "WHERE name = ? ORDER BY id");
   stmt.bind(1, name);
   std::vector<AliasEvent> out;
@@ -397,6 +410,7 @@ std::vector<AliasEvent> alias_history(Store& store, const std::string& name) {
     e.at = stmt.text(5);
     e.by = stmt.text(6);
     e.reason = stmt.text(7);
+    if (!stmt.is_null(8)) e.gate = gate_from_text(stmt.text(8), "an alias change of " + e.name + "@" + e.alias);
     out.push_back(e);
   }
   return out;
@@ -437,15 +451,18 @@ void record_retrain(Store& store, const RetrainRecord& r) {
   sql::Database& db = store.db();
   sql::Transaction txn(db);
   auto stmt = db.prepare(
-      "INSERT INTO retrains(config, config_hash, dataset, outcome, started, ended, run_id, model_id, detail) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      "INSERT INTO retrains(config, config_hash, dataset, outcome, started, ended, run_id, model_id, detail, gate) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   stmt.bind(1, r.config).bind(2, r.config_hash).bind(3, r.dataset).bind(4, retrain_outcome_name(r.outcome))
       .bind(5, r.started).bind(6, r.ended);
   if (r.run) stmt.bind(7, *r.run);
   else stmt.bind_null(7);
   if (auto id = model_id_of(db, r.model)) stmt.bind(8, *id);
   else stmt.bind_null(8);
-  stmt.bind(9, r.detail).run();
+  stmt.bind(9, r.detail);
+  if (r.gate.is_null()) stmt.bind_null(10);
+  else stmt.bind(10, r.gate.dump());
+  stmt.run();
   txn.commit();
 }
 

@@ -186,6 +186,13 @@ const std::vector<const char*>& migrations() {
       R"sql(
       ALTER TABLE jobs ADD COLUMN claim INTEGER NOT NULL DEFAULT 0;
       )sql",
+      // 5: what a promotion gate compared (its JSON object: both scores,
+      // the rows they were measured on, the decision), on the alias move it
+      // allowed and on the retrain it decided; NULL where there was none.
+      R"sql(
+      ALTER TABLE alias_history ADD COLUMN gate TEXT;
+      ALTER TABLE retrains ADD COLUMN gate TEXT;
+      )sql",
   };
   return kMigrations;
 }

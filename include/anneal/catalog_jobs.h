@@ -140,6 +140,7 @@ struct AliasEvent {
   std::optional<int> version;        // the holder afterwards
   std::optional<int> previous;       // the holder before
   std::string at, by, reason;
+  nlohmann::json gate;               // the promotion gate that allowed it (GateVerdict::to_json), or null
 };
 
 // Alias names: letters, digits, '_', '-', '.', starting with a letter; not
@@ -147,9 +148,10 @@ struct AliasEvent {
 void validate_alias_name(std::string_view alias);
 
 // Points NAME@ALIAS at `model` (any version of NAME), recording who, when,
-// why and the previous holder in the alias history.
+// why, the previous holder and the gate that allowed it (null: none) in the
+// alias history.
 void set_alias(Store& store, const ModelRecord& model, const std::string& alias, const std::string& action,
-               const std::string& by, const std::string& reason);
+               const std::string& by, const std::string& reason, const nlohmann::json& gate = nullptr);
 
 // The model NAME@ALIAS points at; std::nullopt when the alias is unset.
 std::optional<ModelRecord> find_alias(Store& store, const std::string& name, const std::string& alias);
@@ -176,6 +178,7 @@ struct RetrainRecord {
   std::optional<std::int64_t> run;
   std::string model;         // NAME@vN, empty when none
   std::string detail;        // the reason for a skip, refusal or failure
+  nlohmann::json gate;       // the promotion gate's object (GateVerdict::to_json), or null
 };
 
 void record_retrain(Store& store, const RetrainRecord& record);

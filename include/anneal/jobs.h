@@ -75,30 +75,77 @@ std::filesystem::path job_log_path(const Store& store, std::int64_t job);
 // ---- Promotion gates -------------------------------------------------------
 
 // "METRIC OP RHS": OP one of >= > <= < == !=, RHS a number or an alias of
-// the same model name (compare with the model holding it now). Throws
-// kUsage naming `what` and what was expected.
+// the same model name. Against a number the candidate's recorded METRIC
+// is compared. Against an alias the candidate and the model holding the
+// alias now (the incumbent) are both scored afresh, each with its own
+// preprocessing, on the same rows: the test split of the version the gate
+// is judged on, less every row whose content either model trained on (the
+// train split of the version its lineage names, rows compared by
+// row_content_key over the columns both tables share by name and type).
+// METRIC then names what eval computes, a val_/test_/baseline_ prefix
+// stripped: val_accuracy compares accuracy. Throws kUsage naming `what`
+// and what was expected (an alias gate's unknown metric lists the known).
 struct Gate {
   std::string metric, op, rhs;
   std::optional<double> constant;  // RHS is a number
   std::string text;
+  std::string scored_metric;       // alias gates: the eval metric compared ("accuracy")
 };
 Gate parse_gate(std::string_view text, std::string_view what = "--gate");
 
+// The eval metrics an alias gate can compare (gate_scored_metric's results).
+const std::vector<std::string>& gate_known_metrics();
+
+// What an alias gate compared: both fresh scores and the rows they were
+// measured on. A score is absent when that model could not be scored.
+struct GateComparison {
+  std::string alias;                        // the alias the candidate must beat
+  std::string metric;                       // as scored: "accuracy"
+  std::string candidate_model, incumbent_model;  // NAME@vN
+  std::optional<double> candidate, incumbent;
+  std::string on;                           // NAME@vN whose test split the rows come from
+  std::uint64_t test_rows = 0;              // rows of that test split
+  std::uint64_t excluded_rows = 0;          // of them, trained on by either model
+  std::uint64_t rows = 0;                   // scored: test_rows - excluded_rows
+};
+
 struct GateVerdict {
   bool passed = false;
-  std::string reason;  // one line: "val_accuracy 0.93 >= 0.91 (production: fmnist@v2)"
+  std::string reason;  // one line: "accuracy 0.975 >= 0.958 (production: digits@v1) on 180 rows of ..."
+  std::string expression;                   // the gate as written
+  std::optional<double> recorded;           // constant gates: the candidate's recorded metric
+  std::optional<GateComparison> comparison; // alias gates whose alias is set
+  // The "gate" object of --json output, the alias history and the retrain
+  // record: expression, passed, reason, and for an alias gate alias,
+  // metric, candidate, incumbent (scores or null), candidate_model,
+  // incumbent_model, on, split ("test"), rows, test_rows, excluded_rows.
+  nlohmann::json to_json() const;
 };
+
 // Evaluates the gate for `candidate`. An alias that is unset passes (there
-// is nothing to beat) and says so. Throws kUsage when a model lacks METRIC.
-GateVerdict evaluate_gate(Store& store, const Gate& gate, const ModelRecord& candidate);
+// is nothing to beat) and says so. An alias gate is judged on the test
+// split of `on` (default: the candidate's training data version); when
+// either model cannot be scored on those rows (a column it needs is
+// missing or changed, a label it never saw) or no row is left, the gate
+// refuses in one line naming why and the remedy: check the candidate, then
+// `anneal model promote REF --to ALIAS` without --gate. Scores as `anneal
+// eval` does by default (device auto, every core). Throws kUsage when a
+// constant gate's model lacks METRIC or an alias gate's metric is not
+// computed for the model (roc_auc of a 10-class model), kNotFound for an
+// unknown `on`.
+GateVerdict evaluate_gate(Store& store, const Gate& gate, const ModelRecord& candidate,
+                          const std::optional<DatasetRef>& on = std::nullopt);
 
 // Who is acting, for the alias history: "user@host".
 std::string acting_user();
 
-// Moves NAME@ALIAS to `model` when `gate` (if any) holds; records who, when
-// and why. Returns the verdict (passed true when there was no gate).
+// Moves NAME@ALIAS to `model` when `gate` (if any, judged on `on` as
+// evaluate_gate does) holds; records who, when, why and the gate's object
+// in the alias history. Returns the verdict (passed true when there was no
+// gate).
 GateVerdict promote_model(Store& store, const ModelRecord& model, const std::string& alias,
-                          const std::optional<Gate>& gate, const std::string& reason);
+                          const std::optional<Gate>& gate, const std::string& reason,
+                          const std::optional<DatasetRef>& on = std::nullopt);
 
 // ---- Retrain -------------------------------------------------------------
 
@@ -136,8 +183,9 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
 
 // The Prometheus text exposition format (version 0.0.4) of the store: jobs
 // by state, job durations, retries, last retrain success and duration per
-// config, the latest model metrics, training samples/s, store bytes and the
-// dedup ratio.
+// config, each config's last gated retrain against an alias (both scores,
+// the rows, the decision), the latest model metrics, training samples/s,
+// store bytes and the dedup ratio.
 std::string prometheus_metrics(Store& store);
 
 // Writes prometheus_metrics() to DIR/anneal.prom atomically, for

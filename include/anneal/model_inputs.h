@@ -39,4 +39,18 @@ std::vector<float> aligned_features(const Table& table, const ModelFile& model, 
 ModelInputs model_inputs(Store& store, const ModelFile& model, const std::string& model_ref,
                          const DatasetRef& data, EvalSplit split);
 
+// The rows of `table` (a part of dataset version `dataset`, e.g. the rows a
+// promotion gate scores on; `split` names them) through the model's own
+// preprocessing, with encoded labels: what model_inputs does for one split,
+// with the same errors.
+ModelInputs table_inputs(const ModelFile& model, const std::string& model_ref, const Table& table,
+                         const std::string& dataset, const std::string& split);
+
+// Scores registered model `record` (decoded as `model`) on the rows of
+// `table` as evaluate_model scores a split (runs.h): the same
+// preprocessing, prediction and metrics, the same errors. `dataset` and
+// `split` name the rows in the result (a promotion gate's held-out rows).
+EvalResult evaluate_model_on(const ModelRecord& record, const ModelFile& model, const Table& table,
+                             const std::string& dataset, const std::string& split, const BackendOptions& compute);
+
 }  // namespace anneal::runs

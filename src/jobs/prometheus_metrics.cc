@@ -113,6 +113,37 @@ std::string prometheus_metrics(Store& store) {
   for (const auto& [key, count] : outcomes)
     e.sample("anneal_retrains_total", {{"config", key.first}, {"outcome", key.second}}, count);
 
+  // Each config's last gated promotion against an alias: both fresh scores
+  // on the same held-out rows, how many rows, and the decision.
+  std::map<std::string, const RetrainRecord*> last_gate;
+  for (const auto& r : retrains)
+    if (r.gate.is_object() && r.gate.contains("alias")) last_gate[r.config] = &r;
+  auto gate_labels = [](const std::string& config, const nlohmann::json& g) {
+    return std::vector<std::pair<std::string, std::string>>{
+        {"config", config}, {"alias", g.value("alias", "")}, {"metric", g.value("metric", "")}};
+  };
+  e.family("anneal_gate_candidate_score", "gauge",
+           "The last gated retrain of each config: the new model's score on the gate's held-out rows.");
+  for (const auto& [config, r] : last_gate)
+    if (r->gate["candidate"].is_number())
+      e.sample("anneal_gate_candidate_score", gate_labels(config, r->gate), r->gate["candidate"].get<double>());
+  e.family("anneal_gate_incumbent_score", "gauge",
+           "The last gated retrain of each config: the alias holder's score on the same rows.");
+  for (const auto& [config, r] : last_gate)
+    if (r->gate["incumbent"].is_number())
+      e.sample("anneal_gate_incumbent_score", gate_labels(config, r->gate), r->gate["incumbent"].get<double>());
+  e.family("anneal_gate_rows", "gauge",
+           "The last gated retrain of each config: held-out rows both models were scored on.");
+  for (const auto& [config, r] : last_gate)
+    e.sample("anneal_gate_rows", gate_labels(config, r->gate), r->gate.value("rows", 0.0));
+  e.family("anneal_gate_excluded_rows", "gauge",
+           "The last gated retrain of each config: test rows left out because either model trained on them.");
+  for (const auto& [config, r] : last_gate)
+    e.sample("anneal_gate_excluded_rows", gate_labels(config, r->gate), r->gate.value("excluded_rows", 0.0));
+  e.family("anneal_gate_passed", "gauge", "The last gated retrain of each config: 1 promoted, 0 refused.");
+  for (const auto& [config, r] : last_gate)
+    e.sample("anneal_gate_passed", gate_labels(config, r->gate), r->gate.value("passed", false) ? 1 : 0);
+
   // The newest version of each model name, and what its aliases hold.
   std::map<std::string, ModelRecord> latest;
   for (auto& m : list_models(store)) latest[m.name] = m;

@@ -91,7 +91,7 @@ json RetrainResult::to_json() const {
     j["parent"] = nullptr;
   }
   j["promoted"] = outcome == RetrainOutcome::kPromoted;
-  if (gate) j["gate"] = {{"passed", gate->passed}, {"reason", gate->reason}};
+  if (gate) j["gate"] = gate->to_json();
   return j;
 }
 
@@ -181,8 +181,14 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
     record.model = model.ref();
     result.outcome = RetrainOutcome::kTrained;
     if (request.promote) {
+      // The gate is judged on the version just trained: its test split,
+      // less the rows either model trained on.
       result.gate = promote_model(store, model, *request.promote, request.gate,
-                                  request.gate ? "" : "retrain " + config.name);
+                                  request.gate ? "" : "retrain " + config.name,
+                                  request.gate && !request.gate->constant
+                                      ? std::optional<DatasetRef>(parse_dataset_ref(version.ref(), "dataset"))
+                                      : std::nullopt);
+      if (request.gate) record.gate = result.gate->to_json();
       result.outcome = result.gate->passed ? RetrainOutcome::kPromoted : RetrainOutcome::kRefused;
       if (!result.gate->passed)
         result.reason = "gate " + request.gate->text + " refused: " + result.gate->reason;

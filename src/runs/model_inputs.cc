@@ -71,24 +71,23 @@ std::vector<float> aligned_features(const Table& table, const ModelFile& model, 
   return out;
 }
 
-ModelInputs model_inputs(Store& store, const ModelFile& model, const std::string& model_ref,
-                         const DatasetRef& data, EvalSplit split) {
-  ModelInputs result;
-  LoadedDataset loaded = load_dataset(store, data);
-  result.dataset = loaded.version.ref();
-  if (loaded.version.label_column != model.label_column)
-    throw usage_error("dataset " + result.dataset + " has label '" + loaded.version.label_column + "', model " +
-                      model_ref + " predicts '" + model.label_column + "'");
-  if (split == EvalSplit::kDefault) split = loaded.test.rows > 0 ? EvalSplit::kTest : EvalSplit::kTrain;
-  if (split == EvalSplit::kTest && loaded.test.rows == 0)
-    throw usage_error(Subject::kEvalSplit, "test: dataset " + result.dataset + " has no test split; use train or all");
-  result.split = split == EvalSplit::kTrain ? "train" : split == EvalSplit::kTest ? "test" : "all";
+namespace {
 
+// The parts' rows, in order, as the model expects them; `label_name` is the
+// parts' label column, checked against the model's.
+ModelInputs inputs_of_parts(const ModelFile& model, const std::string& model_ref,
+                            const std::vector<const Table*>& parts, const std::string& label_name,
+                            const std::string& dataset, const std::string& split) {
+  ModelInputs result;
+  result.dataset = dataset;
+  result.split = split;
+  if (label_name != model.label_column)
+    throw usage_error("dataset " + dataset + " has label '" + label_name + "', model " + model_ref + " predicts '" +
+                      model.label_column + "'");
   std::vector<float> features, stored_labels;
-  std::string where = "dataset " + result.dataset;
-  for (const Table* part : {&loaded.train, &loaded.test}) {
-    bool wanted = split == EvalSplit::kAll || (part == &loaded.train) == (split == EvalSplit::kTrain);
-    if (!wanted || part->rows == 0) continue;
+  std::string where = "dataset " + dataset;
+  for (const Table* part : parts) {
+    if (part->rows == 0) continue;
     std::vector<float> f = aligned_features(*part, model, where);
     features.insert(features.end(), f.begin(), f.end());
     std::vector<float> labels = part->labels;
@@ -102,6 +101,30 @@ ModelInputs model_inputs(Store& store, const ModelFile& model, const std::string
   result.x = model.features.apply(features, result.counts);
   result.y = model.labels.encode_all(stored_labels, where + " " + result.split);
   return result;
+}
+
+}  // namespace
+
+ModelInputs model_inputs(Store& store, const ModelFile& model, const std::string& model_ref,
+                         const DatasetRef& data, EvalSplit split) {
+  LoadedDataset loaded = load_dataset(store, data);
+  const std::string dataset = loaded.version.ref();
+  if (loaded.version.label_column != model.label_column)
+    throw usage_error("dataset " + dataset + " has label '" + loaded.version.label_column + "', model " +
+                      model_ref + " predicts '" + model.label_column + "'");
+  if (split == EvalSplit::kDefault) split = loaded.test.rows > 0 ? EvalSplit::kTest : EvalSplit::kTrain;
+  if (split == EvalSplit::kTest && loaded.test.rows == 0)
+    throw usage_error(Subject::kEvalSplit, "test: dataset " + dataset + " has no test split; use train or all");
+  std::vector<const Table*> parts;
+  if (split != EvalSplit::kTest) parts.push_back(&loaded.train);
+  if (split != EvalSplit::kTrain) parts.push_back(&loaded.test);
+  return inputs_of_parts(model, model_ref, parts, loaded.version.label_column, dataset,
+                         split == EvalSplit::kTrain ? "train" : split == EvalSplit::kTest ? "test" : "all");
+}
+
+ModelInputs table_inputs(const ModelFile& model, const std::string& model_ref, const Table& table,
+                         const std::string& dataset, const std::string& split) {
+  return inputs_of_parts(model, model_ref, {&table}, table.columns.at(table.label_column).name, dataset, split);
 }
 
 }  // namespace anneal::runs

@@ -209,21 +209,55 @@ TEST_F(JobsCatalogTest, GatesCompareWithAnAliasOrAConstant) {
   ModelRecord v1 = model(store, "m", 0.80), v2 = model(store, "m", 0.90), v3 = model(store, "m", 0.85);
   Gate gate = parse_gate("val_accuracy >= production");
   EXPECT_EQ(gate.metric, "val_accuracy");
+  EXPECT_EQ(gate.scored_metric, "accuracy");
   EXPECT_EQ(gate.op, ">=");
   EXPECT_FALSE(gate.constant);
-  // Unset alias: nothing to beat.
-  EXPECT_TRUE(promote_model(store, v1, "production", gate, "").passed);
-  EXPECT_TRUE(promote_model(store, v2, "production", gate, "").passed);
-  GateVerdict refused = promote_model(store, v3, "production", gate, "");
+  EXPECT_EQ(parse_gate("test_macro_f1 > staging").scored_metric, "macro_f1");
+  EXPECT_EQ(parse_gate("rmse <= production").scored_metric, "rmse");
+  // Unset alias: nothing to beat; the move records the gate's object.
+  GateVerdict first = promote_model(store, v1, "production", gate, "");
+  EXPECT_TRUE(first.passed);
+  EXPECT_FALSE(first.comparison);
+  EXPECT_EQ(alias_history(store, "m").back().gate["passed"], true);
+  EXPECT_EQ(alias_history(store, "m").back().gate["expression"], "val_accuracy >= production");
+  // Set: both models are scored afresh; these were registered without a
+  // lineage, so which rows they trained on is unknown and the gate refuses
+  // by its rule (never a silent pass), naming the remedy.
+  GateVerdict refused = promote_model(store, v2, "production", gate, "");
   EXPECT_FALSE(refused.passed);
-  EXPECT_NE(refused.reason.find("m@v2"), std::string::npos);
-  EXPECT_EQ(find_model(store, parse_model_ref("m@production")).version, 2);  // unchanged
-  EXPECT_TRUE(evaluate_gate(store, parse_gate("val_accuracy>0.84"), v3).passed);
+  EXPECT_NE(refused.reason.find("lineage"), std::string::npos) << refused.reason;
+  EXPECT_NE(refused.reason.find("production stays on m@v1"), std::string::npos) << refused.reason;
+  EXPECT_NE(refused.reason.find("anneal model promote m@v2 --to production (no --gate)"), std::string::npos)
+      << refused.reason;
+  ASSERT_TRUE(refused.comparison);
+  EXPECT_FALSE(refused.comparison->incumbent);
+  const nlohmann::json j = refused.to_json();
+  EXPECT_EQ(j["passed"], false);
+  EXPECT_EQ(j["alias"], "production");
+  EXPECT_EQ(j["metric"], "accuracy");
+  EXPECT_EQ(j["candidate_model"], "m@v2");
+  EXPECT_EQ(j["incumbent_model"], "m@v1");
+  EXPECT_TRUE(j["incumbent"].is_null());
+  EXPECT_EQ(find_model(store, parse_model_ref("m@production")).version, 1);  // unchanged
+  EXPECT_EQ(alias_history(store, "m").size(), 1u);                          // a refusal moves nothing
+  // A constant compares the recorded metric, as before.
+  GateVerdict constant = evaluate_gate(store, parse_gate("val_accuracy>0.84"), v3);
+  EXPECT_TRUE(constant.passed);
+  EXPECT_EQ(constant.to_json()["candidate"], 0.85);
   EXPECT_FALSE(evaluate_gate(store, parse_gate("val_accuracy < 0.5"), v3).passed);
   EXPECT_THROW(evaluate_gate(store, parse_gate("test_rmse <= 1"), v3), Error);
+  // --on belongs to alias gates and needs a gate.
+  EXPECT_THROW(evaluate_gate(store, parse_gate("val_accuracy > 0.5"), v3, parse_dataset_ref("d@v1")), Error);
+  EXPECT_THROW(promote_model(store, v3, "production", std::nullopt, "", parse_dataset_ref("d@v1")), Error);
   for (const char* bad : {"val_accuracy", "val_accuracy => 1", ">= 1", "val_accuracy >=", "val_accuracy >= @x",
-                          "val accuracy >= 1"})
+                          "val accuracy >= 1", "loss >= production", "val_acuracy >= production"})
     EXPECT_THROW(parse_gate(bad), Error) << bad;
+  try {
+    parse_gate("val_acuracy >= production");
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean 'accuracy'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("macro_f1"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(JobsCatalogTest, RetrainRecordsFindTheLastTrainedOne) {
@@ -244,6 +278,10 @@ TEST_F(JobsCatalogTest, RetrainRecordsFindTheLastTrainedOne) {
   ASSERT_TRUE(last);
   EXPECT_EQ(last->config_hash, "h1");
   EXPECT_EQ(list_retrains(store).size(), 2u);
+  EXPECT_TRUE(list_retrains(store)[0].gate.is_null());
+  r.gate = {{"expression", "val_accuracy >= production"}, {"passed", false}, {"candidate", 0.5}};
+  record_retrain(store, r);
+  EXPECT_EQ(list_retrains(store).back().gate, r.gate);
 }
 
 }  // namespace
