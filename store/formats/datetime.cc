@@ -164,10 +164,12 @@ DateTimeFormat::Match DateTimeFormat::read(std::string_view value, double& days)
         break;
       }
       case Part::kFraction: {
-        double scale = 0.1;
+        std::uint64_t numerator = 0, denominator = 1;
         int digits = 0;
-        for (; i < value.size() && is_digit(value[i]); ++i, ++digits, scale /= 10) fraction += (value[i] - '0') * scale;
+        for (; i < value.size() && is_digit(value[i]) && digits < 10; ++i, ++digits, denominator *= 10)
+          numerator = numerator * 10 + static_cast<std::uint64_t>(value[i] - '0');
         if (digits == 0 || digits > 9) return Match::kNoMatch;
+        fraction = static_cast<double>(numerator) / static_cast<double>(denominator);
         break;
       }
       case Part::kZone: {
