@@ -228,6 +228,9 @@ void parse_inputs(const ImportRequest& request, const std::vector<SourceFile>& s
     throw usage_error(request.labels ? Subject::kLabelsFile : Subject::kTestLabelsFile,
                       std::string(": only IDX data takes a separate labels file; this input is ") +
                           format_name(format));
+  if (!request.date_formats.empty() && format != Format::kCsv && format != Format::kTsv)
+    throw usage_error(Subject::kDateFormat, std::string(": only CSV/TSV data has date columns; this input is ") +
+                                                format_name(format));
   if (idx && request.test && !request.test_labels)
     throw usage_error(Subject::kTestLabelsFile, ": the IDX test images need their labels file");
 

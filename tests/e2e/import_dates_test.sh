@@ -79,6 +79,9 @@ expect_rc 2 data import visits "$WORK/visits.csv" --date-format DD/MM/YY
 expect_contains "$ERR" "--date-format DD/MM/YY: expected YYYY" "a bad format names the flag"
 expect_rc 2 data import visits "$WORK/visits.csv" --date-format kind=DD/MM/YYYY
 expect_contains "$ERR" "the label column" "the label is never a date"
+printf '1 1:0.5\n0 2:1.5\n' > "$WORK/small.svm"
+expect_rc 2 data import svm "$WORK/small.svm" --date-format DD/MM/YYYY
+expect_eq "$ERR" "anneal: --date-format: only CSV/TSV data has date columns; this input is libsvm" "dates are CSV/TSV only"
 expect_rc 65 data import visits "$WORK/visits.csv" --date-format visit=MM/DD/YYYY
 expect_eq "$ERR" "anneal: $WORK/visits.csv:14:1: expected a date like 03/01/2024 (column 'visit', format MM/DD/YYYY), found '13/01/2023' (no such date or time); check --date-format visit=MM/DD/YYYY" \
   "a named format that does not fit names the flag"
