@@ -170,6 +170,8 @@ TEST(DatetimeColumns, PlainNumbersNeverBecomeDates) {
 TEST(DatetimeColumns, TheLabelIsNeverADateAndCategoricalKeepsTheOldReading) {
   Table t = parse_csv("x,when\n1,2024-03-01\n2,2024-03-02\n");
   EXPECT_EQ(t.columns[1].type, ColumnType::kCategorical);
+  t = parse_csv("x,when\n1,01/03/2024\n2,02/03/2024\n", with_dates({"DD/MM/YYYY"}));
+  EXPECT_EQ(t.columns[1].type, ColumnType::kCategorical);
   ParseOptions categorical;
   categorical.categorical = {"d"};
   t = parse_csv(column_of({"2024-03-01", "2024-03-02"}), categorical);
