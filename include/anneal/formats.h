@@ -92,7 +92,7 @@ struct DateFormatHint {
 // The text of a datetime cell or statistic (days since 1970-01-01) of
 // `column`: "2024-03-01" for a date column, "2024-03-01 09:30" with a time
 // of day (":SS" too when the column's format has seconds), rounded to that
-// unit; "" for NaN.
+// unit; "" for NaN and values beyond any 4-digit year.
 std::string datetime_text(double days, const ColumnSchema& column);
 
 struct DecompressLimits {

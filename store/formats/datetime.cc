@@ -250,7 +250,9 @@ std::int64_t days_from_civil(std::int64_t year, unsigned month, unsigned day) {
 }
 
 std::string iso_text(double days, bool with_time, bool with_seconds) {
-  if (!std::isfinite(days)) return "";
+  // Beyond any year a value can be written with (YYYY), the text would be
+  // meaningless and the arithmetic below could overflow.
+  if (!std::isfinite(days) || std::fabs(days) > 1e8) return "";
   const std::int64_t units_per_day = with_seconds ? 86400 : with_time ? 1440 : 1;
   const auto units = static_cast<std::int64_t>(std::llround(days * static_cast<double>(units_per_day)));
   std::int64_t z = units >= 0 ? units / units_per_day : -((-units + units_per_day - 1) / units_per_day);

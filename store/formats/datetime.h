@@ -66,7 +66,8 @@ std::span<const DateTimeFormat> ambiguous_formats();
 std::int64_t days_from_civil(std::int64_t year, unsigned month, unsigned day);
 
 // "YYYY-MM-DD", "YYYY-MM-DD HH:MM" or "YYYY-MM-DD HH:MM:SS" of a value in
-// days since 1970-01-01, rounded to the nearest minute (or second).
+// days since 1970-01-01, rounded to the nearest minute (or second); "" for
+// NaN, infinities and values beyond 10^8 days.
 std::string iso_text(double days, bool with_time, bool with_seconds);
 
 }  // namespace anneal::formats

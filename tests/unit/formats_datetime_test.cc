@@ -338,6 +338,7 @@ TEST(DatetimeColumns, DatetimeTextRoundsToTheColumnsUnit) {
   EXPECT_EQ(datetime_text(-1, date), "1969-12-31");
   EXPECT_EQ(datetime_text(-25508, date), "1900-03-01");
   EXPECT_EQ(datetime_text(std::nan(""), date), "");
+  EXPECT_EQ(datetime_text(1e300, date), "");
   ColumnSchema minutes = date;
   minutes.datetime_format = "DD.MM.YYYY HH:MM";
   minutes.has_time = true;
