@@ -6,7 +6,6 @@
 #include "anneal/datasets.h"
 #include "anneal/error.h"
 #include "anneal/maintenance.h"
-#include "anneal/preprocess.h"
 #include "anneal/runs.h"
 #include "anneal/store.h"
 #include "command.h"
@@ -41,6 +40,20 @@ json stream_json(const DatasetStream& s) {
   return j;
 }
 
+// The stored schema, plus each datetime column's statistics as text
+// ("min_text", "max_text", "mean_text": "2023-01-02 11:32"), which the
+// schema holds in days since 1970.
+json columns_json(const std::vector<ColumnSchema>& columns) {
+  json out = columns_to_json(columns);
+  for (std::size_t c = 0; c < columns.size(); ++c) {
+    if (columns[c].type != ColumnType::kDatetime || columns[c].count == 0) continue;
+    out[c]["min_text"] = datetime_text(columns[c].min, columns[c]);
+    out[c]["max_text"] = datetime_text(columns[c].max, columns[c]);
+    out[c]["mean_text"] = datetime_text(columns[c].mean, columns[c]);
+  }
+  return out;
+}
+
 json version_json(const DatasetVersion& v) {
   json streams = json::array();
   for (const auto& s : v.streams) streams.push_back(stream_json(s));
@@ -49,7 +62,7 @@ json version_json(const DatasetVersion& v) {
           {"fingerprint", v.fingerprint}, {"format", v.format},
           {"rows", v.rows},           {"train_rows", v.train_rows},
           {"test_rows", v.test_rows}, {"label_column", v.label_column},
-          {"sample_shape", v.sample_shape}, {"columns", columns_to_json(v.columns)},
+          {"sample_shape", v.sample_shape}, {"columns", columns_json(v.columns)},
           {"options", v.options},     {"streams", streams}};
 }
 
@@ -78,7 +91,7 @@ void print_version(const DatasetVersion& v) {
   print_table(std::cout, info);
   std::cout << "\n";
   std::vector<std::vector<std::string>> rows = {
-      {"COLUMN", "TYPE", "MISSING", "MIN", "MAX", "MEAN", "STD", "CATEGORIES"}};
+      {"COLUMN", "TYPE", "MISSING", "MIN", "MAX", "MEAN", "STD", "DETAILS"}};
   for (const auto& c : v.columns) {
     std::string type = column_type_name(c.type);
     if (!c.shape.empty()) type.append("[").append(shape_text(c.shape)).append("]");
@@ -89,6 +102,14 @@ void print_version(const DatasetVersion& v) {
                                      c.categories.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(c.categories.size(), 5)));
       categories = std::to_string(c.categories.size()) + ": " + join(shown, ", ") +
                    (c.categories.size() > 5 ? ", ..." : "");
+    }
+    if (c.type == ColumnType::kDatetime) {
+      // Dates as dates; the spread in days.
+      bool any = c.count > 0;
+      rows.push_back({c.name, type, std::to_string(c.missing), any ? datetime_text(c.min, c) : "",
+                      any ? datetime_text(c.max, c) : "", any ? datetime_text(c.mean, c) : "",
+                      any ? format_double(c.std) + " days" : "", "format " + c.datetime_format});
+      continue;
     }
     bool numeric = c.type == ColumnType::kNumeric;
     rows.push_back({c.name, type, std::to_string(c.missing), numeric ? format_double(c.min) : "",
@@ -121,9 +142,11 @@ int run_import(const Invocation& inv) {
   request.header = !a["no-header"].as<bool>();
   if (a.count("label")) request.label = a["label"].as<std::string>();
   if (a.count("categorical")) request.categorical = a["categorical"].as<std::vector<std::string>>();
+  if (a.count("date-format"))
+    for (const auto& text : a["date-format"].as<std::vector<std::string>>())
+      request.date_formats.push_back(parse_date_format_option(text));
   request.split = a["split"].as<double>();
   request.seed = a["seed"].as<std::uint64_t>();
-  request.labels_are_classes = labels_are_classes;
   request.nonfinite = parse_nonfinite_name(a["nonfinite"].as<std::string>());
   request.max_columns = a["max-columns"].as<std::uint64_t>();
   if (request.max_columns < 2 || request.max_columns > kCeilingMaxColumns)
@@ -141,9 +164,23 @@ int run_import(const Invocation& inv) {
   TerminalReporter reporter(inv.global.log_format);
   ImportResult result = import_dataset(store, request, reporter);
   if (inv.global.json) {
+    json hints = json::array();
+    for (const auto& hint : result.date_format_hints)
+      hints.push_back({{"column", hint.column}, {"formats", hint.formats}});
     print_json({{"created", result.created}, {"bytes_added", result.bytes_added},
-                {"source_bytes", result.source_bytes}, {"version", version_json(result.version)}});
-  } else if (result.created) {
+                {"source_bytes", result.source_bytes}, {"date_format_hints", hints},
+                {"version", version_json(result.version)}});
+    return kExitOk;
+  }
+  // Always shown (not a progress note): the column was read as text.
+  for (const auto& hint : result.date_format_hints) {
+    std::string flags;
+    for (const auto& format : hint.formats)
+      flags += (flags.empty() ? "--date-format " : " or ") + hint.column + "=" + format;
+    std::cerr << "note: column '" << hint.column << "' is read as text though its values look like dates in "
+              << join(hint.formats, " or ") << "; " << flags << " reads them as dates\n";
+  }
+  if (result.created) {
     std::cout << "imported " << result.version.ref() << ": " << rows_text(result.version) << " rows, "
               << result.version.columns.size() << " columns; " << human_bytes(result.bytes_added)
               << " new in the store\n";
@@ -270,9 +307,11 @@ void add_store_commands(std::vector<Command>& out) {
   out.push_back(
       {"data import", "NAME FILE [options]", "import a file as a new immutable version NAME@vN",
        "Formats: CSV and TSV (RFC 4180 quoting, CRLF, UTF-8 BOM; empty, NA and NaN are missing; "
+       "dates such as 2024-03-01, 2024-03-01T09:30:00Z, 2024/03/01 and 01.03.2024 become datetime "
+       "columns, 01/03/2024 only with --date-format; other "
        "string columns become categorical), IDX (MNIST style; --labels FILE), LIBSVM. .gz and .zst "
-       "input is decompressed. Without --test, a reproducible stratified split (--split, --seed) "
-       "holds out a test set. Importing identical content with the same options again creates no "
+       "input is decompressed. Without --test, a reproducible split (--split, --seed) decided per row "
+       "by its content holds out a test set: a row stays on its side as the file grows. Importing identical content with the same options again creates no "
        "version and names the existing one.",
        [](po::options_description& o) {
          o.add_options()
@@ -283,7 +322,10 @@ void add_store_commands(std::vector<Command>& out) {
              ("no-header", po::bool_switch(), "CSV/TSV: the first line is data; columns are named col1..colN")
              ("label", po::value<std::string>()->value_name("COL"), "label column: name or 0-based index (default: the last)")
              ("categorical", po::value<std::vector<std::string>>()->multitoken()->value_name("COL"),
-              "treat these columns as categorical even if numeric")
+              "treat these columns as categorical even if numeric or dates")
+             ("date-format", po::value<std::vector<std::string>>()->value_name("[COL=]FORMAT"),
+              "CSV/TSV: read COL (or every text column that fits) as dates written in FORMAT, "
+              "e.g. DD/MM/YYYY or MM/DD/YYYY HH:MM (repeatable)")
              ("split", po::value<double>()->default_value(0.2)->value_name("FRACTION"),
               "fraction held out as the test split when no --test is given")
              ("seed", po::value<std::uint64_t>()->default_value(0)->value_name("N"), "seed of the split")

@@ -48,6 +48,7 @@ const char* flag_of(Subject subject) {
     case Subject::kFinetuneEpochs: return "--finetune-epochs";
     case Subject::kFinetuneLearningRate: return "--lr";
     case Subject::kFinetuneData: return "--data";
+    case Subject::kDateFormat: return "--date-format";
   }
   return "";
 }
@@ -75,6 +76,7 @@ std::string remedy_command(Remedy remedy, const std::string& argument) {
     case Remedy::kReimportWithLabel: return "; import it again with --label " + argument;
     case Remedy::kResumeRun: return "; 'anneal train --resume " + argument + "' continues it";
     case Remedy::kStartWorker: return "; the next 'anneal worker' takes it over";
+    case Remedy::kCheckDateFormat: return "; check --date-format " + argument;
   }
   return "";
 }

@@ -1,5 +1,6 @@
 #include "anneal/datasets.h"
 
+#include <tbb/parallel_for.h>
 #include <tbb/parallel_invoke.h>
 #include <tbb/task_group.h>
 
@@ -86,6 +87,10 @@ json columns_to_json(const std::vector<ColumnSchema>& columns) {
               {"mean", c.mean},       {"std", c.std}};
     if (!c.shape.empty()) j["shape"] = c.shape;
     if (c.type == ColumnType::kCategorical) j["categories"] = c.categories;
+    if (c.type == ColumnType::kDatetime) {
+      j["datetime_format"] = c.datetime_format;
+      j["has_time"] = c.has_time;
+    }
     out.push_back(std::move(j));
   }
   return out;
@@ -107,8 +112,11 @@ std::vector<ColumnSchema> columns_from_json(const json& array) {
   for (const auto& j : array) {
     ColumnSchema c;
     c.name = j.at("name").get<std::string>();
-    c.type = j.at("type").get<std::string>() == "categorical" ? ColumnType::kCategorical
-                                                               : ColumnType::kNumeric;
+    const std::string type = j.at("type").get<std::string>();
+    if (type == "numeric") c.type = ColumnType::kNumeric;
+    else if (type == "categorical") c.type = ColumnType::kCategorical;
+    else if (type == "datetime") c.type = ColumnType::kDatetime;
+    else throw corrupt("column '" + c.name + "' has unknown type '" + type + "'");
     c.missing = j.at("missing").get<std::uint64_t>();
     c.count = j.at("count").get<std::uint64_t>();
     c.min = statistic_from_json(j, "min");
@@ -117,6 +125,10 @@ std::vector<ColumnSchema> columns_from_json(const json& array) {
     c.std = statistic_from_json(j, "std");
     if (j.contains("shape")) c.shape = j["shape"].get<std::vector<std::int64_t>>();
     if (j.contains("categories")) c.categories = j["categories"].get<std::vector<std::string>>();
+    if (c.type == ColumnType::kDatetime) {
+      c.datetime_format = j.at("datetime_format").get<std::string>();
+      c.has_time = j.at("has_time").get<bool>();
+    }
     columns.push_back(std::move(c));
   }
   return columns;
@@ -149,33 +161,29 @@ ColumnSchema merge_column(const ColumnSchema& train, const ColumnSchema& test) {
   return out;
 }
 
-// A reproducible stratified split: within each label class, rows ordered by
-// a hash of (seed, row index) and the first round(fraction * n) go to test.
-// Keys depend only on the row index, so appending rows moves few rows across.
-// Whether the labels are classes at all is the caller's policy (`classes`):
-// when they are not (a numeric target), all rows form one stratum.
-std::vector<std::uint8_t> stratified_split(const Table& table, bool classes, double fraction,
-                                           std::uint64_t seed) {
+// The test split, decided row by row from the row's content: a row is a
+// test row when a hash of (seed, row_content_key) falls below `fraction` of
+// the 64-bit range. A row therefore keeps its side in every version that
+// holds it, wherever it sits in the file, and equal rows share a side, so
+// no model trained on one version has seen the test rows of the next.
+// Each class gets about `fraction` of its rows, not exactly (the price of
+// deciding per row). Recorded as "split_rule": "row-content" in a
+// version's options; versions without the key used the older per-class
+// rule by row index.
+std::vector<std::uint8_t> content_split(const Table& table, double fraction, std::uint64_t seed) {
   std::vector<std::uint8_t> split(table.rows, 0);
   if (fraction <= 0 || table.rows == 0) return split;
-  std::map<float, std::vector<std::uint64_t>> strata;
-  for (std::uint64_t i = 0; i < table.rows; ++i)
-    strata[classes ? table.labels[i] : 0.0f].push_back(i);
-  auto key = [seed](std::uint64_t row) {
-    std::uint64_t z = seed * 0x9e3779b97f4a7c15ULL + row + 0x632be59bd9b4e019ULL;
+  // fraction < 1, so the threshold is below 2^64 (at most 2^64 - 2^11).
+  const auto threshold = static_cast<std::uint64_t>(std::ldexp(fraction, 64));
+  tbb::parallel_for(std::uint64_t{0}, table.rows, [&](std::uint64_t row) {
+    // splitmix64's finalizer over the key mixed with the seed: the seed
+    // picks a different, equally sized split of the same rows.
+    std::uint64_t z = row_content_key(table, row) ^ (seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  };
-  for (auto& [value, rows] : strata) {
-    auto n_test = static_cast<std::size_t>(std::llround(fraction * static_cast<double>(rows.size())));
-    if (n_test == 0) continue;
-    // Only the n_test smallest keys matter: a partial selection, not a sort.
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> keyed(rows.size());
-    for (std::size_t k = 0; k < rows.size(); ++k) keyed[k] = {key(rows[k]), rows[k]};
-    std::nth_element(keyed.begin(), keyed.begin() + static_cast<std::ptrdiff_t>(n_test - 1), keyed.end());
-    for (std::size_t k = 0; k < n_test; ++k) split[keyed[k].second] = 1;
-  }
+    z ^= z >> 31;
+    split[row] = z < threshold;
+  });
   return split;
 }
 
@@ -188,8 +196,9 @@ struct SourceFile {
 std::string display_name(const fs::path& path) { return path.string(); }
 
 // Decompresses and parses every input into train (and test) tables.
+// Hints about ambiguous date columns of the train part go to `hints`.
 void parse_inputs(const ImportRequest& request, const std::vector<SourceFile>& sources,
-                  Format& format, Table& train, Table& test) {
+                  Format& format, Table& train, Table& test, std::vector<DateFormatHint>& hints) {
   auto bytes_of = [&](const std::string& role) -> std::string_view {
     for (const auto& s : sources)
       if (s.role == role) return s.contents.bytes();
@@ -219,6 +228,9 @@ void parse_inputs(const ImportRequest& request, const std::vector<SourceFile>& s
     throw usage_error(request.labels ? Subject::kLabelsFile : Subject::kTestLabelsFile,
                       std::string(": only IDX data takes a separate labels file; this input is ") +
                           format_name(format));
+  if (!request.date_formats.empty() && format != Format::kCsv && format != Format::kTsv)
+    throw usage_error(Subject::kDateFormat, std::string(": only CSV/TSV data has date columns; this input is ") +
+                                                format_name(format));
   if (idx && request.test && !request.test_labels)
     throw usage_error(Subject::kTestLabelsFile, ": the IDX test images need their labels file");
 
@@ -229,11 +241,14 @@ void parse_inputs(const ImportRequest& request, const std::vector<SourceFile>& s
     options.header = request.header;
     options.label = request.label;
     options.categorical = request.categorical;
+    options.date_formats = request.date_formats;
     options.nonfinite = request.nonfinite;
     options.max_columns = request.max_columns;
     if (reference) {
       options.reference = &reference->columns;
       if (format == Format::kLibsvm) options.libsvm_features = reference->sample_width();
+    } else {
+      options.date_format_hints = &hints;
     }
     switch (format) {
       case Format::kCsv: return parse_delimited(text, ',', options);
@@ -371,7 +386,7 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
     group.run([&, i] {
       source_streams[i] = prepare_stream(objects, sources[i].contents.bytes(), kSourceChunking);
     });
-  group.run([&] { parse_inputs(request, sources, format, train, test); });
+  group.run([&] { parse_inputs(request, sources, format, train, test, result.date_format_hints); });
   group.wait();
 
   // The identity of this import: the source bytes and every option that
@@ -382,12 +397,19 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
   if (format == Format::kCsv || format == Format::kTsv) {
     options["header"] = request.header;
     options["categorical"] = request.categorical;
+    // Always written: its presence also says the parse recognized dates,
+    // which versions imported before it did not (their date columns are
+    // categorical), so their fingerprints differ.
+    json date_formats = json::array();
+    for (const DateFormatOption& option : request.date_formats) date_formats.push_back(date_format_option_text(option));
+    options["date_formats"] = date_formats;
   }
   // Only when it changed the parse, so earlier versions keep their identity.
   if (request.nonfinite == NonFinite::kMissing) options["nonfinite"] = "missing";
   if (!request.test) {
     options["split"] = request.split;
     options["seed"] = request.seed;
+    options["split_rule"] = "row-content";  // see content_split
   }
   json identity = {{"options", options}, {"sources", json::object()}};
   for (std::size_t i = 0; i < sources.size(); ++i)
@@ -400,6 +422,7 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
       same.version = find_dataset(store, {request.dataset, *v});
       same.created = false;
       same.source_bytes = result.source_bytes;
+      same.date_format_hints = result.date_format_hints;
       return same;
     }
     return std::nullopt;
@@ -418,8 +441,7 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
     result.version.train_rows = train.rows;
     result.version.test_rows = test.rows;
   } else {
-    if (!request.labels_are_classes) throw failure("import: the request has no labels_are_classes policy");
-    split = stratified_split(train, request.labels_are_classes(train), request.split, request.seed);
+    split = content_split(train, request.split, request.seed);
     std::uint64_t test_rows = static_cast<std::uint64_t>(std::count(split.begin(), split.end(), 1));
     result.version.train_rows = train.rows - test_rows;
     result.version.test_rows = test_rows;
@@ -597,6 +619,9 @@ DatasetDiff diff_datasets(Store& store, const DatasetRef& from, const DatasetRef
       for (const auto& cat : c.categories) added += !was.count(cat);
       diff.schema_changes.push_back("column '" + c.name + "': " + std::to_string(added) +
                                     " new categories");
+    } else if (c.type == ColumnType::kDatetime && old.datetime_format != c.datetime_format) {
+      diff.schema_changes.push_back("column '" + c.name + "' changed date format " + old.datetime_format +
+                                    " -> " + c.datetime_format);
     }
     if (old.shape != c.shape) diff.schema_changes.push_back("column '" + c.name + "' changed shape");
   }

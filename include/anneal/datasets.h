@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -75,14 +74,15 @@ struct ImportRequest {
   bool header = true;
   std::string label;                     // column name or 0-based index; "" = last
   std::vector<std::string> categorical;  // force these columns categorical
-  double split = 0.2;                    // test fraction when no --test is given
+  // CSV/TSV: date formats (--date-format), see ParseOptions::date_formats.
+  std::vector<DateFormatOption> date_formats;
+  // Test fraction when no --test is given. Each row goes to the test split
+  // when a hash of (seed, row_content_key of the row) falls below `split`
+  // of the hash range: a row keeps its side in every version that holds it
+  // (as an export grows nightly), equal rows share a side, and each class
+  // gets about `split` of its rows (not exactly: no stratification).
+  double split = 0.2;
   std::uint64_t seed = 0;
-  // Whether the parsed training rows' labels are classes, so that the test
-  // split takes `split` of each class (stratified) rather than of all rows.
-  // What counts as a class is training policy, which the store does not
-  // own: callers hand labels_are_classes() (preprocess.h), the same guess
-  // that picks a config's default loss. Required when the import splits.
-  std::function<bool(const Table& train)> labels_are_classes;
   NonFinite nonfinite = NonFinite::kError;           // --nonfinite
   std::uint64_t max_columns = kDefaultMaxColumns;    // --max-columns
   DecompressLimits decompress_limits;                // --max-decompressed-size, --max-decompression-ratio
@@ -94,6 +94,9 @@ inline constexpr std::size_t kMaxSchemaBytes = std::size_t{64} << 20;
 
 struct ImportResult {
   DatasetVersion version;
+  // Columns left categorical that look like dates in an ambiguous form
+  // (01/02/2024): a date format would read them as dates.
+  std::vector<DateFormatHint> date_format_hints;
   bool created = false;           // false: identical content was already a version
   std::uint64_t bytes_added = 0;  // compressed bytes this import added to objects/
   std::uint64_t source_bytes = 0; // size of the input files

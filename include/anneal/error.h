@@ -100,6 +100,7 @@ enum class Subject {
   kFinetuneEpochs,       // epochs of training after pruning
   kFinetuneLearningRate, // its learning rate
   kFinetuneData,         // the dataset pruning fine-tunes on
+  kDateFormat,           // a date format an import is given (for one column or any)
 };
 
 // What the user can do about an error, as a concept. The message ends with
@@ -122,6 +123,7 @@ enum class Remedy {
   kReimportWithLabel,        // import the dataset again with the label (the argument)
   kResumeRun,                // resume the run (the argument) from its last checkpoint
   kStartWorker,              // start a worker, which takes over expired jobs
+  kCheckDateFormat,          // check the date format given for a column (the argument: COLUMN=FORMAT)
 };
 
 // The subject in words, as what() starts with it: "the job's core count".
@@ -214,6 +216,7 @@ inline const char* subject_name(Subject subject) {
     case Subject::kFinetuneEpochs: return "the fine-tuning epochs";
     case Subject::kFinetuneLearningRate: return "the fine-tuning learning rate";
     case Subject::kFinetuneData: return "the fine-tuning data";
+    case Subject::kDateFormat: return "the date format";
   }
   return "";
 }
@@ -239,6 +242,7 @@ inline std::string remedy_text(Remedy remedy, const std::string& argument) {
     case Remedy::kReimportWithLabel: return "; import it again with label '" + argument + "'";
     case Remedy::kResumeRun: return "; resuming " + argument + " continues it";
     case Remedy::kStartWorker: return "; the next worker to start takes it over";
+    case Remedy::kCheckDateFormat: return "; check the date format given as " + argument;
   }
   return "";
 }

@@ -58,6 +58,43 @@ inline constexpr std::uint64_t kDefaultMaxDecompressionRatio = 200;
 // read of the version.
 inline constexpr std::size_t kMaxColumnNameBytes = 1024;
 
+// A date format an import is given (--date-format): FORMAT for every column
+// whose values are all written in it and that would otherwise be
+// categorical, or COLUMN=FORMAT to read that column as dates in FORMAT.
+// FORMAT is the notation of ColumnSchema::datetime_format: YYYY, MM (the
+// month; minutes right after HH), DD, HH, SS, a run of f (fractions of a
+// second), Z (a zone: Z, +HH:MM, -HH:MM, +HHMM; not applied) and the
+// separators space - / . : , _ T, e.g. "DD/MM/YYYY", "MM/DD/YYYY HH:MM".
+struct DateFormatOption {
+  std::string column;  // empty: any column it fits
+  std::string format;
+  // The format a model's training data had (predict input), not one the user
+  // gave: an error then names the model, not the flag.
+  bool as_trained = false;
+};
+
+// Parses "FORMAT" or "COLUMN=FORMAT" (split at the last '='; a format holds
+// no '='). Throws kUsage (Subject::kDateFormat) naming the value when FORMAT
+// is not a valid notation.
+DateFormatOption parse_date_format_option(std::string_view text);
+// The option as parse_date_format_option reads it: "FORMAT" or "COLUMN=FORMAT".
+std::string date_format_option_text(const DateFormatOption& option);
+
+// A column whose values all look like dates in a form that does not say
+// which number is the day and which the month (01/02/2024): the import
+// leaves it categorical and suggests the formats (one or both orders) in
+// which every value of its first rows is a valid date.
+struct DateFormatHint {
+  std::string column;
+  std::vector<std::string> formats;
+};
+
+// The text of a datetime cell or statistic (days since 1970-01-01) of
+// `column`: "2024-03-01" for a date column, "2024-03-01 09:30" with a time
+// of day (":SS" too when the column's format has seconds), rounded to that
+// unit; "" for NaN and values beyond any 4-digit year.
+std::string datetime_text(double days, const ColumnSchema& column);
+
 struct DecompressLimits {
   std::uint64_t max_bytes = kDefaultMaxDecompressedBytes;  // --max-decompressed-size
   std::uint64_t max_ratio = kDefaultMaxDecompressionRatio;  // --max-decompression-ratio
@@ -82,6 +119,13 @@ struct ParseOptions {
   // CSV/TSV: most columns (label included); LIBSVM: highest feature index.
   // Checked before anything per column is allocated (--max-columns).
   std::uint64_t max_columns = kDefaultMaxColumns;
+  // CSV/TSV: date formats the user gave (parsed with
+  // parse_date_format_option). Ignored with `reference`, which says which
+  // columns are dates and how they are written.
+  std::vector<DateFormatOption> date_formats;
+  // CSV/TSV: when set, receives a hint for each column left categorical
+  // whose values look like ambiguous dates (not with `reference`).
+  std::vector<DateFormatHint>* date_format_hints = nullptr;
 };
 
 // Sniffs gzip (1f 8b) or zstd (28 b5 2f fd) magic and returns the
@@ -97,13 +141,23 @@ std::string decompress_input(std::string_view bytes, const std::string& display_
 // quoted newlines and doubled quotes, LF or CRLF line ends, an optional UTF-8
 // BOM, and empty / NA / NaN (any case) as missing. A column's type is numeric
 // when every non-missing value among its first 1000 data rows parses as a
-// number, categorical otherwise (or when named in options.categorical); a
-// later non-number in a numeric column is an error that names the column.
+// number; else datetime when the first of those values is written in one of
+// the recognized forms (ISO 8601 YYYY-MM-DD with an optional time HH:MM,
+// HH:MM:SS or HH:MM:SS.fff after 'T' or a space and an optional zone;
+// YYYY/MM/DD and DD.MM.YYYY with an optional HH:MM or HH:MM:SS) and every
+// other one is written in that form too, or in a format of
+// options.date_formats given without a column; categorical otherwise (or
+// when named in options.categorical). The label column is never datetime.
+// A later non-number in a numeric column, or a value not written in a
+// datetime column's format or naming no real date or time (2023-02-30,
+// 25:00), is an error that names the column and its format.
 // Errors: empty input, header with no rows, ragged rows, unterminated quote,
 // text that is not UTF-8 or holds NUL bytes, a label column that does not
 // exist, a missing label value, more than options.max_columns columns, a
 // column name over kMaxColumnNameBytes, a non-finite number (unless
-// options.nonfinite is kMissing).
+// options.nonfinite is kMissing). kUsage (Subject::kDateFormat): a
+// date-format column that does not exist, is the label or is also declared
+// categorical.
 Table parse_delimited(std::string_view text, char delimiter, const ParseOptions& options);
 
 // IDX (as used by MNIST and Fashion-MNIST): `images` holds N samples of any

@@ -113,10 +113,8 @@ inline constexpr std::size_t kMaxGuessedClasses = 100;
 // Training policy, the one guess of what a class is: whether the label
 // column of `table` holds classes (a categorical label, or only integers
 // with at most kMaxGuessedClasses distinct values) rather than a numeric
-// target. It picks the loss of a config that names none, and an import
-// stratifies its test split by it (ImportRequest::labels_are_classes), so
-// the split's strata are the classes training will see. It lives here, with
-// the label encoding, rather than in store/, which only applies it. Pure.
+// target. It picks the loss of a config that names none. It lives here,
+// with the label encoding. Pure.
 bool labels_are_classes(const Table& table);
 
 // Splits indices 0..rows-1 into (train, validation): within each group of

@@ -35,7 +35,6 @@ ImportRequest import_like_latest(Store& store, const std::string& dataset, const
   ImportRequest request;
   request.dataset = dataset;
   request.file = file;
-  request.labels_are_classes = labels_are_classes;
   std::vector<DatasetVersion> versions;
   try {
     versions = dataset_versions(store, dataset);
@@ -52,6 +51,8 @@ ImportRequest import_like_latest(Store& store, const std::string& dataset, const
   if (o.contains("label")) request.label = o["label"].get<std::string>();
   if (o.contains("header")) request.header = o["header"].get<bool>();
   if (o.contains("categorical")) request.categorical = o["categorical"].get<std::vector<std::string>>();
+  if (o.contains("date_formats"))
+    for (const auto& text : o["date_formats"]) request.date_formats.push_back(parse_date_format_option(text.get<std::string>()));
   if (o.contains("split")) request.split = o["split"].get<double>();
   if (o.contains("seed")) request.seed = o["seed"].get<std::uint64_t>();
   return request;

@@ -56,7 +56,10 @@ std::vector<float> aligned_features(const Table& table, const ModelFile& model, 
                         " values per row, the model expects " + std::to_string(ct.width));
     std::vector<float> map;
     if (ct.one_hot) {
-      if (col.type != ColumnType::kCategorical) throw failure("column '" + ct.column + "' was not read as categorical");
+      // A date column the model's version read as text, say, and this one as dates.
+      if (col.type != ColumnType::kCategorical)
+        throw usage_error(where + ": column '" + ct.column + "' is " + column_type_name(col.type) +
+                          " here; the model was trained on it as categorical");
       map = code_map(col.categories, ct.category_names);
     } else if (col.type == ColumnType::kCategorical) {
       throw data_error(where + ": column '" + ct.column + "' holds text; the model expects numbers");

@@ -79,22 +79,32 @@ PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesys
   options.max_columns = kDefaultMaxColumns + 1;  // the placeholder label is one more
   for (const auto& c : model.features.columns())
     if (c.one_hot) options.categorical.push_back(c.column);
+  // Date columns are read in the format the training data had, whatever
+  // the first rows of this file look like (01/02/2024 needs it).
+  for (const auto& c : model.dataset_columns)
+    if (c.type == ColumnType::kDatetime) options.date_formats.push_back({c.name, c.datetime_format, true});
   Table table;
   {
     std::string widened = with_placeholder_label(text, delimiter, placeholder);
     text.clear();
-    // Categorical columns the file lacks are reported below as missing
-    // columns, not as a bad --categorical name.
+    // Categorical and date columns the file lacks are reported below as
+    // missing columns, not as a bad --categorical or --date-format name.
     std::vector<std::string> present;
+    std::vector<DateFormatOption> present_dates;
     {
       ParseOptions probe = options;
       probe.categorical.clear();
+      probe.date_formats.clear();
       Table header_only = parse_delimited(widened, delimiter, probe);
-      for (const auto& c : header_only.columns)
+      for (const auto& c : header_only.columns) {
         for (const auto& want : options.categorical)
           if (c.name == want) present.push_back(want);
+        for (const auto& want : options.date_formats)
+          if (c.name == want.column) present_dates.push_back(want);
+      }
     }
     options.categorical = present;
+    options.date_formats = present_dates;
     table = parse_delimited(widened, delimiter, options);
   }
   std::vector<float> raw = runs::aligned_features(table, model, input.string());

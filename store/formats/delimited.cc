@@ -2,8 +2,9 @@
 //
 // The text is parsed in steps:
 //   1. check that it is UTF-8 without NULs (in parallel);
-//   2. read the header and infer column types from the first 1000 rows
-//      (sequential, small);
+//   2. read the header and infer column types (numeric, datetime and the
+//      date format, categorical) from the first 1000 rows (sequential,
+//      small);
 //   3. cut the rest into ~1 MB blocks at record boundaries (quote parity,
 //      in parallel) and count each block's records (in parallel), so every
 //      block knows its first row;
@@ -21,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -28,6 +30,8 @@
 
 #include "anneal/error.h"
 #include "anneal/formats.h"
+#include "anneal/spelling.h"
+#include "formats/datetime.h"
 #include "formats/delimited_reader.h"
 #include "formats/number.h"
 #include "formats/stats.h"
@@ -37,6 +41,7 @@ namespace anneal {
 
 namespace {
 
+using formats::DateTimeFormat;
 using formats::Field;
 using formats::FieldReader;
 using formats::TextError;
@@ -49,13 +54,33 @@ constexpr std::size_t kInferenceRows = 1000;
 // Codes are stored as float; above 2^24 consecutive integers are not exact.
 constexpr std::size_t kMaxCategories = std::size_t{1} << 24;
 
-enum class TypeOrigin { kInferred, kForced, kReference };
+// Who decided a column's type: the first rows, an option naming the column
+// (--categorical, COLUMN=FORMAT), a date format given for any column that
+// fits, or the train part.
+enum class TypeOrigin { kInferred, kForced, kDateOption, kReference };
 
 struct ColumnPlan {
   std::string name;
   ColumnType type = ColumnType::kNumeric;
   TypeOrigin origin = TypeOrigin::kInferred;
   std::size_t dictionary = 0;  // categorical: its slot among the dictionaries
+  std::optional<DateTimeFormat> date_format;  // datetime: how its values are written
+  const DateFormatOption* date_option = nullptr;  // kForced datetime: the option that asked
+};
+
+// The smallest and largest datetime value of a column, exact (the cells
+// are float32, within minutes): what 'data show' prints.
+struct DateRange {
+  double min = std::numeric_limits<double>::infinity();
+  double max = -std::numeric_limits<double>::infinity();
+  void add(double days) {
+    min = std::min(min, days);
+    max = std::max(max, days);
+  }
+  void merge(const DateRange& other) {
+    min = std::min(min, other.min);
+    max = std::max(max, other.max);
+  }
 };
 
 // What the header and options decided before the rows are parsed.
@@ -107,6 +132,7 @@ class DelimitedParser {
   void name_columns(const std::vector<Field>& first_record);
   void check_against_reference(const std::vector<Field>& header_fields) const;
   void choose_types();
+  void force_date_columns();
   void infer_types();
   std::vector<Block> count_records() const;
   Table allocate_table(std::vector<Block>& blocks) const;
@@ -151,6 +177,7 @@ struct DelimitedParser::Block {
   std::vector<LocalDictionary> dictionaries;  // per categorical column
   std::optional<TextError> error;
   std::vector<ColumnStats> stats;  // per feature, then the label
+  std::vector<DateRange> date_ranges;  // per column (datetime columns only)
 };
 
 // Parses the records of one block into its rows of the Table. Numbers in
@@ -170,6 +197,7 @@ class DelimitedParser::BlockParser {
 
   void parse() {
     block_.dictionaries.resize(layout_.categorical.size());
+    block_.date_ranges.assign(columns_, DateRange{});
     const char* p = reader_.skip_empty_lines(reader_.begin_of(block_.begin));
     std::uint64_t row = 0;
     for (; p < reader_.end(); ++row) {
@@ -241,6 +269,8 @@ class DelimitedParser::BlockParser {
       cell = NAN;
     } else if (plan.type == ColumnType::kNumeric) {
       cell = numeric_value(field, column);
+    } else if (plan.type == ColumnType::kDatetime) {
+      cell = datetime_value(field, column);
     } else {
       cell = static_cast<float>(block_.dictionaries[plan.dictionary].code_of(field));
     }
@@ -265,6 +295,34 @@ class DelimitedParser::BlockParser {
                     "expected a number in column '" + plan.name + "' (" + why + "), found " +
                         formats::quote_for_message(field.value()),
                     plan.origin == TypeOrigin::kReference ? Remedy::kNone : Remedy::kDeclareCategorical, plan.name};
+  }
+
+  float datetime_value(const Field& field, std::size_t column) {
+    const ColumnPlan& plan = layout_.columns[column];
+    const DateTimeFormat& format = *plan.date_format;
+    double days = 0;
+    const auto match = field.escaped ? DateTimeFormat::Match::kNoMatch : format.read(trimmed_content(field), days);
+    if (match == DateTimeFormat::Match::kOk) {
+      block_.date_ranges[column].add(days);
+      return static_cast<float>(days);
+    }
+    std::string why = plan.origin == TypeOrigin::kReference ? " as in the train part"
+                      : plan.date_option != nullptr && plan.date_option->as_trained ? " as the model was trained"
+                                                                                     : "";
+    Remedy remedy = Remedy::kDeclareCategorical;
+    std::string remedy_argument = plan.name;
+    if (!why.empty()) {
+      remedy = Remedy::kNone;
+    } else if (plan.origin == TypeOrigin::kForced) {
+      remedy = Remedy::kCheckDateFormat;
+      remedy_argument = date_format_option_text(*plan.date_option);
+    }
+    throw TextError{reader_.offset(field.begin),
+                    std::string("expected ") + (format.has_time() ? "a date-time" : "a date") + " like " +
+                        format.example() + " (column '" + plan.name + "', format " + format.notation() + why +
+                        "), found " + formats::quote_for_message(field.value()) +
+                        (match == DateTimeFormat::Match::kInvalid ? " (no such date or time)" : ""),
+                    remedy, remedy_argument};
   }
 
   TextError missing_label(const char* at, std::string_view value) const {
@@ -355,6 +413,10 @@ Table DelimitedParser::allocate_table(std::vector<Block>& blocks) const {
   for (std::size_t c = 0; c < layout_.columns.size(); ++c) {
     table.columns[c].name = layout_.columns[c].name;
     table.columns[c].type = layout_.columns[c].type;
+    if (layout_.columns[c].date_format) {
+      table.columns[c].datetime_format = layout_.columns[c].date_format->notation();
+      table.columns[c].has_time = layout_.columns[c].date_format->has_time();
+    }
   }
   return table;
 }
@@ -437,8 +499,15 @@ void DelimitedParser::choose_types() {
   auto& columns = layout_.columns;
   if (options_.reference != nullptr) {
     for (std::size_t i = 0; i < columns.size(); ++i) {
-      columns[i].type = (*options_.reference)[i].type;
+      const ColumnSchema& reference = (*options_.reference)[i];
+      columns[i].type = reference.type;
       columns[i].origin = TypeOrigin::kReference;
+      if (reference.type != ColumnType::kDatetime) continue;
+      std::string why;
+      columns[i].date_format = DateTimeFormat::compile(reference.datetime_format, why);
+      if (!columns[i].date_format)
+        throw corrupt("the train part's date format '" + reference.datetime_format + "' of column '" +
+                      reference.name + "': " + why);
     }
   } else {
     for (const std::string& wanted : options_.categorical) {
@@ -446,6 +515,7 @@ void DelimitedParser::choose_types() {
       column.type = ColumnType::kCategorical;
       column.origin = TypeOrigin::kForced;
     }
+    force_date_columns();
   }
   infer_types();
   for (std::size_t i = 0; i < columns.size(); ++i) {
@@ -455,30 +525,146 @@ void DelimitedParser::choose_types() {
   }
 }
 
+// COLUMN=FORMAT options: that column is read as dates in FORMAT, whatever
+// its first rows look like; its values must all be written so.
+void DelimitedParser::force_date_columns() {
+  auto& columns = layout_.columns;
+  for (const DateFormatOption& option : options_.date_formats) {
+    if (option.column.empty()) continue;
+    const std::string given = date_format_option_text(option);
+    std::size_t index = columns.size();
+    for (std::size_t i = 0; i < columns.size(); ++i)
+      if (columns[i].name == option.column) index = i;
+    if (index == columns.size()) {
+      std::vector<std::string_view> names;
+      for (const auto& column : columns) names.push_back(column.name);
+      throw Error(ErrorKind::kUsage, Subject::kDateFormat,
+                  given + ": no column '" + option.column + "' in " + options_.display_name +
+                      did_you_mean(option.column, names) + " (columns: " + column_list(columns) + ")");
+    }
+    ColumnPlan& column = columns[index];
+    if (index == layout_.label)
+      throw Error(ErrorKind::kUsage, Subject::kDateFormat,
+                  given + ": '" + option.column + "' is the label column, which is never read as dates");
+    if (column.origin == TypeOrigin::kForced)
+      throw Error(ErrorKind::kUsage, Subject::kDateFormat,
+                  given + ": column '" + option.column + "' is " +
+                      (column.type == ColumnType::kCategorical ? "also declared categorical" : "given two date formats"));
+    std::string why;
+    column.date_format = DateTimeFormat::compile(option.format, why);
+    if (!column.date_format) throw Error(ErrorKind::kUsage, Subject::kDateFormat, given + ": " + why);
+    column.type = ColumnType::kDatetime;
+    column.origin = TypeOrigin::kForced;
+    column.date_option = &option;
+  }
+}
+
+namespace {
+
+// What the first rows say about one column whose type is inferred.
+struct ColumnEvidence {
+  bool all_numbers = true;
+  bool any_value = false;         // a non-missing value was seen
+  // The recognized date form of the first value, while every later value
+  // is written in it too (-1: none, or one that was not).
+  int date_form = -1;
+  std::vector<char> fits_option;     // per date format given without a column
+  std::vector<char> fits_ambiguous;  // per ambiguous form: every value a real date in it
+};
+
+}  // namespace
+
 // A column is numeric when every non-missing value in the first rows parses
-// as a number. A malformed record ends the look early; the block parser
-// reports it in file order with everything else.
+// as a number; else datetime when they are all written in the recognized
+// form of the first one, or all in a date format given without a column.
+// A malformed record ends the look early; the block parser reports it in
+// file order with everything else.
 void DelimitedParser::infer_types() {
   auto& columns = layout_.columns;
+  const bool dates = options_.reference == nullptr;
+  std::vector<DateTimeFormat> option_formats;
+  if (dates) {
+    for (const DateFormatOption& option : options_.date_formats) {
+      if (!option.column.empty()) continue;
+      std::string why;
+      std::optional<DateTimeFormat> format = DateTimeFormat::compile(option.format, why);
+      if (!format) throw Error(ErrorKind::kUsage, Subject::kDateFormat, option.format + ": " + why);
+      option_formats.push_back(std::move(*format));
+    }
+  }
+  const auto recognized = formats::recognized_formats();
+  const auto ambiguous = formats::ambiguous_formats();
+  std::vector<ColumnEvidence> evidence(columns.size());
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    evidence[i].fits_option.assign(option_formats.size(), 1);
+    evidence[i].fits_ambiguous.assign(ambiguous.size(), 1);
+  }
+  // Dates only where one may come of it: not the label, not a column
+  // whose type an option or the train part fixed.
+  auto may_be_date = [&](std::size_t i) {
+    return dates && i != layout_.label && columns[i].origin == TypeOrigin::kInferred;
+  };
   const char* p = text_.data() + layout_.data_begin;
-  std::vector<char> all_numbers(columns.size(), 1);
   std::vector<Field> fields;
   float number;
+  double days;
   try {
     for (std::size_t rows = 0; rows < kInferenceRows; ++rows) {
       p = reader_.skip_empty_lines(p);
       if (p == reader_.end()) break;
       p = read_record(reader_, p, fields, columns.size());
       if (fields.size() != columns.size()) break;
-      for (std::size_t i = 0; i < fields.size(); ++i)
-        if (all_numbers[i] && !is_missing(fields[i]) && !field_number(fields[i], reader_.end(), number)) all_numbers[i] = 0;
+      for (std::size_t i = 0; i < fields.size(); ++i) {
+        if (is_missing(fields[i])) continue;
+        ColumnEvidence& seen = evidence[i];
+        if (seen.all_numbers && !field_number(fields[i], reader_.end(), number)) seen.all_numbers = false;
+        if (!may_be_date(i)) continue;
+        // A quoted value with doubled quotes is no date.
+        const bool escaped = fields[i].escaped;
+        const std::string_view value = trimmed_content(fields[i]);
+        auto written_in = [&](const DateTimeFormat& format) {
+          return !escaped && format.read(value, days) != DateTimeFormat::Match::kNoMatch;
+        };
+        if (!seen.any_value) {
+          for (std::size_t f = 0; f < recognized.size() && seen.date_form < 0; ++f)
+            if (written_in(recognized[f])) seen.date_form = static_cast<int>(f);
+        } else if (seen.date_form >= 0 && !written_in(recognized[static_cast<std::size_t>(seen.date_form)])) {
+          seen.date_form = -1;
+        }
+        seen.any_value = true;
+        for (std::size_t f = 0; f < option_formats.size(); ++f)
+          if (seen.fits_option[f] && !written_in(option_formats[f])) seen.fits_option[f] = 0;
+        for (std::size_t f = 0; f < ambiguous.size(); ++f)
+          if (seen.fits_ambiguous[f] && (escaped || ambiguous[f].read(value, days) != DateTimeFormat::Match::kOk))
+            seen.fits_ambiguous[f] = 0;
+      }
     }
   } catch (const TextError&) {
     // Reported by the block parser, in order with errors before it.
   }
-  for (std::size_t i = 0; i < columns.size(); ++i)
-    if (columns[i].origin == TypeOrigin::kInferred)
-      columns[i].type = all_numbers[i] ? ColumnType::kNumeric : ColumnType::kCategorical;
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    ColumnPlan& column = columns[i];
+    if (column.origin != TypeOrigin::kInferred) continue;
+    const ColumnEvidence& seen = evidence[i];
+    column.type = seen.all_numbers ? ColumnType::kNumeric : ColumnType::kCategorical;
+    if (seen.all_numbers || !may_be_date(i)) continue;
+    if (seen.date_form >= 0) {
+      column.type = ColumnType::kDatetime;
+      column.date_format = recognized[static_cast<std::size_t>(seen.date_form)];
+      continue;
+    }
+    for (std::size_t f = 0; f < option_formats.size() && !column.date_format; ++f) {
+      if (!seen.fits_option[f]) continue;
+      column.type = ColumnType::kDatetime;
+      column.origin = TypeOrigin::kDateOption;
+      column.date_format = option_formats[f];
+    }
+    if (column.date_format || options_.date_format_hints == nullptr) continue;
+    DateFormatHint hint{column.name, {}};
+    for (std::size_t f = 0; f < ambiguous.size(); ++f)
+      if (seen.fits_ambiguous[f]) hint.formats.push_back(ambiguous[f].notation());
+    if (!hint.formats.empty()) options_.date_format_hints->push_back(std::move(hint));
+  }
 }
 
 // Numbers categorical cells in first-seen order over the whole file (after
@@ -533,6 +719,11 @@ void DelimitedParser::finish(std::vector<Block>& blocks, Table& table) const {
     ColumnStats stats;
     for (const auto& block : blocks) stats.merge(block.stats[index]);
     stats.store_into(table.columns[c]);
+    if (plans[c].type != ColumnType::kDatetime || stats.count == 0) continue;
+    DateRange range;
+    for (const auto& block : blocks) range.merge(block.date_ranges[c]);
+    table.columns[c].min = range.min;
+    table.columns[c].max = range.max;
   }
 }
 

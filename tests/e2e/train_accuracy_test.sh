@@ -85,7 +85,9 @@ expect_contains "$ERR" "no version v9" "missing model version named"
 expect_rc 0 --json eval digits-mlp@v1 digits
 expect_eq "$(json_get 'j["metrics"]["accuracy"]')" "$d_acc" "eval reproduces the run's test accuracy"
 expect_eq "$(json_get 'j["split"]')" "test" "eval defaults to the test split"
-expect_eq "$(json_get 'sum(map(sum, j["metrics"]["confusion"]))')" "359" "confusion matrix covers the test rows"
+confusion_rows=$(json_get 'sum(map(sum, j["metrics"]["confusion"]))')
+expect_rc 0 --json data show digits
+expect_eq "$confusion_rows" "$(json_get 'j["test_rows"]')" "confusion matrix covers the test rows"
 expect_rc 0 eval bc-mlp bc --split all
 expect_contains "$OUT" "ROC AUC" "binary eval prints ROC AUC"
 expect_contains "$OUT" "malignant" "confusion matrix names the classes"

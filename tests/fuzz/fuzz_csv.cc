@@ -1,6 +1,7 @@
-// CSV/TSV reader: the first byte picks the delimiter, header, label and
-// non-finite handling; the rest is the file.
+// CSV/TSV reader: the first byte picks the delimiter, header, label,
+// non-finite handling and date formats; the rest is the file.
 #include <string>
+#include <vector>
 
 #include "anneal/formats.h"
 #include "fuzz_target.h"
@@ -16,6 +17,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (mode & 8) options.categorical = {"0"};
   options.max_columns = 256;  // keeps each input's work small, as the flag does
   const char delimiter = (mode & 16) ? '\t' : ',';
+  // Date formats for any column that fits, and one for a column named "d"
+  // (which the input may lack: a usage error).
+  if (mode & 32) options.date_formats = {{"", "DD/MM/YYYY", false}, {"", "MM-DD-YYYY HH:MM:SS.fffZ", false}};
+  if (mode & 64) options.date_formats.push_back({"d", "DD.MM.YYYY HH:MM", false});
+  std::vector<anneal::DateFormatHint> hints;
+  options.date_format_hints = &hints;
   return anneal::fuzz::expect_error_or_success(
       [&] { anneal::parse_delimited(anneal::fuzz::as_text(data + 1, size - 1), delimiter, options); });
 }

@@ -2,8 +2,10 @@
 // versions, export, damage detection, gc.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "anneal/chunker.h"
@@ -28,7 +30,6 @@ class StoreTest : public ::testing::Test {
     ImportRequest request;
     request.dataset = name;
     request.file = file;
-    request.labels_are_classes = anneal::labels_are_classes;
     return import_dataset(store, request, reporter_);
   }
   test::TempDir dir_;
@@ -64,7 +65,9 @@ TEST_F(StoreTest, ImportsRealCsvsWithTheirSchema) {
     EXPECT_EQ(r.version.columns.size(), c.columns) << c.file;
     EXPECT_EQ(r.version.label_column, c.label) << c.file;
     EXPECT_EQ(r.version.train_rows + r.version.test_rows, c.rows);
-    EXPECT_NEAR(static_cast<double>(r.version.test_rows), 0.2 * static_cast<double>(c.rows), 3);
+    // Decided per row: a binomial count, within 3.5 standard deviations.
+    const double n = static_cast<double>(c.rows);
+    EXPECT_NEAR(static_cast<double>(r.version.test_rows), 0.2 * n, 3.5 * std::sqrt(n * 0.2 * 0.8)) << c.file;
   }
   Store store = Store::open(root());
   LoadedDataset digits = load_dataset(store, parse_dataset_ref("digits"));
@@ -74,14 +77,20 @@ TEST_F(StoreTest, ImportsRealCsvsWithTheirSchema) {
   EXPECT_EQ(digits.version.columns[0].max, 0);  // the first pixel column is always blank
 }
 
-TEST_F(StoreTest, SplitIsStratifiedAndReproducible) {
+TEST_F(StoreTest, SplitTakesAboutTheFractionOfEachClassAndIsReproducible) {
   ImportResult r = import("iris", test::data_file("iris.csv"));
+  EXPECT_EQ(r.version.options.at("split_rule"), "row-content");
   Store store = Store::open(root());
   LoadedDataset d = load_dataset(store, parse_dataset_ref("iris"));
+  // Decided per row, so about (not exactly) 10 of each class's 50 rows:
+  // a binomial count, within 3.5 standard deviations (2.8 rows).
   std::map<float, int> per_class;
   for (float y : d.test.labels) ++per_class[y];
   ASSERT_EQ(per_class.size(), 3u);
-  for (auto [label, n] : per_class) EXPECT_EQ(n, 10) << "class " << label;
+  for (auto [label, n] : per_class) {
+    EXPECT_GE(n, 1) << "class " << label;
+    EXPECT_LE(n, 20) << "class " << label;
+  }
   // Same seed in another store: the same rows.
   fs::path other = dir_.path() / "other";
   Store::init(other);
@@ -89,9 +98,55 @@ TEST_F(StoreTest, SplitIsStratifiedAndReproducible) {
   ImportRequest request;
   request.dataset = "iris";
   request.file = test::data_file("iris.csv");
-  request.labels_are_classes = anneal::labels_are_classes;
   import_dataset(store2, request, reporter_);
   EXPECT_EQ(load_dataset(store2, parse_dataset_ref("iris")).test.features, d.test.features);
+}
+
+// The keys of a loaded part's rows (their content, label included).
+std::set<std::uint64_t> content_keys(const Table& part) {
+  std::set<std::uint64_t> keys;
+  for (std::uint64_t r = 0; r < part.rows; ++r) keys.insert(row_content_key(part, r));
+  return keys;
+}
+
+// An export that grows nightly, in no particular row order: the first 60%,
+// 80% and 100% of a shuffled digits.csv as v1, v2, v3. A row's side does
+// not change between versions, so no version's test rows were trained on
+// by a model of an earlier version.
+TEST_F(StoreTest, TestRowsStayTestRowsAsTheDataGrows) {
+  std::istringstream lines(test::read_file(test::data_file("digits.csv")));
+  std::string header, line;
+  std::getline(lines, header);
+  std::vector<std::string> rows;
+  while (std::getline(lines, line)) rows.push_back(line);
+  std::mt19937_64 rng(14);
+  for (std::size_t i = rows.size() - 1; i > 0; --i) std::swap(rows[i], rows[rng() % (i + 1)]);
+  std::vector<LoadedDataset> versions;
+  for (double share : {0.6, 0.8, 1.0}) {
+    std::string text = header + "\n";
+    const auto n = static_cast<std::size_t>(share * static_cast<double>(rows.size()));
+    for (std::size_t i = 0; i < n; ++i) text += rows[i] + "\n";
+    const fs::path file = dir_.path() / "digits-export.csv";
+    test::write_file(file, text);
+    ImportResult r = import("digits", file);
+    ASSERT_TRUE(r.created);
+    Store store = Store::open(root());
+    versions.push_back(load_dataset(store, parse_dataset_ref("digits@v" + std::to_string(r.version.version))));
+  }
+  std::vector<std::set<std::uint64_t>> test_keys, train_keys;
+  for (const auto& v : versions) {
+    test_keys.push_back(content_keys(v.test));
+    train_keys.push_back(content_keys(v.train));
+    // About a fifth held out (1797 rows: a binomial count, 3.5 sd is 0.033).
+    const double held_out = static_cast<double>(v.test.rows) / static_cast<double>(v.test.rows + v.train.rows);
+    EXPECT_NEAR(held_out, 0.2, 0.035) << v.version.ref();
+  }
+  for (std::size_t later : {std::size_t{1}, std::size_t{2}}) {
+    for (std::uint64_t key : test_keys[0]) EXPECT_TRUE(test_keys[later].count(key)) << "v1 test row left the test split";
+    for (std::uint64_t key : train_keys[0]) EXPECT_FALSE(test_keys[later].count(key)) << "v1 train row became a test row";
+  }
+  for (std::uint64_t key : test_keys[1]) EXPECT_TRUE(test_keys[2].count(key));
+  EXPECT_GT(test_keys[2].size(), test_keys[0].size());  // the new rows bring new test rows
 }
 
 TEST_F(StoreTest, IdenticalContentCreatesNoVersion) {
@@ -186,7 +241,7 @@ TEST_F(StoreTest, FlippedByteInAnyObjectIsCaughtOnReadAndByFsck) {
     test::write_file(path, original);
   }
   EXPECT_TRUE(fsck(store, reporter_).ok());
-  EXPECT_EQ(load_dataset(store, parse_dataset_ref("iris")).train.rows, 120u);
+  EXPECT_EQ(load_dataset(store, parse_dataset_ref("iris")).train.rows, find_dataset(store, parse_dataset_ref("iris")).train_rows);
 }
 
 TEST_F(StoreTest, GcRemovesOnlyUnreferencedObjects) {

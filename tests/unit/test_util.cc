@@ -34,7 +34,6 @@ void init_store_with_dataset(const std::filesystem::path& root, const std::strin
   ImportRequest request;
   request.dataset = name;
   request.file = data_file(file);
-  request.labels_are_classes = anneal::labels_are_classes;
   NullReporter quiet;
   import_dataset(store, request, quiet);
 }
