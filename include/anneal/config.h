@@ -47,6 +47,18 @@ struct TrainConfig {
   bool linear_only = false;    // layers = linear: the linear model is the model
   Device device = Device::kAuto;  // which backend trains (anneal/device.h)
   int threads = 1;             // the backend's compute threads; part of determinism
+  // Feature columns (FeatureOptions in anneal/preprocess.h): exactly these
+  // when set; never those in `exclude`; a categorical level needs
+  // category_min_count training rows for its own one-hot slot, at most
+  // max_categories levels keep one.
+  std::optional<std::vector<std::string>> features;
+  std::vector<std::string> exclude;
+  std::int64_t category_min_count = 5;
+  std::int64_t max_categories = 50;
+  // Class weights of softmax_ce / bce: "" (none), "balanced", or
+  // "CLASS:W,CLASS:W" as written (the class names are checked against the
+  // data by the run, see ClassWeightSpec).
+  std::string class_weight;
   // Everything the engine needs except classes and loss, which come from
   // the data (set by the run).
   TrainerConfig trainer;
@@ -73,6 +85,17 @@ const std::vector<ConfigKey>& known_config_keys();
 // closest known one), a malformed value, a missing required key.
 TrainConfig parse_train_config(std::string_view text, std::string_view source,
                                const std::vector<std::string>& overrides);
+
+// class_weight parsed: balanced, or explicit weights by class name (in the
+// order written). Parsing checks the form and that each weight is a finite
+// number > 0; the run checks the names against the label's classes.
+struct ClassWeightSpec {
+  bool balanced = false;
+  std::vector<std::pair<std::string, double>> weights;
+};
+// Throws kUsage "class_weight = '...': expected ..." (the caller adds where
+// it was set).
+ClassWeightSpec parse_class_weight(std::string_view text);
 
 // "30s", "5m", "2h" (a duration) or "500" (steps); throws kUsage naming `key`.
 CheckpointEvery parse_checkpoint_every(std::string_view text, std::string_view key);
