@@ -286,6 +286,32 @@ TEST(FeatureExpansion, OldHeadersReadAsBefore) {
   EXPECT_THROW(FeatureTransform::from_json(bad), Error);
 }
 
+// docs/STORE.md "Feature transform": the worked example's header and row.
+TEST(FeatureExpansion, StoreDocumentWorkedExample) {
+  const auto header = nlohmann::json::parse(R"({"input_shape": [3],
+ "columns": [{"column": "x", "width": 1, "mean": 1.5, "scale": 0.5},
+             {"column": "color", "width": 1, "one_hot": ["red", "blue", "green"],
+              "slots": [0, 1, -1], "other": true},
+             {"column": "when", "width": 1,
+              "datetime": {"hour": true, "year_mean": 2024, "year_scale": 0.5,
+                           "elapsed_mean": 19800, "elapsed_scale": 200}}],
+ "excluded": [{"column": "order_id", "reason": "3200 distinct values in 3200 training rows, an identifier",
+               "identifier": true}]})");
+  FeatureTransform f = FeatureTransform::from_json(header);
+  EXPECT_EQ(f.input_width(), 3);
+  EXPECT_EQ(f.output_width(), 13);
+  ASSERT_EQ(f.excluded().size(), 1u);
+  EXPECT_TRUE(f.excluded()[0].identifier);
+  TransformCounts counts;
+  std::vector<float> out = f.apply(std::vector<float>{2.0f, 2.0f, 19797.75f}, counts);
+  const std::vector<float> want = {1, 0, 1, 0, 0.8660254f, 0.5f, -0.4338837f, -0.9009689f, 0.9552107f, 0.2959267f,
+                                   -1, 0, -0.01125f};
+  ASSERT_EQ(out.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(out[i], want[i], 1e-6) << i;
+  EXPECT_EQ(counts.unseen, 1u);
+  EXPECT_EQ(f.to_json(), header);  // what the code writes back is the document's header
+}
+
 TEST(PerClassMetrics, ImbalancedDataIsNotScoredByAccuracyAlone) {
   // 19 rows of class 0, 1 of class 1; the model always answers class 0.
   std::vector<float> probs, labels;
