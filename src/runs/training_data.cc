@@ -24,13 +24,18 @@ std::string where(const TrainConfig& config, const std::string& key) {
 
 // class_weight resolved per class index: balanced is w_k = n / (K * n_k)
 // over the training rows (a class with no training row gets weight 1).
-std::vector<float> resolve_class_weights(const TrainConfig& config, LossKind loss, const LabelEncoding& labels,
+// class_weight needs classes: checked before the label encoding, which
+// would otherwise complain about the label instead of the key.
+void check_class_weight_loss(const TrainConfig& config, LossKind loss) {
+  if (!config.class_weight.empty() && !is_classification(loss))
+    throw usage_error(where(config, "class_weight") + "class_weight: loss = " + loss_name(loss) +
+                      " has no classes; class weights need softmax_ce or bce");
+}
+
+std::vector<float> resolve_class_weights(const TrainConfig& config, const LabelEncoding& labels,
                                          std::span<const float> encoded, std::span<const std::uint32_t> rows) {
   if (config.class_weight.empty()) return {};
   const std::string at = where(config, "class_weight");
-  if (!is_classification(loss))
-    throw usage_error(at + "class_weight: loss = " + loss_name(loss) +
-                      " has no classes; class weights need softmax_ce or bce");
   ClassWeightSpec spec;
   try {
     spec = parse_class_weight(config.class_weight);
@@ -82,6 +87,7 @@ PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig
   }
   if (loaded.train.rows == 0) throw usage_error("dataset " + v.ref() + " has no training rows");
   d.loss = config.loss.empty() ? LabelEncoding::infer_loss(loaded.train) : parse_loss_kind(config.loss);
+  check_class_weight_loss(config, d.loss);
   d.labels = LabelEncoding::fit(d.loss, loaded.train, loaded.test);
   d.tabular = v.format == "csv" || v.format == "tsv";
 
@@ -102,7 +108,7 @@ PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig
     if (auto problem = check_feature_columns(loaded.train, names))
       throw usage_error(where(config, key) + key + ": " + *problem);
   }
-  d.class_weights = resolve_class_weights(config, d.loss, d.labels, encoded, train_rows);
+  d.class_weights = resolve_class_weights(config, d.labels, encoded, train_rows);
   try {
     d.features = FeatureTransform::fit(loaded.train, train_rows, options);
   } catch (const Error& e) {
