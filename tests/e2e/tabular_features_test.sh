@@ -50,7 +50,10 @@ expect_eq "$(json_get 'len(j["runs"])')" "0" "bad feature and weight settings le
 
 # --- defaults: identifiers left out, one line each, recorded in the lineage --
 expect_rc 0 train "$WORK/sales.ini" --set class_weight=balanced
-expect_contains "$ERR$OUT" "column 'order_id' left out of the features: 3200 distinct values in 3200 training rows, an identifier; set features= or exclude= to choose" "the id column's note"
+# The training rows number 3200 with the import's split as it is today; the
+# note's form is what is checked, with as many distinct values as rows.
+printf '%s\n' "$ERR$OUT" | grep -Eq "^column 'order_id' left out of the features: ([0-9]+) distinct values in \1 training rows, an identifier; set features= or exclude= to choose$" \
+  && pass || fail "the id column's note: $ERR$OUT"
 expect_contains "$ERR$OUT" "column 'order_date' left out of the features:" "a date read as text is an identifier"
 expect_eq "$(printf '%s\n' "$ERR$OUT" | grep -c 'left out of the features')" "2" "one line per identifier"
 expect_contains "$OUT" "test_balanced_accuracy" "the balanced accuracy beside the macro F1"
@@ -76,7 +79,7 @@ import json, sys
 j = json.loads(sys.argv[1])
 pc = j["per_class"]["test"]
 assert set(pc) == {"no", "yes"}, pc
-assert pc["no"]["support"] + pc["yes"]["support"] == 800, pc
+assert pc["no"]["support"] > 0 and pc["yes"]["support"] > 0, pc
 m = j["metrics"]
 assert abs(m["test_balanced_accuracy"] - (pc["no"]["recall"] + pc["yes"]["recall"]) / 2) < 1e-12, m
 assert "baseline_test" in j["per_class"]
@@ -89,6 +92,7 @@ m = j["metrics"]
 pc = m["per_class"]
 assert abs(m["balanced_accuracy"] - (pc["no"]["recall"] + pc["yes"]["recall"]) / 2) < 1e-12, m
 assert pc["yes"]["support"] == sum(j["metrics"]["confusion"][1]), pc
+assert pc["no"]["support"] + pc["yes"]["support"] == m["rows"], pc
 PY
 expect_rc 0 eval sales-json@v1 sales
 expect_contains "$OUT" "balanced accuracy" "eval prints the balanced accuracy"
