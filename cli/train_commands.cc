@@ -322,7 +322,8 @@ int run_predict(const Invocation& inv) {
   }
   std::cout << "wrote " << r.rows << " predictions of " << r.model.ref() << " to "
             << inv.args["output"].as<std::string>() << "\n";
-  if (r.unseen) std::cout << r.unseen << " categorical values the model never saw were encoded as all zeros\n";
+  if (r.unseen) std::cout << r.unseen << " categorical values the model never saw were encoded as its column's 'other' level, or as all zeros "
+                               "where the column has none\n";
   if (r.missing) std::cout << r.missing << " missing values were imputed with the training mean\n";
   return kExitOk;
 }
@@ -373,7 +374,7 @@ void add_train_commands(std::vector<Command>& out) {
                  {"MODEL", "DATA"}, run_eval});
   out.push_back({"predict", "MODEL --input FILE -o OUT.csv [--force]", "apply a model to a CSV/TSV file",
                  "FILE's header must name every feature column the model was trained on (in any order; "
-                 "other columns are ignored). The model's saved preprocessing is applied; unseen categories "
+                 "other columns, and those the model left out, are ignored). The model's saved preprocessing is applied; unseen categories "
                  "and missing values are counted and reported. OUT gets the row number, the prediction and, "
                  "for classes, one probability column per class.",
                  [](po::options_description& o) {
