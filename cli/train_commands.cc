@@ -38,6 +38,17 @@ std::string metric_text(const json& value) {
   return value.dump();
 }
 
+// The per-class table: CLASS SUPPORT PRECISION RECALL, one row per class of
+// {"CLASS": {"recall", "precision", "support"}}.
+void print_per_class(const std::string& title, const json& per_class) {
+  std::cout << "\n" << title << "\n";
+  std::vector<std::vector<std::string>> rows = {{"  CLASS", "SUPPORT", "PRECISION", "RECALL"}};
+  for (const auto& [name, s] : per_class.items())
+    rows.push_back({"  " + name, std::to_string(s.at("support").get<std::uint64_t>()),
+                    format_double(s.at("precision").get<double>(), 4), format_double(s.at("recall").get<double>(), 4)});
+  print_table(std::cout, rows);
+}
+
 
 int run_train(const Invocation& inv) {
   const auto& a = inv.args;
@@ -69,6 +80,7 @@ int run_train(const Invocation& inv) {
                 {"samples_per_s", result.samples_per_s},
                 {"weights_hash", result.weights_hash},
                 {"metrics", result.metrics}};
+    if (!result.per_class.empty()) out["per_class"] = result.per_class;
     print_json(out);
   } else if (result.cancelled) {
     std::cout << result.run.label() << " cancelled; continue it with 'anneal train --resume "
@@ -80,6 +92,12 @@ int run_train(const Invocation& inv) {
     rows.push_back({"  samples_per_s", std::to_string(std::llround(result.samples_per_s))});
     rows.push_back({"  weights_hash", result.weights_hash});
     print_table(std::cout, rows);
+    // The held-out split the user will judge the model by: test, else val.
+    for (const char* split : {"test", "val"})
+      if (result.per_class.contains(split)) {
+        print_per_class(std::string("per class (") + split + " split)", result.per_class[split]);
+        break;
+      }
   }
   return result.cancelled ? kExitInterrupted : kExitOk;
 }
@@ -248,6 +266,7 @@ int run_eval(const Invocation& inv) {
               {"missing_values", r.missing}, {"unseen_categories", r.unseen}};
     if (r.classification) {
       j["metrics"] = r.classification_metrics.to_json();
+      j["metrics"]["per_class"] = r.classification_metrics.per_class_json(r.class_names);
       j["classes"] = r.class_names;
     } else {
       j["metrics"] = r.regression_metrics.to_json();
@@ -262,9 +281,11 @@ int run_eval(const Invocation& inv) {
                                                   {"  accuracy", format_double(m.accuracy, 4)},
                                                   {"  macro precision", format_double(m.macro_precision, 4)},
                                                   {"  macro recall", format_double(m.macro_recall, 4)},
-                                                  {"  macro F1", format_double(m.macro_f1, 4)}};
+                                                  {"  macro F1", format_double(m.macro_f1, 4)},
+                                                  {"  balanced accuracy", format_double(m.balanced_accuracy, 4)}};
     if (m.roc_auc) rows.push_back({"  ROC AUC", format_double(*m.roc_auc, 4)});
     print_table(std::cout, rows);
+    print_per_class("per class", m.per_class_json(r.class_names));
     std::cout << "\nconfusion matrix (rows: true class, columns: predicted)\n";
     std::vector<std::vector<std::string>> cm(1, {""});
     for (const auto& name : r.class_names) cm[0].push_back(name);
@@ -301,7 +322,8 @@ int run_predict(const Invocation& inv) {
   }
   std::cout << "wrote " << r.rows << " predictions of " << r.model.ref() << " to "
             << inv.args["output"].as<std::string>() << "\n";
-  if (r.unseen) std::cout << r.unseen << " categorical values the model never saw were encoded as all zeros\n";
+  if (r.unseen) std::cout << r.unseen << " categorical values the model never saw were encoded as its column's 'other' level, or as all zeros "
+                               "where the column has none\n";
   if (r.missing) std::cout << r.missing << " missing values were imputed with the training mean\n";
   return kExitOk;
 }
@@ -341,7 +363,8 @@ void add_train_commands(std::vector<Command>& out) {
   out.push_back({"model show", "REF", "show a model version: lineage and metrics",
                  "REF is NAME (the latest version), NAME@latest, NAME@vN or NAME@ALIAS (anneal model alias).", nullptr, {"REF"}, run_model_show});
   out.push_back({"eval", "MODEL DATA [--split train|test|all]", "score a model on a dataset version",
-                 "Classification: accuracy, macro precision/recall/F1, the confusion matrix and, for two "
+                 "Classification: accuracy, macro precision/recall/F1, balanced accuracy, per-class "
+                 "recall/precision/support, the confusion matrix and, for two "
                  "classes, ROC AUC. Regression: RMSE, MAE and R2. The default split is the version's test "
                  "split when it has one, else its train split.",
                  [](po::options_description& o) {
@@ -351,7 +374,7 @@ void add_train_commands(std::vector<Command>& out) {
                  {"MODEL", "DATA"}, run_eval});
   out.push_back({"predict", "MODEL --input FILE -o OUT.csv [--force]", "apply a model to a CSV/TSV file",
                  "FILE's header must name every feature column the model was trained on (in any order; "
-                 "other columns are ignored). The model's saved preprocessing is applied; unseen categories "
+                 "other columns, and those the model left out, are ignored). The model's saved preprocessing is applied; unseen categories "
                  "and missing values are counted and reported. OUT gets the row number, the prediction and, "
                  "for classes, one probability column per class.",
                  [](po::options_description& o) {

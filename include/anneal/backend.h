@@ -177,7 +177,12 @@ class NormOp {
                         Tensor& dx, Tensor& dscale, Tensor& dshift, bool accumulate) = 0;
 };
 
-// A loss over the network output pred(N, K) and labels(N) (fp32, plain).
+// A loss over the network output pred(N, K) and labels(N) (fp32, plain),
+// optionally weighted per class: with class weights w (one per class; bce:
+// w[0] for label 0, w[1] for label 1) each sample's loss and gradient are
+// multiplied by w[label], so the running loss sum is Σ w_y · loss and its
+// mean over samples is the weighted objective (balanced weights average 1
+// over the training rows). Without weights, every w is 1.
 // The op keeps running totals (loss sum, correct predictions, samples
 // scored) on the backend's device: forward_backward() adds each batch to
 // them without a host round trip, and the caller reads them back with
@@ -450,7 +455,10 @@ class Backend : public MemoryAllocator {
   virtual std::unique_ptr<PoolOp> pool(const PoolSpec& spec) = 0;
   virtual std::unique_ptr<NormOp> batch_norm(const NormSpec& spec) = 0;
   virtual std::unique_ptr<NormOp> layer_norm(const NormSpec& spec) = 0;
-  virtual std::unique_ptr<LossOp> loss(LossKind kind, std::int64_t outputs) = 0;
+  // `class_weights`: empty (unweighted) or one per class (softmax_ce: K,
+  // bce: 2), each finite and > 0; kUsage otherwise or for mse/mae.
+  virtual std::unique_ptr<LossOp> loss(LossKind kind, std::int64_t outputs,
+                                       std::span<const float> class_weights) = 0;
 
   // Inference-only op factories (see their section above); called while an
   // inference-only network is built. kCorrupt when the weights do not match

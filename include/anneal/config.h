@@ -54,6 +54,18 @@ struct TrainConfig {
   // alias is not set yet) before it records its config, so a resume starts
   // from the same parent wherever the alias has moved since.
   std::string warm_start;
+  // Feature columns (FeatureOptions in anneal/preprocess.h): exactly these
+  // when set; never those in `exclude`; a categorical level needs
+  // category_min_count training rows for its own one-hot slot, at most
+  // max_categories levels keep one.
+  std::optional<std::vector<std::string>> features;
+  std::vector<std::string> exclude;
+  std::int64_t category_min_count = 5;
+  std::int64_t max_categories = 50;
+  // Class weights of softmax_ce / bce: "" (none), "balanced", or
+  // "CLASS:W,CLASS:W" as written (the class names are checked against the
+  // data by the run, see ClassWeightSpec).
+  std::string class_weight;
   // Everything the engine needs except classes and loss, which come from
   // the data (set by the run).
   TrainerConfig trainer;
@@ -85,6 +97,16 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
 // config.name, anything with '@' a model reference (NAME@ALIAS, NAME@vN,
 // NAME@latest). Syntax only; throws kUsage for a malformed one.
 ModelRef warm_start_ref(const TrainConfig& config);
+// class_weight parsed: balanced, or explicit weights by class name (in the
+// order written). Parsing checks the form and that each weight is a finite
+// number > 0; the run checks the names against the label's classes.
+struct ClassWeightSpec {
+  bool balanced = false;
+  std::vector<std::pair<std::string, double>> weights;
+};
+// Throws kUsage "class_weight = '...': expected ..." (the caller adds where
+// it was set).
+ClassWeightSpec parse_class_weight(std::string_view text);
 
 // "30s", "5m", "2h" (a duration) or "500" (steps); throws kUsage naming `key`.
 CheckpointEvery parse_checkpoint_every(std::string_view text, std::string_view key);

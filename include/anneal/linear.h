@@ -37,10 +37,12 @@ struct LinearModel {
   static LinearModel from_json(const nlohmann::json& json);  // kCorrupt on bad JSON
 };
 
-// Minimizes sum log-loss + l2/2 |w|^2 (intercept not penalized) per output.
-// `labels` are class indices 0..classes-1.
+// Minimizes sum w_y · log-loss + l2/2 |w|^2 (intercept not penalized) per
+// output, w_y = class_weights[label] (empty: all 1, as the network's loss
+// weighs its rows). `labels` are class indices 0..classes-1.
 LinearModel fit_logistic(std::span<const float> features, std::span<const float> labels,
-                         std::int64_t inputs, std::int64_t classes, double l2);
+                         std::int64_t inputs, std::int64_t classes, double l2,
+                         std::span<const float> class_weights = {});
 // Minimizes |Xw - y|^2 + l2 |w|^2 (intercept not penalized).
 LinearModel fit_ridge(std::span<const float> features, std::span<const float> targets,
                       std::int64_t inputs, double l2);

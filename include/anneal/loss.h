@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 namespace anneal {
@@ -27,6 +28,11 @@ bool is_classification(LossKind kind);
 // Width of the network's last layer that the loss expects: `classes` for
 // softmax_ce, 1 otherwise.
 std::int64_t loss_output_width(LossKind kind, std::int64_t classes);
+
+// Checks per-class loss weights for a loss with `outputs` outputs: empty
+// (unweighted), or one finite weight > 0 per class (softmax_ce: outputs,
+// bce: 2). Throws kUsage naming what is wrong, e.g. weights for mse.
+void check_class_weights(LossKind kind, std::int64_t outputs, std::span<const float> class_weights);
 
 // Totals a LossOp adds up over one or more batches.
 struct LossTotals {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -20,9 +21,20 @@ struct ClassificationMetrics {
   // Macro averages over the classes: a class with no true and no predicted
   // rows is left out of the average; 0/0 precision or recall counts as 0.
   double macro_precision = 0, macro_recall = 0, macro_f1 = 0;
+  // The mean recall over the classes that have rows (support > 0): what
+  // accuracy would be on a balanced set, so a 95/5 split cannot score 0.95
+  // by always answering the majority class.
+  double balanced_accuracy = 0;
+  // Per class (index = class): rows whose true class it is, and its
+  // precision and recall (0 when undefined, 0/0).
+  std::vector<std::uint64_t> support;
+  std::vector<double> precision, recall;
   std::vector<std::vector<std::uint64_t>> confusion;  // [true][predicted]
   std::optional<double> roc_auc;                      // two classes only
   nlohmann::json to_json() const;
+  // {"CLASS": {"recall": r, "precision": p, "support": n}, ...} keyed by
+  // `class_names` (one per class).
+  nlohmann::json per_class_json(const std::vector<std::string>& class_names) const;
 };
 
 // `probabilities` is rows x classes (each row a distribution), `labels` the

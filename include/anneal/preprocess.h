@@ -2,12 +2,20 @@
 // and labels, fitted on the training rows and saved with the model so that
 // eval and predict apply exactly the same transform.
 //
-// Features: every feature column in source order. A numeric column (or an
-// image column, as one block) is standardized, (x - mean) / std with the
-// training rows' statistics; a missing value (NaN) becomes the training
+// Features: every feature column in source order, less the columns left
+// out (FeatureOptions: features=, exclude=, identifiers). A numeric column
+// (or an image column, as one block) is standardized, (x - mean) / std with
+// the training rows' statistics; a missing value (NaN) becomes the training
 // mean, i.e. 0. A categorical column (the store keeps its codes) is one-hot
-// encoded over the version's dictionary; missing or unseen codes give an
-// all-zero block and are counted.
+// encoded over its frequent levels (at least category_min_count training
+// rows, at most max_categories of them, the most frequent first, ties by
+// code); the other levels share one "other" slot, which an unseen code also
+// takes; a missing code gives an all-zero block, and missing and unseen
+// codes are counted. A datetime column (days since 1970, the time of day as
+// the fraction) becomes year (standardized), month, day of week and day of
+// year as sin/cos pairs, the time of day as a sin/cos pair when the column
+// has times, and the elapsed days (standardized); missing: all zeros,
+// counted as missing. docs/STORE.md gives the exact formulas.
 //
 // Labels: classification maps a categorical label to its codes, and numeric
 // integer labels to 0..K-1 in sorted order (the values are kept to name the
@@ -19,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -34,21 +43,74 @@ struct ColumnTransform {
   std::string column;
   bool one_hot = false;
   std::int64_t width = 1;        // input scalars per row (an image column: C*H*W)
-  double mean = 0, scale = 1;    // standardize: (x - mean) / scale
-  std::int64_t categories = 0;   // one-hot: output width
-  std::vector<std::string> category_names;  // one-hot: code -> name
+  double mean = 0, scale = 1;    // standardize: (x - mean) / scale; datetime: the elapsed days'
+  std::int64_t categories = 0;   // one-hot: output width (kept levels, plus the other slot)
+  std::vector<std::string> category_names;  // one-hot: code -> name (the whole dictionary)
+  // One-hot: code -> output slot (a rare level: the other slot). Empty: the
+  // identity (every level its own slot, no other slot; models before the
+  // frequent-levels rule).
+  std::vector<std::int64_t> slots;
+  bool other = false;            // one-hot: the last slot is "other"
+  bool datetime = false;         // a datetime expansion (see the file comment)
+  bool hour = false;             // datetime: the time-of-day pair is present
+  double year_mean = 0, year_scale = 1;  // datetime: standardize the calendar year
+
+  std::int64_t output_width() const;  // scalars this column becomes
 };
+
+// How many outputs a datetime column expands to: year, month, day of week
+// and day of year (sin/cos each), the time of day (sin/cos) when
+// `has_time`, and the elapsed days.
+inline constexpr std::int64_t datetime_output_width(bool has_time) { return has_time ? 10 : 8; }
 
 struct TransformCounts {
   std::uint64_t missing = 0;  // NaN cells imputed
   std::uint64_t unseen = 0;   // categorical codes outside the fitted dictionary
 };
 
+// Which columns become features and how categorical columns are cut down.
+// Defaults are the documented ones (docs/TRAINING.md).
+struct FeatureOptions {
+  // Exactly these columns (in source order), when set; a column named here
+  // is used even when it looks like an identifier.
+  std::optional<std::vector<std::string>> features;
+  std::vector<std::string> exclude;  // never these
+  // A categorical level needs this many training rows for its own slot.
+  std::int64_t category_min_count = 5;
+  // At most this many levels keep their own slot (the most frequent).
+  std::int64_t max_categories = 50;
+};
+
+// A column that is not among the features, and why (for the run's note,
+// its lineage and the model file).
+struct ExcludedColumn {
+  std::string column;
+  std::string reason;  // "identifier: 3200 distinct values in 3200 training rows", "exclude=", "not in features="
+  bool identifier = false;  // left out by the identifier rule, not by the user
+};
+
+// The identifier rule: a categorical column whose training rows number at
+// least kIdentifierMinRows and hold at least kIdentifierDistinctFraction x
+// rows distinct values reads as an id or a name, unique per row, and is
+// left out unless features= names it.
+inline constexpr std::uint64_t kIdentifierMinRows = 20;
+inline constexpr double kIdentifierDistinctFraction = 0.9;
+
 class FeatureTransform {
  public:
   FeatureTransform() = default;
-  // Fits on the rows `rows` (indices into table) of `table`.
-  static FeatureTransform fit(const Table& table, std::span<const std::uint32_t> rows);
+  // Fits on the rows `rows` (indices into table) of `table`. Throws kUsage
+  // when `options` name a column the table does not have as a feature
+  // (callers that know where the names came from check first, see
+  // check_feature_columns) or leave no feature column.
+  static FeatureTransform fit(const Table& table, std::span<const std::uint32_t> rows,
+                              const FeatureOptions& options = {});
+
+  // The transform's input for rows `rows` of `table` (the table it was
+  // fitted on, or one with the same columns and dictionaries): the columns
+  // it uses, in its order, rows x input_width() floats.
+  std::vector<float> gather(const Table& table, std::span<const std::uint32_t> rows) const;
+  std::vector<float> gather(const Table& table) const;  // every row
 
   // Transforms `features` (rows x input_width(), the store's layout) into
   // rows x output_width() floats; adds what it imputed to `counts`.
@@ -61,6 +123,7 @@ class FeatureTransform {
   std::vector<std::int64_t> output_shape() const;
   const std::vector<std::int64_t>& input_shape() const { return input_shape_; }
   const std::vector<ColumnTransform>& columns() const { return columns_; }
+  const std::vector<ExcludedColumn>& excluded() const { return excluded_; }
 
   nlohmann::json to_json() const;
   static FeatureTransform from_json(const nlohmann::json& json);  // kCorrupt on bad JSON
@@ -68,7 +131,15 @@ class FeatureTransform {
  private:
   std::vector<ColumnTransform> columns_;
   std::vector<std::int64_t> input_shape_;
+  std::vector<ExcludedColumn> excluded_;
 };
+
+// The message for a name in features= / exclude= that is not a feature
+// column of `table`: "no column 'ordr_id'; did you mean 'order_id'?", or
+// "'returned' is the label column, not a feature" for the label; nullopt
+// when every name is a feature column. The caller adds where the names
+// came from (the config key and its source).
+std::optional<std::string> check_feature_columns(const Table& table, const std::vector<std::string>& names);
 
 class LabelEncoding {
  public:

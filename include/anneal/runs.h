@@ -88,6 +88,9 @@ struct TrainResult {
   // test_accuracy / test_rmse (...) when the version has a test split,
   // val_* with a validation fraction, baseline_* for the linear baseline.
   nlohmann::json metrics;
+  // Classification: per split scored ("val", "test", "baseline_test", ...)
+  // {"CLASS": {"recall": r, "precision": p, "support": n}}; else empty.
+  nlohmann::json per_class = nlohmann::json::object();
 };
 
 TrainResult train_model(Store& store, const TrainRequest& request, TrainingReporter& reporter);

@@ -15,10 +15,17 @@
 namespace anneal::runs {
 
 // Scores predictions (rows x outputs of a model with this loss) against
-// encoded labels as "<prefix>_accuracy", "<prefix>_macro_f1", ... or
+// encoded labels as "<prefix>_accuracy", "<prefix>_macro_f1",
+// "<prefix>_balanced_accuracy" (mean per-class recall), ... or
 // "<prefix>_rmse", "<prefix>_mae", "<prefix>_r2" in the target's units.
 nlohmann::json score(const std::string& prefix, LossKind loss, const LabelEncoding& labels,
                      std::span<const float> predictions, std::span<const float> encoded_labels);
+
+// Classification only: the per-class recall, precision and support of the
+// same predictions, {"CLASS": {"recall", "precision", "support"}} keyed by
+// the encoding's class names; an empty object for regression.
+nlohmann::json score_per_class(LossKind loss, const LabelEncoding& labels, std::span<const float> predictions,
+                               std::span<const float> encoded_labels);
 
 // rows x classes probabilities from a model's raw predictions (bce: P(1)).
 std::vector<float> class_probabilities(LossKind loss, std::span<const float> predictions);

@@ -62,6 +62,10 @@ struct TrainerConfig {
   Precision precision = Precision::kFp32;
   EarlyStopMetric early_stop = EarlyStopMetric::kNone;
   int patience = 0;                   // epochs without improvement before stopping
+  // softmax_ce / bce: a weight per class (bce: labels 0 and 1), empty for
+  // none. Training and validation losses are then the mean over samples of
+  // w[label] · loss (see LossOp in backend.h).
+  std::vector<float> class_weights;
 };
 
 // Borrowed in-memory data; must outlive every Trainer call that uses it.

@@ -44,9 +44,16 @@ double sigmoid(double z) { return z >= 0 ? 1.0 / (1.0 + std::exp(-z)) : std::exp
 }  // namespace
 
 LinearModel fit_logistic(std::span<const float> features, std::span<const float> labels,
-                         std::int64_t inputs, std::int64_t classes, double l2) {
+                         std::int64_t inputs, std::int64_t classes, double l2,
+                         std::span<const float> class_weights) {
   const std::size_t rows = row_count(features, labels.size(), inputs);
   if (classes < 2) throw data_error("linear model: logistic regression needs >= 2 classes");
+  if (!class_weights.empty() && static_cast<std::int64_t>(class_weights.size()) != classes)
+    throw usage_error("linear model: " + std::to_string(class_weights.size()) + " class weights for " +
+                      std::to_string(classes) + " classes");
+  auto row_weight = [&](std::size_t r) {
+    return class_weights.empty() ? 1.0 : static_cast<double>(class_weights[static_cast<std::size_t>(labels[r])]);
+  };
   const std::size_t d = static_cast<std::size_t>(inputs) + 1;
   const std::vector<double> x = design_matrix(features, rows, static_cast<std::size_t>(inputs));
   LinearModel m;
@@ -62,16 +69,18 @@ LinearModel fit_logistic(std::span<const float> features, std::span<const float>
     double* w = m.weights.data() + static_cast<std::size_t>(k) * d;
     int iteration = 0;
     for (; iteration < 50; ++iteration) {
-      // z = X w; gradient = X^T (p - y) + l2 w; H = X^T diag(p(1-p)) X + l2 I.
+      // z = X w; gradient = X^T diag(c) (p - y) + l2 w; H = X^T diag(c p(1-p)) X + l2 I,
+      // c the row's class weight.
       cblas_dgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(rows), static_cast<int>(d), 1.0, x.data(),
                   static_cast<int>(d), w, 1, 0.0, z.data(), 1);
       std::fill(gradient.begin(), gradient.end(), 0.0);
       for (std::size_t r = 0; r < rows; ++r) {
         const double p = sigmoid(z[r]);
         const double y = labels[r] == positive ? 1.0 : 0.0;
-        const double s = std::sqrt(std::max(p * (1 - p), 1e-12));
+        const double cw = row_weight(r);
+        const double s = std::sqrt(cw * std::max(p * (1 - p), 1e-12));
         for (std::size_t c = 0; c < d; ++c) {
-          gradient[c] += (p - y) * x[r * d + c];
+          gradient[c] += cw * (p - y) * x[r * d + c];
           sqrt_wx[r * d + c] = s * x[r * d + c];
         }
       }

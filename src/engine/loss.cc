@@ -1,5 +1,8 @@
 #include "anneal/loss.h"
 
+#include <cmath>
+#include <string>
+
 #include "anneal/spelling.h"
 
 namespace anneal {
@@ -28,6 +31,24 @@ bool is_classification(LossKind kind) {
 
 std::int64_t loss_output_width(LossKind kind, std::int64_t classes) {
   return kind == LossKind::kSoftmaxCrossEntropy ? classes : 1;
+}
+
+}  // namespace anneal
+
+namespace anneal {
+
+void check_class_weights(LossKind kind, std::int64_t outputs, std::span<const float> class_weights) {
+  if (class_weights.empty()) return;
+  if (!is_classification(kind))
+    throw usage_error(std::string("class weights: loss ") + loss_name(kind) + " has no classes");
+  const std::int64_t classes = kind == LossKind::kBinaryCrossEntropy ? 2 : outputs;
+  if (static_cast<std::int64_t>(class_weights.size()) != classes)
+    throw usage_error("class weights: " + std::to_string(class_weights.size()) + " weights for " +
+                      std::to_string(classes) + " classes");
+  for (std::size_t c = 0; c < class_weights.size(); ++c)
+    if (!std::isfinite(class_weights[c]) || class_weights[c] <= 0)
+      throw usage_error("class weights: class " + std::to_string(c) + " has weight " +
+                        std::to_string(class_weights[c]) + ", expected a number > 0");
 }
 
 }  // namespace anneal

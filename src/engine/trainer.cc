@@ -104,6 +104,7 @@ void validate_config(const TrainerConfig& c, const BackendCapabilities& backend,
     if (c.early_stop == EarlyStopMetric::kValAccuracy && !is_classification(c.loss))
       throw usage_error("early stopping on val_accuracy needs a classification loss");
   }
+  check_class_weights(c.loss, loss_output_width(c.loss, c.classes), c.class_weights);
   validate(c.optimizer);
 }
 
@@ -139,8 +140,8 @@ class Trainer::Impl {
     options.batch = config_.batch;
     network_ = std::make_unique<Network>(config_.layers, options, *backend_);
     optimizer_ = std::make_unique<Optimizer>(config_.optimizer, network_->parameters(), *backend_);
-    train_loss_ = backend_->loss(config_.loss, options.outputs);
-    eval_loss_ = backend_->loss(config_.loss, options.outputs);
+    train_loss_ = backend_->loss(config_.loss, options.outputs, config_.class_weights);
+    eval_loss_ = backend_->loss(config_.loss, options.outputs, config_.class_weights);
 
     // Batch buffers sized for a full batch once, so steps never reallocate.
     backend_->shape_plain(slot_.x, sample_shape.with_batch(config_.batch), DType::kF32);

@@ -51,6 +51,11 @@ const std::vector<ConfigKey>& known_config_keys() {
       {"baseline", "true", "tabular data: also fit the regularized linear baseline"},
       {"linear_l2", "1", "L2 strength of the linear model"},
       {"warm_start", "", "start from a model's weights and preprocessing: an ALIAS of name (production) or NAME@vN"},
+      {"features", "", "exactly these feature columns, comma-separated (default: all but identifiers)"},
+      {"exclude", "", "feature columns to leave out, comma-separated"},
+      {"category_min_count", "5", "training rows a categorical level needs for its own one-hot slot"},
+      {"max_categories", "50", "most one-hot slots of a categorical column besides 'other'"},
+      {"class_weight", "", "softmax_ce/bce: balanced, or CLASS:W,CLASS:W (default: all 1)"},
   };
   return kKeys;
 }
@@ -198,6 +203,12 @@ std::string format_real(float v) {
   return format_real(static_cast<double>(v));
 }
 
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
+  return out;
+}
+
 }  // namespace
 
 ModelRef warm_start_ref(const TrainConfig& config) {
@@ -205,6 +216,35 @@ ModelRef warm_start_ref(const TrainConfig& config) {
   if (text.find('@') != std::string::npos) return parse_model_ref(text, "warm_start");
   validate_alias_name(text);
   return ModelRef{config.name, std::nullopt, text};
+}
+
+ClassWeightSpec parse_class_weight(std::string_view text) {
+  ClassWeightSpec spec;
+  const std::string s = trim(text);
+  if (s == "balanced") {
+    spec.balanced = true;
+    return spec;
+  }
+  const std::string expected = "'balanced' or CLASS:WEIGHT pairs separated by commas (yes:5,no:1)";
+  std::size_t pos = 0;
+  while (pos <= s.size()) {
+    std::size_t comma = std::min(s.find(',', pos), s.size());
+    std::string item = trim(std::string_view(s).substr(pos, comma - pos));
+    std::size_t colon = item.rfind(':');
+    if (item.empty() || colon == std::string::npos || colon == 0)
+      throw usage_error("'" + s + "': expected " + expected);
+    std::string name = trim(std::string_view(item).substr(0, colon));
+    std::string number = trim(std::string_view(item).substr(colon + 1));
+    double w = 0;
+    auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), w);
+    if (number.empty() || ec != std::errc() || end != number.data() + number.size() || !std::isfinite(w) || w <= 0)
+      throw usage_error("'" + s + "': the weight of class '" + name + "' is '" + number + "', expected a number > 0");
+    for (const auto& [seen, unused] : spec.weights)
+      if (seen == name) throw usage_error("'" + s + "': class '" + name + "' is given twice");
+    spec.weights.emplace_back(std::move(name), w);
+    pos = comma + 1;
+  }
+  return spec;
 }
 
 CheckpointEvery parse_checkpoint_every(std::string_view text, std::string_view key) {
@@ -366,6 +406,26 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
                           "not latest or vN), NAME@ALIAS or NAME@vN");
     }
   }
+  auto names = [&](const std::string& key) {
+    std::vector<std::string> out;
+    const std::string s = v.text(key);
+    std::size_t pos = 0;
+    while (pos <= s.size()) {
+      std::size_t comma = std::min(s.find(',', pos), s.size());
+      std::string name = trim(std::string_view(s).substr(pos, comma - pos));
+      if (name.empty()) v.bad(key, "column names separated by commas");
+      if (std::find(out.begin(), out.end(), name) != out.end()) v.bad(key, "each column once; '" + name + "' is named twice");
+      out.push_back(std::move(name));
+      pos = comma + 1;
+    }
+    return out;
+  };
+  if (v.has("features")) c.features = names("features");
+  if (v.has("exclude") && !v.text("exclude").empty()) c.exclude = names("exclude");
+  c.category_min_count = v.integer("category_min_count", 1, std::int64_t{1} << 40);
+  c.max_categories = v.integer("max_categories", 1, 1000000);
+  c.class_weight = v.text("class_weight");
+  if (!c.class_weight.empty()) v.named("class_weight", [](const std::string& s) { return parse_class_weight(s); });
   return c;
 }
 
@@ -405,7 +465,12 @@ std::string TrainConfig::to_text() const {
       {"baseline", baseline ? "true" : "false"},
       {"linear_l2", format_real(linear_l2)},
       {"warm_start", warm_start},
+      {"exclude", join_names(exclude)},
+      {"category_min_count", std::to_string(category_min_count)},
+      {"max_categories", std::to_string(max_categories)},
+      {"class_weight", class_weight},
   };
+  if (features) kv["features"] = join_names(*features);
   std::string out;
   for (const auto& [k, value] : kv)
     if (!value.empty()) out += k + " = " + value + "\n";

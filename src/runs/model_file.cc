@@ -311,7 +311,7 @@ Predictor::Predictor(const ModelFile& model, Backend& backend, std::int64_t batc
     : model_(model), backend_(&backend), batch_(std::max<std::int64_t>(batch, 1)) {
   if (model.linear) return;
   const auto scope = backend_->enter();
-  loss_ = backend_->loss(model.loss, model.outputs);
+  loss_ = backend_->loss(model.loss, model.outputs, {});
   NetworkOptions options;
   options.input_shape = Dims(model.input_shape);
   options.outputs = model.outputs;

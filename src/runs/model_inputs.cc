@@ -61,8 +61,14 @@ std::vector<float> aligned_features(const Table& table, const ModelFile& model, 
         throw usage_error(where + ": column '" + ct.column + "' is " + column_type_name(col.type) +
                           " here; the model was trained on it as categorical");
       map = code_map(col.categories, ct.category_names);
+    } else if (ct.datetime) {
+      if (col.type != ColumnType::kDatetime)
+        throw data_error(where + ": column '" + ct.column + "' holds " + column_type_name(col.type) +
+                         " values; the model expects dates");
     } else if (col.type == ColumnType::kCategorical) {
       throw data_error(where + ": column '" + ct.column + "' holds text; the model expects numbers");
+    } else if (col.type == ColumnType::kDatetime) {
+      throw data_error(where + ": column '" + ct.column + "' holds dates; the model expects numbers");
     }
     for (std::uint64_t r = 0; r < table.rows; ++r) {
       const float* src = table.features.data() + r * in_w + it->second.second;

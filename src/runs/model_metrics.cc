@@ -27,22 +27,33 @@ ClassificationMetrics classification_metrics(std::span<const float> probabilitie
     correct += truth == predicted;
   }
   m.accuracy = m.rows ? static_cast<double>(correct) / static_cast<double>(m.rows) : 0.0;
-  double sum_p = 0, sum_r = 0, sum_f = 0;
-  std::size_t present = 0;
+  double sum_p = 0, sum_r = 0, sum_f = 0, sum_supported_recall = 0;
+  std::size_t present = 0, supported = 0;
+  m.support.assign(k, 0);
+  m.precision.assign(k, 0.0);
+  m.recall.assign(k, 0.0);
   for (std::size_t c = 0; c < k; ++c) {
     std::uint64_t tp = m.confusion[c][c], actual = 0, predicted = 0;
     for (std::size_t j = 0; j < k; ++j) {
       actual += m.confusion[c][j];
       predicted += m.confusion[j][c];
     }
-    if (actual == 0 && predicted == 0) continue;
-    ++present;
     double precision = predicted ? static_cast<double>(tp) / static_cast<double>(predicted) : 0.0;
     double recall = actual ? static_cast<double>(tp) / static_cast<double>(actual) : 0.0;
+    m.support[c] = actual;
+    m.precision[c] = precision;
+    m.recall[c] = recall;
+    if (actual > 0) {
+      ++supported;
+      sum_supported_recall += recall;
+    }
+    if (actual == 0 && predicted == 0) continue;
+    ++present;
     sum_p += precision;
     sum_r += recall;
     sum_f += precision + recall > 0 ? 2 * precision * recall / (precision + recall) : 0.0;
   }
+  if (supported) m.balanced_accuracy = sum_supported_recall / static_cast<double>(supported);
   if (present) {
     m.macro_precision = sum_p / static_cast<double>(present);
     m.macro_recall = sum_r / static_cast<double>(present);
@@ -82,9 +93,20 @@ nlohmann::json ClassificationMetrics::to_json() const {
                       {"macro_precision", macro_precision},
                       {"macro_recall", macro_recall},
                       {"macro_f1", macro_f1},
+                      {"balanced_accuracy", balanced_accuracy},
                       {"confusion", confusion}};
   if (roc_auc) j["roc_auc"] = *roc_auc;
   return j;
+}
+
+nlohmann::json ClassificationMetrics::per_class_json(const std::vector<std::string>& class_names) const {
+  if (class_names.size() != support.size())
+    throw data_error("metrics: " + std::to_string(class_names.size()) + " class names for " +
+                     std::to_string(support.size()) + " classes");
+  nlohmann::json out = nlohmann::json::object();
+  for (std::size_t c = 0; c < support.size(); ++c)
+    out[class_names[c]] = {{"recall", recall[c]}, {"precision", precision[c]}, {"support", support[c]}};
+  return out;
 }
 
 RegressionMetrics regression_metrics(std::span<const double> predictions, std::span<const double> targets) {

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "anneal/error.h"
+#include "anneal/spelling.h"
 
 namespace anneal {
 using nlohmann::json;
@@ -30,52 +32,245 @@ std::uint64_t mix(std::uint64_t z) {
 
 // ------------------------------------------------------------ features
 
-FeatureTransform FeatureTransform::fit(const Table& table, std::span<const std::uint32_t> rows) {
+namespace {
+
+constexpr double kTwoPi = 6.283185307179586;
+
+// The civil date of a day count since 1970-01-01 (proleptic Gregorian), by
+// H. Hinnant's days_from_civil inverse: exact for every int64 day.
+struct CivilDate {
+  std::int64_t year;
+  int month;  // 1..12
+  int day;    // 1..31
+};
+
+CivilDate civil_from_days(std::int64_t z) {
+  z += 719468;
+  const std::int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+  const std::int64_t doe = z - era * 146097;
+  const std::int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  const std::int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  const std::int64_t mp = (5 * doy + 2) / 153;
+  const int day = static_cast<int>(doy - (153 * mp + 2) / 5 + 1);
+  const int month = static_cast<int>(mp < 10 ? mp + 3 : mp - 9);
+  return {yoe + era * 400 + (month <= 2), month, day};
+}
+
+std::int64_t days_from_civil(std::int64_t y, int m, int d) {
+  y -= m <= 2;
+  const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const std::int64_t yoe = y - era * 400;
+  const std::int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+  const std::int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + doe - 719468;
+}
+
+bool leap_year(std::int64_t y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }
+
+// Deterministic mean and population standard deviation (two passes in row
+// order) of `value(r)` over the rows where it is not NaN; a constant or
+// empty column gets scale 1 (left centred at 0: it carries no information).
+template <typename Value>
+std::pair<double, double> mean_and_scale(std::span<const std::uint32_t> rows, std::int64_t width, Value value) {
+  double sum = 0;
+  std::uint64_t count = 0;
+  for (std::uint32_t r : rows)
+    for (std::int64_t k = 0; k < width; ++k)
+      if (double x = value(r, k); !std::isnan(x)) {
+        sum += x;
+        ++count;
+      }
+  const double mean = count ? sum / static_cast<double>(count) : 0.0;
+  double m2 = 0;
+  for (std::uint32_t r : rows)
+    for (std::int64_t k = 0; k < width; ++k)
+      if (double x = value(r, k); !std::isnan(x)) m2 += (x - mean) * (x - mean);
+  const double sd = count ? std::sqrt(m2 / static_cast<double>(count)) : 0.0;
+  return {mean, sd > 1e-12 ? sd : 1.0};
+}
+
+// Writes the datetime expansion of `days` (not NaN) into y (ct.output_width() floats).
+void expand_datetime(const ColumnTransform& ct, double days, float* y) {
+  const double whole = std::floor(days);
+  const auto day = static_cast<std::int64_t>(whole);
+  const CivilDate date = civil_from_days(day);
+  const double day_of_year = static_cast<double>(day - days_from_civil(date.year, 1, 1));  // 0-based
+  const double year_days = leap_year(date.year) ? 366.0 : 365.0;
+  const auto weekday = static_cast<double>(((day % 7) + 7 + 3) % 7);  // Monday 0: 1970-01-01 was a Thursday
+  const double month = date.month - 1;
+  std::size_t i = 0;
+  y[i++] = static_cast<float>((static_cast<double>(date.year) - ct.year_mean) / ct.year_scale);
+  y[i++] = static_cast<float>(std::sin(kTwoPi * month / 12.0));
+  y[i++] = static_cast<float>(std::cos(kTwoPi * month / 12.0));
+  y[i++] = static_cast<float>(std::sin(kTwoPi * weekday / 7.0));
+  y[i++] = static_cast<float>(std::cos(kTwoPi * weekday / 7.0));
+  y[i++] = static_cast<float>(std::sin(kTwoPi * day_of_year / year_days));
+  y[i++] = static_cast<float>(std::cos(kTwoPi * day_of_year / year_days));
+  if (ct.hour) {
+    const double time_of_day = days - whole;  // fraction of the day
+    y[i++] = static_cast<float>(std::sin(kTwoPi * time_of_day));
+    y[i++] = static_cast<float>(std::cos(kTwoPi * time_of_day));
+  }
+  y[i++] = static_cast<float>((days - ct.mean) / ct.scale);
+}
+
+// Frequent levels of a categorical column: slot per code (-1: no training
+// row), the other slot for the rare levels when a training row has one.
+void fit_levels(ColumnTransform& ct, const std::vector<std::uint64_t>& counts, const FeatureOptions& options) {
+  const std::size_t levels = counts.size();
+  std::vector<std::size_t> order;
+  for (std::size_t c = 0; c < levels; ++c)
+    if (counts[c] > 0 && counts[c] >= static_cast<std::uint64_t>(options.category_min_count)) order.push_back(c);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return counts[a] > counts[b]; });
+  if (order.size() > static_cast<std::size_t>(options.max_categories))
+    order.resize(static_cast<std::size_t>(options.max_categories));
+  std::vector<std::uint8_t> kept(levels, 0);
+  for (std::size_t c : order) kept[c] = 1;
+  std::vector<std::int64_t> slots(levels, -1);
+  std::int64_t next = 0;
+  bool rare = false;
+  for (std::size_t c = 0; c < levels; ++c) {
+    if (kept[c]) slots[c] = next++;
+    else if (counts[c] > 0) rare = true;
+  }
+  ct.other = rare;
+  if (rare)
+    for (std::size_t c = 0; c < levels; ++c)
+      if (!kept[c] && counts[c] > 0) slots[c] = next;
+  ct.categories = next + (rare ? 1 : 0);
+  bool identity = !rare && next == static_cast<std::int64_t>(levels);
+  if (!identity) ct.slots = std::move(slots);
+}
+
+}  // namespace
+
+std::int64_t ColumnTransform::output_width() const {
+  if (one_hot) return categories;
+  if (datetime) return datetime_output_width(hour);
+  return width;
+}
+
+std::optional<std::string> check_feature_columns(const Table& table, const std::vector<std::string>& names) {
+  std::vector<std::string_view> known;
+  for (std::size_t c = 0; c < table.columns.size(); ++c)
+    if (c != table.label_column) known.push_back(table.columns[c].name);
+  for (const std::string& name : names) {
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    if (name == table.columns[table.label_column].name)
+      return "'" + name + "' is the label column, not a feature";
+    return "no column '" + name + "'" + did_you_mean(name, known);
+  }
+  return std::nullopt;
+}
+
+FeatureTransform FeatureTransform::fit(const Table& table, std::span<const std::uint32_t> rows,
+                                       const FeatureOptions& options) {
+  for (const auto* names : {&options.exclude, options.features ? &*options.features : nullptr})
+    if (names)
+      if (auto problem = check_feature_columns(table, *names))
+        throw usage_error((names == &options.exclude ? "exclude: " : "features: ") + *problem);
+  auto named = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
   FeatureTransform t;
-  t.input_shape_ = table.sample_shape;
   const std::size_t row_width = static_cast<std::size_t>(table.sample_width());
   std::size_t offset = 0;
   for (std::size_t c = 0; c < table.columns.size(); ++c) {
     if (c == table.label_column) continue;
     const ColumnSchema& schema = table.columns[c];
+    const std::size_t column_offset = offset;
+    offset += static_cast<std::size_t>(schema.width());
+    auto cell = [&](std::uint32_t r, std::int64_t k) -> double {
+      return table.features[r * row_width + column_offset + static_cast<std::size_t>(k)];
+    };
+    if (options.features && !named(*options.features, schema.name)) {
+      t.excluded_.push_back({schema.name, "not in features=", false});
+      continue;
+    }
+    if (named(options.exclude, schema.name)) {
+      t.excluded_.push_back({schema.name, "exclude=", false});
+      continue;
+    }
     ColumnTransform ct;
     ct.column = schema.name;
     ct.width = schema.width();
     if (schema.type == ColumnType::kCategorical) {
+      std::vector<std::uint64_t> counts(schema.categories.size(), 0);
+      for (std::uint32_t r : rows) {
+        const double code = cell(r, 0);
+        if (code >= 0 && code < static_cast<double>(counts.size()) && std::floor(code) == code)
+          ++counts[static_cast<std::size_t>(code)];
+      }
+      const auto distinct = static_cast<std::uint64_t>(std::count_if(counts.begin(), counts.end(), [](auto n) { return n > 0; }));
+      const bool chosen = options.features.has_value();
+      if (!chosen && rows.size() >= kIdentifierMinRows &&
+          static_cast<double>(distinct) >= kIdentifierDistinctFraction * static_cast<double>(rows.size())) {
+        t.excluded_.push_back({schema.name,
+                               std::to_string(distinct) + " distinct values in " + std::to_string(rows.size()) +
+                                   " training rows, an identifier",
+                               true});
+        continue;
+      }
       ct.one_hot = true;
-      ct.categories = static_cast<std::int64_t>(schema.categories.size());
       ct.category_names = schema.categories;
+      fit_levels(ct, counts, options);
+    } else if (schema.type == ColumnType::kDatetime) {
+      ct.datetime = true;
+      ct.hour = schema.has_time;
+      std::tie(ct.year_mean, ct.year_scale) = mean_and_scale(rows, 1, [&](std::uint32_t r, std::int64_t) {
+        const double v = cell(r, 0);
+        return std::isnan(v) ? v : static_cast<double>(civil_from_days(static_cast<std::int64_t>(std::floor(v))).year);
+      });
+      std::tie(ct.mean, ct.scale) = mean_and_scale(rows, 1, cell);
     } else {
-      // Two passes in row order: a deterministic mean and variance.
-      double sum = 0;
-      std::uint64_t count = 0;
-      for (std::uint32_t r : rows) {
-        const float* x = table.features.data() + r * row_width + offset;
-        for (std::int64_t k = 0; k < ct.width; ++k)
-          if (!std::isnan(x[k])) {
-            sum += x[k];
-            ++count;
-          }
-      }
-      double mean = count ? sum / static_cast<double>(count) : 0.0;
-      double m2 = 0;
-      for (std::uint32_t r : rows) {
-        const float* x = table.features.data() + r * row_width + offset;
-        for (std::int64_t k = 0; k < ct.width; ++k)
-          if (!std::isnan(x[k])) m2 += (x[k] - mean) * (x[k] - mean);
-      }
-      double sd = count ? std::sqrt(m2 / static_cast<double>(count)) : 0.0;
-      ct.mean = mean;
-      // A constant column carries no information; leave it centred at 0.
-      ct.scale = sd > 1e-12 ? sd : 1.0;
+      std::tie(ct.mean, ct.scale) = mean_and_scale(rows, ct.width, cell);
     }
-    offset += static_cast<std::size_t>(ct.width);
     t.columns_.push_back(std::move(ct));
   }
   if (offset != row_width)
     throw corrupt("dataset schema: feature columns are " + std::to_string(offset) +
                   " values wide but rows hold " + std::to_string(row_width));
+  if (t.columns_.empty())
+    throw usage_error("no feature column is left (left out: " +
+                      [&] {
+                        std::string names;
+                        for (const auto& e : t.excluded_) names += (names.empty() ? "" : ", ") + e.column;
+                        return names;
+                      }() +
+                      "); name the columns to use with features=");
+  // Images keep {C, H, W} when their one column is used whole; tabular
+  // rows are as wide as the columns kept.
+  t.input_shape_ = t.excluded_.empty() ? table.sample_shape : std::vector<std::int64_t>{t.input_width()};
   return t;
+}
+
+std::vector<float> FeatureTransform::gather(const Table& table, std::span<const std::uint32_t> rows) const {
+  std::map<std::string, std::size_t> offsets;  // column name -> offset in the table's rows
+  std::size_t offset = 0;
+  for (std::size_t c = 0; c < table.columns.size(); ++c) {
+    if (c == table.label_column) continue;
+    offsets[table.columns[c].name] = offset;
+    offset += static_cast<std::size_t>(table.columns[c].width());
+  }
+  const auto row_width = static_cast<std::size_t>(table.sample_width());
+  const auto in_w = static_cast<std::size_t>(input_width());
+  std::vector<float> out(rows.size() * in_w);
+  std::size_t at = 0;
+  for (const auto& c : columns_) {
+    auto it = offsets.find(c.column);
+    if (it == offsets.end()) throw usage_error("features: the data has no column '" + c.column + "'");
+    const auto w = static_cast<std::size_t>(c.width);
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      std::copy_n(table.features.data() + rows[i] * row_width + it->second, w, out.data() + i * in_w + at);
+    at += w;
+  }
+  return out;
+}
+
+std::vector<float> FeatureTransform::gather(const Table& table) const {
+  std::vector<std::uint32_t> rows(table.rows);
+  for (std::uint32_t i = 0; i < rows.size(); ++i) rows[i] = i;
+  return gather(table, rows);
 }
 
 std::int64_t FeatureTransform::input_width() const {
@@ -86,13 +281,13 @@ std::int64_t FeatureTransform::input_width() const {
 
 std::int64_t FeatureTransform::output_width() const {
   std::int64_t w = 0;
-  for (const auto& c : columns_) w += c.one_hot ? c.categories : c.width;
+  for (const auto& c : columns_) w += c.output_width();
   return w;
 }
 
 std::vector<std::int64_t> FeatureTransform::output_shape() const {
-  bool any_one_hot = std::any_of(columns_.begin(), columns_.end(), [](const auto& c) { return c.one_hot; });
-  if (!any_one_hot) return input_shape_;
+  bool expanded = std::any_of(columns_.begin(), columns_.end(), [](const auto& c) { return c.one_hot || c.datetime; });
+  if (!expanded) return input_shape_;
   return {output_width()};
 }
 
@@ -109,16 +304,23 @@ std::vector<float> FeatureTransform::apply(std::span<const float> features, Tran
     float* y = out.data() + r * out_w;
     for (const auto& c : columns_) {
       if (c.one_hot) {
-        float code = *x;
+        const float code = *x;
+        const auto levels = static_cast<float>(c.category_names.size());
+        std::int64_t slot = -1;
         if (std::isnan(code)) {
           ++counts.missing;
-        } else if (code >= 0 && std::floor(code) == code && code < static_cast<float>(c.categories)) {
-          y[static_cast<std::size_t>(code)] = 1.0f;
         } else {
-          ++counts.unseen;
+          if (code >= 0 && std::floor(code) == code && code < levels)
+            slot = c.slots.empty() ? static_cast<std::int64_t>(code) : c.slots[static_cast<std::size_t>(code)];
+          if (slot < 0) {
+            ++counts.unseen;  // outside the dictionary, or a level no training row had
+            if (c.other) slot = c.categories - 1;
+          }
         }
-        x += 1;
-        y += c.categories;
+        if (slot >= 0) y[slot] = 1.0f;
+      } else if (c.datetime) {
+        if (std::isnan(*x)) ++counts.missing;  // all zeros
+        else expand_datetime(c, static_cast<double>(*x), y);
       } else {
         const float mean = static_cast<float>(c.mean);
         const float inv = static_cast<float>(1.0 / c.scale);
@@ -130,9 +332,9 @@ std::vector<float> FeatureTransform::apply(std::span<const float> features, Tran
             y[k] = (x[k] - mean) * inv;
           }
         }
-        x += c.width;
-        y += c.width;
       }
+      x += c.width;
+      y += c.output_width();
     }
   }
   return out;
@@ -144,13 +346,27 @@ json FeatureTransform::to_json() const {
     json j = {{"column", c.column}, {"width", c.width}};
     if (c.one_hot) {
       j["one_hot"] = c.category_names;
+      if (!c.slots.empty()) {
+        j["slots"] = c.slots;
+        j["other"] = c.other;
+      }
+    } else if (c.datetime) {
+      j["datetime"] = {{"hour", c.hour},           {"year_mean", c.year_mean}, {"year_scale", c.year_scale},
+                       {"elapsed_mean", c.mean}, {"elapsed_scale", c.scale}};
     } else {
       j["mean"] = c.mean;
       j["scale"] = c.scale;
     }
     cols.push_back(std::move(j));
   }
-  return {{"input_shape", input_shape_}, {"columns", cols}};
+  json out = {{"input_shape", input_shape_}, {"columns", cols}};
+  // Absent when every column is used: such a header reads as before.
+  if (!excluded_.empty()) {
+    json ex = json::array();
+    for (const auto& e : excluded_) ex.push_back({{"column", e.column}, {"reason", e.reason}, {"identifier", e.identifier}});
+    out["excluded"] = std::move(ex);
+  }
+  return out;
 }
 
 FeatureTransform FeatureTransform::from_json(const json& j) {
@@ -165,12 +381,40 @@ FeatureTransform FeatureTransform::from_json(const json& j) {
         ct.one_hot = true;
         ct.category_names = c.at("one_hot").get<std::vector<std::string>>();
         ct.categories = static_cast<std::int64_t>(ct.category_names.size());
+        if (c.contains("slots")) {
+          ct.slots = c.at("slots").get<std::vector<std::int64_t>>();
+          ct.other = c.at("other").get<bool>();
+          if (ct.slots.size() != ct.category_names.size())
+            throw corrupt("feature transform: column '" + ct.column + "' has " + std::to_string(ct.slots.size()) +
+                          " slots for " + std::to_string(ct.category_names.size()) + " levels");
+          std::int64_t top = -1;
+          for (auto s : ct.slots) {
+            if (s < -1) throw corrupt("feature transform: column '" + ct.column + "' has slot " + std::to_string(s));
+            top = std::max(top, s);
+          }
+          ct.categories = top + 1;
+          if (ct.other && top < 0) ct.categories = 1;
+        }
+        if (ct.width != 1) throw corrupt("feature transform: one-hot column '" + ct.column + "' is not 1 wide");
+      } else if (c.contains("datetime")) {
+        const json& d = c.at("datetime");
+        ct.datetime = true;
+        ct.hour = d.at("hour").get<bool>();
+        ct.year_mean = d.at("year_mean").get<double>();
+        ct.year_scale = d.at("year_scale").get<double>();
+        ct.mean = d.at("elapsed_mean").get<double>();
+        ct.scale = d.at("elapsed_scale").get<double>();
+        if (ct.width != 1) throw corrupt("feature transform: datetime column '" + ct.column + "' is not 1 wide");
       } else {
         ct.mean = c.at("mean").get<double>();
         ct.scale = c.at("scale").get<double>();
       }
       t.columns_.push_back(std::move(ct));
     }
+    if (j.contains("excluded"))
+      for (const auto& e : j.at("excluded"))
+        t.excluded_.push_back({e.at("column").get<std::string>(), e.at("reason").get<std::string>(),
+                               e.value("identifier", false)});
     return t;
   } catch (const json::exception& e) {
     throw corrupt(std::string("feature transform: ") + e.what());

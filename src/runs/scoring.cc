@@ -15,6 +15,14 @@ std::vector<float> class_probabilities(LossKind loss, std::span<const float> pre
   return out;
 }
 
+json score_per_class(LossKind loss, const LabelEncoding& labels, std::span<const float> predictions,
+                     std::span<const float> encoded_labels) {
+  if (!labels.classification()) return json::object();
+  ClassificationMetrics m =
+      classification_metrics(class_probabilities(loss, predictions), encoded_labels, labels.classes());
+  return m.per_class_json(labels.class_names());
+}
+
 json score(const std::string& prefix, LossKind loss, const LabelEncoding& labels,
            std::span<const float> predictions, std::span<const float> encoded_labels) {
   json out = json::object();
@@ -23,6 +31,7 @@ json score(const std::string& prefix, LossKind loss, const LabelEncoding& labels
     ClassificationMetrics m = classification_metrics(probs, encoded_labels, labels.classes());
     out[prefix + "_accuracy"] = m.accuracy;
     out[prefix + "_macro_f1"] = m.macro_f1;
+    out[prefix + "_balanced_accuracy"] = m.balanced_accuracy;
     if (m.roc_auc) out[prefix + "_roc_auc"] = *m.roc_auc;
   } else {
     std::vector<double> p(predictions.size()), t(encoded_labels.size());

@@ -69,6 +69,22 @@ double samples_done(const Trainer& trainer, std::uint64_t rows) {
   return static_cast<double>(trainer.epoch()) * static_cast<double>(rows) + std::max(0.0, partial);
 }
 
+// [{"column": "order_id", "reason": "..."}]: the columns not among the features.
+json excluded_columns_json(const FeatureTransform& features) {
+  json out = json::array();
+  for (const auto& e : features.excluded()) out.push_back({{"column", e.column}, {"reason", e.reason}});
+  return out;
+}
+
+// {"no": 0.57, "yes": 4.0} by class name, or null when unweighted.
+json class_weights_json(const PreparedData& data) {
+  if (data.class_weights.empty()) return nullptr;
+  json out = json::object();
+  for (std::size_t c = 0; c < data.class_weights.size(); ++c)
+    out[data.labels.class_names()[c]] = data.class_weights[c];
+  return out;
+}
+
 json lineage_json(const TrainConfig& config, const PreparedData& data, const RunRecord& run,
                   const BackendCapabilities& backend) {
   return {{"dataset", data.version.ref()},
@@ -82,7 +98,9 @@ json lineage_json(const TrainConfig& config, const PreparedData& data, const Run
           {"anneal_commit", git_commit()},
           {"host", host_name()},
           {"isa", backend.isa},
-          {"run", run.label()}};
+          {"run", run.label()},
+          {"excluded_columns", excluded_columns_json(data.features)},
+          {"class_weights", class_weights_json(data)}};
 }
 
 runs::ModelFile model_shell(const PreparedData& data) {
@@ -101,19 +119,24 @@ runs::ModelFile model_shell(const PreparedData& data) {
 LinearModel fit_linear(const PreparedData& data, double l2) {
   const std::int64_t inputs = data.features.output_width();
   if (data.labels.classification())
-    return fit_logistic(data.x_train, data.y_train, inputs, data.labels.classes(), l2);
+    return fit_logistic(data.x_train, data.y_train, inputs, data.labels.classes(), l2, data.class_weights);
   return fit_ridge(data.x_train, data.y_train, inputs, l2);
 }
 
 // The linear model's score on validation rows, else test rows, as
 // "<prefix>_val_accuracy" etc.
-json linear_scores(const std::string& prefix, const LinearModel& linear, const PreparedData& data) {
+// Per-class scores go to `per_class` as {"<prefix>val": {...}, ...}.
+json linear_scores(const std::string& prefix, const LinearModel& linear, const PreparedData& data, json& per_class) {
   // The linear model's outputs are already probabilities per class.
   LossKind as = data.labels.classification() ? LossKind::kSoftmaxCrossEntropy : LossKind::kMeanSquaredError;
   json out = json::object();
-  if (!data.y_val.empty()) out.update(runs::score(prefix + "val", as, data.labels, linear.predict(data.x_val), data.y_val));
-  if (!data.y_test.empty())
-    out.update(runs::score(prefix + "test", as, data.labels, linear.predict(data.x_test), data.y_test));
+  auto add = [&](const std::string& split, const std::vector<float>& x, const std::vector<float>& y) {
+    std::vector<float> p = linear.predict(x);
+    out.update(runs::score(prefix + split, as, data.labels, p, y));
+    if (data.labels.classification()) per_class[prefix + split] = runs::score_per_class(as, data.labels, p, y);
+  };
+  if (!data.y_val.empty()) add("val", data.x_val, data.y_val);
+  if (!data.y_test.empty()) add("test", data.x_test, data.y_test);
   return out;
 }
 
@@ -201,6 +224,11 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
   TrainerConfig tc = config.trainer;
   tc.loss = data.loss;
   tc.classes = data.labels.classification() ? data.labels.classes() : 0;
+  tc.class_weights = data.class_weights;
+  for (const ExcludedColumn& e : data.features.excluded())
+    if (e.identifier)
+      reporter.note("column '" + e.column + "' left out of the features: " + e.reason +
+                    "; set features= or exclude= to choose");
   DataView train_view{data.x_train, data.y_train, data.input_shape};
   std::optional<DataView> val_view;
   if (!data.y_val.empty()) val_view = DataView{data.x_val, data.y_val, data.input_shape};
@@ -244,6 +272,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
   std::optional<std::int64_t> last_saved_step;  // the newest checkpoint of this run that is recorded
   try {
     json metrics = json::object();
+    json per_class = json::object();  // {"test": {"CLASS": {"recall", ...}}, ...}
     runs::ModelFile model = model_shell(data);
     const bool classification = data.labels.classification();
     std::optional<LinearModel> linear;
@@ -254,7 +283,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       model.linear_model = *linear;
       model.weights_hash = runs::linear_weights_hash(*linear);
       // Unprefixed val_*/test_* keys: here the linear model is the model.
-      metrics.update(linear_scores("", *linear, data));
+      metrics.update(linear_scores("", *linear, data, per_class));
     } else {
       const json prep = {{"features", data.features.to_json()}, {"labels", data.labels.to_json()}};
       std::int64_t recorded_epochs = 0;
@@ -378,19 +407,25 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       model.precision = config.trainer.precision;
       model.tensors = runs::export_weights(*trainer);
       model.weights_hash = trainer->weights_hash();
+      auto add = [&](const std::string& split, const std::vector<float>& x, const std::vector<float>& y) {
+        std::vector<float> p = trainer->predict(x);
+        metrics.update(runs::score(split, data.loss, data.labels, p, y));
+        if (classification) per_class[split] = runs::score_per_class(data.loss, data.labels, p, y);
+      };
       if (!data.y_val.empty()) {
-        metrics.update(runs::score("val", data.loss, data.labels, trainer->predict(data.x_val), data.y_val));
+        add("val", data.x_val, data.y_val);
         metrics["val_loss"] = trainer->history().back().val_loss;
       }
-      if (!data.y_test.empty())
-        metrics.update(runs::score("test", data.loss, data.labels, trainer->predict(data.x_test), data.y_test));
-      if (linear) metrics.update(linear_scores("baseline_", *linear, data));
+      if (!data.y_test.empty()) add("test", data.x_test, data.y_test);
+      if (linear) metrics.update(linear_scores("baseline_", *linear, data, per_class));
       if (trainer->stopped_early()) metrics["stopped_early_at_epoch"] = trainer->epoch();
     }
     result.weights_hash = model.weights_hash;
     result.metrics = metrics;
+    result.per_class = per_class;
     json summary = {{"samples_per_s", result.samples_per_s}, {"weights_hash", result.weights_hash},
                     {"metrics", metrics}};
+    if (!per_class.empty()) summary["per_class"] = per_class;
     if (trainer) summary["steps"] = trainer->step();
     json lineage = lineage_json(config, data, run, backend->capabilities());
     lineage.update(runs::warm_start_lineage(warm));

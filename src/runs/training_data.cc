@@ -1,6 +1,9 @@
 #include "runs/training_data.h"
 
+#include <algorithm>
+
 #include "anneal/error.h"
+#include "anneal/spelling.h"
 
 namespace anneal::runs {
 
@@ -13,12 +16,56 @@ std::string column_list(const DatasetVersion& v) {
   return out;
 }
 
-std::vector<float> gather(const Table& t, const std::vector<std::uint32_t>& rows) {
-  const auto w = static_cast<std::size_t>(t.sample_width());
-  std::vector<float> out(rows.size() * w);
-  for (std::size_t i = 0; i < rows.size(); ++i)
-    std::copy_n(t.features.data() + rows[i] * w, w, out.data() + i * w);
-  return out;
+// "fm.ini:5: " or "--set features: " for a config key, "" when it was not set.
+std::string where(const TrainConfig& config, const std::string& key) {
+  auto it = config.sources.find(key);
+  return it == config.sources.end() ? std::string() : it->second + ": ";
+}
+
+// class_weight resolved per class index: balanced is w_k = n / (K * n_k)
+// over the training rows (a class with no training row gets weight 1).
+// class_weight needs classes: checked before the label encoding, which
+// would otherwise complain about the label instead of the key.
+void check_class_weight_loss(const TrainConfig& config, LossKind loss) {
+  if (!config.class_weight.empty() && !is_classification(loss))
+    throw usage_error(where(config, "class_weight") + "class_weight: loss = " + loss_name(loss) +
+                      " has no classes; class weights need softmax_ce or bce");
+}
+
+std::vector<float> resolve_class_weights(const TrainConfig& config, const LabelEncoding& labels,
+                                         std::span<const float> encoded, std::span<const std::uint32_t> rows) {
+  if (config.class_weight.empty()) return {};
+  const std::string at = where(config, "class_weight");
+  ClassWeightSpec spec;
+  try {
+    spec = parse_class_weight(config.class_weight);
+  } catch (const Error& e) {
+    throw usage_error(at + "class_weight = " + e.what());
+  }
+  const auto k = static_cast<std::size_t>(labels.classes());
+  std::vector<float> w(k, 1.0f);
+  if (spec.balanced) {
+    std::vector<std::uint64_t> counts(k, 0);
+    for (auto r : rows) ++counts[static_cast<std::size_t>(encoded[r])];
+    for (std::size_t c = 0; c < k; ++c)
+      if (counts[c] > 0)
+        w[c] = static_cast<float>(static_cast<double>(rows.size()) / (static_cast<double>(k) * static_cast<double>(counts[c])));
+    return w;
+  }
+  std::vector<std::string_view> names(labels.class_names().begin(), labels.class_names().end());
+  for (const auto& [name, weight] : spec.weights) {
+    auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end())
+      throw usage_error(at + "class_weight: label '" + labels.column() + "' has no class '" + name + "'" +
+                        did_you_mean(name, names) + " (classes: " +
+                        [&] {
+                          std::string all;
+                          for (auto n : names) all += (all.empty() ? "" : ", ") + std::string(n);
+                          return all;
+                        }() + ")");
+    w[static_cast<std::size_t>(it - names.begin())] = static_cast<float>(weight);
+  }
+  return w;
 }
 
 }  // namespace
@@ -45,6 +92,7 @@ PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig
   const DatasetVersion& v = d.version;
   check_trainable(loaded, config);
   d.loss = config.loss.empty() ? LabelEncoding::infer_loss(loaded.train) : parse_loss_kind(config.loss);
+  check_class_weight_loss(config, d.loss);
   d.labels = LabelEncoding::fit(d.loss, loaded.train, loaded.test);
   d.tabular = v.format == "csv" || v.format == "tsv";
 
@@ -54,18 +102,37 @@ PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig
                    val_rows);
   if (train_rows.empty()) throw usage_error("validation = " + std::to_string(config.validation) +
                                             " leaves no training rows");
-  d.features = FeatureTransform::fit(loaded.train, train_rows);
+  FeatureOptions options;
+  options.features = config.features;
+  options.exclude = config.exclude;
+  options.category_min_count = config.category_min_count;
+  options.max_categories = config.max_categories;
+  for (const char* key : {"features", "exclude"}) {
+    const auto& names = std::string_view(key) == "features" ? config.features.value_or(std::vector<std::string>{})
+                                                             : config.exclude;
+    if (auto problem = check_feature_columns(loaded.train, names))
+      throw usage_error(where(config, key) + key + ": " + *problem);
+  }
+  d.class_weights = resolve_class_weights(config, d.labels, encoded, train_rows);
+  try {
+    d.features = FeatureTransform::fit(loaded.train, train_rows, options);
+  } catch (const Error& e) {
+    // "no feature column is left": say which keys chose the columns.
+    if (e.kind() != ErrorKind::kUsage) throw;
+    std::string at = where(config, config.features ? "features" : "exclude");
+    throw usage_error(at + e.what());
+  }
   d.input_shape = d.features.output_shape();
   TransformCounts counts;
-  d.x_train = d.features.apply(gather(loaded.train, train_rows), counts);
+  d.x_train = d.features.apply(d.features.gather(loaded.train, train_rows), counts);
   d.y_train.reserve(train_rows.size());
   for (auto r : train_rows) d.y_train.push_back(encoded[r]);
   if (!val_rows.empty()) {
-    d.x_val = d.features.apply(gather(loaded.train, val_rows), counts);
+    d.x_val = d.features.apply(d.features.gather(loaded.train, val_rows), counts);
     for (auto r : val_rows) d.y_val.push_back(encoded[r]);
   }
   if (loaded.test.rows > 0) {
-    d.x_test = d.features.apply(loaded.test.features, counts);
+    d.x_test = d.features.apply(d.features.gather(loaded.test), counts);
     d.y_test = d.labels.encode_all(loaded.test.labels, "dataset " + v.ref() + " test");
   }
   return d;

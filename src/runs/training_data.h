@@ -22,6 +22,9 @@ struct PreparedData {
   FeatureTransform features;
   std::vector<std::int64_t> input_shape;  // the network's per-sample input
   bool tabular = false;                   // CSV/TSV: gets the linear baseline
+  // class_weight resolved per class index (empty: unweighted), and how it
+  // was asked for ("balanced" or the config text), for the lineage.
+  std::vector<float> class_weights;
   std::vector<float> x_train, y_train, x_val, y_val, x_test, y_test;
   std::uint64_t train_rows() const { return y_train.size(); }
 };
@@ -30,8 +33,10 @@ struct PreparedData {
 // version does not have, or a version without training rows.
 void check_trainable(const LoadedDataset& loaded, const TrainConfig& config);
 
-// Checks the config against the version (the label) and builds the arrays.
-// kUsage for a label the version does not have or a loss that does not fit.
+// Checks the config against the version (the label, features=, exclude=,
+// class_weight) and builds the arrays. kUsage for a label the version does
+// not have, a loss that does not fit, a column or class the data does not
+// have (naming the config key and where it was set).
 PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig& config);
 
 }  // namespace anneal::runs

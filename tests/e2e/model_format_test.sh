@@ -184,6 +184,66 @@ printf 'name = wine-linear\ndataset = wine\nlayers = linear\nthreads = 1\n' >"$W
 expect_rc 0 train "$WORK/linear.ini"
 compare_predict wine-linear@v1 "$TEST_DATA/wine.csv" 1e-5 "linear model"
 
+# --- an order export: identifiers left out, frequent levels and "other" -------
+# order_date is forced categorical (a text per row: an identifier), so this
+# part does not depend on date parsing at import; the datetime expansion is
+# the document's worked example, computed by the reader below.
+expect_rc 0 data import sales "$TEST_DATA/sales.csv" --label returned --categorical order_date
+cat >"$WORK/sales.ini" <<'INI'
+name = sales-mlp
+dataset = sales
+layers = dense(16) relu dense(2)
+epochs = 3
+seed = 3
+threads = 1
+class_weight = balanced
+max_categories = 20
+INI
+expect_rc 0 train "$WORK/sales.ini"
+expect_contains "$OUT$ERR" "column 'order_id' left out of the features: " "the run says which identifier it left out"
+model_blob sales-mlp@v1 "$WORK/sales.bin"
+"$PY" - "$WORK/sales.bin" "$READER" <<'PY' && pass || fail "sales model header: excluded columns and other slots"
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("read_model", sys.argv[2])
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+header, _ = m.load_model(sys.argv[1])
+f = header["features"]
+excluded = {e["column"]: e for e in f["excluded"]}
+assert set(excluded) == {"order_id", "order_date"}, excluded
+assert all(e["identifier"] for e in excluded.values())
+product = next(c for c in f["columns"] if c["column"] == "product")
+assert product["other"] and m.one_hot_width(product) == 21, m.one_hot_width(product)
+assert len(product["one_hot"]) > 21  # the whole dictionary stays, for the names
+PY
+# Rows without the left-out columns, an unseen product (the other slot) and
+# a missing one (all zeros).
+"$PY" - "$TEST_DATA/sales.csv" "$WORK/sales-rows.csv" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))[:401]
+head = rows[0]
+keep = [i for i, n in enumerate(head) if n not in ("order_id", "order_date")]
+rows[1][head.index("product")] = "P-9999"
+rows[2][head.index("product")] = ""
+csv.writer(open(sys.argv[2], "w", newline="")).writerows([[r[i] for i in keep] for r in rows])
+PY
+compare_predict sales-mlp@v1 "$WORK/sales-rows.csv" 1e-5 "identifiers left out, other slot"
+# docs/STORE.md "Feature transform": the worked example, by the reader.
+"$PY" - "$READER" <<'PY' && pass || fail "the reader does not compute the document's transform example"
+import importlib.util, sys
+import numpy as np
+spec = importlib.util.spec_from_file_location("read_model", sys.argv[1])
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+f = {"input_shape": [3],
+     "columns": [{"column": "x", "width": 1, "mean": 1.5, "scale": 0.5},
+                 {"column": "color", "width": 1, "one_hot": ["red", "blue", "green"], "slots": [0, 1, -1], "other": True},
+                 {"column": "when", "width": 1, "datetime": {"hour": True, "year_mean": 2024, "year_scale": 0.5,
+                                                              "elapsed_mean": 19800, "elapsed_scale": 200}}]}
+got = m.transform(f, np.array([[2, 2, 19797.75]]))[0]
+want = [1, 0, 1, 0, 0.8660254, 0.5, -0.4338837, -0.9009689, 0.9552107, 0.2959267, -1, 0, -0.01125]
+assert len(got) == len(want) and max(abs(a - b) for a, b in zip(got, want)) < 1e-6, got
+assert abs(m.days_from_text("2024-03-15 18:00") - 19797.75) < 1e-9
+PY
+
 # --- pruned (bitmask, format 2) and int8 versions of the iris MLP ---------------
 # A pruned model's weights_hash covers its weights before encoding, where a
 # pruned negative weight is -0.0; the bitmask stores it as +0.0 (the

@@ -18,6 +18,7 @@ Python 3 and numpy; stores are read with sqlite3 and the zstd command.
 """
 import argparse
 import csv
+import datetime
 import hashlib
 import json
 import math
@@ -369,6 +370,31 @@ def linear_predict(lin, x):
 MISSING = {"", "na", "n/a", "nan", "null", "none", "?"}
 
 
+def one_hot_width(c):
+    """Output slots of a one-hot column: the dictionary, or the slots' count."""
+    if "slots" not in c:
+        return len(c["one_hot"])
+    return max(c["slots"] + [-1]) + 1
+
+
+def expand_datetime(c, v):
+    """The documented datetime expansion of one value (days since 1970)."""
+    d = c["datetime"]
+    whole = math.floor(v)
+    date = datetime.date(1970, 1, 1) + datetime.timedelta(days=whole)
+    leap = date.year % 4 == 0 and (date.year % 100 != 0 or date.year % 400 == 0)
+    day_of_year = date.timetuple().tm_yday - 1
+    tau = 2 * math.pi
+    out = [(date.year - d["year_mean"]) / d["year_scale"],
+           math.sin(tau * (date.month - 1) / 12), math.cos(tau * (date.month - 1) / 12),
+           math.sin(tau * date.weekday() / 7), math.cos(tau * date.weekday() / 7),
+           math.sin(tau * day_of_year / (366 if leap else 365)), math.cos(tau * day_of_year / (366 if leap else 365))]
+    if d["hour"]:
+        out += [math.sin(tau * (v - whole)), math.cos(tau * (v - whole))]
+    out.append((v - d["elapsed_mean"]) / d["elapsed_scale"])
+    return out
+
+
 def transform(features, raw):
     """raw: (rows, input width) floats in the store's layout -> network input (rows, width)."""
     out = []
@@ -376,12 +402,27 @@ def transform(features, raw):
     for c in features["columns"]:
         w = c["width"]
         if "one_hot" in c:
-            k = len(c["one_hot"])
+            levels = len(c["one_hot"])
+            slots = c.get("slots", list(range(levels)))
+            k = one_hot_width(c)
             codes = raw[:, at]
             block = np.zeros((raw.shape[0], k), dtype=np.float32)
             for r, code in enumerate(codes):
-                if not math.isnan(code) and code >= 0 and code == int(code) and code < k:
-                    block[r, int(code)] = 1
+                if math.isnan(code):
+                    continue
+                slot = slots[int(code)] if code >= 0 and code == int(code) and code < levels else -1
+                if slot < 0 and c.get("other"):
+                    slot = k - 1  # unseen: the other slot
+                if slot >= 0:
+                    block[r, slot] = 1
+            out.append(block)
+            at += 1
+        elif "datetime" in c:
+            k = 10 if c["datetime"]["hour"] else 8
+            block = np.zeros((raw.shape[0], k), dtype=np.float32)
+            for r, v in enumerate(raw[:, at]):
+                if not math.isnan(v):
+                    block[r] = np.array(expand_datetime(c, float(np.float32(v))), dtype=np.float32)
             out.append(block)
             at += 1
         else:
@@ -394,6 +435,17 @@ def transform(features, raw):
     return np.concatenate(out, axis=1)
 
 
+def days_from_text(cell):
+    """An ISO date or date-time cell (YYYY-MM-DD[ HH:MM[:SS]], 'T' or ' ') as days since 1970."""
+    for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d"):
+        try:
+            t = datetime.datetime.strptime(cell, fmt)
+        except ValueError:
+            continue
+        return (t - datetime.datetime(1970, 1, 1)).total_seconds() / 86400
+    raise FormatError(f"{cell!r}: not an ISO date")
+
+
 def raw_rows_from_csv(features, path, delimiter=","):
     with open(path, newline="") as f:
         rows = list(csv.reader(f, delimiter=delimiter))
@@ -402,12 +454,14 @@ def raw_rows_from_csv(features, path, delimiter=","):
     raw = np.zeros((len(body), sum(1 if "one_hot" in c else c["width"] for c in features["columns"])))
     at = 0
     for c in features["columns"]:
-        col = index[c["column"]]
+        col = index[c["column"]]  # a left-out column ("excluded") is not read at all
         for r, row in enumerate(body):
             cell = row[col].strip()
             if "one_hot" in c:
                 raw[r, at] = c["one_hot"].index(cell) if cell in c["one_hot"] else (
                     math.nan if cell.lower() in MISSING else len(c["one_hot"]))
+            elif "datetime" in c:
+                raw[r, at] = math.nan if cell.lower() in MISSING else np.float32(days_from_text(cell))
             else:
                 raw[r, at] = math.nan if cell.lower() in MISSING else float(cell)
         at += 1 if "one_hot" in c else c["width"]

@@ -1260,7 +1260,7 @@ TEST_P(BackendConformance, LossesGradientTotalsAndPredict) {
                           LossKind::kMeanSquaredError, LossKind::kMeanAbsoluteError}) {
       SCOPED_TRACE(dtype_trace(dt) + ", " + loss_name(kind));
       const std::int64_t k = kind == LossKind::kSoftmaxCrossEntropy ? 5 : 1;
-      auto op = be().loss(kind, k);
+      auto op = be().loss(kind, k, {});
       LossTotals expected;
       double abs_sum = 0;
       // Three batches, the second of another size: the totals add up.
@@ -1299,7 +1299,7 @@ TEST_P(BackendConformance, LossesGradientTotalsAndPredict) {
         expect_close("predict, batch " + std::to_string(b), predicted, want.predict, kF32Tolerance);
 
         // The same batch again on a fresh op gives the same gradient bits.
-        auto fresh = be().loss(kind, k);
+        auto fresh = be().loss(kind, k, {});
         Tensor dpred2;
         fresh->forward_backward(pred, labels, &dpred2, scales[b]);
         expect_same_bits("dpred run twice", read(dpred2), got_grad);
@@ -1334,6 +1334,46 @@ TEST_P(BackendConformance, LossesGradientTotalsAndPredict) {
     }
 }
 
+// Class weights: each sample's loss and gradient are w[label] times the
+// unweighted ones (bce: w[0] for label 0, w[1] for label 1), in every
+// precision; weights for a regression loss or of the wrong count are kUsage.
+TEST_P(BackendConformance, ClassWeightedLossesScaleEachSample) {
+  for (DType dt : precisions())
+    for (LossKind kind : {LossKind::kSoftmaxCrossEntropy, LossKind::kBinaryCrossEntropy}) {
+      SCOPED_TRACE(dtype_trace(dt) + ", " + loss_name(kind));
+      const std::int64_t k = kind == LossKind::kSoftmaxCrossEntropy ? 5 : 1;
+      const std::vector<float> weights = kind == LossKind::kSoftmaxCrossEntropy
+                                             ? std::vector<float>{0.5f, 2.0f, 1.0f, 3.0f, 0.25f}
+                                             : std::vector<float>{0.3f, 4.0f};
+      auto op = be().loss(kind, k, weights);
+      const std::int64_t n = 7;
+      HostTensor pv, lv;
+      loss_batch(kind, n, k, 90, pv, lv);
+      pv = stored(pv, dt);
+      Tensor pred = plain(Dims{n, k}, pv, dt), labels = plain(Dims{n}, lv), dpred;
+      const LossRef want = loss_ref(kind, pv, lv, k);
+      op->forward_backward(pred, labels, &dpred, 0.5f);
+      RefTensor grad = want.grad;
+      double sum = 0, abs = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const double w = weights[std::size_t(lv[std::size_t(i)])];
+        for (std::int64_t j = 0; j < k; ++j) grad[std::size_t(i * k + j)] *= w * 0.5;
+        sum += w * want.loss[std::size_t(i)];
+        abs += std::fabs(w * want.loss[std::size_t(i)]);
+      }
+      expect_close("weighted dpred", read(dpred), grad, tolerance(dt));
+      const LossTotals t = op->totals();
+      EXPECT_NEAR(t.loss_sum, sum, kF32Tolerance * abs);
+      EXPECT_EQ(t.count, n);  // the mean stays over samples: balanced weights average 1
+      EXPECT_EQ(t.correct, want.correct);
+    }
+  const std::vector<float> two = {1.0f, 2.0f};
+  EXPECT_THROW(be().loss(LossKind::kMeanSquaredError, 1, two), Error);
+  EXPECT_THROW(be().loss(LossKind::kSoftmaxCrossEntropy, 3, two), Error);
+  const std::vector<float> bad = {1.0f, 0.0f};
+  EXPECT_THROW(be().loss(LossKind::kBinaryCrossEntropy, 1, bad), Error);
+}
+
 TEST_P(BackendConformance, LossTotalsAreTheSameBitsRunTwice) {
   for (LossKind kind : {LossKind::kSoftmaxCrossEntropy, LossKind::kBinaryCrossEntropy,
                         LossKind::kMeanSquaredError, LossKind::kMeanAbsoluteError}) {
@@ -1341,7 +1381,7 @@ TEST_P(BackendConformance, LossTotalsAreTheSameBitsRunTwice) {
     const std::int64_t k = kind == LossKind::kSoftmaxCrossEntropy ? 5 : 1;
     LossTotals first;
     for (int run = 0; run < 2; ++run) {
-      auto op = be().loss(kind, k);
+      auto op = be().loss(kind, k, {});
       for (int b = 0; b < 3; ++b) {
         HostTensor pv, lv;
         loss_batch(kind, 40, k, 90 + std::uint32_t(b), pv, lv);
@@ -2486,7 +2526,7 @@ std::vector<HostTensor> run_thread_sensitive_ops(Backend& be) {
     const std::int64_t k = kind == LossKind::kSoftmaxCrossEntropy ? 10 : 1, rows = 20000;
     HostTensor pv, lv;
     loss_batch(kind, rows, k, 204, pv, lv);
-    auto op = be.loss(kind, k);
+    auto op = be.loss(kind, k, {});
     Tensor pred = plain(Dims{rows, k}, pv), labels = plain(Dims{rows}, lv), dpred;
     op->forward_backward(pred, labels, &dpred, 1.0f / float(rows));
     op->forward_backward(pred, labels, nullptr, 1.0f);

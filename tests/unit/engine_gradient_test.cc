@@ -230,16 +230,26 @@ TEST(Dropout, MaskIsAFunctionOfTheKey) {
 
 // The loss gradients (what the LossOp writes into dpred) against finite
 // differences of the summed loss.
-class LossGradient : public ::testing::TestWithParam<LossKind> {};
+// A weighted case is the loss with class weights (classification only).
+struct LossCase {
+  LossKind kind;
+  bool weighted;
+};
+
+class LossGradient : public ::testing::TestWithParam<LossCase> {};
 
 TEST_P(LossGradient, MatchesFiniteDifferences) {
-  const LossKind kind = GetParam();
+  const LossKind kind = GetParam().kind;
   // The shapes here are tiny: one thread is fastest and keeps the suite
   // quick on a busy machine.
   auto backend = test::cpu_backend();
   const auto scope = backend->enter();
   const std::int64_t n = 4, k = kind == LossKind::kSoftmaxCrossEntropy ? 5 : 1;
-  auto loss = backend->loss(kind, k);
+  std::vector<float> weights;
+  if (GetParam().weighted)
+    weights = kind == LossKind::kSoftmaxCrossEntropy ? std::vector<float>{0.5f, 2.0f, 1.0f, 3.0f, 0.25f}
+                                                     : std::vector<float>{0.3f, 4.0f};
+  auto loss = backend->loss(kind, k, weights);
   std::vector<float> pred = random_values(std::size_t(n * k), 9);
   std::vector<float> labels(n);
   for (std::int64_t i = 0; i < n; ++i)
@@ -272,13 +282,57 @@ TEST_P(LossGradient, MatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Losses, LossGradient,
-                         ::testing::Values(LossKind::kSoftmaxCrossEntropy,
-                                           LossKind::kBinaryCrossEntropy,
-                                           LossKind::kMeanSquaredError,
-                                           LossKind::kMeanAbsoluteError),
-                         [](const ::testing::TestParamInfo<LossKind>& info) {
-                           return std::string(loss_name(info.param));
+                         ::testing::Values(LossCase{LossKind::kSoftmaxCrossEntropy, false},
+                                           LossCase{LossKind::kBinaryCrossEntropy, false},
+                                           LossCase{LossKind::kMeanSquaredError, false},
+                                           LossCase{LossKind::kMeanAbsoluteError, false},
+                                           LossCase{LossKind::kSoftmaxCrossEntropy, true},
+                                           LossCase{LossKind::kBinaryCrossEntropy, true}),
+                         [](const ::testing::TestParamInfo<LossCase>& info) {
+                           return std::string(loss_name(info.param.kind)) + (info.param.weighted ? "_weighted" : "");
                          });
+
+// Class weights by hand: logits 0 give p = 1/2 for either class.
+// softmax_ce, label 1 with weight 3: loss 3·log 2, dz = 3·(p − onehot) =
+// (1.5, −1.5). bce, label 1 with weight 4: loss 4·log 2, dz = 4·(σ(0) − 1)
+// = −2; label 0 with weight 0.5: dz = 0.5·(σ(0) − 0) = 0.25.
+TEST(LossClassWeights, ChangeTheGradientAsComputedByHand) {
+  auto backend = test::cpu_backend();
+  const auto scope = backend->enter();
+  Tensor p, y, dp;
+  {
+    const std::vector<float> w = {1.0f, 3.0f};
+    auto loss = backend->loss(LossKind::kSoftmaxCrossEntropy, 2, w);
+    const std::vector<float> pred = {0.0f, 0.0f}, label = {1.0f};
+    backend->shape_plain(p, Dims{1, 2}, DType::kF32);
+    backend->shape_plain(y, Dims{1}, DType::kF32);
+    backend->copy_from_host(pred.data(), p);
+    backend->copy_from_host(label.data(), y);
+    loss->forward_backward(p, y, &dp, 1.0f);
+    std::vector<float> g(2);
+    backend->copy_to_host(dp, g.data());
+    // oneDNN's log-softmax is within a few ulps of the exact value.
+    EXPECT_NEAR(g[0], 1.5f, 1e-5);
+    EXPECT_NEAR(g[1], -1.5f, 1e-5);
+    EXPECT_NEAR(loss->totals().loss_sum, 3 * std::log(2.0), 1e-5);
+    EXPECT_EQ(loss->totals().count, 1);
+  }
+  {
+    const std::vector<float> w = {0.5f, 4.0f};
+    auto loss = backend->loss(LossKind::kBinaryCrossEntropy, 1, w);
+    const std::vector<float> pred = {0.0f, 0.0f}, label = {1.0f, 0.0f};
+    backend->shape_plain(p, Dims{2, 1}, DType::kF32);
+    backend->shape_plain(y, Dims{2}, DType::kF32);
+    backend->copy_from_host(pred.data(), p);
+    backend->copy_from_host(label.data(), y);
+    loss->forward_backward(p, y, &dp, 1.0f);
+    std::vector<float> g(2);
+    backend->copy_to_host(dp, g.data());
+    EXPECT_FLOAT_EQ(g[0], -2.0f);
+    EXPECT_FLOAT_EQ(g[1], 0.25f);
+    EXPECT_NEAR(loss->totals().loss_sum, 4.5 * std::log(2.0), 1e-6);
+  }
+}
 
 }  // namespace
 }  // namespace anneal

@@ -41,24 +41,27 @@ Table small_table() {
 TEST(RunsPreprocess, StandardizesOneHotEncodesAndImputes) {
   Table t = small_table();
   std::vector<std::uint32_t> rows = {0, 1, 3};  // fitted on these rows only
-  FeatureTransform f = FeatureTransform::fit(t, rows);
+  FeatureOptions every_level;
+  every_level.category_min_count = 1;  // each level seen once is its own slot
+  FeatureTransform f = FeatureTransform::fit(t, rows, every_level);
   EXPECT_EQ(f.input_width(), 2);
-  EXPECT_EQ(f.output_width(), 4);
-  EXPECT_EQ(f.output_shape(), (std::vector<std::int64_t>{4}));
+  // x, then red and green: blue is in no training row and gets no slot.
+  EXPECT_EQ(f.output_width(), 3);
+  EXPECT_EQ(f.output_shape(), (std::vector<std::int64_t>{3}));
   // x over rows 0, 1, 3: 1, 3, 5 -> mean 3, population sd sqrt(8/3).
   EXPECT_DOUBLE_EQ(f.columns()[0].mean, 3.0);
   EXPECT_DOUBLE_EQ(f.columns()[0].scale, std::sqrt(8.0 / 3.0));
   TransformCounts counts;
-  std::vector<float> out = f.apply(std::vector<float>{5, 2, kNaN, kNaN, 3, 7}, counts);
+  std::vector<float> out = f.apply(std::vector<float>{5, 1, kNaN, kNaN, 3, 7, 3, 2}, counts);
   const float z = static_cast<float>(2 / std::sqrt(8.0 / 3.0));
-  std::vector<float> want = {z, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+  std::vector<float> want = {z, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   ASSERT_EQ(out.size(), want.size());
   for (std::size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(out[i], want[i]) << i;
   EXPECT_EQ(counts.missing, 2u);  // a NaN number and a NaN category
-  EXPECT_EQ(counts.unseen, 1u);   // code 7 is past the dictionary
+  EXPECT_EQ(counts.unseen, 2u);   // code 7 is past the dictionary; blue (2) was in no training row
   FeatureTransform back = FeatureTransform::from_json(f.to_json());
   TransformCounts again;
-  EXPECT_EQ(back.apply(std::vector<float>{5, 2, kNaN, kNaN, 3, 7}, again), out);
+  EXPECT_EQ(back.apply(std::vector<float>{5, 1, kNaN, kNaN, 3, 7, 3, 2}, again), out);
 }
 
 TEST(RunsPreprocess, ImageColumnsKeepTheirShape) {

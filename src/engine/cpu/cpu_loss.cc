@@ -12,8 +12,8 @@ using tag = memory::format_tag;
 
 class CpuLossOp final : public LossOp {
  public:
-  CpuLossOp(CpuContext& ctx, LossKind kind, std::int64_t outputs)
-      : ctx_(ctx), kind_(kind), outputs_(outputs) {}
+  CpuLossOp(CpuContext& ctx, LossKind kind, std::int64_t outputs, std::span<const float> class_weights)
+      : ctx_(ctx), kind_(kind), outputs_(outputs), weights_(class_weights.begin(), class_weights.end()) {}
 
   void forward_backward(const Tensor& pred, const Tensor& labels, Tensor* dpred,
                         float grad_scale) override {
@@ -46,19 +46,21 @@ class CpuLossOp final : public LossOp {
           for (std::int64_t j = 1; j < k; ++j)
             if (row[j] > row[best]) best = j;
           totals.correct += best == label;
-          totals.loss_sum -= double(row[label]);
+          const float w = weight(label);
+          totals.loss_sum -= double(w) * double(row[label]);
           if (g != nullptr)
             for (std::int64_t j = 0; j < k; ++j)
-              g[i * k + j] = (std::exp(row[j]) - (j == label ? 1.0f : 0.0f)) * grad_scale;
+              g[i * k + j] = (std::exp(row[j]) - (j == label ? 1.0f : 0.0f)) * w * grad_scale;
         }
         break;
       case LossKind::kBinaryCrossEntropy:
         // With logits z: loss = max(z,0) − z·y + log(1 + e^−|z|); ∂/∂z = σ(z) − y.
         for (std::int64_t i = 0; i < n; ++i) {
           const float z = p[i];
-          totals.loss_sum += double(std::max(z, 0.0f) - z * y[i] + std::log1p(std::exp(-std::fabs(z))));
+          const float w = weight(y[i] > 0.5f ? 1 : 0);
+          totals.loss_sum += double(w) * double(std::max(z, 0.0f) - z * y[i] + std::log1p(std::exp(-std::fabs(z))));
           totals.correct += (z > 0.0f) == (y[i] > 0.5f);
-          if (g != nullptr) g[i] = (1.0f / (1.0f + std::exp(-z)) - y[i]) * grad_scale;
+          if (g != nullptr) g[i] = (1.0f / (1.0f + std::exp(-z)) - y[i]) * w * grad_scale;
         }
         break;
       case LossKind::kMeanSquaredError:
@@ -148,9 +150,14 @@ class CpuLossOp final : public LossOp {
     return static_cast<const float*>(conform(ctx_, reorders_, pred, plan.plain_md, scores_));
   }
 
+  float weight(std::int64_t label) const {
+    return weights_.empty() ? 1.0f : weights_[static_cast<std::size_t>(label)];
+  }
+
   CpuContext& ctx_;
   LossKind kind_;
   std::int64_t outputs_;
+  std::vector<float> weights_;  // per class; empty: all 1
   std::vector<std::unique_ptr<Plan>> plans_;
   Reorders reorders_;
   ScratchBuffer scores_, grad_;
@@ -159,8 +166,10 @@ class CpuLossOp final : public LossOp {
 
 }  // namespace
 
-std::unique_ptr<LossOp> make_loss_op(CpuContext& ctx, LossKind kind, std::int64_t outputs) {
-  return std::make_unique<CpuLossOp>(ctx, kind, outputs);
+std::unique_ptr<LossOp> make_loss_op(CpuContext& ctx, LossKind kind, std::int64_t outputs,
+                                     std::span<const float> class_weights) {
+  check_class_weights(kind, outputs, class_weights);
+  return std::make_unique<CpuLossOp>(ctx, kind, outputs, class_weights);
 }
 
 }  // namespace anneal::cpu

@@ -16,7 +16,8 @@ std::unique_ptr<ConvOp> make_conv_op(CpuContext& ctx, const ConvSpec& spec);
 std::unique_ptr<PoolOp> make_pool_op(CpuContext& ctx, const PoolSpec& spec);
 std::unique_ptr<NormOp> make_batch_norm_op(CpuContext& ctx, const NormSpec& spec);
 std::unique_ptr<NormOp> make_layer_norm_op(CpuContext& ctx, const NormSpec& spec);
-std::unique_ptr<LossOp> make_loss_op(CpuContext& ctx, LossKind kind, std::int64_t outputs);
+std::unique_ptr<LossOp> make_loss_op(CpuContext& ctx, LossKind kind, std::int64_t outputs,
+                                     std::span<const float> class_weights);
 
 // Inference-only ops (cpu_inference_ops.cc dispatches int8 specs to
 // cpu_int8_ops.cc and fp32 dense ones to cpu_sparse_ops.cc).
