@@ -1,6 +1,7 @@
 // The cron path: `anneal retrain`.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 
@@ -31,7 +32,8 @@ std::string iso_now() {
 // The version an import with the same options as the dataset's latest would
 // make of FILE: the user points --data at a fresh export every night and
 // expects it parsed the way the dataset always was.
-ImportRequest import_like_latest(Store& store, const std::string& dataset, const std::filesystem::path& file) {
+ImportRequest import_like_latest(Store& store, const std::string& dataset, const std::filesystem::path& file,
+                                 Reporter& reporter) {
   ImportRequest request;
   request.dataset = dataset;
   request.file = file;
@@ -51,8 +53,25 @@ ImportRequest import_like_latest(Store& store, const std::string& dataset, const
   if (o.contains("label")) request.label = o["label"].get<std::string>();
   if (o.contains("header")) request.header = o["header"].get<bool>();
   if (o.contains("categorical")) request.categorical = o["categorical"].get<std::vector<std::string>>();
-  if (o.contains("date_formats"))
+  if (o.contains("date_formats")) {
     for (const auto& text : o["date_formats"]) request.date_formats.push_back(parse_date_format_option(text.get<std::string>()));
+  } else if (versions.back().format == "csv" || versions.back().format == "tsv") {
+    // Imported before anneal read dates: its text columns, dates among them,
+    // were categorical. Read tonight's export the same way, or the nightly
+    // model would meet a changed schema and its gate could never compare it
+    // with the one in production.
+    std::vector<std::string> text_columns;
+    for (const ColumnSchema& c : versions.back().columns)
+      if (c.type == ColumnType::kCategorical && c.name != versions.back().label_column &&
+          std::find(request.categorical.begin(), request.categorical.end(), c.name) == request.categorical.end())
+        text_columns.push_back(c.name);
+    if (!text_columns.empty()) {
+      request.categorical.insert(request.categorical.end(), text_columns.begin(), text_columns.end());
+      reporter.note(versions.back().ref() + " was imported before dates were read as dates: its " +
+                    std::to_string(text_columns.size()) +
+                    " text column(s) stay text; 'anneal data import' of a new version reads dates");
+    }
+  }
   if (o.contains("split")) request.split = o["split"].get<double>();
   if (o.contains("seed")) request.seed = o["seed"].get<std::uint64_t>();
   return request;
@@ -143,7 +162,7 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
   try {
     if (request.data) {
       NoteForwarder notes(reporter);
-      ImportResult imported = import_dataset(store, import_like_latest(store, dataset_ref.name, *request.data), notes);
+      ImportResult imported = import_dataset(store, import_like_latest(store, dataset_ref.name, *request.data, notes), notes);
       result.imported = imported.created;
       reporter.note(imported.created ? "imported " + request.data->string() + " as " + imported.version.ref()
                                      : request.data->string() + " is unchanged: " + imported.version.ref());

@@ -132,4 +132,35 @@ expect_eq "$ERR" "anneal: dataset visits@v2: column 'visit' is datetime here; th
   "a model of the text reading on the dates reading: one line"
 
 expect_rc 0 fsck
+# A dataset imported before anneal read dates (its options have no
+# date_formats): a nightly retrain keeps its text columns text, so its model
+# and the one in production see the same schema, and says so in one line.
+head -n 200 "$TEST_DATA/sales.csv" | cut -d, -f2,5-10 > "$WORK/old-sales.csv"
+head -n 400 "$TEST_DATA/sales.csv" | cut -d, -f2,5-10 > "$WORK/old-sales2.csv"
+expect_rc 0 data import oldsales "$WORK/old-sales.csv" --label returned --categorical order_date
+python3 - "$ANNEAL_HOME/catalog.db" <<'PY'
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+(vid, options), = db.execute("SELECT v.id, v.options_json FROM dataset_versions v JOIN datasets d ON d.id = v.dataset_id WHERE d.name = 'oldsales'")
+o = json.loads(options)
+del o["date_formats"]
+o["categorical"] = []
+db.execute("UPDATE dataset_versions SET options_json = ? WHERE id = ?", (json.dumps(o), vid))
+db.commit()
+PY
+cat > "$WORK/oldsales.ini" <<'EOF'
+name = oldsales-mlp
+dataset = oldsales
+layers = dense(8) relu dense(2)
+epochs = 1
+seed = 1
+threads = 1
+EOF
+expect_rc 0 --json retrain "$WORK/oldsales.ini" --data "$WORK/old-sales2.csv"
+expect_contains "$ERR" "oldsales@v1 was imported before dates were read as dates: its 3 text column(s) stay text" \
+  "retrain of a pre-dates dataset says its text columns stay text"
+expect_rc 0 --json data show oldsales@v2
+expect_eq "$(json_get 'j["columns"][0]["name"], j["columns"][0]["type"]')" "order_date categorical" \
+  "the date column of a pre-dates dataset stays categorical on retrain"
+
 finish
