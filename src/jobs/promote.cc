@@ -240,9 +240,12 @@ GateVerdict compare_with_holder(Store& store, const Gate& gate, const ModelRecor
     return refuse("the candidate " + c.candidate_model + " cannot be scored on " + c.on + ": " + e.what());
   }
   c.candidate = metric_in(scored, c.metric);
+  // A retrain has trained and registered the candidate by now: a metric
+  // its kind of model lacks (roc_auc of 10 classes) refuses like any gate
+  // that cannot compare, rather than failing the night as bad input.
   if (!c.candidate)
-    throw usage_error("--gate '" + gate.text + "': " + c.metric + " is not computed for " + c.candidate_model +
-                      " (it has: " + computed_metrics(scored) + ")");
+    return refuse(c.metric + " is not computed for " + c.candidate_model + " (it has: " + computed_metrics(scored) +
+                  ")");
   try {
     scored = score(holder);
   } catch (const Error& e) {

@@ -316,6 +316,13 @@ expect_contains "$(json_get "j['gate']['reason']")" "no row of seen@v1's test sp
 expect_contains "$(json_get "j['gate']['reason']")" "production stays on digits-mlp@v$holder" "no row left: production stays"
 expect_eq "$(alias_holder)" "$holder" "no row left: production stays"
 
+# A known metric the models do not compute (ROC AUC of 10 classes) refuses
+# by the rule, in one line, rather than failing as bad input.
+holder=$(alias_holder)
+expect_rc 4 --json model promote digits-mlp@v2 --to production --gate 'roc_auc >= production'
+expect_contains "$(json_get "j['gate']['reason']")" "roc_auc is not computed for digits-mlp@v2" "an uncomputed metric refuses"
+expect_eq "$(alias_holder)" "$holder" "an uncomputed metric: production stays"
+
 # --- hostile gate input: one line each, nothing moves -------------------------
 expect_rc 2 model promote digits-mlp@v2 --to staging --gate 'val_acuracy >= staging'
 expect_contains "$ERR" "unknown metric 'acuracy'" "an unknown metric is named"
