@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <set>
@@ -36,37 +37,6 @@ namespace {
 
 constexpr double kTwoPi = 6.283185307179586;
 
-// The civil date of a day count since 1970-01-01 (proleptic Gregorian), by
-// H. Hinnant's days_from_civil inverse: exact for every int64 day.
-struct CivilDate {
-  std::int64_t year;
-  int month;  // 1..12
-  int day;    // 1..31
-};
-
-CivilDate civil_from_days(std::int64_t z) {
-  z += 719468;
-  const std::int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-  const std::int64_t doe = z - era * 146097;
-  const std::int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-  const std::int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-  const std::int64_t mp = (5 * doy + 2) / 153;
-  const int day = static_cast<int>(doy - (153 * mp + 2) / 5 + 1);
-  const int month = static_cast<int>(mp < 10 ? mp + 3 : mp - 9);
-  return {yoe + era * 400 + (month <= 2), month, day};
-}
-
-std::int64_t days_from_civil(std::int64_t y, int m, int d) {
-  y -= m <= 2;
-  const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
-  const std::int64_t yoe = y - era * 400;
-  const std::int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-  const std::int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-  return era * 146097 + doe - 719468;
-}
-
-bool leap_year(std::int64_t y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }
-
 // Deterministic mean and population standard deviation (two passes in row
 // order) of `value(r)` over the rows where it is not NaN; a constant or
 // empty column gets scale 1 (left centred at 0: it carries no information).
@@ -89,17 +59,30 @@ std::pair<double, double> mean_and_scale(std::span<const std::uint32_t> rows, st
   return {mean, sd > 1e-12 ? sd : 1.0};
 }
 
-// Writes the datetime expansion of `days` (not NaN) into y (ct.output_width() floats).
+// Whether a datetime cell (days since 1970) is a day the calendar
+// arithmetic below can take: not NaN, and within about the years -6000 to
+// 10000 (import reads 4-digit years, so every parsed value is).
+bool in_calendar_range(double days) { return std::fabs(days) <= 3e6; }
+
+// The calendar year of a datetime cell within in_calendar_range.
+double calendar_year(double days) {
+  namespace chrono = std::chrono;
+  const chrono::sys_days day{chrono::days{static_cast<std::int64_t>(std::floor(days))}};
+  return static_cast<double>(static_cast<int>(chrono::year_month_day{day}.year()));
+}
+
+// Writes the datetime expansion of `days` (in_calendar_range) into y (ct.output_width() floats).
 void expand_datetime(const ColumnTransform& ct, double days, float* y) {
+  namespace chrono = std::chrono;
   const double whole = std::floor(days);
-  const auto day = static_cast<std::int64_t>(whole);
-  const CivilDate date = civil_from_days(day);
-  const double day_of_year = static_cast<double>(day - days_from_civil(date.year, 1, 1));  // 0-based
-  const double year_days = leap_year(date.year) ? 366.0 : 365.0;
-  const auto weekday = static_cast<double>(((day % 7) + 7 + 3) % 7);  // Monday 0: 1970-01-01 was a Thursday
-  const double month = date.month - 1;
+  const chrono::sys_days day{chrono::days{static_cast<std::int64_t>(whole)}};
+  const chrono::year_month_day date{day};
+  const double day_of_year = static_cast<double>((day - chrono::sys_days{date.year() / 1 / 1}).count());  // 0-based
+  const double year_days = date.year().is_leap() ? 366.0 : 365.0;
+  const double weekday = chrono::weekday{day}.iso_encoding() - 1;  // Monday 0
+  const double month = static_cast<unsigned>(date.month()) - 1;
   std::size_t i = 0;
-  y[i++] = static_cast<float>((static_cast<double>(date.year) - ct.year_mean) / ct.year_scale);
+  y[i++] = static_cast<float>((static_cast<double>(static_cast<int>(date.year())) - ct.year_mean) / ct.year_scale);
   y[i++] = static_cast<float>(std::sin(kTwoPi * month / 12.0));
   y[i++] = static_cast<float>(std::cos(kTwoPi * month / 12.0));
   y[i++] = static_cast<float>(std::sin(kTwoPi * weekday / 7.0));
@@ -219,7 +202,7 @@ FeatureTransform FeatureTransform::fit(const Table& table, std::span<const std::
       ct.hour = schema.has_time;
       std::tie(ct.year_mean, ct.year_scale) = mean_and_scale(rows, 1, [&](std::uint32_t r, std::int64_t) {
         const double v = cell(r, 0);
-        return std::isnan(v) ? v : static_cast<double>(civil_from_days(static_cast<std::int64_t>(std::floor(v))).year);
+        return in_calendar_range(v) ? calendar_year(v) : std::nan("");
       });
       std::tie(ct.mean, ct.scale) = mean_and_scale(rows, 1, cell);
     } else {
@@ -319,7 +302,7 @@ std::vector<float> FeatureTransform::apply(std::span<const float> features, Tran
         }
         if (slot >= 0) y[slot] = 1.0f;
       } else if (c.datetime) {
-        if (std::isnan(*x)) ++counts.missing;  // all zeros
+        if (!in_calendar_range(*x)) ++counts.missing;  // all zeros
         else expand_datetime(c, static_cast<double>(*x), y);
       } else {
         const float mean = static_cast<float>(c.mean);

@@ -1,5 +1,6 @@
 #include "formats/datetime.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -17,11 +18,12 @@ bool is_separator(char c) {
   return c == ' ' || c == '-' || c == '/' || c == '.' || c == ':' || c == ',' || c == '_' || c == 'T';
 }
 
-bool leap_year(std::int64_t year) { return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0; }
-
-unsigned days_in_month(std::int64_t year, unsigned month) {
-  static constexpr unsigned kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  return month == 2 && leap_year(year) ? 29 : kDays[month - 1];
+// Whether year-month-day names a day of the proleptic Gregorian calendar
+// (no 2023-02-30). The parser reads at most 4-digit years, well inside
+// std::chrono::year's range.
+bool calendar_date_ok(std::int64_t year, unsigned month, unsigned day) {
+  namespace chrono = std::chrono;
+  return chrono::year_month_day{chrono::year{static_cast<int>(year)}, chrono::month{month}, chrono::day{day}}.ok();
 }
 
 // Reads `count` digits exactly at value[i...]; false when there are fewer.
@@ -190,7 +192,7 @@ DateTimeFormat::Match DateTimeFormat::read(std::string_view value, double& days)
     }
   }
   if (i != value.size()) return Match::kNoMatch;
-  valid = valid && month >= 1 && month <= 12 && day >= 1 && day <= days_in_month(year, month) && hour <= 23 &&
+  valid = valid && month >= 1 && month <= 12 && calendar_date_ok(year, month, day) && hour <= 23 &&
           minute <= 59 && second <= 59;
   if (!valid) return Match::kInvalid;
   days = static_cast<double>(days_from_civil(year, month, day)) +
@@ -239,34 +241,25 @@ std::span<const DateTimeFormat> ambiguous_formats() {
   return kFormats;
 }
 
-// Howard Hinnant's days_from_civil (http://howardhinnant.github.io/date_algorithms.html).
 std::int64_t days_from_civil(std::int64_t year, unsigned month, unsigned day) {
-  year -= month <= 2;
-  const std::int64_t era = (year >= 0 ? year : year - 399) / 400;
-  const auto year_of_era = static_cast<unsigned>(year - era * 400);
-  const unsigned day_of_year = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1;
-  const unsigned day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-  return era * 146097 + static_cast<std::int64_t>(day_of_era) - 719468;
+  namespace chrono = std::chrono;
+  const chrono::year_month_day date{chrono::year{static_cast<int>(year)}, chrono::month{month}, chrono::day{day}};
+  return chrono::sys_days{date}.time_since_epoch().count();
 }
 
 std::string iso_text(double days, bool with_time, bool with_seconds) {
   // Beyond any year a value can be written with (YYYY), the text would be
-  // meaningless and the arithmetic below could overflow.
-  if (!std::isfinite(days) || std::fabs(days) > 1e8) return "";
+  // meaningless; 3e6 days (about the year 10183) also keeps the calendar
+  // arithmetic well inside std::chrono::year's range.
+  if (!std::isfinite(days) || std::fabs(days) > 3e6) return "";
+  namespace chrono = std::chrono;
   const std::int64_t units_per_day = with_seconds ? 86400 : with_time ? 1440 : 1;
   const auto units = static_cast<std::int64_t>(std::llround(days * static_cast<double>(units_per_day)));
-  std::int64_t z = units >= 0 ? units / units_per_day : -((-units + units_per_day - 1) / units_per_day);
-  std::int64_t within = units - z * units_per_day;
-  // Howard Hinnant's civil_from_days.
-  z += 719468;
-  const std::int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-  const auto day_of_era = static_cast<unsigned>(z - era * 146097);
-  const unsigned year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36524 - day_of_era / 146096) / 365;
-  const unsigned day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-  const unsigned mp = (5 * day_of_year + 2) / 153;
-  const unsigned day = day_of_year - (153 * mp + 2) / 5 + 1;
-  const unsigned month = mp < 10 ? mp + 3 : mp - 9;
-  const std::int64_t year = static_cast<std::int64_t>(year_of_era) + era * 400 + (month <= 2);
+  const std::int64_t z = units >= 0 ? units / units_per_day : -((-units + units_per_day - 1) / units_per_day);
+  const std::int64_t within = units - z * units_per_day;
+  const chrono::year_month_day date{chrono::sys_days{chrono::days{z}}};
+  const long long year = static_cast<int>(date.year());
+  const unsigned month = static_cast<unsigned>(date.month()), day = static_cast<unsigned>(date.day());
   char buffer[64];
   int n = std::snprintf(buffer, sizeof buffer, "%04lld-%02u-%02u", static_cast<long long>(year), month, day);
   if (with_seconds)
