@@ -22,10 +22,8 @@ std::string where(const TrainConfig& config, const std::string& key) {
   return it == config.sources.end() ? std::string() : it->second + ": ";
 }
 
-// class_weight resolved per class index: balanced is w_k = n / (K * n_k)
-// over the training rows (a class with no training row gets weight 1).
-// class_weight needs classes: checked before the label encoding, which
-// would otherwise complain about the label instead of the key.
+}  // namespace
+
 void check_class_weight_loss(const TrainConfig& config, LossKind loss) {
   if (!config.class_weight.empty() && !is_classification(loss))
     throw usage_error(where(config, "class_weight") + "class_weight: loss = " + loss_name(loss) +
@@ -68,7 +66,6 @@ std::vector<float> resolve_class_weights(const TrainConfig& config, const LabelE
   return w;
 }
 
-}  // namespace
 
 void check_trainable(const LoadedDataset& loaded, const TrainConfig& config) {
   const DatasetVersion& v = loaded.version;

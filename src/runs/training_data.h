@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,19 @@ struct PreparedData {
 // Checks that `config` can train on the version: kUsage for a label the
 // version does not have, or a version without training rows.
 void check_trainable(const LoadedDataset& loaded, const TrainConfig& config);
+
+// kUsage naming where class_weight was set when it is set for a loss
+// without classes (mse, mae). Checked before the label encoding, which
+// would otherwise complain about the label instead of the key.
+void check_class_weight_loss(const TrainConfig& config, LossKind loss);
+
+// config.class_weight per class index of `labels` (empty when unset):
+// balanced is w_k = n / (K * n_k) over `rows` of `encoded` (the encoded
+// training labels; a class without a row gets 1), explicit weights by
+// class name, 1 for a class not named. kUsage naming where the key was set
+// for a class the labels do not have.
+std::vector<float> resolve_class_weights(const TrainConfig& config, const LabelEncoding& labels,
+                                         std::span<const float> encoded, std::span<const std::uint32_t> rows);
 
 // Checks the config against the version (the label, features=, exclude=,
 // class_weight) and builds the arrays. kUsage for a label the version does

@@ -64,6 +64,43 @@ std::string refusal_by_config(const ModelFile& parent, const TrainConfig& config
   return "";
 }
 
+// "a,b" of a column list; what features= means when unset.
+std::string column_keys_text(const std::optional<std::vector<std::string>>& names, const char* unset) {
+  if (!names) return unset;
+  std::string out;
+  for (const std::string& n : *names) out += (out.empty() ? "" : ",") + n;
+  return out.empty() ? std::string("none") : out;
+}
+
+// Why the keys that choose and encode the feature columns (features,
+// exclude, category_min_count, max_categories) keep the parent from
+// starting this run: its transform was fitted under the values its run
+// recorded, and keeping that transform would quietly ignore changed ones.
+std::string refusal_by_feature_keys(const ModelRecord& parent, const TrainConfig& config) {
+  const std::string text = parent.lineage.is_object() ? parent.lineage.value("config", "") : "";
+  if (text.empty()) return "its lineage records no config to compare the feature keys with";
+  TrainConfig theirs;
+  try {
+    theirs = parse_train_config(text, parent.ref() + " config", {});
+  } catch (const Error& e) {
+    return std::string("its recorded config does not parse: ") + e.what();
+  }
+  auto differ = [](const std::string& key, const std::string& a, const std::string& b) {
+    return key + " differs (parent: " + a + "; config: " + b + ")";
+  };
+  if (theirs.features != config.features)
+    return differ("features", column_keys_text(theirs.features, "all but identifiers"),
+                  column_keys_text(config.features, "all but identifiers"));
+  if (theirs.exclude != config.exclude)
+    return differ("exclude", column_keys_text(theirs.exclude, "none"), column_keys_text(config.exclude, "none"));
+  if (theirs.category_min_count != config.category_min_count)
+    return differ("category_min_count", std::to_string(theirs.category_min_count),
+                  std::to_string(config.category_min_count));
+  if (theirs.max_categories != config.max_categories)
+    return differ("max_categories", std::to_string(theirs.max_categories), std::to_string(config.max_categories));
+  return "";
+}
+
 const ColumnSchema* column_named(const std::vector<ColumnSchema>& columns, const std::string& name) {
   auto it = std::find_if(columns.begin(), columns.end(), [&](const ColumnSchema& c) { return c.name == name; });
   return it == columns.end() ? nullptr : &*it;
@@ -173,12 +210,16 @@ PreparedData prepare_as_parent(const LoadedDataset& loaded, const ModelFile& par
   d.tabular = v.format == "csv" || v.format == "tsv";
   d.input_shape = d.features.output_shape();
   const std::string where = "dataset " + v.ref();
+  check_class_weight_loss(config, d.loss);
   std::vector<float> encoded = d.labels.encode_all(labels_for_parent(loaded.train, parent), where + " train");
   std::vector<std::uint32_t> train_rows, val_rows;
   validation_split(encoded, d.labels.classification(), config.validation, config.trainer.seed, train_rows,
                    val_rows);
   if (train_rows.empty())
     throw usage_error("validation = " + std::to_string(config.validation) + " leaves no training rows");
+  // The loss's class weights are the config's, over this version's rows:
+  // they weigh tonight's training, not the parent's preprocessing.
+  d.class_weights = resolve_class_weights(config, d.labels, encoded, train_rows);
   const auto width = static_cast<std::size_t>(d.features.input_width());
   const std::vector<float> train_x = aligned_features(loaded.train, parent, where);
   d.x_train = d.features.apply(gather(train_x, width, train_rows), counts);
@@ -235,6 +276,7 @@ PreparedData prepare_run_data(Store& store, const DatasetRef& ref, const TrainCo
   if (!warm.parent) return prepare_data(store, ref, config);
   const std::string parent = warm.parent->ref();
   warm.refused = refusal_by_config(warm.parent_model, config);
+  if (warm.refused.empty()) warm.refused = refusal_by_feature_keys(*warm.parent, config);
   if (warm.refused.empty()) {
     LoadedDataset loaded = load_dataset(store, ref);
     check_trainable(loaded, config);

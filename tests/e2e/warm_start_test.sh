@@ -184,6 +184,19 @@ expect_rc 0 --json eval "$scratch_model" sales@v2 --split train
 expect_eq "$(json_get "j['unseen_categories']")" "0" "a from-scratch model fits its own categories"
 [ "$unseen_warm" -gt 0 ] && pass || fail "the warm-started model kept the parent's categories: unseen $unseen_warm"
 
+# The loss's class weights are tonight's config's, over tonight's rows; a
+# changed feature key refuses the parent (its transform was fitted under
+# the old one).
+expect_rc 0 --json train "$WORK/s.ini" --set warm_start=sales-ws@v2 --set class_weight=balanced
+expect_contains "$ERR" "warm start from sales-ws@v2: its weights and preprocessing" "class_weight: warm start used"
+weighted=$(json_get "j['model']")
+expect_rc 0 --json model show "$weighted"
+expect_eq "$(json_get "sorted(j['lineage']['class_weights'].keys()), j['lineage']['parent']")" \
+  "['no', 'yes'] sales-ws@v2" "a warm-started run weighs its classes as its config says"
+expect_rc 0 --json train "$WORK/s.ini" --set warm_start=sales-ws@v2 --set exclude=region
+expect_contains "$ERR" "warm start from sales-ws@v2 refused: exclude differs (parent: none; config: region); training from scratch" \
+  "a changed feature key refuses the parent"
+
 # --- a categorical label: classes matched by name, not by code --------------
 # Reversed, the export lists virginica first: its dictionary codes differ
 # from the parent's. A warm start barely trained (one epoch, a tiny learning
