@@ -225,9 +225,11 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
   tc.loss = data.loss;
   tc.classes = data.labels.classification() ? data.labels.classes() : 0;
   tc.class_weights = data.class_weights;
+  // A warm-started run keeps its parent's choice, made on the parent's rows.
   for (const ExcludedColumn& e : data.features.excluded())
     if (e.identifier)
-      reporter.note("column '" + e.column + "' left out of the features: " + e.reason +
+      reporter.note("column '" + e.column + "' left out of the features" +
+                    (warm.used ? " (as by " + warm.parent->ref() + ")" : std::string()) + ": " + e.reason +
                     "; set features= or exclude= to choose");
   DataView train_view{data.x_train, data.y_train, data.input_shape};
   std::optional<DataView> val_view;
