@@ -123,6 +123,13 @@ struct ParseOptions {
   // parse_date_format_option). Ignored with `reference`, which says which
   // columns are dates and how they are written.
   std::vector<DateFormatOption> date_formats;
+  // CSV/TSV: when set (predict reading new rows for a model), only the
+  // columns named here are typed as an import types them (numbers, dates);
+  // every other column but the label is read as text, so a column the
+  // model does not use can never fail the parse. Names the file lacks are
+  // ignored: the caller reports the columns it needs. A date_formats entry
+  // marked as_trained for a column the file lacks is ignored too.
+  std::optional<std::vector<std::string>> typed_columns;
   // CSV/TSV: when set, receives a hint for each column left categorical
   // whose values look like ambiguous dates (not with `reference`).
   std::vector<DateFormatHint>* date_format_hints = nullptr;

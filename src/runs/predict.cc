@@ -77,34 +77,21 @@ PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesys
   options.display_name = input.string();
   options.label = placeholder;
   options.max_columns = kDefaultMaxColumns + 1;  // the placeholder label is one more
-  for (const auto& c : model.features.columns())
-    if (c.one_hot) options.categorical.push_back(c.column);
+  // Only the columns the model reads as numbers or dates are typed; every
+  // other column, one-hot ones and those it does not use, is text, so an
+  // odd value in a column the model ignores cannot fail the prediction.
   // Date columns are read in the format the training data had, whatever
   // the first rows of this file look like (01/02/2024 needs it).
+  std::vector<std::string> typed;
+  for (const auto& c : model.features.columns())
+    if (!c.one_hot) typed.push_back(c.column);
+  options.typed_columns = typed;
   for (const auto& c : model.dataset_columns)
     if (c.type == ColumnType::kDatetime) options.date_formats.push_back({c.name, c.datetime_format, true});
   Table table;
   {
     std::string widened = with_placeholder_label(text, delimiter, placeholder);
-    text.clear();
-    // Categorical and date columns the file lacks are reported below as
-    // missing columns, not as a bad --categorical or --date-format name.
-    std::vector<std::string> present;
-    std::vector<DateFormatOption> present_dates;
-    {
-      ParseOptions probe = options;
-      probe.categorical.clear();
-      probe.date_formats.clear();
-      Table header_only = parse_delimited(widened, delimiter, probe);
-      for (const auto& c : header_only.columns) {
-        for (const auto& want : options.categorical)
-          if (c.name == want) present.push_back(want);
-        for (const auto& want : options.date_formats)
-          if (c.name == want.column) present_dates.push_back(want);
-      }
-    }
-    options.categorical = present;
-    options.date_formats = present_dates;
+    std::string().swap(text);  // one copy of the input at a time
     table = parse_delimited(widened, delimiter, options);
   }
   std::vector<float> raw = runs::aligned_features(table, model, input.string());

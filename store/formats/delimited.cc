@@ -516,6 +516,14 @@ void DelimitedParser::choose_types() {
       column.origin = TypeOrigin::kForced;
     }
     force_date_columns();
+    if (const auto& typed = options_.typed_columns) {
+      for (std::size_t i = 0; i < columns.size(); ++i) {
+        if (i == layout_.label || columns[i].origin == TypeOrigin::kForced) continue;
+        if (std::find(typed->begin(), typed->end(), columns[i].name) != typed->end()) continue;
+        columns[i].type = ColumnType::kCategorical;
+        columns[i].origin = TypeOrigin::kForced;
+      }
+    }
   }
   infer_types();
   for (std::size_t i = 0; i < columns.size(); ++i) {
@@ -535,6 +543,7 @@ void DelimitedParser::force_date_columns() {
     std::size_t index = columns.size();
     for (std::size_t i = 0; i < columns.size(); ++i)
       if (columns[i].name == option.column) index = i;
+    if (index == columns.size() && option.as_trained) continue;  // the caller reports a missing column
     if (index == columns.size()) {
       std::vector<std::string_view> names;
       for (const auto& column : columns) names.push_back(column.name);

@@ -122,6 +122,26 @@ printf 'amount,visit\n10.5,2023-11-13\n' > "$WORK/iso-visits.csv"
 expect_rc 65 predict visits-mlp --input "$WORK/iso-visits.csv" -o "$WORK/predictions2.csv"
 expect_contains "$ERR" "(column 'visit', format DD/MM/YYYY as the model was trained), found '2023-11-13'" \
   "predict input in another date format"
+# Columns the model does not use are read as text: garbage after the first
+# 1000 rows (where an import would have typed the column) in an unused ISO
+# date column or an unused numeric column does not fail the prediction; a
+# missing column the model needs is named.
+python3 - "$WORK/extra-visits.csv" <<'PY'
+import sys
+with open(sys.argv[1], "w") as f:
+    f.write("amount,visit,note_date,code\n")
+    for i in range(1100):
+        f.write(f"{10 + i % 50}.5,13/11/2023,2023-11-01,{i}\n")
+    f.write("20.0,01/12/2023,yesterday,x\n")
+PY
+expect_rc 0 predict visits-mlp --input "$WORK/extra-visits.csv" -o "$WORK/predictions3.csv"
+expect_eq "$(wc -l < "$WORK/predictions3.csv")" "1102" "every row predicted beside unused odd columns"
+expect_eq "$(tail -n 1 "$WORK/predictions3.csv" | cut -d, -f2-)" "$(tail -n 1 "$WORK/predictions.csv" | cut -d, -f2-)" \
+  "columns the model does not use change nothing"
+printf 'amount\n10.5\n' > "$WORK/no-visit.csv"
+run predict visits-mlp --input "$WORK/no-visit.csv" -o "$WORK/predictions4.csv"
+[ "$RC" -ne 0 ] && pass || fail "predict without a column the model needs succeeded"
+expect_contains "$ERR" "visit" "the missing date column is named"
 
 # A model trained while the dates were text cannot be scored where they are
 # dates. (As text, one value a row, the column reads as an identifier and is

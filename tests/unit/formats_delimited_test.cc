@@ -493,5 +493,34 @@ TEST(Delimited, ColumnNameLengthLimit) {
             "t.csv:1:3: expected a column name of at most 1024 bytes, found one of 1025");
 }
 
+// typed_columns (predict): only the named columns are typed; the others
+// are text whatever they hold, so a late odd value cannot fail the parse.
+TEST(Delimited, TypedColumnsReadEveryOtherColumnAsText) {
+  std::string csv = "x,when,code,y\n";
+  for (int i = 0; i < 1100; ++i) csv += std::to_string(i) + ".5,2023-11-01," + std::to_string(i) + ",1\n";
+  csv += "3.5,yesterday,x,0\n";
+  ParseOptions options;
+  options.display_name = "new.csv";
+  options.typed_columns = std::vector<std::string>{"x", "absent"};
+  Table t = parse_delimited(csv, ',', options);
+  ASSERT_EQ(t.columns.size(), 4u);
+  EXPECT_EQ(t.columns[0].type, ColumnType::kNumeric);
+  EXPECT_EQ(t.columns[1].type, ColumnType::kCategorical);
+  EXPECT_EQ(t.columns[2].type, ColumnType::kCategorical);
+  EXPECT_EQ(t.columns[3].type, ColumnType::kNumeric);  // the label is typed as ever
+  EXPECT_EQ(t.rows, 1101u);
+  // Without it the same file is bad input at the late value.
+  options.typed_columns.reset();
+  EXPECT_THROW(parse_delimited(csv, ',', options), Error);
+  // A typed column still refuses a value it cannot read.
+  options.typed_columns = std::vector<std::string>{"code"};
+  try {
+    parse_delimited(csv, ',', options);
+    FAIL() << "a typed numeric column took 'x'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("new.csv:1102:"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace anneal
