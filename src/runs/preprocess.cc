@@ -1,5 +1,7 @@
 #include "anneal/preprocess.h"
 
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -280,11 +282,47 @@ std::vector<float> FeatureTransform::apply(std::span<const float> features, Tran
   if (in_w == 0 || features.size() % in_w != 0)
     throw data_error("features: " + std::to_string(features.size()) +
                      " values is not a whole number of rows of " + std::to_string(in_w));
+  std::vector<float> out(features.size() / in_w * out_w, 0.0f);
+  apply_into(features, out.data(), counts);
+  return out;
+}
+
+std::vector<float> FeatureTransform::gather_apply(const Table& table, std::span<const std::uint32_t> rows,
+                                                  TransformCounts& counts) const {
+  const std::size_t in_w = static_cast<std::size_t>(input_width());
+  const std::size_t out_w = static_cast<std::size_t>(output_width());
+  if (in_w == 0) throw data_error("features: the transform has no input columns");
+  // A block of 256 rows of Fashion-MNIST is 800 KB of gathered input: it
+  // stays in cache between the gather and the transform.
+  constexpr std::size_t kBlock = 256;
+  const std::size_t blocks = (rows.size() + kBlock - 1) / kBlock;
+  std::vector<float> out(rows.size() * out_w, 0.0f);
+  std::vector<TransformCounts> block_counts(blocks);
+  tbb::parallel_for(std::size_t(0), blocks, [&](std::size_t b) {
+    const std::size_t first = b * kBlock;
+    const auto block = rows.subspan(first, std::min(kBlock, rows.size() - first));
+    apply_into(gather(table, block), out.data() + first * out_w, block_counts[b]);
+  });
+  for (const TransformCounts& c : block_counts) {
+    counts.missing += c.missing;
+    counts.unseen += c.unseen;
+  }
+  return out;
+}
+
+std::vector<float> FeatureTransform::gather_apply(const Table& table, TransformCounts& counts) const {
+  std::vector<std::uint32_t> rows(table.rows);
+  for (std::uint32_t i = 0; i < rows.size(); ++i) rows[i] = i;
+  return gather_apply(table, rows, counts);
+}
+
+void FeatureTransform::apply_into(std::span<const float> features, float* out, TransformCounts& counts) const {
+  const std::size_t in_w = static_cast<std::size_t>(input_width());
+  const std::size_t out_w = static_cast<std::size_t>(output_width());
   const std::size_t rows = features.size() / in_w;
-  std::vector<float> out(rows * out_w, 0.0f);
   for (std::size_t r = 0; r < rows; ++r) {
     const float* x = features.data() + r * in_w;
-    float* y = out.data() + r * out_w;
+    float* y = out + r * out_w;
     for (const auto& c : columns_) {
       if (c.one_hot) {
         const float code = *x;
@@ -320,7 +358,6 @@ std::vector<float> FeatureTransform::apply(std::span<const float> features, Tran
       y += c.output_width();
     }
   }
-  return out;
 }
 
 json FeatureTransform::to_json() const {
