@@ -122,6 +122,14 @@ class FeatureTransform {
   std::vector<float> gather_apply(const Table& table, std::span<const std::uint32_t> rows,
                                   TransformCounts& counts) const;
   std::vector<float> gather_apply(const Table& table, TransformCounts& counts) const;  // every row
+  // gather_apply that takes `table`'s feature buffer (table.features is
+  // empty afterwards; its labels and schema stay) and, when `rows` ascend
+  // strictly and the output is no wider than the table's rows, builds the
+  // result inside it, so no second full-size array exists at any moment.
+  // Otherwise it is gather_apply, and the buffer is released after. The
+  // same values and counts as gather_apply.
+  std::vector<float> gather_apply_in_place(Table& table, std::span<const std::uint32_t> rows,
+                                           TransformCounts& counts) const;
 
   std::int64_t input_width() const;
   std::int64_t output_width() const;

@@ -316,6 +316,36 @@ std::vector<float> FeatureTransform::gather_apply(const Table& table, TransformC
   return gather_apply(table, rows, counts);
 }
 
+std::vector<float> FeatureTransform::gather_apply_in_place(Table& table, std::span<const std::uint32_t> rows,
+                                                          TransformCounts& counts) const {
+  const std::size_t in_w = static_cast<std::size_t>(input_width());
+  const std::size_t out_w = static_cast<std::size_t>(output_width());
+  const auto row_w = static_cast<std::size_t>(table.sample_width());
+  const bool ascending = std::adjacent_find(rows.begin(), rows.end(), std::greater_equal<>()) == rows.end();
+  if (in_w == 0 || out_w > row_w || !ascending) {
+    std::vector<float> out = gather_apply(table, rows, counts);
+    table.features = {};
+    return out;
+  }
+  // Output row i lands at i * out_w, at or before where input row rows[i]
+  // starts (rows[i] >= i, out_w <= row_w). A block is gathered into its own
+  // buffer before its output is written, and every later block's input
+  // starts at or after the end of this block's output, so nothing is
+  // overwritten before it is read. Blocks go in order, one at a time.
+  constexpr std::size_t kBlock = 256;
+  for (std::size_t first = 0; first < rows.size(); first += kBlock) {
+    const auto block = rows.subspan(first, std::min(kBlock, rows.size() - first));
+    const std::vector<float> input = gather(table, block);
+    float* out = table.features.data() + first * out_w;
+    std::fill_n(out, block.size() * out_w, 0.0f);
+    apply_into(input, out, counts);
+  }
+  table.features.resize(rows.size() * out_w);
+  std::vector<float> out = std::move(table.features);
+  table.features = {};
+  return out;
+}
+
 void FeatureTransform::apply_into(std::span<const float> features, float* out, TransformCounts& counts) const {
   const std::size_t in_w = static_cast<std::size_t>(input_width());
   const std::size_t out_w = static_cast<std::size_t>(output_width());

@@ -75,6 +75,48 @@ TEST(DataPath, GatherApplyIsApplyOfGather) {
   EXPECT_EQ(all_got.unseen, all_want.unseen);
 }
 
+// In place: the numeric columns x and y only (output 2 wide, the table's
+// rows 3), ascending rows with gaps, so each output row is written over
+// input rows not yet read only if the order of the work is wrong.
+TEST(DataPath, InPlaceIsGatherApplyAndTakesTheBuffer) {
+  const Table t = mixed();
+  FeatureOptions numeric;
+  numeric.features = std::vector<std::string>{"y", "x"};  // not the table's order
+  std::vector<std::uint32_t> fit_rows;
+  for (std::uint32_t r = 0; r < 1000; r += 3) fit_rows.push_back(r);
+  FeatureTransform f = FeatureTransform::fit(t, fit_rows, numeric);
+  ASSERT_EQ(f.output_width(), 2);
+
+  std::vector<std::uint32_t> rows;  // every row but each 7th: 858 rows, several blocks
+  for (std::uint32_t r = 0; r < 1000; ++r)
+    if (r % 7 != 3) rows.push_back(r);
+  TransformCounts want_counts, got_counts;
+  const std::vector<float> want = f.gather_apply(t, rows, want_counts);
+  Table consumed = t;
+  const float* buffer = consumed.features.data();
+  const std::vector<float> got = f.gather_apply_in_place(consumed, rows, got_counts);
+  EXPECT_TRUE(same_bits(got, want));
+  EXPECT_EQ(got.data(), buffer) << "built in the table's own buffer";
+  EXPECT_GT(want_counts.missing, 0u);
+  EXPECT_EQ(got_counts.missing, want_counts.missing);
+  EXPECT_TRUE(consumed.features.empty());
+  EXPECT_EQ(consumed.labels, t.labels);
+
+  // Rows out of order, or an output wider than the rows (one-hot): the
+  // plain path, the same values, the buffer still taken.
+  std::vector<std::uint32_t> descending(rows.rbegin(), rows.rend());
+  TransformCounts c1, c2;
+  Table copy = t;
+  EXPECT_TRUE(same_bits(f.gather_apply_in_place(copy, descending, c1), f.gather_apply(t, descending, c2)));
+  EXPECT_TRUE(copy.features.empty());
+  FeatureTransform wide = FeatureTransform::fit(t, fit_rows);
+  ASSERT_GT(wide.output_width(), 3);
+  Table copy2 = t;
+  EXPECT_TRUE(same_bits(wide.gather_apply_in_place(copy2, rows, c1), wide.gather_apply(t, rows, c2)));
+  EXPECT_EQ(c1.unseen, c2.unseen);
+  EXPECT_TRUE(copy2.features.empty());
+}
+
 TEST(DataPath, GatherApplyOfNoRowsIsEmpty) {
   Table t = mixed();
   FeatureTransform f = FeatureTransform::fit(t, std::vector<std::uint32_t>{0, 1, 2, 3});
