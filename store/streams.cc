@@ -109,12 +109,8 @@ void read_blob_into(sql::Database& db, const ObjectStore& objects, const std::st
     throw std::logic_error("read_blob_into: the buffer holds " + std::to_string(bytes.size()) + " bytes, the blob " +
                            std::to_string(size));
   tbb::parallel_for(std::size_t(0), chunks.size(), [&](std::size_t i) {
-    std::string raw = objects.get(chunks[i].object, owner);
-    if (raw.size() != chunks[i].length)
-      throw corrupt("object " + chunks[i].object + " (" + std::string(owner) +
-                    "): length differs from the catalog")
-          .with(Remedy::kCheckStore);
-    std::copy(raw.begin(), raw.end(), bytes.begin() + static_cast<std::ptrdiff_t>(offsets[i]));
+    // Each chunk decompressed and verified where it belongs in the blob.
+    objects.get_into(chunks[i].object, owner, bytes.subspan(offsets[i], chunks[i].length));
   });
 }
 
