@@ -142,7 +142,7 @@ json linear_scores(const std::string& prefix, const LinearModel& linear, const P
 }
 
 // {"load_s", "first_step_s" (null when no step was trained), "peak_rss_bytes"},
-// read at the moment of the call: the peak so far.
+// the peak memory read now (the peak so far) and kept in result.
 json data_path_json(TrainResult& result) {
   result.peak_rss_bytes = runs::peak_rss_bytes();
   return {{"load_s", result.load_seconds},
