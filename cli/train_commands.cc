@@ -79,6 +79,9 @@ int run_train(const Invocation& inv) {
                 {"model", result.model ? json(result.model->ref()) : json(nullptr)},
                 {"samples_per_s", result.samples_per_s},
                 {"weights_hash", result.weights_hash},
+                {"load_s", result.load_seconds},
+                {"first_step_s", result.first_step_seconds ? json(*result.first_step_seconds) : json(nullptr)},
+                {"peak_rss_bytes", result.peak_rss_bytes},
                 {"metrics", result.metrics}};
     if (!result.per_class.empty()) out["per_class"] = result.per_class;
     print_json(out);
@@ -91,6 +94,9 @@ int run_train(const Invocation& inv) {
     for (const auto& [key, value] : result.metrics.items()) rows.push_back({"  " + key, metric_text(value)});
     rows.push_back({"  samples_per_s", std::to_string(std::llround(result.samples_per_s))});
     rows.push_back({"  weights_hash", result.weights_hash});
+    rows.push_back({"  load_s", format_double(result.load_seconds, 4)});
+    if (result.first_step_seconds) rows.push_back({"  first_step_s", format_double(*result.first_step_seconds, 4)});
+    rows.push_back({"  peak_rss", human_bytes(result.peak_rss_bytes)});
     print_table(std::cout, rows);
     // The held-out split the user will judge the model by: test, else val.
     for (const char* split : {"test", "val"})
@@ -167,6 +173,14 @@ int run_runs_show(const Invocation& inv) {
   if (run.summary.contains("samples_per_s"))
     info.push_back({"  samples/s", std::to_string(std::llround(run.summary["samples_per_s"].get<double>()))});
   if (run.summary.contains("weights_hash")) info.push_back({"  weights", run.summary["weights_hash"].get<std::string>()});
+  // Recorded by runs since the data-path figures exist; older runs lack them.
+  if (run.summary.contains("load_s"))
+    info.push_back({"  load", format_double(run.summary["load_s"].get<double>(), 4) + " s"});
+  if (run.summary.contains("first_step_s") && run.summary["first_step_s"].is_number())
+    info.push_back({"  first step", format_double(run.summary["first_step_s"].get<double>(), 4) +
+                                        " s after the process started"});
+  if (run.summary.contains("peak_rss_bytes"))
+    info.push_back({"  peak memory", human_bytes(run.summary["peak_rss_bytes"].get<std::uint64_t>()) + " (peak RSS)"});
   info.push_back({"  checkpoints", std::to_string(checkpoints.size()) +
                                         (checkpoints.empty() ? "" : " (latest at step " + std::to_string(checkpoints.back().step) + ")")});
   print_table(std::cout, info);

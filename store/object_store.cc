@@ -55,15 +55,16 @@ struct DCtxDeleter {
   void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
 };
 
-// Decodes an object file into its raw bytes, or returns an error description.
-std::optional<std::string> decode(std::string_view file, ZSTD_DCtx* dctx, std::string& raw) {
+// Checks an object file's header and sets raw_size to the size it records,
+// or returns an error description.
+std::optional<std::string> check_header(std::string_view file, std::uint64_t& raw_size) {
   if (file.size() < kHeaderSize || std::memcmp(file.data(), kMagic, 4) != 0)
     return "not an anneal object (bad header)";
   if (static_cast<std::uint8_t>(file[4]) != kFormatVersion)
     return "unsupported object format version " + std::to_string(std::uint8_t(file[4]));
   if (static_cast<std::uint8_t>(file[5]) != kCodecZstd)
     return "unsupported codec " + std::to_string(std::uint8_t(file[5]));
-  std::uint64_t raw_size = get_u64le(file.data() + 8);
+  raw_size = get_u64le(file.data() + 8);
   // A damaged header must not make us allocate terabytes: no object is
   // larger than kMaxObjectSize (the largest chunk is 4 MiB), none can
   // expand more than kMaxZstdRatio, and the length must be the one the zstd
@@ -77,12 +78,25 @@ std::optional<std::string> decode(std::string_view file, ZSTD_DCtx* dctx, std::s
   if (frame_size != ZSTD_CONTENTSIZE_UNKNOWN && frame_size != raw_size)
     return "decompressed size does not match the header: the header says " + std::to_string(raw_size) +
            " bytes, the zstd frame " + std::to_string(frame_size);
-  raw.resize(raw_size);
-  std::size_t n = ZSTD_decompressDCtx(dctx, raw.data(), raw.size(), file.data() + kHeaderSize,
+  return std::nullopt;
+}
+
+// Decompresses the frame of a file check_header accepted into `out`, which
+// holds exactly the size the header records.
+std::optional<std::string> decompress(std::string_view file, ZSTD_DCtx* dctx, std::span<char> out) {
+  std::size_t n = ZSTD_decompressDCtx(dctx, out.data(), out.size(), file.data() + kHeaderSize,
                                       file.size() - kHeaderSize);
   if (ZSTD_isError(n)) return std::string("cannot decompress: ") + ZSTD_getErrorName(n);
-  if (n != raw_size) return "decompressed size does not match the header";
+  if (n != out.size()) return "decompressed size does not match the header";
   return std::nullopt;
+}
+
+// Decodes an object file into its raw bytes, or returns an error description.
+std::optional<std::string> decode(std::string_view file, ZSTD_DCtx* dctx, std::string& raw) {
+  std::uint64_t raw_size = 0;
+  if (auto problem = check_header(file, raw_size)) return problem;
+  raw.resize(raw_size);
+  return decompress(file, dctx, std::span<char>(raw.data(), raw.size()));
 }
 
 }  // namespace
@@ -306,6 +320,25 @@ std::string ObjectStore::get(const std::string& id, std::string_view owner) cons
                   "; the store is damaged")
         .with(Remedy::kCheckStore);
   return raw;
+}
+
+void ObjectStore::get_into(const std::string& id, std::string_view owner, std::span<char> out) const {
+  std::optional<std::string> problem;
+  try {
+    FileSnapshot file(path_of(id));
+    std::uint64_t raw_size = 0;
+    problem = check_header(file.bytes(), raw_size);
+    if (!problem && raw_size != out.size())
+      problem = "it holds " + std::to_string(raw_size) + " bytes, the catalog says " + std::to_string(out.size());
+    if (!problem) problem = decompress(file.bytes(), impl_->dctx.local().get(), out);
+  } catch (const Error& e) {
+    problem = e.kind() == ErrorKind::kNotFound ? std::string("missing") : std::string(e.what());
+  }
+  if (!problem && to_hex(hash_bytes(std::string_view(out.data(), out.size()))) != id)
+    problem = "content does not match its hash";
+  if (problem)
+    throw corrupt("object " + id + " (" + std::string(owner) + "): " + *problem + "; the store is damaged")
+        .with(Remedy::kCheckStore);
 }
 
 std::optional<std::string> ObjectStore::check(const std::string& id) const {

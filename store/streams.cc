@@ -2,6 +2,7 @@
 
 #include <tbb/parallel_for.h>
 
+#include <stdexcept>
 
 #include "anneal/error.h"
 #include "anneal/hash.h"
@@ -74,6 +75,16 @@ std::vector<BlobChunk> blob_chunks(sql::Database& db, const std::string& blob) {
 
 std::string read_blob(sql::Database& db, const ObjectStore& objects, const std::string& blob,
                       std::string_view owner) {
+  std::string bytes;
+  read_blob_into(db, objects, blob, owner, [&](std::uint64_t size) {
+    bytes.resize(size);
+    return std::span<char>(bytes.data(), bytes.size());
+  });
+  return bytes;
+}
+
+void read_blob_into(sql::Database& db, const ObjectStore& objects, const std::string& blob,
+                    std::string_view owner, const std::function<std::span<char>(std::uint64_t size)>& buffer) {
   auto size_stmt = db.prepare("SELECT size FROM blobs WHERE hash = ?");
   size_stmt.bind(1, blob);
   if (!size_stmt.step())
@@ -93,16 +104,14 @@ std::string read_blob(sql::Database& db, const ObjectStore& objects, const std::
     throw corrupt("catalog: " + std::string(owner) + ": chunk lengths of blob " + blob +
                   " do not add up to its size")
         .with(Remedy::kCheckStore);
-  std::string bytes(size, '\0');
+  const std::span<char> bytes = buffer(size);
+  if (bytes.size() != size)
+    throw std::logic_error("read_blob_into: the buffer holds " + std::to_string(bytes.size()) + " bytes, the blob " +
+                           std::to_string(size));
   tbb::parallel_for(std::size_t(0), chunks.size(), [&](std::size_t i) {
-    std::string raw = objects.get(chunks[i].object, owner);
-    if (raw.size() != chunks[i].length)
-      throw corrupt("object " + chunks[i].object + " (" + std::string(owner) +
-                    "): length differs from the catalog")
-          .with(Remedy::kCheckStore);
-    std::copy(raw.begin(), raw.end(), bytes.begin() + static_cast<std::ptrdiff_t>(offsets[i]));
+    // Each chunk decompressed and verified where it belongs in the blob.
+    objects.get_into(chunks[i].object, owner, bytes.subspan(offsets[i], chunks[i].length));
   });
-  return bytes;
 }
 
 }  // namespace anneal

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,5 +59,13 @@ std::vector<BlobChunk> blob_chunks(sql::Database& db, const std::string& blob);
 // stream's hash. `owner` names what the blob belongs to for error messages.
 std::string read_blob(sql::Database& db, const ObjectStore& objects, const std::string& blob,
                       std::string_view owner);
+
+// read_blob into a caller's buffer: verifies the chunk list as read_blob
+// does, then calls `buffer(size)` once with the blob's size and writes the
+// verified chunks (in parallel) into the span it returns, which must hold
+// exactly `size` bytes. A caller decodes a large blob straight into its
+// final array this way, without a second copy in a string.
+void read_blob_into(sql::Database& db, const ObjectStore& objects, const std::string& blob,
+                    std::string_view owner, const std::function<std::span<char>(std::uint64_t size)>& buffer);
 
 }  // namespace anneal

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,6 +65,11 @@ class ObjectStore {
   // iris@v2, source") and appears in the error when the object is missing
   // (kNotFound... reported as kCorrupt) or its hash does not match (kCorrupt).
   std::string get(const std::string& id, std::string_view owner) const;
+  // get into `out`, which must be exactly the object's size (the catalog
+  // knows it): decompressed in place and verified there, with no string in
+  // between. The same errors as get, and kCorrupt when the object's size is
+  // not out.size(); `out` then holds no meaningful bytes.
+  void get_into(const std::string& id, std::string_view owner, std::span<char> out) const;
 
   // Re-reads an object and returns a description of what is wrong with it,
   // or nullopt when it is intact.

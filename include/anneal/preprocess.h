@@ -116,6 +116,21 @@ class FeatureTransform {
   // rows x output_width() floats; adds what it imputed to `counts`.
   std::vector<float> apply(std::span<const float> features, TransformCounts& counts) const;
 
+  // apply(gather(table, rows), counts) without the gathered copy: rows are
+  // gathered and transformed a block at a time (blocks in parallel), so the
+  // only full-size array is the result. The same values and counts.
+  std::vector<float> gather_apply(const Table& table, std::span<const std::uint32_t> rows,
+                                  TransformCounts& counts) const;
+  std::vector<float> gather_apply(const Table& table, TransformCounts& counts) const;  // every row
+  // gather_apply that takes `table`'s feature buffer (table.features is
+  // empty afterwards; its labels and schema stay) and, when `rows` ascend
+  // strictly and the output is no wider than the table's rows, builds the
+  // result inside it, so no second full-size array exists at any moment.
+  // Otherwise it is gather_apply, and the buffer is released after. The
+  // same values and counts as gather_apply.
+  std::vector<float> gather_apply_in_place(Table& table, std::span<const std::uint32_t> rows,
+                                           TransformCounts& counts) const;
+
   std::int64_t input_width() const;
   std::int64_t output_width() const;
   // The network's per-sample input shape: the input shape when nothing is
@@ -129,6 +144,10 @@ class FeatureTransform {
   static FeatureTransform from_json(const nlohmann::json& json);  // kCorrupt on bad JSON
 
  private:
+  // apply's work: transforms whole rows of `features` into `out` (rows x
+  // output_width() floats, zeroed by the caller).
+  void apply_into(std::span<const float> features, float* out, TransformCounts& counts) const;
+
   std::vector<ColumnTransform> columns_;
   std::vector<std::int64_t> input_shape_;
   std::vector<ExcludedColumn> excluded_;

@@ -85,6 +85,14 @@ struct TrainResult {
   bool cancelled = false;
   double samples_per_s = 0;
   std::string weights_hash;
+  // The data path of this process: seconds from the start of the dataset's
+  // load until the training arrays were ready; seconds from the process's
+  // start to the end of its first training step (unset when it trained no
+  // step: a linear-only model, a run resumed at its end); the process's peak
+  // resident memory when the run ended.
+  double load_seconds = 0;
+  std::optional<double> first_step_seconds;
+  std::uint64_t peak_rss_bytes = 0;
   // test_accuracy / test_rmse (...) when the version has a test split,
   // val_* with a validation fraction, baseline_* for the linear baseline.
   nlohmann::json metrics;

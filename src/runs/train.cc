@@ -13,6 +13,7 @@
 #include "anneal/version.h"
 #include "anneal/model_file.h"
 #include "anneal/scoring.h"
+#include "runs/process_stats.h"
 #include "runs/training_data.h"
 #include "runs/warm_start.h"
 
@@ -140,6 +141,15 @@ json linear_scores(const std::string& prefix, const LinearModel& linear, const P
   return out;
 }
 
+// {"load_s", "first_step_s" (null when no step was trained), "peak_rss_bytes"},
+// the peak memory read now (the peak so far) and kept in result.
+json data_path_json(TrainResult& result) {
+  result.peak_rss_bytes = runs::peak_rss_bytes();
+  return {{"load_s", result.load_seconds},
+          {"first_step_s", result.first_step_seconds ? json(*result.first_step_seconds) : json(nullptr)},
+          {"peak_rss_bytes", result.peak_rss_bytes}};
+}
+
 struct Setup {
   TrainConfig config;
   DatasetRef dataset;
@@ -220,7 +230,10 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
     throw usage_error(where->second + ": " + e.what());
   }
   reporter.note("loading " + setup.dataset.to_string());
+  const auto load_start = Clock::now();
   PreparedData data = runs::prepare_run_data(store, setup.dataset, config, warm, reporter);
+  TrainResult result;
+  result.load_seconds = seconds_since(load_start);
   TrainerConfig tc = config.trainer;
   tc.loss = data.loss;
   tc.classes = data.labels.classification() ? data.labels.classes() : 0;
@@ -270,7 +283,6 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
                 data.version.ref() + " (" + std::to_string(data.train_rows()) + " training rows" +
                 (data.y_val.empty() ? "" : ", " + std::to_string(data.y_val.size()) + " validation") + ")");
 
-  TrainResult result;
   std::optional<std::int64_t> last_saved_step;  // the newest checkpoint of this run that is recorded
   try {
     json metrics = json::object();
@@ -367,6 +379,8 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
         const std::int64_t step_before = trainer->step();
         trainer->train(static_cast<std::uint64_t>(std::max<std::int64_t>(steps, 1)));
         const double took = seconds_since(t0);
+        if (!result.first_step_seconds && trainer->step() > step_before)
+          result.first_step_seconds = runs::process_uptime_seconds();
         train_seconds += took;
         if (trainer->step() > step_before) step_seconds = took / static_cast<double>(trainer->step() - step_before);
         for (std::size_t i = static_cast<std::size_t>(recorded_epochs); i < trainer->history().size(); ++i)
@@ -398,6 +412,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       }
       if (result.cancelled) {
         json summary = {{"step", trainer->step()}, {"samples_per_s", result.samples_per_s}};
+        summary.update(data_path_json(result));
         end_run(store, run.id, RunStatus::kCancelled, "cancelled at step " + std::to_string(trainer->step()) +
                                                           "; continue with --resume " + run.label(), summary, fence);
         result.run = find_run(store, run.id);
@@ -429,6 +444,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
                     {"metrics", metrics}};
     if (!per_class.empty()) summary["per_class"] = per_class;
     if (trainer) summary["steps"] = trainer->step();
+    summary.update(data_path_json(result));
     json lineage = lineage_json(config, data, run, backend->capabilities());
     lineage.update(runs::warm_start_lineage(warm));
     result.model = register_model(store, run.id, config.name, runs::encode_model(model), lineage, metrics, summary,

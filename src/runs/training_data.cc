@@ -120,16 +120,21 @@ PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig
     throw usage_error(at + e.what());
   }
   d.input_shape = d.features.output_shape();
+  // Gathered and transformed in one pass, the training rows (last, once the
+  // validation rows are out) and the test rows inside the table's own
+  // buffers where they fit: the store's arrays are not copied whole again.
   TransformCounts counts;
-  d.x_train = d.features.apply(d.features.gather(loaded.train, train_rows), counts);
-  d.y_train.reserve(train_rows.size());
-  for (auto r : train_rows) d.y_train.push_back(encoded[r]);
   if (!val_rows.empty()) {
-    d.x_val = d.features.apply(d.features.gather(loaded.train, val_rows), counts);
+    d.x_val = d.features.gather_apply(loaded.train, val_rows, counts);
     for (auto r : val_rows) d.y_val.push_back(encoded[r]);
   }
+  d.x_train = d.features.gather_apply_in_place(loaded.train, train_rows, counts);
+  d.y_train.reserve(train_rows.size());
+  for (auto r : train_rows) d.y_train.push_back(encoded[r]);
   if (loaded.test.rows > 0) {
-    d.x_test = d.features.apply(d.features.gather(loaded.test), counts);
+    std::vector<std::uint32_t> test_rows(loaded.test.rows);
+    for (std::uint32_t i = 0; i < test_rows.size(); ++i) test_rows[i] = i;
+    d.x_test = d.features.gather_apply_in_place(loaded.test, test_rows, counts);
     d.y_test = d.labels.encode_all(loaded.test.labels, "dataset " + v.ref() + " test");
   }
   return d;

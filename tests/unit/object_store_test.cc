@@ -77,6 +77,44 @@ TEST_F(ObjectStoreTest, FlippedByteAnywhereIsCaughtOnReadAndCheck) {
   EXPECT_FALSE(store_.check(id).has_value());
 }
 
+// get_into: the same bytes as get, in the caller's buffer; a flipped byte,
+// a buffer of another size and a missing object are kCorrupt naming the
+// object and its owner.
+TEST_F(ObjectStoreTest, GetIntoFillsTheCallersBufferAndVerifies) {
+  std::string bytes;
+  for (int i = 0; i < 5000; ++i) bytes += std::to_string(i * 7919) + ",";
+  std::string id = store_.put(bytes);
+  std::string out(bytes.size(), '\0');
+  store_.get_into(id, "test", std::span<char>(out.data(), out.size()));
+  EXPECT_EQ(out, bytes);
+
+  auto expect_corrupt = [&](std::span<char> buffer, const std::string& what) {
+    try {
+      store_.get_into(id, "dataset demo@v1, features", buffer);
+      ADD_FAILURE() << what << " was not caught";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << what;
+      EXPECT_NE(std::string(e.what()).find(id), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("demo@v1, features"), std::string::npos) << e.what();
+    }
+  };
+  std::string shorter(bytes.size() - 1, '\0'), longer(bytes.size() + 1, '\0');
+  expect_corrupt(std::span<char>(shorter.data(), shorter.size()), "a buffer one byte short");
+  expect_corrupt(std::span<char>(longer.data(), longer.size()), "a buffer one byte long");
+
+  fs::path path = store_.path_of(id);
+  std::string original = test::read_file(path);
+  for (std::size_t offset = 0; offset < original.size(); offset += std::max<std::size_t>(1, original.size() / 23)) {
+    std::string damaged = original;
+    damaged[offset] = static_cast<char>(damaged[offset] ^ 0x10);
+    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+    test::write_file(path, damaged);
+    expect_corrupt(std::span<char>(out.data(), out.size()), "a flip at offset " + std::to_string(offset));
+  }
+  store_.remove(id);
+  expect_corrupt(std::span<char>(out.data(), out.size()), "a missing object");
+}
+
 TEST_F(ObjectStoreTest, MissingObjectIsReported) {
   std::string id = to_hex(hash_bytes("never stored"));
   EXPECT_EQ(store_.check(id).value_or(""), "missing");

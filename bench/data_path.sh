@@ -1,0 +1,73 @@
+#!/bin/bash
+# Data-path benchmark (issue 15): the whole process, from a cold start of
+# the command, training 1 epoch of docs/examples/fmnist-mlp.ini on
+# Fashion-MNIST (validation 0, no periodic checkpoint, 2 threads) beside the
+# PyTorch script doing the same whole job (read the gzip files, standardize,
+# 1 epoch of the same MLP, batch 128, Adam, score the test split).
+# Prints, as medians of $ROUNDS rounds (the sides alternate within a round):
+#  - wall seconds and peak RSS of each whole process (/usr/bin/time), their
+#    ratios, and whether the issue's goals are met (anneal's wall at most 1/3
+#    of PyTorch's, its peak RSS at most 1/2);
+#  - the time to the first training step from the process's start: anneal's
+#    first_step_s from its --json, PyTorch's measured the same way in the
+#    script; and anneal's load_s (dataset load until the arrays are ready).
+set -euo pipefail
+: "${ANNEAL:?}"
+HERE=$(dirname "$(realpath "$0")")
+ROOT=$(dirname "$HERE")
+ROUNDS=${ROUNDS:-3}
+FMNIST=/usr/share/datasets/fashion-mnist
+PYTHON=/usr/bin/python3  # Debian's, where python3-torch lives
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/anneal-bench-XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+export ANNEAL_HOME="$WORK/store"
+
+"$ANNEAL" init > /dev/null
+"$ANNEAL" data import fmnist "$FMNIST/train-images-idx3-ubyte.gz" --labels "$FMNIST/train-labels-idx1-ubyte.gz" \
+  --test "$FMNIST/t10k-images-idx3-ubyte.gz" --test-labels "$FMNIST/t10k-labels-idx1-ubyte.gz" > /dev/null
+
+# anneal_run -> "wall_s peak_rss_kib first_step_s load_s"
+anneal_run() {
+  /usr/bin/time -f "%e %M" -o "$WORK/time" "$ANNEAL" --json train "$ROOT/docs/examples/fmnist-mlp.ini" \
+    --set epochs=1 --set validation=0 --set checkpoint_every=0 --set threads=2 > "$WORK/anneal.json" \
+    2> "$WORK/anneal.err" || { cat "$WORK/anneal.err" >&2; exit 1; }
+  "$PYTHON" -c "
+import json, sys
+j = json.load(open(sys.argv[1]))
+wall, rss = open(sys.argv[2]).read().split()
+print(wall, rss, j['first_step_s'], j['load_s'])" "$WORK/anneal.json" "$WORK/time"
+}
+
+# torch_run -> "wall_s peak_rss_kib first_step_s"
+torch_run() {
+  /usr/bin/time -f "%e %M" -o "$WORK/time" "$PYTHON" "$HERE/torch_train.py" mlp 2 1 > "$WORK/torch.json"
+  "$PYTHON" -c "
+import json, sys
+j = json.load(open(sys.argv[1]))
+wall, rss = open(sys.argv[2]).read().split()
+print(wall, rss, j['first_step_s'])" "$WORK/torch.json" "$WORK/time"
+}
+
+for round in $(seq "$ROUNDS"); do
+  echo "$(anneal_run) $(torch_run)"
+done > "$WORK/rounds"
+
+"$PYTHON" - "$WORK/rounds" <<'PY'
+import statistics as st, sys
+rounds = [list(map(float, l.split())) for l in open(sys.argv[1])]
+med = lambda k: st.median(r[k] for r in rounds)
+wall = [r[0] / r[4] for r in rounds]
+rss = [r[1] / r[5] for r in rounds]
+print("== data path: whole process, 1 epoch of fmnist-mlp from a cold start, 2 threads (medians of %d rounds)"
+      % len(rounds))
+print("%-14s %9s %10s %14s %9s" % ("", "wall", "peak RSS", "first step", "load"))
+print("%-14s %8.2fs %6.0f MiB %13.2fs %8.2fs" % ("anneal", med(0), med(1) / 1024, med(2), med(3)))
+print("%-14s %8.2fs %6.0f MiB %13.2fs %9s" % ("pytorch 1.13", med(4), med(5) / 1024, med(6), "-"))
+print("ratio anneal/pytorch: wall %.2f (rounds %s), peak RSS %.2f (rounds %s)"
+      % (st.median(wall), " ".join("%.2f" % x for x in wall), st.median(rss), " ".join("%.2f" % x for x in rss)))
+met = lambda ok: "met" if ok else "not met"
+print("goal wall <= 1/3 of pytorch's: %s; goal peak RSS <= 1/2 of pytorch's: %s"
+      % (met(st.median(wall) <= 1 / 3), met(st.median(rss) <= 1 / 2)))
+print("first step: seconds from the process's start to the end of its first training step; "
+      "load: anneal's dataset load until the training arrays are ready")
+PY
