@@ -11,18 +11,14 @@
 
 #include "anneal/error.h"
 #include "anneal/preprocess.h"
+#include "test_util.h"
 
 namespace anneal {
 namespace {
 
 const float kNaN = std::nanf("");
 
-ColumnSchema column(const std::string& name, ColumnType type = ColumnType::kNumeric) {
-  ColumnSchema c;
-  c.name = name;
-  c.type = type;
-  return c;
-}
+using test::column;
 
 // 1000 rows (several of gather_apply's 256-row blocks, the last one partial)
 // of: numeric x (every 17th missing), categorical shop a..d (code 9, outside

@@ -14,6 +14,7 @@
 #include "anneal/linear.h"
 #include "anneal/model_metrics.h"
 #include "anneal/preprocess.h"
+#include "test_util.h"
 
 namespace anneal {
 namespace {
@@ -21,12 +22,7 @@ namespace {
 const float kNaN = std::nanf("");
 constexpr double kTwoPi = 6.283185307179586;
 
-ColumnSchema column(const std::string& name, ColumnType type = ColumnType::kNumeric) {
-  ColumnSchema c;
-  c.name = name;
-  c.type = type;
-  return c;
-}
+using test::column;
 
 std::vector<std::uint32_t> all_rows(std::size_t n) {
   std::vector<std::uint32_t> rows(n);

@@ -9,18 +9,14 @@
 #include "anneal/linear.h"
 #include "anneal/model_metrics.h"
 #include "anneal/preprocess.h"
+#include "test_util.h"
 
 namespace anneal {
 namespace {
 
 const float kNaN = std::nanf("");
 
-ColumnSchema column(const std::string& name, ColumnType type = ColumnType::kNumeric) {
-  ColumnSchema c;
-  c.name = name;
-  c.type = type;
-  return c;
-}
+using test::column;
 
 // Columns: x (numeric), color (categorical: red, green, blue), label.
 Table small_table() {

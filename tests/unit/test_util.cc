@@ -56,4 +56,11 @@ std::unique_ptr<Backend> cpu_backend(int threads) {
   return make_backend({.device = Device::kCpu, .threads = threads});
 }
 
+ColumnSchema column(const std::string& name, ColumnType type) {
+  ColumnSchema c;
+  c.name = name;
+  c.type = type;
+  return c;
+}
+
 }  // namespace anneal::test

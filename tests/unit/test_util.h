@@ -7,6 +7,7 @@
 #include <string>
 
 #include "anneal/device.h"
+#include "anneal/table.h"
 #include "anneal/trainer.h"
 
 namespace anneal::test {
@@ -47,6 +48,9 @@ class CpuTrainer : private OwnedCpuBackend, public Trainer {
       : OwnedCpuBackend(threads),
         Trainer(std::move(config), *owned_backend, std::move(train), std::move(validation), reporter) {}
 };
+
+// A column schema for hand-built Tables: only the name and type set.
+ColumnSchema column(const std::string& name, ColumnType type = ColumnType::kNumeric);
 
 std::string read_file(const std::filesystem::path& path);
 void write_file(const std::filesystem::path& path, const std::string& bytes);
