@@ -397,14 +397,6 @@ class Backend : public MemoryAllocator {
   // src's values, src being plain row-major with like.elements() elements.
   virtual void unflatten(const Tensor& src, const Tensor& like, Tensor& dst) = 0;
 
-  // x (n, sample...) plain fp32 = the host rows features[rows[i]] (each
-  // `width` floats) and y (n) = labels[rows[i]]: a training batch gathered
-  // from host data in the given order. x and y must be shaped plain fp32
-  // (n, ...) and (n) already; the host arrays must stay alive until the
-  // call returns.
-  virtual void gather_rows(const float* features, const float* labels, std::int64_t width,
-                           const std::uint32_t* rows, Tensor& x, Tensor& y) = 0;
-
   virtual void fill_zero(Tensor& t) = 0;
   // Global-norm gradient clipping without a host round trip: with
   // norm = √(Σ over `grads` of Σ g²), summed per tensor in a fixed order and

@@ -34,6 +34,7 @@
 #include "anneal/network.h"
 #include "anneal/optimizer.h"
 #include "anneal/report.h"
+#include "anneal/sample_source.h"
 
 namespace anneal {
 
@@ -68,7 +69,8 @@ struct TrainerConfig {
   std::vector<float> class_weights;
 };
 
-// Borrowed in-memory data; must outlive every Trainer call that uses it.
+// Borrowed in-memory data; must outlive every Trainer call that uses it
+// (read through an ArraySource, see sample_source.h).
 struct DataView {
   std::span<const float> features;    // rows x prod(sample_shape), row-major
   std::span<const float> labels;      // rows: class index (classification) or value
@@ -100,6 +102,13 @@ class Trainer {
   // `train_data`, `validation` and `reporter` must outlive the Trainer.
   Trainer(TrainerConfig config, Backend& backend, DataView train_data,
           std::optional<DataView> validation, Reporter& reporter);
+  // The same over sources (sample_source.h), which are read a batch at a
+  // time in the order the source's blocks and window allow; each batch is
+  // checked as it is read (kBadData naming the source row for a label
+  // outside 0..classes-1 or a feature that is not finite). `train_data` and
+  // `validation` (may be null) must outlive the Trainer.
+  Trainer(TrainerConfig config, Backend& backend, SampleSource& train_data, SampleSource* validation,
+          Reporter& reporter);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -118,9 +127,14 @@ class Trainer {
 
   // Loss and accuracy of the current weights on `data` (inference mode).
   Evaluation evaluate(const DataView& data);
+  // The same over every row of a source, read in row order a window at a time.
+  Evaluation evaluate(SampleSource& data);
   // rows x outputs() predictions for `features` (rows x sample size):
   // softmax_ce class probabilities, bce P(1), mse/mae the value.
   std::vector<float> predict(std::span<const float> features);
+  // rows x outputs() predictions for every row of a source, in row order
+  // (its labels are not read).
+  std::vector<float> predict(SampleSource& data);
   std::int64_t outputs() const;
 
   // BLAKE2b-256 (hex) of every parameter and state buffer in fp32, with

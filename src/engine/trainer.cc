@@ -13,7 +13,7 @@
 
 #include "anneal/error.h"
 #include "anneal/spelling.h"
-#include "engine/random.h"
+#include "engine/data_order.h"
 #include "engine/state_io.h"
 
 namespace anneal {
@@ -49,10 +49,35 @@ const char* early_stop_metric_name(EarlyStopMetric metric) {
 
 namespace {
 
-constexpr std::uint64_t kShufflePurpose = 0x5f1e;  // "shuffle"
-
 std::int64_t sample_size(const std::vector<std::int64_t>& shape) {
   return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+}
+
+// Checks n samples (features n x width, labels n) as the trainer is about
+// to use them: a label the loss can take (when `labels`), finite features.
+// `row(i)` is the 1-based row number the message names.
+template <typename RowNumber>
+void check_samples(const char* which, const float* features, const float* labels, std::size_t n, std::size_t width,
+                   const TrainerConfig& config, RowNumber row) {
+  const std::string name(which);
+  for (std::size_t i = 0; labels != nullptr && i < n; ++i) {
+    const float y = labels[i];
+    if (!std::isfinite(y)) throw data_error(name + " row " + std::to_string(row(i)) + " has no label (NaN)");
+    if (config.loss == LossKind::kSoftmaxCrossEntropy &&
+        (y != std::floor(y) || y < 0 || y >= float(config.classes)))
+      throw data_error(name + " row " + std::to_string(row(i)) + " has label " + std::to_string(y) +
+                       ", not a class index 0.." + std::to_string(config.classes - 1));
+    if (config.loss == LossKind::kBinaryCrossEntropy && y != 0.0f && y != 1.0f)
+      throw data_error(name + " row " + std::to_string(row(i)) + " has label " + std::to_string(y) +
+                       "; bce needs 0 or 1");
+  }
+  bool finite = true;
+  for (std::size_t i = 0; i < n * width; ++i) finite &= std::isfinite(features[i]);
+  if (finite) return;
+  for (std::size_t i = 0; i < n * width; ++i)
+    if (!std::isfinite(features[i]))
+      throw data_error(name + " row " + std::to_string(row(i / width)) +
+                       " has a missing or infinite feature value; impute or drop it first");
 }
 
 void validate_data(const DataView& data, const char* which, const Dims& expected_shape,
@@ -68,22 +93,29 @@ void validate_data(const DataView& data, const char* which, const Dims& expected
     throw data_error(name + " data has " + std::to_string(data.features.size()) +
                      " feature values for " + std::to_string(rows) + " rows of " +
                      std::to_string(width));
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float y = data.labels[r];
-    if (!std::isfinite(y))
-      throw data_error(name + " row " + std::to_string(r + 1) + " has no label (NaN)");
-    if (config.loss == LossKind::kSoftmaxCrossEntropy &&
-        (y != std::floor(y) || y < 0 || y >= float(config.classes)))
-      throw data_error(name + " row " + std::to_string(r + 1) + " has label " + std::to_string(y) +
-                       ", not a class index 0.." + std::to_string(config.classes - 1));
-    if (config.loss == LossKind::kBinaryCrossEntropy && y != 0.0f && y != 1.0f)
-      throw data_error(name + " row " + std::to_string(r + 1) + " has label " + std::to_string(y) +
-                       "; bce needs 0 or 1");
+  check_samples(which, data.features.data(), data.labels.data(), rows, std::size_t(width), config,
+                [](std::size_t i) { return i + 1; });
+}
+
+// A source's shape and rows, checked before anything trains.
+// `may_be_empty`: a source without rows is fine (a prediction of nothing).
+void validate_source(const SampleSource& source, const char* which, const Dims& expected_shape,
+                     bool may_be_empty = false) {
+  const std::string name(which);
+  if (Dims(source.sample_shape()) != expected_shape)
+    throw data_error(name + " data has samples of shape " + Dims(source.sample_shape()).str() +
+                     " but the training data has " + expected_shape.str());
+  if (source.rows() == 0) {
+    if (may_be_empty) return;
+    throw data_error(name + " data has no rows");
   }
-  for (std::size_t i = 0; i < data.features.size(); ++i)
-    if (!std::isfinite(data.features[i]))
-      throw data_error(name + " row " + std::to_string(i / std::size_t(width) + 1) +
-                       " has a missing or infinite feature value; impute or drop it first");
+  if (source.rows() > std::int64_t(std::numeric_limits<std::uint32_t>::max()))
+    throw data_error(name + " data has " + std::to_string(source.rows()) + " rows; at most 2^32 - 1 are supported");
+  const auto starts = source.block_starts();
+  bool ordered = starts.size() >= 2 && starts.front() == 0 && starts.back() == source.rows();
+  for (std::size_t b = 1; ordered && b < starts.size(); ++b) ordered = starts[b] > starts[b - 1];
+  if (!ordered || source.window_blocks() < 1)
+    throw failure(name + " data source: blocks must cover its rows in ascending order, with a window of >= 1");
 }
 
 void validate_config(const TrainerConfig& c, const BackendCapabilities& backend, bool has_validation) {
@@ -112,19 +144,32 @@ void validate_config(const TrainerConfig& c, const BackendCapabilities& backend,
 
 class Trainer::Impl {
  public:
-  Impl(TrainerConfig config, Backend& backend, DataView train_data, std::optional<DataView> validation,
+  // Over arrays: checked whole up front, then read as ArraySources.
+  Impl(const TrainerConfig& config, Backend& backend, const DataView& train_data,
+       const std::optional<DataView>& validation, Reporter& reporter)
+      : Impl(config, backend, checked_sources(config, backend, train_data, validation), reporter) {}
+
+  using OwnedSources = std::pair<std::unique_ptr<ArraySource>, std::unique_ptr<ArraySource>>;
+  Impl(const TrainerConfig& config, Backend& backend, OwnedSources sources, Reporter& reporter)
+      : Impl(config, backend, *sources.first, sources.second.get(), reporter) {
+    owned_train_ = std::move(sources.first);
+    owned_validation_ = std::move(sources.second);
+  }
+
+  Impl(TrainerConfig config, Backend& backend, SampleSource& train_data, SampleSource* validation,
        Reporter& reporter)
       : config_(std::move(config)),
-        train_(std::move(train_data)),
-        validation_(std::move(validation)),
+        train_(&train_data),
+        validation_(validation),
         reporter_(reporter),
         backend_(&backend) {
-    validate_config(config_, backend_->capabilities(), validation_.has_value());
-    const Dims sample_shape(train_.sample_shape);
-    validate_data(train_, "training", sample_shape, config_);
-    if (validation_) validate_data(*validation_, "validation", sample_shape, config_);
-    rows_ = std::int64_t(train_.labels.size());
-    width_ = sample_size(train_.sample_shape);
+    validate_config(config_, backend_->capabilities(), validation_ != nullptr);
+    const Dims sample_shape(train_->sample_shape());
+    validate_source(*train_, "training", sample_shape);
+    if (validation_) validate_source(*validation_, "validation", sample_shape);
+    rows_ = train_->rows();
+    width_ = sample_size(train_->sample_shape());
+    window_ = std::min(train_->window_blocks(), train_->blocks());
     micro_per_epoch_ = (rows_ + config_.batch - 1) / config_.batch;
     steps_per_epoch_ = (micro_per_epoch_ + config_.grad_accum - 1) / config_.grad_accum;
 
@@ -164,9 +209,15 @@ class Trainer::Impl {
   }
 
   Evaluation evaluate(const DataView& data) {
-    validate_data(data, "evaluation", Dims(train_.sample_shape), config_);
+    validate_data(data, "evaluation", Dims(train_->sample_shape()), config_);
+    ArraySource source(data.features, data.labels, data.sample_shape);
+    return evaluate(source);
+  }
+
+  Evaluation evaluate(SampleSource& data) {
+    validate_source(data, "evaluation", Dims(train_->sample_shape()));
     const auto scope = backend_->enter();
-    LossTotals totals = run_inference(data.features, &data.labels, nullptr);
+    LossTotals totals = run_inference(data, "evaluation", /*score=*/true, nullptr);
     Evaluation e;
     e.loss = totals.mean_loss();
     e.accuracy = is_classification(config_.loss) ? totals.accuracy() : 0.0;
@@ -178,9 +229,16 @@ class Trainer::Impl {
     if (features.size() % std::size_t(width_) != 0)
       throw data_error("predict: " + std::to_string(features.size()) +
                        " feature values is not a whole number of rows of " + std::to_string(width_));
+    const std::vector<float> no_labels(features.size() / std::size_t(width_), 0.0f);
+    ArraySource source(features, no_labels, train_->sample_shape());
+    return predict(source);
+  }
+
+  std::vector<float> predict(SampleSource& data) {
+    validate_source(data, "prediction", Dims(train_->sample_shape()), /*may_be_empty=*/true);
     const auto scope = backend_->enter();
-    std::vector<float> out(features.size() / std::size_t(width_) * std::size_t(outputs()));
-    run_inference(features, nullptr, out.data());
+    std::vector<float> out(std::size_t(data.rows()) * std::size_t(outputs()));
+    run_inference(data, "prediction", /*score=*/false, out.data());
     return out;
   }
 
@@ -328,7 +386,7 @@ class Trainer::Impl {
     stopped_early_ = stopped;
     last_lr_ = last_lr;
     history_ = std::move(history);
-    permutation_epoch_ = -1;
+    order_.reset();
   }
 
   const TrainerConfig& config() const { return config_; }
@@ -383,8 +441,9 @@ class Trainer::Impl {
   }
 
   TrainerConfig config_;
-  DataView train_;
-  std::optional<DataView> validation_;
+  SampleSource* train_;       // borrowed, or owned_train_
+  SampleSource* validation_;  // borrowed or owned_validation_; null: none
+  std::unique_ptr<ArraySource> owned_train_, owned_validation_;
   Reporter& reporter_;
   Backend* backend_;  // borrowed: outlives the Trainer
   std::unique_ptr<Network> network_;
@@ -394,6 +453,7 @@ class Trainer::Impl {
   std::unique_ptr<LossOp> train_loss_, eval_loss_;
 
   std::int64_t rows_ = 0, width_ = 0, micro_per_epoch_ = 0, steps_per_epoch_ = 0;
+  std::int64_t window_ = 1;  // blocks of the training source held at once
 
   // Position and progress: all of it is checkpointed.
   std::int64_t epoch_ = 0;        // epochs completed = index of the current epoch
@@ -417,13 +477,32 @@ class Trainer::Impl {
   };
 
   std::string fingerprint() const {
-    return "layers=" + network_->describe() + ";input=" + Dims(train_.sample_shape).str() +
+    std::string f = "layers=" + network_->describe() + ";input=" + Dims(train_->sample_shape()).str() +
            ";loss=" + loss_name(config_.loss) + ";outputs=" + std::to_string(outputs()) +
            ";optimizer=" + optimizer_name(config_.optimizer.kind) +
            ";momentum=" + std::to_string(config_.optimizer.momentum > 0) +
            ";precision=" + precision_name(config_.precision) + ";batch=" + std::to_string(config_.batch) +
            ";accum=" + std::to_string(config_.grad_accum) + ";seed=" + std::to_string(config_.seed) +
            ";rows=" + std::to_string(rows_);
+    // A streamed order depends on the blocks and the window; a full
+    // shuffle (the state's meaning before streaming) does not.
+    if (window_ < train_->blocks())
+      f += ";blocks=" + std::to_string(train_->blocks()) + ";window=" + std::to_string(window_);
+    return f;
+  }
+
+  // Arrays checked whole (the config first), as sources over them.
+  static OwnedSources checked_sources(const TrainerConfig& config, Backend& backend, const DataView& train,
+                                      const std::optional<DataView>& validation) {
+    validate_config(config, backend.capabilities(), validation.has_value());
+    OwnedSources out;
+    validate_data(train, "training", Dims(train.sample_shape), config);
+    out.first = std::make_unique<ArraySource>(train.features, train.labels, train.sample_shape);
+    if (validation) {
+      validate_data(*validation, "validation", Dims(train.sample_shape), config);
+      out.second = std::make_unique<ArraySource>(validation->features, validation->labels, validation->sample_shape);
+    }
+    return out;
   }
 
   std::vector<StateBuffer> state_tensors() const {
@@ -434,35 +513,69 @@ class Trainer::Impl {
     return out;
   }
 
-  // The epoch's data order: a Fisher–Yates shuffle seeded by (seed, epoch),
-  // so any position can be recomputed from the epoch number alone.
-  const std::vector<std::uint32_t>& permutation() {
-    if (permutation_epoch_ != epoch_) {
-      permutation_.resize(std::size_t(rows_));
-      std::iota(permutation_.begin(), permutation_.end(), 0u);
-      engine::SplitMix64 rng(engine::derive_seed(config_.seed, kShufflePurpose, std::uint64_t(epoch_)));
-      for (std::size_t i = permutation_.size(); i > 1; --i) {
-        const std::size_t j = std::size_t(rng.below(i));
-        std::swap(permutation_[i - 1], permutation_[j]);
-      }
-      permutation_epoch_ = epoch_;
-    }
-    return permutation_;
+  // The order of epoch `epoch` (see data_order.h), rebuilt when the epoch changes.
+  engine::EpochOrder& order(std::int64_t epoch) {
+    if (!order_ || order_->epoch() != epoch)
+      order_.emplace(train_->block_starts(), window_, config_.seed, epoch);
+    return *order_;
   }
 
   std::int64_t micro_rows(std::int64_t micro) const {
     return std::min(config_.batch, rows_ - micro * config_.batch);
   }
 
-  // The batch buffer holding micro-batch `micro`, gathered now from the
-  // host data by the backend (Backend::gather_rows).
+  // Tells the training source which window the reads from now on come from
+  // and which follows (the next epoch's first, after an epoch's last), once
+  // per window.
+  void announce_window(std::int64_t position) {
+    engine::EpochOrder& current = order(epoch_);
+    const std::int64_t w = current.window_of(position);
+    if (announced_ == std::pair{epoch_, w}) return;
+    announced_ = {epoch_, w};
+    const std::vector<std::uint32_t> now(current.window_blocks(w).begin(), current.window_blocks(w).end());
+    std::vector<std::uint32_t> next;
+    if (w + 1 < current.windows()) {
+      const auto blocks = current.window_blocks(w + 1);
+      next.assign(blocks.begin(), blocks.end());
+    } else if (epoch_ + 1 < config_.epochs && current.windows() > 1) {
+      const engine::EpochOrder following(train_->block_starts(), window_, config_.seed, epoch_ + 1);
+      const auto blocks = following.window_blocks(0);
+      next.assign(blocks.begin(), blocks.end());
+    }
+    train_->will_read(now, next);
+  }
+
+  // Reads `rows` of `source` into x and y (shaped plain fp32 (n, ...) and
+  // (n) already): straight into the tensors where the backend lets the
+  // host write them, else through a staging buffer. Checks them.
+  void read_batch(SampleSource& source, const char* which, std::span<const std::uint32_t> rows, Tensor& x,
+                  Tensor& y, bool labels) {
+    const std::size_t n = rows.size(), width = std::size_t(width_);
+    float* xp = backend_->host_view(x);
+    float* yp = backend_->host_view(y);
+    if (xp == nullptr) xp = (stage_x_.resize(n * width), stage_x_.data());
+    if (yp == nullptr) yp = (stage_y_.resize(n), stage_y_.data());
+    source.read(rows, xp, yp);
+    check_samples(which, xp, labels ? yp : nullptr, n, width, config_,
+                  [&](std::size_t i) { return std::size_t(rows[i]) + 1; });
+    if (xp == stage_x_.data()) backend_->copy_from_host(xp, x);
+    else x.mark_modified();
+    if (yp == stage_y_.data()) backend_->copy_from_host(yp, y);
+    else y.mark_modified();
+  }
+
+  // The batch buffer holding micro-batch `micro` of the current epoch,
+  // read now from the training source.
   Slot& batch(std::int64_t micro) {
     const std::int64_t n = micro_rows(micro);
-    const Dims sample(train_.sample_shape);
+    const Dims sample(train_->sample_shape());
     backend_->shape_plain(slot_.x, sample.with_batch(n), DType::kF32);
     backend_->shape_plain(slot_.y, Dims{n}, DType::kF32);
-    const std::uint32_t* order = permutation().data() + micro * config_.batch;
-    backend_->gather_rows(train_.features.data(), train_.labels.data(), width_, order, slot_.x, slot_.y);
+    const std::int64_t first = micro * config_.batch;
+    announce_window(first);
+    batch_rows_.resize(std::size_t(n));
+    order(epoch_).rows(first, n, batch_rows_.data());
+    read_batch(*train_, "training", batch_rows_, slot_.x, slot_.y, /*labels=*/true);
     return slot_;
   }
 
@@ -504,7 +617,7 @@ class Trainer::Impl {
     m.train_accuracy = is_classification(config_.loss) ? epoch_totals.accuracy() : 0.0;
     m.lr = float(last_lr_);
     if (validation_) {
-      const LossTotals v = run_inference(validation_->features, &validation_->labels, nullptr);
+      const LossTotals v = run_inference(*validation_, "validation", /*score=*/true, nullptr);
       m.has_validation = true;
       m.val_loss = v.mean_loss();
       m.val_accuracy = is_classification(config_.loss) ? v.accuracy() : 0.0;
@@ -552,40 +665,53 @@ class Trainer::Impl {
     return buf;
   }
 
-  // Forward passes in inference mode over `features` in order; scores them
-  // against `labels` and/or writes predictions to `predictions`.
-  LossTotals run_inference(std::span<const float> features, const std::span<const float>* labels,
-                           float* predictions) {
-    const std::int64_t rows = std::int64_t(features.size()) / width_;
-    const Dims sample(train_.sample_shape);
+  // Forward passes in inference mode over every row of `source` in order,
+  // announced to it a window of blocks at a time; scores them against the
+  // source's labels (`score`) and/or writes predictions to `predictions`.
+  LossTotals run_inference(SampleSource& source, const char* which, bool score, float* predictions) {
+    const std::int64_t rows = source.rows();
+    const Dims sample(train_->sample_shape());
     const std::int64_t k = outputs();
+    const auto starts = source.block_starts();
+    const std::int64_t blocks = source.blocks();
+    const std::int64_t window = std::max<std::int64_t>(1, std::min(source.window_blocks(), blocks));
+    // The blocks of natural-order window w.
+    auto window_blocks = [&](std::int64_t w) {
+      std::vector<std::uint32_t> out;
+      for (std::int64_t b = w * window; b < std::min(blocks, (w + 1) * window); ++b) out.push_back(std::uint32_t(b));
+      return out;
+    };
+    std::int64_t announced = -1;
     eval_loss_->set_totals(LossTotals{});
     PassContext ctx;
     ctx.training = false;
     ctx.seed = config_.seed;
+    std::vector<std::uint32_t> indices;
     for (std::int64_t start = 0; start < rows; start += config_.batch) {
       const std::int64_t n = std::min(config_.batch, rows - start);
+      const std::int64_t block =
+          std::int64_t(std::upper_bound(starts.begin(), starts.end(), start) - starts.begin()) - 1;
+      if (block / window != announced) {
+        announced = block / window;
+        source.will_read(window_blocks(announced), window_blocks(announced + 1));
+      }
       backend_->shape_plain(eval_x_, sample.with_batch(n), DType::kF32);
       backend_->shape_plain(eval_y_, Dims{n}, DType::kF32);
-      const float* src = features.data() + start * width_;
-      if (float* x = backend_->host_view(eval_x_)) {
-        std::memcpy(x, src, std::size_t(n * width_) * sizeof(float));
-      } else {
-        backend_->copy_from_host(src, eval_x_);
-      }
+      indices.resize(std::size_t(n));
+      std::iota(indices.begin(), indices.end(), std::uint32_t(start));
+      read_batch(source, which, indices, eval_x_, eval_y_, score);
       const Tensor& out = network_->forward(eval_x_, ctx);
-      if (labels != nullptr) {
-        backend_->copy_from_host(labels->data() + start, eval_y_);
-        eval_loss_->forward_backward(out, eval_y_, nullptr, 1.0f);
-      }
+      if (score) eval_loss_->forward_backward(out, eval_y_, nullptr, 1.0f);
       if (predictions != nullptr) eval_loss_->predict(out, predictions + start * k);
     }
-    return labels != nullptr ? eval_loss_->totals() : LossTotals{};
+    return score ? eval_loss_->totals() : LossTotals{};
   }
 
   Slot slot_;
-  std::vector<std::uint32_t> permutation_;
-  std::int64_t permutation_epoch_ = -1;
+  std::optional<engine::EpochOrder> order_;
+  std::pair<std::int64_t, std::int64_t> announced_{-1, -1};  // (epoch, window) told to the source
+  std::vector<std::uint32_t> batch_rows_;
+  std::vector<float> stage_x_, stage_y_;  // batches for a backend the host cannot write
   Tensor dloss_, eval_x_, eval_y_;
   Clock::time_point epoch_start_ = Clock::now();
 
@@ -595,8 +721,10 @@ class Trainer::Impl {
 
 Trainer::Trainer(TrainerConfig config, Backend& backend, DataView train_data,
                  std::optional<DataView> validation, Reporter& reporter)
-    : impl_(std::make_unique<Impl>(std::move(config), backend, std::move(train_data),
-                                   std::move(validation), reporter)) {}
+    : impl_(std::make_unique<Impl>(std::move(config), backend, train_data, validation, reporter)) {}
+Trainer::Trainer(TrainerConfig config, Backend& backend, SampleSource& train_data, SampleSource* validation,
+                 Reporter& reporter)
+    : impl_(std::make_unique<Impl>(std::move(config), backend, train_data, validation, reporter)) {}
 Trainer::~Trainer() = default;
 
 bool Trainer::train(std::uint64_t max_steps) { return impl_->train(max_steps); }
@@ -608,7 +736,9 @@ std::int64_t Trainer::steps_per_epoch() const { return impl_->steps_per_epoch_; 
 std::int64_t Trainer::total_steps() const { return impl_->total_steps(); }
 const std::vector<EpochMetrics>& Trainer::history() const { return impl_->history_; }
 Evaluation Trainer::evaluate(const DataView& data) { return impl_->evaluate(data); }
+Evaluation Trainer::evaluate(SampleSource& data) { return impl_->evaluate(data); }
 std::vector<float> Trainer::predict(std::span<const float> features) { return impl_->predict(features); }
+std::vector<float> Trainer::predict(SampleSource& data) { return impl_->predict(data); }
 std::int64_t Trainer::outputs() const { return impl_->outputs(); }
 std::string Trainer::weights_hash() { return impl_->weights_hash(); }
 std::vector<std::uint8_t> Trainer::save_state() { return impl_->save_state(); }

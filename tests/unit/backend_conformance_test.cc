@@ -544,29 +544,6 @@ TEST_P(BackendConformance, FlattenAndUnflattenKeepRowMajorOrder) {
   }
 }
 
-TEST_P(BackendConformance, GatherRowsAssemblesTheRowsInTheOrderGiven) {
-  const std::int64_t rows = 7, width = 6;
-  const HostTensor features = randn(std::size_t(rows * width), 11);
-  HostTensor labels(rows);
-  std::iota(labels.begin(), labels.end(), 10.0f);
-  const std::vector<std::uint32_t> order{3, 0, 6, 6, 2};
-  const std::int64_t n = std::int64_t(order.size());
-  for (const Dims& sample : {Dims{width}, Dims{1, 2, 3}}) {
-    SCOPED_TRACE(sample.str());
-    Tensor x, y;
-    be().shape_plain(x, sample.with_batch(n), DType::kF32);
-    be().shape_plain(y, Dims{n}, DType::kF32);
-    be().gather_rows(features.data(), labels.data(), width, order.data(), x, y);
-    HostTensor want_x, want_y;
-    for (std::uint32_t r : order) {
-      want_x.insert(want_x.end(), features.begin() + r * width, features.begin() + (r + 1) * width);
-      want_y.push_back(labels[r]);
-    }
-    expect_same_bits("x", read(x), want_x);
-    expect_same_bits("y", read(y), want_y);
-  }
-}
-
 TEST_P(BackendConformance, HostViewIsNullOrAliasesAPlainF32Tensor) {
   const HostTensor v = randn(15, 18);
   Tensor t = plain(Dims{3, 5}, v);

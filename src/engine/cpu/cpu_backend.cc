@@ -73,10 +73,6 @@ class OmpTeamScope final : public ExecutionScope {
   int previous_;
 };
 
-// A gather this large (in floats: 256 KiB) is split across the OpenMP team;
-// smaller ones are not worth waking it for.
-constexpr std::size_t kParallelGatherFloats = 1 << 16;
-
 // Small loops are not worth waking the OpenMP team for.
 constexpr std::int64_t kParallelThreshold = 1 << 15;
 
@@ -160,30 +156,6 @@ class CpuBackend final : public Backend {
   const BackendCapabilities& capabilities() const override { return capabilities_; }
   std::unique_ptr<ExecutionScope> enter() override {
     return std::make_unique<OmpTeamScope>(capabilities_.threads);
-  }
-
-  // There is no prefetch of batch k+1 while batch k computes: the gather
-  // (~30 us for an MLP batch) is cheaper than the worker thread it would
-  // wake, which competes with the OpenMP team for the cores (MLP fp32 at
-  // threads=2: ~134k samples/s with a TBB prefetch, ~145k without);
-  // splitting the gather across the team measured ~3% faster end to end.
-  void gather_rows(const float* features, const float* labels, std::int64_t width,
-                   const std::uint32_t* rows, Tensor& x, Tensor& y) override {
-    const std::int64_t n = x.batch();
-    if (host_view(x) == nullptr || host_view(y) == nullptr || y.elements() != n ||
-        x.elements() != n * width)
-      throw failure("gather_rows: x and y must be plain f32 (n, ...) and (n)");
-    float* xp = static_cast<float*>(x.data());
-    float* yp = static_cast<float*>(y.data());
-    const std::size_t w = std::size_t(width);
-#pragma omp parallel for schedule(static) if (std::size_t(n) * w >= kParallelGatherFloats)
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::size_t row = rows[i];
-      std::memcpy(xp + std::size_t(i) * w, features + row * w, w * sizeof(float));
-      yp[i] = labels[row];
-    }
-    x.mark_modified();
-    y.mark_modified();
   }
 
   void* allocate(std::size_t bytes) override {
