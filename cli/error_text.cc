@@ -31,6 +31,7 @@ const char* flag_of(Subject subject) {
     case Subject::kConfigOverrides: return "--set";
     case Subject::kRetrainData: return "--data";
     case Subject::kDevice: return "--device";
+    case Subject::kMemoryBudget: return "--memory-budget";
     case Subject::kThreads: return "--threads";
     case Subject::kBenchBatch: return "--batch";
     case Subject::kBenchRepeats: return "--repeats";

@@ -58,6 +58,7 @@ int run_train(const Invocation& inv) {
   if (a.count("set")) request.overrides = a["set"].as<std::vector<std::string>>();
   // --device wins over the config key `device` and is recorded with the run.
   if (a.count("device")) request.device = compute_options_of(inv).device;
+  if (a.count("memory-budget")) request.memory_budget = a["memory-budget"].as<std::string>();
   if (a.count("resume")) {
     if (!configs.empty()) throw usage_error("--resume: give either CONFIG or --resume RUN, not both");
     request.resume = parse_run_id(a["resume"].as<std::string>(), "--resume");
@@ -82,6 +83,9 @@ int run_train(const Invocation& inv) {
                 {"load_s", result.load_seconds},
                 {"first_step_s", result.first_step_seconds ? json(*result.first_step_seconds) : json(nullptr)},
                 {"peak_rss_bytes", result.peak_rss_bytes},
+                {"memory_budget", result.memory_budget},
+                {"streamed", result.streamed},
+                {"data_peak_bytes", result.data_peak_bytes},
                 {"metrics", result.metrics}};
     if (!result.per_class.empty()) out["per_class"] = result.per_class;
     print_json(out);
@@ -97,6 +101,8 @@ int run_train(const Invocation& inv) {
     rows.push_back({"  load_s", format_double(result.load_seconds, 4)});
     if (result.first_step_seconds) rows.push_back({"  first_step_s", format_double(*result.first_step_seconds, 4)});
     rows.push_back({"  peak_rss", human_bytes(result.peak_rss_bytes)});
+    rows.push_back({"  data_peak", human_bytes(result.data_peak_bytes) + " of a " + human_bytes(result.memory_budget) +
+                                       " budget" + (result.streamed ? " (streamed)" : "")});
     print_table(std::cout, rows);
     // The held-out split the user will judge the model by: test, else val.
     for (const char* split : {"test", "val"})
@@ -181,6 +187,10 @@ int run_runs_show(const Invocation& inv) {
                                         " s after the process started"});
   if (run.summary.contains("peak_rss_bytes"))
     info.push_back({"  peak memory", human_bytes(run.summary["peak_rss_bytes"].get<std::uint64_t>()) + " (peak RSS)"});
+  if (run.summary.contains("data_peak_bytes"))
+    info.push_back({"  data held", human_bytes(run.summary["data_peak_bytes"].get<std::uint64_t>()) + " at most, budget " +
+                                       human_bytes(run.summary["memory_budget"].get<std::uint64_t>()) +
+                                       (run.summary.value("streamed", false) ? ", streamed" : ", in memory")});
   info.push_back({"  checkpoints", std::to_string(checkpoints.size()) +
                                         (checkpoints.empty() ? "" : " (latest at step " + std::to_string(checkpoints.back().step) + ")")});
   print_table(std::cout, info);
@@ -366,7 +376,9 @@ void add_train_commands(std::vector<Command>& out) {
        [](po::options_description& o) {
          o.add_options()("set", po::value<std::vector<std::string>>()->composing()->value_name("KEY=VALUE"),
                          "override a config key (repeatable)")
-             ("resume", po::value<std::string>()->value_name("RUN"), "continue an unfinished run");
+             ("resume", po::value<std::string>()->value_name("RUN"), "continue an unfinished run")
+             ("memory-budget", po::value<std::string>()->value_name("BYTES"),
+              "bytes of dataset rows held in memory (e.g. 2G); a larger version streams (config key memory_budget)");
          add_compute_options(o, false);
        },
        {"CONFIG..."}, run_train});

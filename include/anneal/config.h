@@ -66,6 +66,11 @@ struct TrainConfig {
   // "CLASS:W,CLASS:W" as written (the class names are checked against the
   // data by the run, see ClassWeightSpec).
   std::string class_weight;
+  // Bytes of dataset rows a run may hold in memory (memory_budget, e.g.
+  // "2G"); nullopt: the default, half the machine's physical memory. A
+  // version that does not fit is streamed from the store (docs/TRAINING.md,
+  // "Memory budget").
+  std::optional<std::uint64_t> memory_budget;
   // Everything the engine needs except classes and loss, which come from
   // the data (set by the run).
   TrainerConfig trainer;
@@ -92,6 +97,13 @@ const std::vector<ConfigKey>& known_config_keys();
 // closest known one), a malformed value, a missing required key.
 TrainConfig parse_train_config(std::string_view text, std::string_view source,
                                const std::vector<std::string>& overrides);
+
+// A memory_budget value: bytes with an optional binary suffix K, M, G or T
+// (KiB..TiB), e.g. "512M", "2G", "1048576"; at least 1M. Throws kUsage
+// saying what was expected (the caller adds where it was set).
+std::uint64_t parse_memory_budget(std::string_view text);
+// Bytes as memory_budget text: the largest suffix that divides them ("2G").
+std::string memory_budget_text(std::uint64_t bytes);
 
 // The model config.warm_start names (non-empty): a bare word is an alias of
 // config.name, anything with '@' a model reference (NAME@ALIAS, NAME@vN,

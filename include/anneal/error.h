@@ -83,6 +83,7 @@ enum class Subject {
   kConfigOverrides,      // settings given to override a config file's
   kRetrainData,          // a new data file a retrain imports first
   kDevice,               // the device a run trains or a model predicts on
+  kMemoryBudget,         // bytes of dataset rows a run may hold in memory
   kThreads,              // compute threads of a command
   kBenchBatch,           // rows per forward pass of a bench
   kBenchRepeats,         // timed repeats of a bench
@@ -199,6 +200,7 @@ inline const char* subject_name(Subject subject) {
     case Subject::kConfigOverrides: return "the config overrides";
     case Subject::kRetrainData: return "the new data";
     case Subject::kDevice: return "the device";
+    case Subject::kMemoryBudget: return "the memory budget";
     case Subject::kThreads: return "the thread count";
     case Subject::kBenchBatch: return "the bench's batch size";
     case Subject::kBenchRepeats: return "the bench's repeat count";

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -105,6 +106,17 @@ class FeatureTransform {
   // check_feature_columns) or leave no feature column.
   static FeatureTransform fit(const Table& table, std::span<const std::uint32_t> rows,
                               const FeatureOptions& options = {});
+  // Calls its argument once per training row, in the same order every time,
+  // with the row in the store's layout (fp32, the feature columns of the
+  // schema back to back).
+  using RowScan = std::function<void(const std::function<void(const float*)>&)>;
+  // fit over `rows` training rows that `scan` produces (it is called twice:
+  // means, then spreads), `schema` giving the columns, label and sample
+  // shape (its feature buffer is not read). The same transform as fit()
+  // over the same rows in the same order, so a version streamed from the
+  // store block by block fits as one held in memory. The same errors.
+  static FeatureTransform fit(const Table& schema, std::uint64_t rows, const RowScan& scan,
+                              const FeatureOptions& options = {});
 
   // The transform's input for rows `rows` of `table` (the table it was
   // fitted on, or one with the same columns and dictionaries): the columns
@@ -131,6 +143,16 @@ class FeatureTransform {
   std::vector<float> gather_apply_in_place(Table& table, std::span<const std::uint32_t> rows,
                                            TransformCounts& counts) const;
 
+  // Where each of the transform's columns starts in a stored row of a
+  // version with `columns` (its label at `label_column`): what
+  // apply_stored reads. kUsage naming a column the version lacks.
+  std::vector<std::size_t> stored_offsets(const std::vector<ColumnSchema>& columns, std::size_t label_column) const;
+  // Transforms one stored row (fp32, the layout `offsets` came from) into
+  // `out` (output_width() floats, zeroed by the caller); adds what it
+  // imputed to `counts`. How a batch is expanded as it is read, with no
+  // transformed copy of the whole table.
+  void apply_stored(const float* row, std::span<const std::size_t> offsets, float* out, TransformCounts& counts) const;
+
   std::int64_t input_width() const;
   std::int64_t output_width() const;
   // The network's per-sample input shape: the input shape when nothing is
@@ -147,6 +169,8 @@ class FeatureTransform {
   // apply's work: transforms whole rows of `features` into `out` (rows x
   // output_width() floats, zeroed by the caller).
   void apply_into(std::span<const float> features, float* out, TransformCounts& counts) const;
+  // One row: column i of the transform starts at row + offsets[i].
+  void transform_row(const float* row, std::span<const std::size_t> offsets, float* out, TransformCounts& counts) const;
 
   std::vector<ColumnTransform> columns_;
   std::vector<std::int64_t> input_shape_;

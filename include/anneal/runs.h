@@ -64,6 +64,8 @@ struct TrainRequest {
   std::string config_source;             // its name in errors: the path
   std::vector<std::string> overrides;    // --set key=value, winning over the file
   std::optional<Device> device;          // --device, winning over the config's `device`
+  // --memory-budget as written ("2G"), winning over the config's memory_budget.
+  std::optional<std::string> memory_budget;
   // An alias of the config's name to warm-start from, winning over the
   // config's `warm_start` (retrain --warm-start: the alias it promotes).
   std::optional<std::string> warm_start;
@@ -93,6 +95,13 @@ struct TrainResult {
   double load_seconds = 0;
   std::optional<double> first_step_seconds;
   std::uint64_t peak_rss_bytes = 0;
+  // The memory budget the run read its rows under, whether they streamed
+  // (did not all fit), and the most bytes of rows, labels and row lists
+  // held at once (what the budget bounds; peak_rss_bytes adds the process,
+  // the network and the batches).
+  std::uint64_t memory_budget = 0;
+  bool streamed = false;
+  std::uint64_t data_peak_bytes = 0;
   // test_accuracy / test_rmse (...) when the version has a test split,
   // val_* with a validation fraction, baseline_* for the linear baseline.
   nlohmann::json metrics;

@@ -56,6 +56,7 @@ const std::vector<ConfigKey>& known_config_keys() {
       {"category_min_count", "5", "training rows a categorical level needs for its own one-hot slot"},
       {"max_categories", "50", "most one-hot slots of a categorical column besides 'other'"},
       {"class_weight", "", "softmax_ce/bce: balanced, or CLASS:W,CLASS:W (default: all 1)"},
+      {"memory_budget", "", "bytes of dataset rows held in memory, e.g. 2G (default: half the RAM); more streams"},
   };
   return kKeys;
 }
@@ -426,7 +427,34 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
   c.max_categories = v.integer("max_categories", 1, 1000000);
   c.class_weight = v.text("class_weight");
   if (!c.class_weight.empty()) v.named("class_weight", [](const std::string& s) { return parse_class_weight(s); });
+  if (!v.text("memory_budget").empty())
+    c.memory_budget = v.named("memory_budget", [](const std::string& s) { return parse_memory_budget(s); });
   return c;
+}
+
+std::uint64_t parse_memory_budget(std::string_view text) {
+  const std::string s = trim(text);
+  const std::string expected = "bytes with an optional suffix K, M, G or T (512M, 2G), at least 1M";
+  std::uint64_t value = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  const std::string_view suffix(end, static_cast<std::size_t>(s.data() + s.size() - end));
+  int shift = -1;
+  if (suffix.empty()) shift = 0;
+  else if (suffix == "K" || suffix == "k") shift = 10;
+  else if (suffix == "M" || suffix == "m") shift = 20;
+  else if (suffix == "G" || suffix == "g") shift = 30;
+  else if (suffix == "T" || suffix == "t") shift = 40;
+  if (s.empty() || ec != std::errc() || end == s.data() || shift < 0 || value > (~std::uint64_t{0} >> (shift + 1)))
+    throw usage_error("'" + s + "': expected " + expected);
+  const std::uint64_t bytes = value << shift;
+  if (bytes < (std::uint64_t{1} << 20)) throw usage_error("'" + s + "': expected " + expected);
+  return bytes;
+}
+
+std::string memory_budget_text(std::uint64_t bytes) {
+  for (auto [shift, suffix] : {std::pair{40, "T"}, {30, "G"}, {20, "M"}, {10, "K"}})
+    if (bytes % (std::uint64_t{1} << shift) == 0) return std::to_string(bytes >> shift) + suffix;
+  return std::to_string(bytes);
 }
 
 std::string TrainConfig::to_text() const {
@@ -469,6 +497,7 @@ std::string TrainConfig::to_text() const {
       {"category_min_count", std::to_string(category_min_count)},
       {"max_categories", std::to_string(max_categories)},
       {"class_weight", class_weight},
+      {"memory_budget", memory_budget ? memory_budget_text(*memory_budget) : std::string()},
   };
   if (features) kv["features"] = join_names(*features);
   std::string out;

@@ -6,6 +6,8 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <tuple>
@@ -39,27 +41,27 @@ namespace {
 
 constexpr double kTwoPi = 6.283185307179586;
 
-// Deterministic mean and population standard deviation (two passes in row
-// order) of `value(r)` over the rows where it is not NaN; a constant or
-// empty column gets scale 1 (left centred at 0: it carries no information).
-template <typename Value>
-std::pair<double, double> mean_and_scale(std::span<const std::uint32_t> rows, std::int64_t width, Value value) {
-  double sum = 0;
+// Deterministic mean and population standard deviation of the values that
+// are not NaN, in two passes over the rows in order (add_mean_pass, then
+// add_spread_pass); a constant or empty column gets scale 1 (left centred
+// at 0: it carries no information).
+struct MeanAndScale {
+  double sum = 0, m2 = 0;
   std::uint64_t count = 0;
-  for (std::uint32_t r : rows)
-    for (std::int64_t k = 0; k < width; ++k)
-      if (double x = value(r, k); !std::isnan(x)) {
-        sum += x;
-        ++count;
-      }
-  const double mean = count ? sum / static_cast<double>(count) : 0.0;
-  double m2 = 0;
-  for (std::uint32_t r : rows)
-    for (std::int64_t k = 0; k < width; ++k)
-      if (double x = value(r, k); !std::isnan(x)) m2 += (x - mean) * (x - mean);
-  const double sd = count ? std::sqrt(m2 / static_cast<double>(count)) : 0.0;
-  return {mean, sd > 1e-12 ? sd : 1.0};
-}
+  double mean() const { return count ? sum / static_cast<double>(count) : 0.0; }
+  void add_mean_pass(double x) {
+    if (std::isnan(x)) return;
+    sum += x;
+    ++count;
+  }
+  void add_spread_pass(double x, double mean) {
+    if (!std::isnan(x)) m2 += (x - mean) * (x - mean);
+  }
+  std::pair<double, double> result() const {
+    const double sd = count ? std::sqrt(m2 / static_cast<double>(count)) : 0.0;
+    return {mean(), sd > 1e-12 ? sd : 1.0};
+  }
+};
 
 // Whether a datetime cell (days since 1970) is a day the calendar
 // arithmetic below can take: not NaN, and within about the years -6000 to
@@ -150,71 +152,131 @@ std::optional<std::string> check_feature_columns(const Table& table, const std::
 
 FeatureTransform FeatureTransform::fit(const Table& table, std::span<const std::uint32_t> rows,
                                        const FeatureOptions& options) {
+  const auto row_width = static_cast<std::size_t>(table.sample_width());
+  return fit(table, rows.size(), [&](const std::function<void(const float*)>& visit) {
+    for (std::uint32_t r : rows) visit(table.features.data() + r * row_width);
+  }, options);
+}
+
+FeatureTransform FeatureTransform::fit(const Table& schema, std::uint64_t rows, const RowScan& scan,
+                                       const FeatureOptions& options) {
   for (const auto* names : {&options.exclude, options.features ? &*options.features : nullptr})
     if (names)
-      if (auto problem = check_feature_columns(table, *names))
+      if (auto problem = check_feature_columns(schema, *names))
         throw usage_error((names == &options.exclude ? "exclude: " : "features: ") + *problem);
   auto named = [](const std::vector<std::string>& names, const std::string& name) {
     return std::find(names.begin(), names.end(), name) != names.end();
   };
   FeatureTransform t;
-  const std::size_t row_width = static_cast<std::size_t>(table.sample_width());
-  std::size_t offset = 0;
-  for (std::size_t c = 0; c < table.columns.size(); ++c) {
-    if (c == table.label_column) continue;
-    const ColumnSchema& schema = table.columns[c];
+  // The columns options leave in, with where each starts in a stored row
+  // and what the two scans gather for it.
+  struct Candidate {
+    const ColumnSchema* schema;
+    std::size_t offset;
+    std::size_t position;  // among the feature columns, 1-based
+    std::vector<std::uint64_t> level_counts;  // categorical
+    MeanAndScale values, years;               // numeric / image, datetime (values: the elapsed days)
+  };
+  std::vector<Candidate> candidates;
+  std::vector<std::pair<std::size_t, ExcludedColumn>> left_out;  // (position among feature columns, why)
+  std::size_t offset = 0, position = 0;
+  for (std::size_t c = 0; c < schema.columns.size(); ++c) {
+    if (c == schema.label_column) continue;
+    const ColumnSchema& column = schema.columns[c];
     const std::size_t column_offset = offset;
-    offset += static_cast<std::size_t>(schema.width());
-    auto cell = [&](std::uint32_t r, std::int64_t k) -> double {
-      return table.features[r * row_width + column_offset + static_cast<std::size_t>(k)];
-    };
-    if (options.features && !named(*options.features, schema.name)) {
-      t.excluded_.push_back({schema.name, "not in features=", false});
+    offset += static_cast<std::size_t>(column.width());
+    ++position;
+    if (options.features && !named(*options.features, column.name)) {
+      left_out.push_back({position, {column.name, "not in features=", false}});
       continue;
     }
-    if (named(options.exclude, schema.name)) {
-      t.excluded_.push_back({schema.name, "exclude=", false});
+    if (named(options.exclude, column.name)) {
+      left_out.push_back({position, {column.name, "exclude=", false}});
       continue;
     }
-    ColumnTransform ct;
-    ct.column = schema.name;
-    ct.width = schema.width();
-    if (schema.type == ColumnType::kCategorical) {
-      std::vector<std::uint64_t> counts(schema.categories.size(), 0);
-      for (std::uint32_t r : rows) {
-        const double code = cell(r, 0);
-        if (code >= 0 && code < static_cast<double>(counts.size()) && std::floor(code) == code)
-          ++counts[static_cast<std::size_t>(code)];
+    Candidate candidate{&column, column_offset, position, {}, {}, {}};
+    if (column.type == ColumnType::kCategorical) candidate.level_counts.assign(column.categories.size(), 0);
+    candidates.push_back(std::move(candidate));
+  }
+  if (offset != static_cast<std::size_t>(schema.sample_width()))
+    throw corrupt("dataset schema: feature columns are " + std::to_string(offset) +
+                  " values wide but rows hold " + std::to_string(schema.sample_width()));
+
+  // Two scans in row order, each column's values in the order a row holds
+  // them: the statistics are the same whether the rows come from memory or
+  // stream from the store.
+  scan([&](const float* row) {
+    for (Candidate& c : candidates) {
+      const float* x = row + c.offset;
+      if (c.schema->type == ColumnType::kCategorical) {
+        const double code = x[0];
+        if (code >= 0 && code < static_cast<double>(c.level_counts.size()) && std::floor(code) == code)
+          ++c.level_counts[static_cast<std::size_t>(code)];
+      } else if (c.schema->type == ColumnType::kDatetime) {
+        c.years.add_mean_pass(in_calendar_range(x[0]) ? calendar_year(x[0]) : std::nan(""));
+        c.values.add_mean_pass(x[0]);
+      } else {
+        for (std::int64_t k = 0; k < c.schema->width(); ++k) c.values.add_mean_pass(x[k]);
       }
-      const auto distinct = static_cast<std::uint64_t>(std::count_if(counts.begin(), counts.end(), [](auto n) { return n > 0; }));
+    }
+  });
+  const bool spread = std::any_of(candidates.begin(), candidates.end(),
+                                  [](const Candidate& c) { return c.schema->type != ColumnType::kCategorical; });
+  if (spread) {
+    std::vector<std::pair<double, double>> means;  // (values, years) per candidate
+    for (const Candidate& c : candidates) means.emplace_back(c.values.mean(), c.years.mean());
+    scan([&](const float* row) {
+      for (std::size_t i = 0; i < candidates.size(); ++i) {
+        Candidate& c = candidates[i];
+        const float* x = row + c.offset;
+        if (c.schema->type == ColumnType::kDatetime) {
+          c.years.add_spread_pass(in_calendar_range(x[0]) ? calendar_year(x[0]) : std::nan(""), means[i].second);
+          c.values.add_spread_pass(x[0], means[i].first);
+        } else if (c.schema->type != ColumnType::kCategorical) {
+          for (std::int64_t k = 0; k < c.schema->width(); ++k) c.values.add_spread_pass(x[k], means[i].first);
+        }
+      }
+    });
+  }
+
+  // The transform's columns, and the excluded ones in source order.
+  std::size_t next_left_out = 0;
+  auto flush_left_out = [&](std::size_t upto) {
+    while (next_left_out < left_out.size() && left_out[next_left_out].first <= upto)
+      t.excluded_.push_back(left_out[next_left_out++].second);
+  };
+  for (Candidate& c : candidates) {
+    flush_left_out(c.position);
+    const ColumnSchema& column = *c.schema;
+    ColumnTransform ct;
+    ct.column = column.name;
+    ct.width = column.width();
+    if (column.type == ColumnType::kCategorical) {
+      const auto distinct = static_cast<std::uint64_t>(
+          std::count_if(c.level_counts.begin(), c.level_counts.end(), [](auto n) { return n > 0; }));
       const bool chosen = options.features.has_value();
-      if (!chosen && rows.size() >= kIdentifierMinRows &&
-          static_cast<double>(distinct) >= kIdentifierDistinctFraction * static_cast<double>(rows.size())) {
-        t.excluded_.push_back({schema.name,
-                               std::to_string(distinct) + " distinct values in " + std::to_string(rows.size()) +
+      if (!chosen && rows >= kIdentifierMinRows &&
+          static_cast<double>(distinct) >= kIdentifierDistinctFraction * static_cast<double>(rows)) {
+        t.excluded_.push_back({column.name,
+                               std::to_string(distinct) + " distinct values in " + std::to_string(rows) +
                                    " training rows, an identifier",
                                true});
         continue;
       }
       ct.one_hot = true;
-      ct.category_names = schema.categories;
-      fit_levels(ct, counts, options);
-    } else if (schema.type == ColumnType::kDatetime) {
+      ct.category_names = column.categories;
+      fit_levels(ct, c.level_counts, options);
+    } else if (column.type == ColumnType::kDatetime) {
       ct.datetime = true;
-      ct.hour = schema.has_time;
-      std::tie(ct.year_mean, ct.year_scale) = mean_and_scale(rows, 1, [&](std::uint32_t r, std::int64_t) {
-        const double v = cell(r, 0);
-        return in_calendar_range(v) ? calendar_year(v) : std::nan("");
-      });
-      std::tie(ct.mean, ct.scale) = mean_and_scale(rows, 1, cell);
+      ct.hour = column.has_time;
+      std::tie(ct.year_mean, ct.year_scale) = c.years.result();
+      std::tie(ct.mean, ct.scale) = c.values.result();
     } else {
-      std::tie(ct.mean, ct.scale) = mean_and_scale(rows, ct.width, cell);
+      std::tie(ct.mean, ct.scale) = c.values.result();
     }
     t.columns_.push_back(std::move(ct));
   }
-  if (offset != row_width)
-    throw corrupt("dataset schema: feature columns are " + std::to_string(offset) +
-                  " values wide but rows hold " + std::to_string(row_width));
+  flush_left_out(std::numeric_limits<std::size_t>::max());
   if (t.columns_.empty())
     throw usage_error("no feature column is left (left out: " +
                       [&] {
@@ -225,7 +287,7 @@ FeatureTransform FeatureTransform::fit(const Table& table, std::span<const std::
                       "); name the columns to use with features=");
   // Images keep {C, H, W} when their one column is used whole; tabular
   // rows are as wide as the columns kept.
-  t.input_shape_ = t.excluded_.empty() ? table.sample_shape : std::vector<std::int64_t>{t.input_width()};
+  t.input_shape_ = t.excluded_.empty() ? schema.sample_shape : std::vector<std::int64_t>{t.input_width()};
   return t;
 }
 
@@ -350,43 +412,73 @@ void FeatureTransform::apply_into(std::span<const float> features, float* out, T
   const std::size_t in_w = static_cast<std::size_t>(input_width());
   const std::size_t out_w = static_cast<std::size_t>(output_width());
   const std::size_t rows = features.size() / in_w;
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float* x = features.data() + r * in_w;
-    float* y = out + r * out_w;
-    for (const auto& c : columns_) {
-      if (c.one_hot) {
-        const float code = *x;
-        const auto levels = static_cast<float>(c.category_names.size());
-        std::int64_t slot = -1;
-        if (std::isnan(code)) {
-          ++counts.missing;
-        } else {
-          if (code >= 0 && std::floor(code) == code && code < levels)
-            slot = c.slots.empty() ? static_cast<std::int64_t>(code) : c.slots[static_cast<std::size_t>(code)];
-          if (slot < 0) {
-            ++counts.unseen;  // outside the dictionary, or a level no training row had
-            if (c.other) slot = c.categories - 1;
-          }
-        }
-        if (slot >= 0) y[slot] = 1.0f;
-      } else if (c.datetime) {
-        if (!in_calendar_range(*x)) ++counts.missing;  // all zeros
-        else expand_datetime(c, static_cast<double>(*x), y);
+  std::vector<std::size_t> offsets;  // the gathered layout: the columns back to back
+  for (std::size_t at = 0; const auto& c : columns_) {
+    offsets.push_back(at);
+    at += static_cast<std::size_t>(c.width);
+  }
+  for (std::size_t r = 0; r < rows; ++r) transform_row(features.data() + r * in_w, offsets, out + r * out_w, counts);
+}
+
+std::vector<std::size_t> FeatureTransform::stored_offsets(const std::vector<ColumnSchema>& columns,
+                                                          std::size_t label_column) const {
+  std::map<std::string, std::size_t> offsets;  // column name -> offset in a stored row
+  std::size_t offset = 0;
+  for (std::size_t c = 0; c < columns.size(); ++c) {
+    if (c == label_column) continue;
+    offsets[columns[c].name] = offset;
+    offset += static_cast<std::size_t>(columns[c].width());
+  }
+  std::vector<std::size_t> out;
+  for (const auto& c : columns_) {
+    auto it = offsets.find(c.column);
+    if (it == offsets.end()) throw usage_error("features: the data has no column '" + c.column + "'");
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+void FeatureTransform::apply_stored(const float* row, std::span<const std::size_t> offsets, float* out,
+                                    TransformCounts& counts) const {
+  transform_row(row, offsets, out, counts);
+}
+
+void FeatureTransform::transform_row(const float* row, std::span<const std::size_t> offsets, float* y,
+                                     TransformCounts& counts) const {
+  for (std::size_t i = 0; i < columns_.size(); ++i) {
+    const ColumnTransform& c = columns_[i];
+    const float* x = row + offsets[i];
+    if (c.one_hot) {
+      const float code = *x;
+      const auto levels = static_cast<float>(c.category_names.size());
+      std::int64_t slot = -1;
+      if (std::isnan(code)) {
+        ++counts.missing;
       } else {
-        const float mean = static_cast<float>(c.mean);
-        const float inv = static_cast<float>(1.0 / c.scale);
-        for (std::int64_t k = 0; k < c.width; ++k) {
-          if (std::isnan(x[k])) {
-            ++counts.missing;
-            y[k] = 0.0f;
-          } else {
-            y[k] = (x[k] - mean) * inv;
-          }
+        if (code >= 0 && std::floor(code) == code && code < levels)
+          slot = c.slots.empty() ? static_cast<std::int64_t>(code) : c.slots[static_cast<std::size_t>(code)];
+        if (slot < 0) {
+          ++counts.unseen;  // outside the dictionary, or a level no training row had
+          if (c.other) slot = c.categories - 1;
         }
       }
-      x += c.width;
-      y += c.output_width();
+      if (slot >= 0) y[slot] = 1.0f;
+    } else if (c.datetime) {
+      if (!in_calendar_range(*x)) ++counts.missing;  // all zeros
+      else expand_datetime(c, static_cast<double>(*x), y);
+    } else {
+      const float mean = static_cast<float>(c.mean);
+      const float inv = static_cast<float>(1.0 / c.scale);
+      for (std::int64_t k = 0; k < c.width; ++k) {
+        if (std::isnan(x[k])) {
+          ++counts.missing;
+          y[k] = 0.0f;
+        } else {
+          y[k] = (x[k] - mean) * inv;
+        }
+      }
     }
+    y += c.output_width();
   }
 }
 

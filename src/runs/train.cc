@@ -117,7 +117,8 @@ runs::ModelFile model_shell(const PreparedData& data) {
   return m;
 }
 
-LinearModel fit_linear(const PreparedData& data, double l2) {
+LinearModel fit_linear(PreparedData& data, double l2) {
+  runs::materialize(data);
   const std::int64_t inputs = data.features.output_width();
   if (data.labels.classification())
     return fit_logistic(data.x_train, data.y_train, inputs, data.labels.classes(), l2, data.class_weights);
@@ -141,13 +142,18 @@ json linear_scores(const std::string& prefix, const LinearModel& linear, const P
   return out;
 }
 
-// {"load_s", "first_step_s" (null when no step was trained), "peak_rss_bytes"},
-// the peak memory read now (the peak so far) and kept in result.
-json data_path_json(TrainResult& result) {
+// {"load_s", "first_step_s" (null when no step was trained), "peak_rss_bytes",
+// "memory_budget", "streamed", "data_peak_bytes"}, the peaks read now (the
+// peaks so far) and kept in result.
+json data_path_json(TrainResult& result, const PreparedData& data) {
   result.peak_rss_bytes = runs::peak_rss_bytes();
+  result.data_peak_bytes = data.rows->memory.peak();
   return {{"load_s", result.load_seconds},
           {"first_step_s", result.first_step_seconds ? json(*result.first_step_seconds) : json(nullptr)},
-          {"peak_rss_bytes", result.peak_rss_bytes}};
+          {"peak_rss_bytes", result.peak_rss_bytes},
+          {"memory_budget", result.memory_budget},
+          {"streamed", result.streamed},
+          {"data_peak_bytes", result.data_peak_bytes}};
 }
 
 struct Setup {
@@ -167,6 +173,9 @@ Setup resolve(Store& store, const TrainRequest& request) {
     if (request.warm_start)
       throw usage_error(Subject::kResumedRun, ": a resumed run keeps the parent it started from; start a new run "
                                               "to warm-start");
+    if (request.memory_budget)
+      throw usage_error(Subject::kMemoryBudget, ": a resumed run keeps its recorded budget (a streamed run's data "
+                                                "order depends on it); start a new run to change it");
     RunRecord run = find_run(store, *request.resume);
     if (run.status == RunStatus::kSucceeded)
       throw usage_error(Subject::kResumedRun, run.label() + ": the run already succeeded" +
@@ -184,6 +193,14 @@ Setup resolve(Store& store, const TrainRequest& request) {
   if (request.warm_start) {
     s.config.warm_start = *request.warm_start;
     s.config.sources["warm_start"] = "--warm-start";
+  }
+  if (request.memory_budget) {
+    try {
+      s.config.memory_budget = parse_memory_budget(*request.memory_budget);
+    } catch (const Error& e) {
+      throw usage_error(Subject::kMemoryBudget, ": " + std::string(e.what()));
+    }
+    s.config.sources["memory_budget"] = "--memory-budget";
   }
   validate_dataset_name(s.config.name);
   s.dataset = parse_dataset_ref(s.config.dataset, "dataset");
@@ -231,9 +248,20 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
   }
   reporter.note("loading " + setup.dataset.to_string());
   const auto load_start = Clock::now();
-  PreparedData data = runs::prepare_run_data(store, setup.dataset, config, warm, reporter);
+  const std::uint64_t budget = config.memory_budget.value_or(runs::default_memory_budget());
+  PreparedData data = runs::prepare_run_data(store, setup.dataset, config, warm, budget, reporter);
   TrainResult result;
   result.load_seconds = seconds_since(load_start);
+  result.memory_budget = budget;
+  result.streamed = data.rows->streamed;
+  if (data.rows->streamed) {
+    reporter.note(data.version.ref() + " does not fit memory_budget = " + memory_budget_text(budget) +
+                  ": streaming it in windows of " + std::to_string(data.rows->window) + " blocks of " +
+                  std::to_string(data.rows->block_rows) + " rows");
+    // The order depends on the budget: the run records the one it used,
+    // so a resume (and a rerun of its config) streams the same windows.
+    setup.config.memory_budget = budget;
+  }
   TrainerConfig tc = config.trainer;
   tc.loss = data.loss;
   tc.classes = data.labels.classification() ? data.labels.classes() : 0;
@@ -244,18 +272,19 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       reporter.note("column '" + e.column + "' left out of the features" +
                     (warm.used ? " (as by " + warm.parent->ref() + ")" : std::string()) + ": " + e.reason +
                     "; set features= or exclude= to choose");
-  DataView train_view{data.x_train, data.y_train, data.input_shape};
-  std::optional<DataView> val_view;
-  if (!data.y_val.empty()) val_view = DataView{data.x_val, data.y_val, data.input_shape};
   EngineReporter engine_reporter(reporter);
   std::unique_ptr<Trainer> trainer;
   if (config.linear_only) {
     if (!data.tabular)
       throw usage_error("layers = linear: the linear model needs tabular (CSV/TSV) data; " + data.version.ref() +
                         " is " + data.version.format);
+    if (data.rows->streamed)
+      throw usage_error(Subject::kMemoryBudget, ": layers = linear fits on every row at once; " + data.version.ref() +
+                                                    " does not fit memory_budget = " + memory_budget_text(budget) +
+                                                    "; raise it or train a network");
   } else {
     try {
-      trainer = std::make_unique<Trainer>(tc, *backend, train_view, val_view, engine_reporter);
+      trainer = std::make_unique<Trainer>(tc, *backend, *data.rows->train, data.rows->validation.get(), engine_reporter);
     } catch (const Error& e) {
       // The engine names the layer; add where the spec was written.
       auto where = config.sources.find("layers");
@@ -290,7 +319,11 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
     runs::ModelFile model = model_shell(data);
     const bool classification = data.labels.classification();
     std::optional<LinearModel> linear;
-    if (data.tabular && (config.baseline || config.linear_only)) linear = fit_linear(data, config.linear_l2);
+    if (data.tabular && config.baseline && data.rows->streamed)
+      reporter.note("baseline: not fitted, the linear model needs every row in memory and " + data.version.ref() +
+                    " streams");
+    else if (data.tabular && (config.baseline || config.linear_only))
+      linear = fit_linear(data, config.linear_l2);
 
     if (config.linear_only) {
       model.linear = true;
@@ -412,7 +445,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       }
       if (result.cancelled) {
         json summary = {{"step", trainer->step()}, {"samples_per_s", result.samples_per_s}};
-        summary.update(data_path_json(result));
+        summary.update(data_path_json(result, data));
         end_run(store, run.id, RunStatus::kCancelled, "cancelled at step " + std::to_string(trainer->step()) +
                                                           "; continue with --resume " + run.label(), summary, fence);
         result.run = find_run(store, run.id);
@@ -424,16 +457,16 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       model.precision = config.trainer.precision;
       model.tensors = runs::export_weights(*trainer);
       model.weights_hash = trainer->weights_hash();
-      auto add = [&](const std::string& split, const std::vector<float>& x, const std::vector<float>& y) {
-        std::vector<float> p = trainer->predict(x);
+      auto add = [&](const std::string& split, SampleSource& rows, const std::vector<float>& y) {
+        std::vector<float> p = trainer->predict(rows);
         metrics.update(runs::score(split, data.loss, data.labels, p, y));
         if (classification) per_class[split] = runs::score_per_class(data.loss, data.labels, p, y);
       };
-      if (!data.y_val.empty()) {
-        add("val", data.x_val, data.y_val);
+      if (data.rows->validation) {
+        add("val", *data.rows->validation, data.y_val);
         metrics["val_loss"] = trainer->history().back().val_loss;
       }
-      if (!data.y_test.empty()) add("test", data.x_test, data.y_test);
+      if (data.rows->test) add("test", *data.rows->test, data.y_test);
       if (linear) metrics.update(linear_scores("baseline_", *linear, data, per_class));
       if (trainer->stopped_early()) metrics["stopped_early_at_epoch"] = trainer->epoch();
     }
@@ -444,7 +477,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
                     {"metrics", metrics}};
     if (!per_class.empty()) summary["per_class"] = per_class;
     if (trainer) summary["steps"] = trainer->step();
-    summary.update(data_path_json(result));
+    summary.update(data_path_json(result, data));
     json lineage = lineage_json(config, data, run, backend->capabilities());
     lineage.update(runs::warm_start_lineage(warm));
     result.model = register_model(store, run.id, config.name, runs::encode_model(model), lineage, metrics, summary,

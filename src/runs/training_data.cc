@@ -1,6 +1,10 @@
 #include "runs/training_data.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <limits>
+#include <numeric>
 
 #include "anneal/error.h"
 #include "anneal/spelling.h"
@@ -82,37 +86,174 @@ void check_trainable(const LoadedDataset& loaded, const TrainConfig& config) {
   if (loaded.train.rows == 0) throw usage_error("dataset " + v.ref() + " has no training rows");
 }
 
-PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig& config) {
+std::uint64_t default_memory_budget() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return std::uint64_t{1} << 30;
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 2;
+}
+
+namespace {
+
+// A whole small stream (labels, the split mask) of `version`, as `T`s.
+template <typename T>
+std::vector<T> read_whole(Store& store, const DatasetVersion& version, const std::string& role) {
+  TensorRowReader reader(store, version, role);
+  if (reader.row_bytes() != sizeof(T))
+    throw corrupt("dataset " + version.ref() + ", " + role + ": expected " + std::to_string(sizeof(T)) +
+                  "-byte values, found " + std::to_string(reader.row_bytes()))
+        .with(Remedy::kCheckStore);
+  std::vector<T> out(reader.rows());
+  reader.read(0, reader.rows(), std::as_writable_bytes(std::span<T>(out)));
+  return out;
+}
+
+// Rows per block: about 1 MiB of stored rows, smaller when the budget is
+// so small that two windows of a few blocks would not fit.
+std::uint64_t block_rows_for(std::uint64_t row_bytes, std::uint64_t data_budget) {
+  const std::uint64_t block_bytes = std::min<std::uint64_t>(std::uint64_t{1} << 20, data_budget / 16);
+  return std::max<std::uint64_t>(1, block_bytes / std::max<std::uint64_t>(row_bytes, 1));
+}
+
+}  // namespace
+
+PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig& config,
+                          std::uint64_t memory_budget) {
   PreparedData d;
-  LoadedDataset loaded = load_dataset(store, ref);
-  d.version = loaded.version;
+  d.version = find_dataset(store, ref);
   const DatasetVersion& v = d.version;
-  check_trainable(loaded, config);
-  d.loss = config.loss.empty() ? LabelEncoding::infer_loss(loaded.train) : parse_loss_kind(config.loss);
+  d.rows = std::make_unique<RunRows>();
+  RunRows& rows = *d.rows;
+  rows.budget = memory_budget;
+
+  // The labels and the split: small (4 and 1 bytes a row), held whole.
+  const bool separate_test = v.stream("test.features") != nullptr;
+  std::vector<float> stream_labels = read_whole<float>(store, v, "labels");
+  std::vector<std::uint8_t> split(stream_labels.size(), 0);
+  if (!separate_test && v.stream("split")) {
+    split = read_whole<std::uint8_t>(store, v, "split");
+    if (split.size() != stream_labels.size()) throw corrupt("dataset " + v.ref() + ": split mask has the wrong length");
+  }
+  // The label column and schema as Tables without feature values: what the
+  // label encoding and the column checks read.
+  LoadedDataset parts;
+  parts.version = v;
+  for (Table* t : {&parts.train, &parts.test}) {
+    t->columns = v.columns;
+    t->sample_shape = v.sample_shape;
+    for (std::size_t c = 0; c < v.columns.size(); ++c)
+      if (v.columns[c].name == v.label_column) t->label_column = c;
+  }
+  std::vector<std::uint32_t> train_part;  // stream row of each train-part row
+  std::vector<std::uint32_t> test_part;   // stream row of each test-part row (its own stream when separate)
+  for (std::uint32_t r = 0; r < stream_labels.size(); ++r) {
+    (split[r] ? test_part : train_part).push_back(r);
+    (split[r] ? parts.test : parts.train).labels.push_back(stream_labels[r]);
+  }
+  stream_labels = {};
+  if (separate_test) {
+    parts.test.labels = read_whole<float>(store, v, "test.labels");
+    test_part.resize(parts.test.labels.size());
+    std::iota(test_part.begin(), test_part.end(), 0u);
+  }
+  parts.train.rows = parts.train.labels.size();
+  parts.test.rows = parts.test.labels.size();
+
+  check_trainable(parts, config);
+  d.loss = config.loss.empty() ? LabelEncoding::infer_loss(parts.train) : parse_loss_kind(config.loss);
   check_class_weight_loss(config, d.loss);
-  d.labels = LabelEncoding::fit(d.loss, loaded.train, loaded.test);
+  d.labels = LabelEncoding::fit(d.loss, parts.train, parts.test);
   d.tabular = v.format == "csv" || v.format == "tsv";
 
-  std::vector<float> encoded = d.labels.encode_all(loaded.train.labels, "dataset " + v.ref() + " train");
+  std::vector<float> encoded = d.labels.encode_all(parts.train.labels, "dataset " + v.ref() + " train");
   std::vector<std::uint32_t> train_rows, val_rows;
   validation_split(encoded, d.labels.classification(), config.validation, config.trainer.seed, train_rows,
                    val_rows);
   if (train_rows.empty()) throw usage_error("validation = " + std::to_string(config.validation) +
                                             " leaves no training rows");
+  for (const char* key : {"features", "exclude"}) {
+    const auto& names = std::string_view(key) == "features" ? config.features.value_or(std::vector<std::string>{})
+                                                             : config.exclude;
+    if (auto problem = check_feature_columns(parts.train, names))
+      throw usage_error(where(config, key) + key + ": " + *problem);
+  }
+  d.class_weights = resolve_class_weights(config, d.labels, encoded, train_rows);
+
+  // The plan: what stays in memory throughout (labels and stream row of
+  // each source row, the predictions scored at the end), and the rest of
+  // the budget for blocks of stored rows.
+  TensorRowReader& features = *rows.readers.emplace_back(std::make_unique<TensorRowReader>(store, v, "features"));
+  TensorRowReader* test_features =
+      separate_test ? rows.readers.emplace_back(std::make_unique<TensorRowReader>(store, v, "test.features")).get()
+                    : nullptr;
+  if (features.rows() != split.size() || (test_features && test_features->rows() != test_part.size()))
+    throw corrupt("dataset " + v.ref() + ": the features and labels streams hold different numbers of rows")
+        .with(Remedy::kCheckStore);
+  const std::uint64_t all_rows = split.size() + test_part.size();
+  const std::uint64_t outputs = static_cast<std::uint64_t>(std::max<std::int64_t>(d.labels.classes(), 1));
+  // Per row: its label and stream row in a source, the split mask; per
+  // scored row: the label kept for scoring and the predicted outputs.
+  rows.fixed_bytes = all_rows * (sizeof(float) + sizeof(std::uint32_t) + 1) +
+                     (val_rows.size() + test_part.size()) * (outputs + 1) * sizeof(float);
+  const std::uint64_t stored_bytes =
+      features.rows() * features.row_bytes() + (test_features ? test_features->rows() * test_features->row_bytes() : 0);
+  const std::uint64_t row_bytes = std::max(features.row_bytes(), test_features ? test_features->row_bytes() : 0);
+  if (rows.fixed_bytes + 4 * row_bytes > memory_budget)
+    throw usage_error(where(config, "memory_budget") + "memory_budget = " + memory_budget_text(memory_budget) +
+                      ": dataset " + v.ref() + " needs at least " + std::to_string(rows.fixed_bytes + 4 * row_bytes) +
+                      " bytes (its labels and row lists, and four of its rows); raise it");
+  const std::uint64_t data_budget = memory_budget - rows.fixed_bytes;
+  rows.streamed = stored_bytes > data_budget;
+  rows.block_rows = rows.streamed ? block_rows_for(row_bytes, data_budget) : block_rows_for(row_bytes, stored_bytes * 16);
+  // Streaming: the training source holds two windows of 2/5 of the blocks
+  // that fit, validation and test one of 1/10 each, so training's two
+  // windows and an evaluation's two fit together.
+  const std::uint64_t fitting_blocks = data_budget / (rows.block_rows * row_bytes);
+  const std::int64_t all_blocks = std::numeric_limits<std::int32_t>::max();
+  rows.window = rows.streamed ? static_cast<std::int64_t>(std::max<std::uint64_t>(1, fitting_blocks * 2 / 5)) : all_blocks;
+  const std::int64_t eval_window =
+      rows.streamed ? static_cast<std::int64_t>(std::max<std::uint64_t>(1, fitting_blocks / 10)) : all_blocks;
+
+  StoredBlocks& blocks = *rows.blocks.emplace_back(std::make_unique<StoredBlocks>(features, rows.block_rows, rows.memory));
+  StoredBlocks& test_blocks =
+      test_features ? *rows.blocks.emplace_back(std::make_unique<StoredBlocks>(*test_features, rows.block_rows, rows.memory))
+                    : blocks;
+  auto source = [&](StoredBlocks& from, const std::vector<std::uint32_t>& part_rows, std::span<const std::uint32_t> picked,
+                    std::vector<float> labels, std::int64_t window) {
+    std::vector<std::uint32_t> stream_rows;
+    stream_rows.reserve(picked.size());
+    for (std::uint32_t i : picked) stream_rows.push_back(part_rows[i]);
+    return std::make_unique<StoredSource>(from, std::move(stream_rows), std::move(labels), window);
+  };
+  auto labels_of = [&](std::span<const std::uint32_t> picked) {
+    std::vector<float> out;
+    out.reserve(picked.size());
+    for (std::uint32_t i : picked) out.push_back(encoded[i]);
+    return out;
+  };
+  auto train = source(blocks, train_part, train_rows, labels_of(train_rows), rows.window);
+  std::unique_ptr<StoredSource> validation, test;
+  // The labels scored at the end are kept beside their sources' own.
+  if (!val_rows.empty()) {
+    d.y_val = labels_of(val_rows);
+    validation = source(blocks, train_part, val_rows, d.y_val, eval_window);
+  }
+  if (!test_part.empty()) {
+    std::vector<std::uint32_t> all(test_part.size());
+    std::iota(all.begin(), all.end(), 0u);
+    d.y_test = d.labels.encode_all(parts.test.labels, "dataset " + v.ref() + " test");
+    test = source(test_blocks, test_part, all, d.y_test, eval_window);
+  }
+  rows.memory.add(rows.fixed_bytes);
+
   FeatureOptions options;
   options.features = config.features;
   options.exclude = config.exclude;
   options.category_min_count = config.category_min_count;
   options.max_categories = config.max_categories;
-  for (const char* key : {"features", "exclude"}) {
-    const auto& names = std::string_view(key) == "features" ? config.features.value_or(std::vector<std::string>{})
-                                                             : config.exclude;
-    if (auto problem = check_feature_columns(loaded.train, names))
-      throw usage_error(where(config, key) + key + ": " + *problem);
-  }
-  d.class_weights = resolve_class_weights(config, d.labels, encoded, train_rows);
   try {
-    d.features = FeatureTransform::fit(loaded.train, train_rows, options);
+    d.features = FeatureTransform::fit(parts.train, train_rows.size(),
+                                       [&](const std::function<void(const float*)>& visit) { train->for_each_stored_row(visit); },
+                                       options);
   } catch (const Error& e) {
     // "no feature column is left": say which keys chose the columns.
     if (e.kind() != ErrorKind::kUsage) throw;
@@ -120,24 +261,36 @@ PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig
     throw usage_error(at + e.what());
   }
   d.input_shape = d.features.output_shape();
-  // Gathered and transformed in one pass, the training rows (last, once the
-  // validation rows are out) and the test rows inside the table's own
-  // buffers where they fit: the store's arrays are not copied whole again.
-  TransformCounts counts;
-  if (!val_rows.empty()) {
-    d.x_val = d.features.gather_apply(loaded.train, val_rows, counts);
-    for (auto r : val_rows) d.y_val.push_back(encoded[r]);
-  }
-  d.x_train = d.features.gather_apply_in_place(loaded.train, train_rows, counts);
-  d.y_train.reserve(train_rows.size());
-  for (auto r : train_rows) d.y_train.push_back(encoded[r]);
-  if (loaded.test.rows > 0) {
-    std::vector<std::uint32_t> test_rows(loaded.test.rows);
-    for (std::uint32_t i = 0; i < test_rows.size(); ++i) test_rows[i] = i;
-    d.x_test = d.features.gather_apply_in_place(loaded.test, test_rows, counts);
-    d.y_test = d.labels.encode_all(loaded.test.labels, "dataset " + v.ref() + " test");
-  }
+  const std::vector<std::size_t> offsets = d.features.stored_offsets(v.columns, parts.train.label_column);
+  for (StoredSource* s : {train.get(), validation.get(), test.get()})
+    if (s) s->set_transform(d.features, offsets, d.input_shape);
+  rows.train = std::move(train);
+  rows.validation = std::move(validation);
+  rows.test = std::move(test);
   return d;
+}
+
+void make_array_sources(PreparedData& d) {
+  if (!d.rows) d.rows = std::make_unique<RunRows>();
+  d.rows->train = std::make_unique<ArraySource>(d.x_train, d.y_train, d.input_shape);
+  if (!d.y_val.empty()) d.rows->validation = std::make_unique<ArraySource>(d.x_val, d.y_val, d.input_shape);
+  if (!d.y_test.empty()) d.rows->test = std::make_unique<ArraySource>(d.x_test, d.y_test, d.input_shape);
+}
+
+void materialize(PreparedData& d) {
+  const auto width = static_cast<std::size_t>(d.features.output_width());
+  auto fill = [&](SampleSource* source, std::vector<float>& x, std::vector<float>& y) {
+    if (!source || !x.empty()) return;
+    const auto n = static_cast<std::size_t>(source->rows());
+    x.resize(n * width);
+    y.resize(n);
+    std::vector<std::uint32_t> all(n);
+    std::iota(all.begin(), all.end(), 0u);
+    source->read(all, x.data(), y.data());
+  };
+  fill(d.rows->train.get(), d.x_train, d.y_train);
+  fill(d.rows->validation.get(), d.x_val, d.y_val);
+  fill(d.rows->test.get(), d.x_test, d.y_test);
 }
 
 }  // namespace anneal::runs

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -12,9 +13,24 @@
 #include "anneal/config.h"
 #include "anneal/datasets.h"
 #include "anneal/preprocess.h"
+#include "anneal/dataset_rows.h"
 #include "anneal/store.h"
+#include "runs/stored_source.h"
 
 namespace anneal::runs {
+
+// The sources a run reads its rows through, and what they hold.
+struct RunRows {
+  DataMemory memory;             // dataset rows held by the sources
+  std::uint64_t budget = 0;      // memory_budget in bytes
+  std::uint64_t fixed_bytes = 0; // labels and row lists, held throughout
+  bool streamed = false;         // the rows do not all fit: windows of blocks
+  std::uint64_t block_rows = 0;  // stream rows per block
+  std::int64_t window = 0;       // training blocks per window
+  std::vector<std::unique_ptr<TensorRowReader>> readers;
+  std::vector<std::unique_ptr<StoredBlocks>> blocks;
+  std::unique_ptr<SampleSource> train, validation, test;  // validation, test: null when none
+};
 
 struct PreparedData {
   DatasetVersion version;
@@ -26,9 +42,22 @@ struct PreparedData {
   // class_weight resolved per class index (empty: unweighted), and how it
   // was asked for ("balanced" or the config text), for the lineage.
   std::vector<float> class_weights;
+  // The rows as sources (prepare_data: read from the store per batch).
+  std::unique_ptr<RunRows> rows;
+  // The rows as arrays: prepare_as_parent's, or materialize()'s for the
+  // linear baseline; the sources then read them (make_array_sources).
   std::vector<float> x_train, y_train, x_val, y_val, x_test, y_test;
-  std::uint64_t train_rows() const { return y_train.size(); }
+  std::uint64_t train_rows() const { return static_cast<std::uint64_t>(rows->train->rows()); }
+  std::uint64_t validation_rows() const { return rows->validation ? static_cast<std::uint64_t>(rows->validation->rows()) : 0; }
+  std::uint64_t test_rows() const { return rows->test ? static_cast<std::uint64_t>(rows->test->rows()) : 0; }
 };
+
+// Sources over d's arrays (x_train... held whole): for data prepared in memory.
+void make_array_sources(PreparedData& d);
+
+// Fills d's arrays from its sources, every row transformed (the linear
+// baseline needs the whole matrix). Only for rows that fit the budget.
+void materialize(PreparedData& d);
 
 // Checks that `config` can train on the version: kUsage for a label the
 // version does not have, or a version without training rows.
@@ -51,6 +80,14 @@ std::vector<float> resolve_class_weights(const TrainConfig& config, const LabelE
 // class_weight) and builds the arrays. kUsage for a label the version does
 // not have, a loss that does not fit, a column or class the data does not
 // have (naming the config key and where it was set).
-PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig& config);
+// The rows are read from the store a block at a time in their stored type
+// and transformed per batch (StoredSource); when the version does not fit
+// `memory_budget` bytes, training streams windows of blocks (RunRows).
+// kUsage naming memory_budget when even the labels and row lists do not fit.
+PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig& config,
+                          std::uint64_t memory_budget);
+
+// The default memory_budget: half the machine's physical memory.
+std::uint64_t default_memory_budget();
 
 }  // namespace anneal::runs

@@ -272,8 +272,8 @@ WarmStart resolve_warm_start(Store& store, TrainConfig& config, Reporter& report
 }
 
 PreparedData prepare_run_data(Store& store, const DatasetRef& ref, const TrainConfig& config, WarmStart& warm,
-                              Reporter& reporter) {
-  if (!warm.parent) return prepare_data(store, ref, config);
+                              std::uint64_t memory_budget, Reporter& reporter) {
+  if (!warm.parent) return prepare_data(store, ref, config, memory_budget);
   const std::string parent = warm.parent->ref();
   warm.refused = refusal_by_config(warm.parent_model, config);
   if (warm.refused.empty()) warm.refused = refusal_by_feature_keys(*warm.parent, config);
@@ -284,6 +284,7 @@ PreparedData prepare_run_data(Store& store, const DatasetRef& ref, const TrainCo
     if (warm.refused.empty()) {
       TransformCounts counts;
       PreparedData data = prepare_as_parent(loaded, warm.parent_model, config, counts);
+      make_array_sources(data);
       warm.used = true;
       reporter.note("warm start from " + parent + ": its weights and preprocessing" +
                     (counts.unseen ? " (" + std::to_string(counts.unseen) + " values of categories it never saw "
@@ -293,7 +294,7 @@ PreparedData prepare_run_data(Store& store, const DatasetRef& ref, const TrainCo
     }
   }
   reporter.note("warm start from " + parent + " refused: " + warm.refused + "; training from scratch");
-  return prepare_data(store, ref, config);
+  return prepare_data(store, ref, config, memory_budget);
 }
 
 void load_parent_weights(Trainer& trainer, const WarmStart& warm) {

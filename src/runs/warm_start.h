@@ -51,9 +51,11 @@ WarmStart resolve_warm_start(Store& store, TrainConfig& config, Reporter& report
 // int8 or pruned), has the config's layer spec and loss, every feature
 // column it uses is in the version with the same type and width, the label
 // column is the same, and it knows every class of the version's labels.
-// Deterministic in (parent, version, config).
+// Deterministic in (parent, version, config). A warm-started run holds its
+// rows in memory whatever `memory_budget` (streaming through the parent's
+// preprocessing is not built yet); a fresh one streams beyond it.
 PreparedData prepare_run_data(Store& store, const DatasetRef& ref, const TrainConfig& config, WarmStart& warm,
-                              Reporter& reporter);
+                              std::uint64_t memory_budget, Reporter& reporter);
 
 // Sets every parameter and state buffer of `trainer`'s network to the
 // parent's values (warm.used only). kUsage when the parent's tensors do not

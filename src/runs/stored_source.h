@@ -1,0 +1,131 @@
+// Training data read from the store a block at a time, in the type it is
+// stored in (u8 images stay bytes), and expanded per batch by the run's
+// FeatureTransform: the whole transformed table never exists.
+//
+//   StoredBlocks   one parsed features stream cut into blocks of stream
+//                  rows, shared by the sources that read it (train,
+//                  validation and test rows interleave in one stream), so a
+//                  block two sources need is held once. Counts what it holds
+//                  against a DataMemory.
+//   StoredSource   a SampleSource over some rows of those blocks (ascending
+//                  stream rows, with their encoded labels): it holds the
+//                  blocks of its current window and loads the next window
+//                  on a prefetch thread while the current one trains.
+//
+// Internal to src/runs/.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "anneal/dataset_rows.h"
+#include "anneal/preprocess.h"
+#include "anneal/sample_source.h"
+
+namespace anneal::runs {
+
+// Bytes of dataset rows held in memory by a run's sources, and the most
+// held at once. Thread-safe.
+class DataMemory {
+ public:
+  void add(std::uint64_t bytes);
+  void release(std::uint64_t bytes);
+  std::uint64_t held() const { return held_.load(); }
+  std::uint64_t peak() const { return peak_.load(); }
+
+ private:
+  std::atomic<std::uint64_t> held_{0}, peak_{0};
+};
+
+class StoredBlocks {
+ public:
+  // One block's stored bytes (block_rows rows, fewer for the last).
+  struct Block {
+    std::vector<std::byte> bytes;
+    DataMemory* memory = nullptr;
+    ~Block();
+  };
+  // `reader` must outlive this; `block_rows` >= 1 stream rows per block.
+  StoredBlocks(const TensorRowReader& reader, std::uint64_t block_rows, DataMemory& memory);
+
+  std::uint64_t block_rows() const { return block_rows_; }
+  std::uint64_t blocks() const { return (reader_.rows() + block_rows_ - 1) / block_rows_; }
+  std::uint64_t block_bytes() const { return block_rows_ * reader_.row_bytes(); }
+  const TensorRowReader& reader() const { return reader_; }
+  // Stream block `b`: the one a source already holds, else read (and
+  // verified) now. Thread-safe: the prefetch thread calls it too.
+  std::shared_ptr<const Block> get(std::uint64_t b);
+
+ private:
+  const TensorRowReader& reader_;
+  std::uint64_t block_rows_;
+  DataMemory& memory_;
+  std::mutex mutex_;
+  std::map<std::uint64_t, std::weak_ptr<const Block>> held_;  // what some source still holds
+};
+
+class StoredSource final : public SampleSource {
+ public:
+  // Rows `stream_rows` (ascending) of `blocks`' stream, with `labels` (one
+  // encoded label each), holding at most `window` of this source's blocks
+  // per window (two windows at once: the current and the next).
+  StoredSource(StoredBlocks& blocks, std::vector<std::uint32_t> stream_rows, std::vector<float> labels,
+               std::int64_t window);
+  ~StoredSource() override;  // waits for a prefetch in flight
+  StoredSource(const StoredSource&) = delete;
+  StoredSource& operator=(const StoredSource&) = delete;
+
+  // The transform read() applies (`offsets` from stored_offsets()), and the
+  // sample shape it produces. Must be set before read(); `transform` must
+  // outlive this source.
+  void set_transform(const FeatureTransform& transform, std::vector<std::size_t> offsets,
+                     std::vector<std::int64_t> sample_shape);
+
+  // Calls `visit` with every row of this source in order, as fp32 in the
+  // stored layout: the scan FeatureTransform::fit takes. A source whose
+  // window holds all its blocks keeps them for training; otherwise a block
+  // at a time is held.
+  void for_each_stored_row(const std::function<void(const float*)>& visit);
+
+  std::int64_t rows() const override { return static_cast<std::int64_t>(stream_rows_.size()); }
+  const std::vector<std::int64_t>& sample_shape() const override { return sample_shape_; }
+  std::span<const std::int64_t> block_starts() const override { return block_starts_; }
+  std::int64_t window_blocks() const override { return window_; }
+  void will_read(std::span<const std::uint32_t> now, std::span<const std::uint32_t> next) override;
+  void read(std::span<const std::uint32_t> rows, float* features, float* labels) override;
+
+  std::span<const float> labels() const { return labels_; }
+  std::span<const std::uint32_t> stream_rows() const { return stream_rows_; }
+  // What the transform imputed in the rows read so far.
+  const TransformCounts& counts() const { return counts_; }
+
+ private:
+  using BlockMap = std::map<std::uint32_t, std::shared_ptr<const StoredBlocks::Block>>;
+  // This source's block b, held after the call.
+  const StoredBlocks::Block& block(std::uint32_t b);
+  void finish_prefetch();
+
+  StoredBlocks& blocks_;
+  std::vector<std::uint32_t> stream_rows_;
+  std::vector<float> labels_;
+  std::int64_t window_;
+  std::vector<std::int64_t> block_starts_;    // this source's blocks over its rows
+  std::vector<std::uint64_t> stream_block_;   // this source's block -> stream block
+  BlockMap held_;
+  std::future<BlockMap> prefetch_;            // the next window's blocks, loading
+  const FeatureTransform* transform_ = nullptr;
+  std::vector<std::size_t> offsets_;
+  std::vector<std::int64_t> sample_shape_;
+  std::vector<float> row_f32_;                // a u8 row widened
+  TransformCounts counts_;
+};
+
+}  // namespace anneal::runs
