@@ -1,10 +1,12 @@
 #include "anneal/datasets.h"
 
+#include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_invoke.h>
 #include <tbb/task_group.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -14,6 +16,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "anneal/dataset_rows.h"
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
 #include "anneal/fs.h"
@@ -140,6 +143,26 @@ namespace {
 template <typename T>
 std::string_view as_bytes(const std::vector<T>& v) {
   return {reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T)};
+}
+
+// The byte values of a Table whose byte_features is set: each float is an
+// integer 0..255 read from a byte, so the conversion is exact (checked: a
+// value that is not is a parser bug, not bad input).
+std::vector<std::uint8_t> features_as_bytes(const std::vector<float>& features) {
+  std::vector<std::uint8_t> bytes(features.size());
+  std::atomic<bool> exact{true};
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, features.size(), 1 << 16), [&](const auto& range) {
+    bool ok = true;
+    for (std::size_t i = range.begin(); i < range.end(); ++i) {
+      const float value = features[i];
+      ok = ok && value >= 0 && value <= 255;
+      bytes[i] = ok ? static_cast<std::uint8_t>(value) : 0;
+      ok = ok && static_cast<float>(bytes[i]) == value;
+    }
+    if (!ok) exact = false;
+  });
+  if (!exact) throw failure("internal: features marked as bytes hold a value that is not an integer 0..255");
+  return bytes;
 }
 
 // Stats of two parts of one column (train and test files) combined.
@@ -458,11 +481,21 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
     shape.insert(shape.end(), sample.begin(), sample.end());
     return shape;
   };
+  // Features read from unsigned bytes (IDX images) are stored as bytes
+  // (dtype u8): exactly the file's pixels, a quarter of float32 to store,
+  // decode and hold. The float form is dropped once converted.
+  std::vector<std::uint8_t> train_bytes, test_bytes;
+  auto features_stream = [&](const char* role, Table& part, std::vector<std::uint8_t>& bytes) -> TensorStream {
+    if (!part.byte_features) return {role, as_bytes(part.features), "f32", with_rows(part.rows, part.sample_shape), {}};
+    bytes = features_as_bytes(part.features);
+    std::vector<float>().swap(part.features);
+    return {role, as_bytes(bytes), "u8", with_rows(part.rows, part.sample_shape), {}};
+  };
   std::vector<TensorStream> tensors;
-  tensors.push_back({"features", as_bytes(train.features), "f32", with_rows(train.rows, train.sample_shape), {}});
+  tensors.push_back(features_stream("features", train, train_bytes));
   tensors.push_back({"labels", as_bytes(train.labels), "f32", {static_cast<std::int64_t>(train.rows)}, {}});
   if (request.test) {
-    tensors.push_back({"test.features", as_bytes(test.features), "f32", with_rows(test.rows, test.sample_shape), {}});
+    tensors.push_back(features_stream("test.features", test, test_bytes));
     tensors.push_back({"test.labels", as_bytes(test.labels), "f32", {static_cast<std::int64_t>(test.rows)}, {}});
   } else if (request.split > 0) {
     tensors.push_back({"split", as_bytes(split), "u8", {static_cast<std::int64_t>(split.size())}, {}});
@@ -668,26 +701,64 @@ void export_dataset(Store& store, const DatasetRef& ref, const std::string& role
     throw Error(ErrorKind::kUsage, Subject::kOutputFile, out.string() + ": file exists", Remedy::kReplaceExisting);
 }
 
+namespace {
+
+// Rows decoded per block when a stream is converted or split on load: about
+// 32 chunks of 256 KiB, enough to keep every core decoding, and small beside
+// the arrays being filled.
+constexpr std::uint64_t kLoadBlockBytes = std::uint64_t{8} << 20;
+
+// Decodes every row of `reader`'s stream as float32, in order, into `train`
+// and `test`: row i goes to `test` when split[i] is nonzero (an empty
+// `split`: every row to `train`). The spans hold exactly the rows each part
+// gets. u8 values become 0..255. An f32 stream going whole to `train` is
+// decoded straight into place; otherwise blocks of rows are decoded into a
+// small buffer and converted or copied row by row, so no second copy of the
+// whole stream is ever held.
+void load_rows_as_f32(const TensorRowReader& reader, std::span<const std::uint8_t> split, std::span<float> train,
+                      std::span<float> test) {
+  const std::uint64_t rows = reader.rows();
+  const auto width = static_cast<std::size_t>(reader.row_width());
+  if (split.empty() && reader.type() == StoredType::kF32) {
+    reader.read(0, rows, std::as_writable_bytes(train));
+    return;
+  }
+  const std::size_t row_bytes = reader.row_bytes();
+  const std::uint64_t block_rows = std::max<std::uint64_t>(1, kLoadBlockBytes / std::max<std::size_t>(row_bytes, 1));
+  std::vector<std::byte> block(static_cast<std::size_t>(std::min(rows, block_rows)) * row_bytes);
+  std::vector<float*> targets;
+  std::size_t train_at = 0, test_at = 0;  // floats written to each part
+  for (std::uint64_t first = 0; first < rows; first += block_rows) {
+    const auto count = static_cast<std::size_t>(std::min(block_rows, rows - first));
+    const std::span<std::byte> bytes(block.data(), count * row_bytes);
+    reader.read(first, count, bytes);
+    targets.resize(count);
+    for (std::size_t r = 0; r < count; ++r) {
+      const bool to_test = !split.empty() && split[first + r] != 0;
+      std::size_t& at = to_test ? test_at : train_at;
+      targets[r] = (to_test ? test : train).data() + at;
+      at += width;
+    }
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count), [&](const auto& range) {
+      for (std::size_t r = range.begin(); r < range.end(); ++r) {
+        const std::byte* in = bytes.data() + r * row_bytes;
+        float* out = targets[r];
+        if (reader.type() == StoredType::kU8) {
+          for (std::size_t j = 0; j < width; ++j) out[j] = static_cast<float>(std::to_integer<std::uint8_t>(in[j]));
+        } else {
+          std::memcpy(out, in, row_bytes);
+        }
+      }
+    });
+  }
+}
+
+}  // namespace
+
 LoadedDataset load_dataset(Store& store, const DatasetRef& ref) {
   LoadedDataset loaded;
   loaded.version = find_dataset(store, ref);
   const DatasetVersion& v = loaded.version;
-  auto read_f32 = [&](const std::string& role) {
-    const DatasetStream* s = v.stream(role);
-    if (!s) throw corrupt("dataset " + v.ref() + " has no '" + role + "' stream").with(Remedy::kCheckStore);
-    // Decoded straight into the array that is returned: no second copy of
-    // the stream (188 MB for Fashion-MNIST's training images) in a string.
-    const std::string owner = "dataset " + v.ref() + ", " + role;
-    std::vector<float> out;
-    read_blob_into(store.db(), store.objects(), s->blob, owner, [&](std::uint64_t size) {
-      if (size % sizeof(float) != 0)
-        throw corrupt(owner + ": " + std::to_string(size) + " bytes is not a whole number of float32 values")
-            .with(Remedy::kCheckStore);
-      out.resize(size / sizeof(float));
-      return std::span<char>(reinterpret_cast<char*>(out.data()), size);
-    });
-    return out;
-  };
   auto shell = [&](Table& t) {
     t.columns = v.columns;
     t.sample_shape = v.sample_shape;
@@ -696,51 +767,58 @@ LoadedDataset load_dataset(Store& store, const DatasetRef& ref) {
   };
   shell(loaded.train);
   shell(loaded.test);
-  const std::size_t width = static_cast<std::size_t>(loaded.train.sample_width());
-  // Every reader of a Table indexes rows x width: a stream that is not whole
-  // rows is damage, refused here rather than read past its end.
-  auto check_rows = [&](const std::vector<float>& features, const std::vector<float>& labels, const char* part) {
-    if (features.size() != labels.size() * width)
-      throw corrupt("dataset " + v.ref() + ", " + part + ": " + std::to_string(features.size()) +
-                    " feature values is not " + std::to_string(labels.size()) + " rows of " + std::to_string(width))
+  const auto width = loaded.train.sample_width();
+  // Every reader of a Table indexes rows x width: streams that are not the
+  // same number of whole rows are damage, refused before anything is read.
+  auto check_rows = [&](const TensorRowReader& features, const TensorRowReader& labels) {
+    if (features.row_width() != width || labels.row_width() != 1 || features.rows() != labels.rows())
+      throw corrupt(features.owner() + ": " + std::to_string(features.rows()) + " rows of " +
+                    std::to_string(features.row_width()) + " values beside " + std::to_string(labels.rows()) +
+                    " labels of " + std::to_string(labels.row_width()) + " (expected rows of " + std::to_string(width) +
+                    " values, one label each)")
           .with(Remedy::kCheckStore);
   };
-  std::vector<float> features = read_f32("features"), labels = read_f32("labels");
-  check_rows(features, labels, "features");
+  auto load_whole = [&](const TensorRowReader& features, const TensorRowReader& labels, Table& part) {
+    part.rows = labels.rows();
+    part.features.resize(static_cast<std::size_t>(part.rows) * static_cast<std::size_t>(width));
+    part.labels.resize(static_cast<std::size_t>(part.rows));
+    load_rows_as_f32(features, {}, part.features, {});
+    load_rows_as_f32(labels, {}, part.labels, {});
+  };
+  const TensorRowReader features(store, v, "features"), labels(store, v, "labels");
+  check_rows(features, labels);
   if (v.stream("test.features")) {
-    loaded.train.features = std::move(features);
-    loaded.train.labels = std::move(labels);
-    loaded.train.rows = loaded.train.labels.size();
-    loaded.test.features = read_f32("test.features");
-    loaded.test.labels = read_f32("test.labels");
-    check_rows(loaded.test.features, loaded.test.labels, "test.features");
-    loaded.test.rows = loaded.test.labels.size();
+    const TensorRowReader test_features(store, v, "test.features"), test_labels(store, v, "test.labels");
+    check_rows(test_features, test_labels);
+    load_whole(features, labels, loaded.train);
+    load_whole(test_features, test_labels, loaded.test);
     return loaded;
   }
-  std::vector<std::uint8_t> split(labels.size(), 0);
-  if (const DatasetStream* s = v.stream("split")) {
-    std::string bytes = read_blob(store.db(), store.objects(), s->blob, "dataset " + v.ref() + ", split");
-    if (bytes.size() != split.size()) throw corrupt("dataset " + v.ref() + ": split mask has the wrong length");
-    std::memcpy(split.data(), bytes.data(), split.size());
+  std::vector<std::uint8_t> split;
+  if (v.stream("split")) {
+    const TensorRowReader mask(store, v, "split");
+    if (mask.type() != StoredType::kU8 || mask.row_width() != 1 || mask.rows() != labels.rows())
+      throw corrupt(mask.owner() + ": expected " + std::to_string(labels.rows()) + " u8 values, one per row, found " +
+                    std::to_string(mask.rows()) + " rows of " + std::to_string(mask.row_width()) + " " +
+                    stored_type_name(mask.type()))
+          .with(Remedy::kCheckStore);
+    split.resize(static_cast<std::size_t>(mask.rows()));
+    mask.read(0, mask.rows(), std::as_writable_bytes(std::span<std::uint8_t>(split)));
   }
   const auto test_rows =
       static_cast<std::size_t>(std::count_if(split.begin(), split.end(), [](std::uint8_t s) { return s != 0; }));
   if (test_rows == 0) {
-    // No test rows: the arrays as read are the training split, kept without a copy.
-    loaded.train.rows = labels.size();
-    loaded.train.features = std::move(features);
-    loaded.train.labels = std::move(labels);
+    load_whole(features, labels, loaded.train);  // the streams as stored are the training split
     return loaded;
   }
-  loaded.train.features.reserve((labels.size() - test_rows) * width);
-  loaded.test.features.reserve(test_rows * width);
-  for (std::size_t i = 0; i < labels.size(); ++i) {
-    Table& part = split[i] ? loaded.test : loaded.train;
-    part.features.insert(part.features.end(), features.begin() + static_cast<std::ptrdiff_t>(i * width),
-                         features.begin() + static_cast<std::ptrdiff_t>((i + 1) * width));
-    part.labels.push_back(labels[i]);
-    ++part.rows;
+  loaded.train.rows = labels.rows() - test_rows;
+  loaded.test.rows = test_rows;
+  for (Table* part : {&loaded.train, &loaded.test}) {
+    part->features.resize(static_cast<std::size_t>(part->rows) * static_cast<std::size_t>(width));
+    part->labels.resize(static_cast<std::size_t>(part->rows));
   }
+  load_rows_as_f32(features, split, loaded.train.features, loaded.test.features);
+  load_rows_as_f32(labels, split, loaded.train.labels, loaded.test.labels);
   return loaded;
 }
 

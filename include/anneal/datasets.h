@@ -2,7 +2,8 @@
 //
 // `import_dataset` turns input files into version NAME@vN: the exact source
 // bytes (chunked, so later versions share unchanged chunks), the schema, and
-// the parsed float32 form that training loads. Versions are never modified.
+// the parsed form that training loads (float32 arrays; IDX images of unsigned
+// bytes keep one byte per pixel, dtype u8). Versions are never modified.
 // Every function here takes a Store used by one thread, throws anneal::Error
 // and prints nothing (progress goes to the Reporter).
 #pragma once
@@ -135,7 +136,12 @@ void export_dataset(Store& store, const DatasetRef& ref, const std::string& role
                     const std::filesystem::path& out, bool force);
 
 // The parsed form of a version, split into train and test (empty when the
-// version has none), for training and evaluation.
+// version has none), for training and evaluation: float32 whatever each
+// stream's stored dtype (u8 values become 0..255). Each stream is decoded
+// straight into, or converted block by block into, the returned arrays, so
+// no second whole copy is held. kCorrupt naming the version when a stream is
+// missing, damaged or not whole rows. To read a version by row range
+// instead, in its stored type, see TensorRowReader (dataset_rows.h).
 struct LoadedDataset {
   DatasetVersion version;
   Table train, test;

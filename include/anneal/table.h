@@ -58,6 +58,11 @@ struct Table {
   // Categorical features hold their code; missing cells hold NaN.
   std::vector<float> features;
   std::vector<float> labels;             // rows floats: the value or the category code
+  // Set by a parser that read every feature value from an unsigned byte
+  // (IDX images of element type 08): `features` then holds only the integers
+  // 0..255, and the store keeps them as such (dtype u8), one byte a value
+  // instead of four.
+  bool byte_features = false;
 
   std::int64_t sample_width() const;     // prod(sample_shape)
 };

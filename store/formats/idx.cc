@@ -227,6 +227,7 @@ Table parse_idx(std::string_view images, std::string_view labels, const ParseOpt
   convert(image_array, table.features, options.nonfinite, options.display_name, "",
           Remedy::kReadNonFiniteAsMissing)
       .store_into(image);
+  table.byte_features = image_array.type == static_cast<unsigned char>(ElementType::kU8);
   ColumnSchema& label = table.columns[1];
   label.name = "label";
   // A label cannot be missing, whatever --nonfinite says.

@@ -91,6 +91,12 @@ expect_rc 0 --json data show tiny
 expect_eq "$(json_get 'j["format"], j["rows"], j["train_rows"] + j["test_rows"], j["options"]["split_rule"]')" "idx 6 6 row-content" "IDX rows and split"
 expect_eq "$(json_get 'j["sample_shape"], j["columns"][0]["shape"]')" "[1, 3, 2] [1, 3, 2]" "IDX image shape kept"
 expect_eq "$(json_get 'j["columns"][0]["min"], j["columns"][0]["max"]')" "0.0 35.0" "IDX pixel statistics"
+# Unsigned-byte pixels are stored as bytes (u8), exactly the file's; labels as f32.
+expect_eq "$(json_get '" ".join(s["role"] + ":" + s["dtype"] for s in j["streams"] if "dtype" in s)')" \
+  "features:u8 labels:f32 split:u8" "IDX bytes stored as u8"
+expect_rc 0 data export tiny -o "$WORK/tiny.features" --part features
+python3 -c 'import sys; sys.exit(open(sys.argv[1], "rb").read() != bytes(range(36)))' "$WORK/tiny.features" \
+  && pass || fail "the u8 features stream is not the IDX file's pixels"
 
 expect_rc 0 data list
 expect_contains "$OUT" "iris@v2" "list shows the latest version"

@@ -304,6 +304,9 @@ for stream in features labels split; do
   "$PY" "$READER" stream --store "$ANNEAL_HOME" --dataset digits-img@v1 --role "$stream" -o "$WORK/$stream.bin" \
     || fail "reader could not read stream $stream"
 done
+# The images are IDX bytes, stored as u8 (docs/STORE.md): the stream's dtype says how to read it.
+expect_rc 0 --json data show digits-img@v1
+json_get '[s["dtype"] for s in j["streams"] if s["role"] == "features"][0]' >"$WORK/features.dtype"
 # compare_eval REF LABEL MARGIN: the reader's confusion matrix on the test
 # rows equals `anneal eval`'s, but for rows the reader finds within MARGIN
 # of a tie between its top two classes (f32 summation order, or an int8
@@ -320,7 +323,8 @@ spec = importlib.util.spec_from_file_location("read_model", sys.argv[1])
 rm = importlib.util.module_from_spec(spec); spec.loader.exec_module(rm)
 work, label = sys.argv[2], sys.argv[3]
 header, tensors = rm.load_model(f"{work}/m.bin")
-x = np.fromfile(f"{work}/features.bin", dtype="<f4").reshape(-1, 64)
+dtype = {"f32": "<f4", "u8": np.uint8}[open(f"{work}/features.dtype").read().strip()]
+x = np.fromfile(f"{work}/features.bin", dtype=dtype).astype(np.float32).reshape(-1, 64)
 y = np.fromfile(f"{work}/labels.bin", dtype="<f4")
 test = np.fromfile(f"{work}/split.bin", dtype=np.uint8) == 1
 p = rm.predictions(header, tensors, rm.transform(header["features"], x[test].astype(np.float64)))

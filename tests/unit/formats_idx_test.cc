@@ -77,6 +77,7 @@ TEST(Idx, U8ImagesBecomeOneChannel) {
   EXPECT_EQ(table.columns[1].name, "label");
   EXPECT_EQ(table.label_column, 1u);
   EXPECT_EQ(table.features, std::vector<float>(pixels.begin(), pixels.end()));
+  EXPECT_TRUE(table.byte_features);  // the store keeps them as bytes
   EXPECT_EQ(table.labels, std::vector<float>({7, 0, 9}));
   const ColumnSchema& image = table.columns[0];
   EXPECT_EQ(image.count, 12u);
@@ -95,6 +96,7 @@ TEST(Idx, EveryElementType) {
     Table table = parse_idx(idx_file(type, {2, 3}, values), idx_file(type, {2}, {-1, 5}), images_named("img"), "lab");
     EXPECT_EQ(table.sample_shape, std::vector<std::int64_t>({3}));  // N x D
     EXPECT_EQ(table.features, std::vector<float>(values.begin(), values.end()));
+    EXPECT_FALSE(table.byte_features);  // only unsigned bytes are kept as bytes
     EXPECT_EQ(table.labels, std::vector<float>({-1, 5}));
   }
   Table wide = parse_idx(idx_file(0x0C, {1, 1}, {-2000000}), idx_file(0x0E, {1}, {0.25}), images_named("img"), "lab");
