@@ -99,7 +99,7 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
                                const std::vector<std::string>& overrides);
 
 // A memory_budget value: bytes with an optional binary suffix K, M, G or T
-// (KiB..TiB), e.g. "512M", "2G", "1048576"; at least 1M. Throws kUsage
+// (KiB..TiB), e.g. "512M", "2G", "1048576"; at least 64K. Throws kUsage
 // saying what was expected (the caller adds where it was set).
 std::uint64_t parse_memory_budget(std::string_view text);
 // Bytes as memory_budget text: the largest suffix that divides them ("2G").

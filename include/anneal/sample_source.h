@@ -44,6 +44,7 @@ class SampleSource {
 
   // The reads from now on come from the blocks `now`; after them, from
   // `next`. A source may drop every other block and start loading `next`.
+  // Both empty: reading is over for now (a pass ended; training finished).
   // Reading a row of neither is allowed, but may load its block on the spot.
   virtual void will_read(std::span<const std::uint32_t> now, std::span<const std::uint32_t> next) = 0;
 

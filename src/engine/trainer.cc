@@ -205,6 +205,10 @@ class Trainer::Impl {
         if (!finished_) epoch_start_ = Clock::now();
       }
     }
+    if (finished_ && announced_.first >= 0) {
+      train_->will_read({}, {});  // training is over: its blocks may go
+      announced_ = {-1, -1};
+    }
     return finished_;
   }
 
@@ -675,13 +679,18 @@ class Trainer::Impl {
     const auto starts = source.block_starts();
     const std::int64_t blocks = source.blocks();
     const std::int64_t window = std::max<std::int64_t>(1, std::min(source.window_blocks(), blocks));
-    // The blocks of natural-order window w.
-    auto window_blocks = [&](std::int64_t w) {
+    auto block_of = [&](std::int64_t row) {
+      return std::int64_t(std::upper_bound(starts.begin(), starts.end(), row) - starts.begin()) - 1;
+    };
+    auto range = [](std::int64_t first, std::int64_t last) {
       std::vector<std::uint32_t> out;
-      for (std::int64_t b = w * window; b < std::min(blocks, (w + 1) * window); ++b) out.push_back(std::uint32_t(b));
+      for (std::int64_t b = first; b <= last; ++b) out.push_back(std::uint32_t(b));
       return out;
     };
-    std::int64_t announced = -1;
+    // The blocks announced as `now`: the window from the batch's first block,
+    // or as many as the batch spans when that is more (sparse rows); `next`
+    // the same number after them.
+    std::int64_t now_last = -1;
     eval_loss_->set_totals(LossTotals{});
     PassContext ctx;
     ctx.training = false;
@@ -689,11 +698,11 @@ class Trainer::Impl {
     std::vector<std::uint32_t> indices;
     for (std::int64_t start = 0; start < rows; start += config_.batch) {
       const std::int64_t n = std::min(config_.batch, rows - start);
-      const std::int64_t block =
-          std::int64_t(std::upper_bound(starts.begin(), starts.end(), start) - starts.begin()) - 1;
-      if (block / window != announced) {
-        announced = block / window;
-        source.will_read(window_blocks(announced), window_blocks(announced + 1));
+      const std::int64_t first = block_of(start), last = block_of(start + n - 1);
+      if (last > now_last) {
+        now_last = std::min(blocks - 1, std::max(last, first + window - 1));
+        const std::int64_t span = now_last - first + 1;
+        source.will_read(range(first, now_last), range(now_last + 1, std::min(blocks - 1, now_last + span)));
       }
       backend_->shape_plain(eval_x_, sample.with_batch(n), DType::kF32);
       backend_->shape_plain(eval_y_, Dims{n}, DType::kF32);
@@ -704,6 +713,7 @@ class Trainer::Impl {
       if (score) eval_loss_->forward_backward(out, eval_y_, nullptr, 1.0f);
       if (predictions != nullptr) eval_loss_->predict(out, predictions + start * k);
     }
+    source.will_read({}, {});  // done: the source may let every block go
     return score ? eval_loss_->totals() : LossTotals{};
   }
 

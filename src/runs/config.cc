@@ -434,7 +434,7 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
 
 std::uint64_t parse_memory_budget(std::string_view text) {
   const std::string s = trim(text);
-  const std::string expected = "bytes with an optional suffix K, M, G or T (512M, 2G), at least 1M";
+  const std::string expected = "bytes with an optional suffix K, M, G or T (512M, 2G), at least 64K";
   std::uint64_t value = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
   const std::string_view suffix(end, static_cast<std::size_t>(s.data() + s.size() - end));
@@ -447,7 +447,7 @@ std::uint64_t parse_memory_budget(std::string_view text) {
   if (s.empty() || ec != std::errc() || end == s.data() || shift < 0 || value > (~std::uint64_t{0} >> (shift + 1)))
     throw usage_error("'" + s + "': expected " + expected);
   const std::uint64_t bytes = value << shift;
-  if (bytes < (std::uint64_t{1} << 20)) throw usage_error("'" + s + "': expected " + expected);
+  if (bytes < (std::uint64_t{1} << 16)) throw usage_error("'" + s + "': expected " + expected);
   return bytes;
 }
 

@@ -27,26 +27,32 @@ StoredBlocks::Block::~Block() {
 StoredBlocks::StoredBlocks(const TensorRowReader& reader, std::uint64_t block_rows, DataMemory& memory)
     : reader_(reader), block_rows_(std::max<std::uint64_t>(block_rows, 1)), memory_(memory) {}
 
-std::shared_ptr<const StoredBlocks::Block> StoredBlocks::get(std::uint64_t b) {
-  {
-    std::lock_guard lock(mutex_);
-    if (auto it = held_.find(b); it != held_.end())
-      if (auto held = it->second.lock()) return held;
-  }
+std::shared_ptr<const StoredBlocks::Block> StoredBlocks::load(std::uint64_t b, std::span<const std::uint32_t> rows) const {
   const std::uint64_t first = b * block_rows_;
   const std::uint64_t count = std::min(block_rows_, reader_.rows() - first);
+  const std::size_t row_bytes = reader_.row_bytes();
   auto block = std::make_shared<Block>();
-  memory_.add(count * reader_.row_bytes());
+  memory_.add(rows.size() * row_bytes);
   block->memory = &memory_;  // from here the block releases what it added
-  block->bytes.resize(count * reader_.row_bytes());
-  reader_.read(first, count, block->bytes);
-  std::lock_guard lock(mutex_);
-  std::erase_if(held_, [](const auto& entry) { return entry.second.expired(); });
-  held_[b] = block;
+  block->bytes.resize(rows.size() * row_bytes);
+  if (rows.size() == count) {  // every row of the block: read in place
+    reader_.read(first, count, block->bytes);
+    return block;
+  }
+  memory_.add(count * row_bytes);
+  struct Release {
+    DataMemory& memory;
+    std::uint64_t bytes;
+    ~Release() { memory.release(bytes); }
+  } release{memory_, count * row_bytes};
+  std::vector<std::byte> whole(count * row_bytes);
+  reader_.read(first, count, whole);
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(block->bytes.data() + i * row_bytes, whole.data() + (rows[i] - first) * row_bytes, row_bytes);
   return block;
 }
 
-StoredSource::StoredSource(StoredBlocks& blocks, std::vector<std::uint32_t> stream_rows, std::vector<float> labels,
+StoredSource::StoredSource(const StoredBlocks& blocks, std::vector<std::uint32_t> stream_rows, std::vector<float> labels,
                            std::int64_t window)
     : blocks_(blocks), stream_rows_(std::move(stream_rows)), labels_(std::move(labels)),
       window_(std::max<std::int64_t>(window, 1)) {
@@ -64,6 +70,24 @@ StoredSource::StoredSource(StoredBlocks& blocks, std::vector<std::uint32_t> stre
     }
   }
   block_starts_.push_back(static_cast<std::int64_t>(stream_rows_.size()));
+}
+
+std::int64_t StoredSource::max_block_rows() const {
+  std::int64_t most = 0;
+  for (std::size_t b = 0; b + 1 < block_starts_.size(); ++b) most = std::max(most, block_starts_[b + 1] - block_starts_[b]);
+  return most;
+}
+
+std::int64_t StoredSource::min_block_rows() const {
+  if (block_starts_.size() <= 2) return block_starts_.back();
+  std::int64_t fewest = block_starts_.back();
+  for (std::size_t b = 0; b + 2 < block_starts_.size(); ++b) fewest = std::min(fewest, block_starts_[b + 1] - block_starts_[b]);
+  return fewest;
+}
+
+std::shared_ptr<const StoredBlocks::Block> StoredSource::load(std::uint32_t b) const {
+  const auto first = static_cast<std::size_t>(block_starts_[b]), last = static_cast<std::size_t>(block_starts_[b + 1]);
+  return blocks_.load(stream_block_[b], std::span<const std::uint32_t>(stream_rows_).subspan(first, last - first));
 }
 
 StoredSource::~StoredSource() {
@@ -91,7 +115,7 @@ const StoredBlocks::Block& StoredSource::block(std::uint32_t b) {
     finish_prefetch();
     it = held_.find(b);
   }
-  if (it == held_.end()) it = held_.emplace(b, blocks_.get(stream_block_[b])).first;
+  if (it == held_.end()) it = held_.emplace(b, load(b)).first;
   return *it->second;
 }
 
@@ -105,34 +129,30 @@ void StoredSource::will_read(std::span<const std::uint32_t> now, std::span<const
   std::erase_if(held_, [&](const auto& entry) { return !wanted.count(entry.first); });
   // The blocks needed now, read in parallel (each read also decodes its
   // chunks in parallel): a source that holds everything loads it here.
-  std::vector<std::uint32_t> load;
+  std::vector<std::uint32_t> wanted_now;
   for (std::uint32_t b : now)
-    if (!held_.count(b)) load.push_back(b);
-  std::vector<std::shared_ptr<const StoredBlocks::Block>> loaded(load.size());
-  tbb::parallel_for(std::size_t(0), load.size(), [&](std::size_t i) { loaded[i] = blocks_.get(stream_block_[load[i]]); });
-  for (std::size_t i = 0; i < load.size(); ++i) held_.emplace(load[i], std::move(loaded[i]));
-  std::vector<std::uint64_t> missing;
-  std::vector<std::uint32_t> missing_blocks;
+    if (!held_.count(b)) wanted_now.push_back(b);
+  std::vector<std::shared_ptr<const StoredBlocks::Block>> loaded(wanted_now.size());
+  tbb::parallel_for(std::size_t(0), wanted_now.size(), [&](std::size_t i) { loaded[i] = load(wanted_now[i]); });
+  for (std::size_t i = 0; i < wanted_now.size(); ++i) held_.emplace(wanted_now[i], std::move(loaded[i]));
+  std::vector<std::uint32_t> missing;
   for (std::uint32_t b : next)
-    if (!held_.count(b)) {
-      missing_blocks.push_back(b);
-      missing.push_back(stream_block_[b]);
-    }
+    if (!held_.count(b)) missing.push_back(b);
   if (missing.empty()) return;
-  prefetch_ = std::async(std::launch::async, [this, missing, missing_blocks] {
+  prefetch_ = std::async(std::launch::async, [this, missing] {
     BlockMap loaded;
-    for (std::size_t i = 0; i < missing.size(); ++i) loaded.emplace(missing_blocks[i], blocks_.get(missing[i]));
+    for (std::uint32_t b : missing) loaded.emplace(b, load(b));
     return loaded;
   });
 }
 
 namespace {
 
-// Row `stream_row` of `block` (holding stream rows from `first_row`) as fp32:
-// a pointer into the block for f32, else widened into `scratch`.
-const float* stored_row(const StoredBlocks::Block& block, const TensorRowReader& reader, std::uint64_t first_row,
-                        std::uint64_t stream_row, std::vector<float>& scratch) {
-  const std::byte* row = block.bytes.data() + (stream_row - first_row) * reader.row_bytes();
+// Row `index` of a block (its `index`-th kept row) as fp32: a pointer into
+// the block for f32, else widened into `scratch`.
+const float* stored_row(const StoredBlocks::Block& block, const TensorRowReader& reader, std::size_t index,
+                        std::vector<float>& scratch) {
+  const std::byte* row = block.bytes.data() + index * reader.row_bytes();
   if (reader.type() == StoredType::kF32) return reinterpret_cast<const float*>(row);
   scratch.resize(static_cast<std::size_t>(reader.row_width()));
   for (std::size_t k = 0; k < scratch.size(); ++k) scratch[k] = static_cast<float>(std::to_integer<std::uint8_t>(row[k]));
@@ -149,12 +169,11 @@ void StoredSource::for_each_stored_row(const std::function<void(const float*)>& 
     will_read(all, {});
   }
   for (std::int64_t b = 0; b < blocks(); ++b) {
-    std::shared_ptr<const StoredBlocks::Block> held =
-        keep ? nullptr : blocks_.get(stream_block_[static_cast<std::size_t>(b)]);
-    const StoredBlocks::Block& data = keep ? block(static_cast<std::uint32_t>(b)) : *held;
-    const std::uint64_t first = stream_block_[static_cast<std::size_t>(b)] * blocks_.block_rows();
-    for (std::int64_t r = block_starts_[static_cast<std::size_t>(b)]; r < block_starts_[static_cast<std::size_t>(b) + 1]; ++r)
-      visit(stored_row(data, blocks_.reader(), first, stream_rows_[static_cast<std::size_t>(r)], row_f32_));
+    const auto index = static_cast<std::uint32_t>(b);
+    std::shared_ptr<const StoredBlocks::Block> passing = keep ? nullptr : load(index);
+    const StoredBlocks::Block& data = keep ? block(index) : *passing;
+    const std::int64_t rows = block_starts_[index + 1] - block_starts_[index];
+    for (std::int64_t r = 0; r < rows; ++r) visit(stored_row(data, blocks_.reader(), static_cast<std::size_t>(r), row_f32_));
   }
 }
 
@@ -167,7 +186,7 @@ void StoredSource::read(std::span<const std::uint32_t> rows, float* features, fl
     const auto b = static_cast<std::uint32_t>(
         std::upper_bound(block_starts_.begin(), block_starts_.end(), static_cast<std::int64_t>(r)) - block_starts_.begin() - 1);
     const StoredBlocks::Block& data = block(b);
-    const float* row = stored_row(data, blocks_.reader(), stream_block_[b] * blocks_.block_rows(), stream_rows_[r], row_f32_);
+    const float* row = stored_row(data, blocks_.reader(), static_cast<std::size_t>(r - block_starts_[b]), row_f32_);
     float* out = features + i * width;
     std::fill_n(out, width, 0.0f);
     transform_->apply_stored(row, offsets_, out, counts_);

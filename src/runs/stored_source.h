@@ -3,14 +3,14 @@
 // FeatureTransform: the whole transformed table never exists.
 //
 //   StoredBlocks   one parsed features stream cut into blocks of stream
-//                  rows, shared by the sources that read it (train,
-//                  validation and test rows interleave in one stream), so a
-//                  block two sources need is held once. Counts what it holds
-//                  against a DataMemory.
+//                  rows: what is read from the store at once. Counts what
+//                  it holds against a DataMemory.
 //   StoredSource   a SampleSource over some rows of those blocks (ascending
-//                  stream rows, with their encoded labels): it holds the
-//                  blocks of its current window and loads the next window
-//                  on a prefetch thread while the current one trains.
+//                  stream rows, with their encoded labels; train,
+//                  validation and test rows interleave in one stream): of
+//                  each block it keeps only its own rows, holds the blocks
+//                  of its current window and loads the next window on a
+//                  prefetch thread while the current one trains.
 //
 // Internal to src/runs/.
 #pragma once
@@ -20,9 +20,9 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <algorithm>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <vector>
 
@@ -45,9 +45,12 @@ class DataMemory {
   std::atomic<std::uint64_t> held_{0}, peak_{0};
 };
 
+// One parsed features stream cut into blocks of `block_rows` stream rows:
+// the unit a source reads from the store.
 class StoredBlocks {
  public:
-  // One block's stored bytes (block_rows rows, fewer for the last).
+  // The rows of one block a source keeps: only its own, back to back in
+  // stored bytes (a validation source keeps a tenth of each block).
   struct Block {
     std::vector<std::byte> bytes;
     DataMemory* memory = nullptr;
@@ -57,19 +60,16 @@ class StoredBlocks {
   StoredBlocks(const TensorRowReader& reader, std::uint64_t block_rows, DataMemory& memory);
 
   std::uint64_t block_rows() const { return block_rows_; }
-  std::uint64_t blocks() const { return (reader_.rows() + block_rows_ - 1) / block_rows_; }
-  std::uint64_t block_bytes() const { return block_rows_ * reader_.row_bytes(); }
   const TensorRowReader& reader() const { return reader_; }
-  // Stream block `b`: the one a source already holds, else read (and
-  // verified) now. Thread-safe: the prefetch thread calls it too.
-  std::shared_ptr<const Block> get(std::uint64_t b);
+  // Stream rows `rows` (ascending, all in stream block `b`), read and
+  // verified now; the block's other rows are read too (a chunk is the unit
+  // of storage) and let go before this returns. Thread-safe.
+  std::shared_ptr<const Block> load(std::uint64_t b, std::span<const std::uint32_t> rows) const;
 
  private:
   const TensorRowReader& reader_;
   std::uint64_t block_rows_;
   DataMemory& memory_;
-  std::mutex mutex_;
-  std::map<std::uint64_t, std::weak_ptr<const Block>> held_;  // what some source still holds
 };
 
 class StoredSource final : public SampleSource {
@@ -77,8 +77,13 @@ class StoredSource final : public SampleSource {
   // Rows `stream_rows` (ascending) of `blocks`' stream, with `labels` (one
   // encoded label each), holding at most `window` of this source's blocks
   // per window (two windows at once: the current and the next).
-  StoredSource(StoredBlocks& blocks, std::vector<std::uint32_t> stream_rows, std::vector<float> labels,
+  StoredSource(const StoredBlocks& blocks, std::vector<std::uint32_t> stream_rows, std::vector<float> labels,
                std::int64_t window);
+  void set_window(std::int64_t window) { window_ = std::max<std::int64_t>(window, 1); }
+  // The most rows one of this source's blocks holds, and the fewest (the
+  // last block aside, unless it is the only one).
+  std::int64_t max_block_rows() const;
+  std::int64_t min_block_rows() const;
   ~StoredSource() override;  // waits for a prefetch in flight
   StoredSource(const StoredSource&) = delete;
   StoredSource& operator=(const StoredSource&) = delete;
@@ -111,9 +116,11 @@ class StoredSource final : public SampleSource {
   using BlockMap = std::map<std::uint32_t, std::shared_ptr<const StoredBlocks::Block>>;
   // This source's block b, held after the call.
   const StoredBlocks::Block& block(std::uint32_t b);
+  // This source's rows of its block b, read from the store now.
+  std::shared_ptr<const StoredBlocks::Block> load(std::uint32_t b) const;
   void finish_prefetch();
 
-  StoredBlocks& blocks_;
+  const StoredBlocks& blocks_;
   std::vector<std::uint32_t> stream_rows_;
   std::vector<float> labels_;
   std::int64_t window_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <thread>
 
 #include "anneal/error.h"
 #include "anneal/spelling.h"
@@ -201,23 +202,22 @@ PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig
     throw usage_error(where(config, "memory_budget") + "memory_budget = " + memory_budget_text(memory_budget) +
                       ": dataset " + v.ref() + " needs at least " + std::to_string(rows.fixed_bytes + 4 * row_bytes) +
                       " bytes (its labels and row lists, and four of its rows); raise it");
-  const std::uint64_t data_budget = memory_budget - rows.fixed_bytes;
-  rows.streamed = stored_bytes > data_budget;
-  rows.block_rows = rows.streamed ? block_rows_for(row_bytes, data_budget) : block_rows_for(row_bytes, stored_bytes * 16);
-  // Streaming: the training source holds two windows of 2/5 of the blocks
-  // that fit, validation and test one of 1/10 each, so training's two
-  // windows and an evaluation's two fit together.
-  const std::uint64_t fitting_blocks = data_budget / (rows.block_rows * row_bytes);
+  // Besides the rows sources keep, whole blocks pass through memory as
+  // they are read: one per loading thread and one for the prefetch.
+  const std::uint64_t loaders = std::max(1u, std::thread::hardware_concurrency()) + 1;
+  std::uint64_t data_budget = memory_budget - rows.fixed_bytes;
+  rows.streamed = stored_bytes + loaders * block_rows_for(row_bytes, ~std::uint64_t{0}) * row_bytes > data_budget;
+  rows.block_rows = block_rows_for(row_bytes, rows.streamed ? data_budget : ~std::uint64_t{0});
+  data_budget -= std::min(data_budget, loaders * rows.block_rows * row_bytes);
   const std::int64_t all_blocks = std::numeric_limits<std::int32_t>::max();
-  rows.window = rows.streamed ? static_cast<std::int64_t>(std::max<std::uint64_t>(1, fitting_blocks * 2 / 5)) : all_blocks;
-  const std::int64_t eval_window =
-      rows.streamed ? static_cast<std::int64_t>(std::max<std::uint64_t>(1, fitting_blocks / 10)) : all_blocks;
+  rows.window = all_blocks;  // the streaming windows are set below, once the sources' blocks are known
+  const std::int64_t eval_window = rows.streamed ? 1 : all_blocks;
 
   StoredBlocks& blocks = *rows.blocks.emplace_back(std::make_unique<StoredBlocks>(features, rows.block_rows, rows.memory));
   StoredBlocks& test_blocks =
       test_features ? *rows.blocks.emplace_back(std::make_unique<StoredBlocks>(*test_features, rows.block_rows, rows.memory))
                     : blocks;
-  auto source = [&](StoredBlocks& from, const std::vector<std::uint32_t>& part_rows, std::span<const std::uint32_t> picked,
+  auto source = [&](const StoredBlocks& from, const std::vector<std::uint32_t>& part_rows, std::span<const std::uint32_t> picked,
                     std::vector<float> labels, std::int64_t window) {
     std::vector<std::uint32_t> stream_rows;
     stream_rows.reserve(picked.size());
@@ -242,6 +242,31 @@ PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig
     std::iota(all.begin(), all.end(), 0u);
     d.y_test = d.labels.encode_all(parts.test.labels, "dataset " + v.ref() + " test");
     test = source(test_blocks, test_part, all, d.y_test, eval_window);
+  }
+  if (rows.streamed) {
+    // Training holds two windows of blocks while a validation pass holds
+    // the blocks of two batches (an evaluation announces at least the
+    // blocks a batch spans, see Trainer); the test pass comes after
+    // training has let its blocks go. A window needs a batch's rows.
+    const std::uint64_t batch = static_cast<std::uint64_t>(config.trainer.batch);
+    auto pass_bytes = [&](const StoredSource* s) {
+      return s ? 2 * (batch + 2 * static_cast<std::uint64_t>(s->max_block_rows())) * row_bytes : 0;
+    };
+    const std::uint64_t val_bytes = pass_bytes(validation.get()), test_bytes = pass_bytes(test.get());
+    const std::uint64_t train_block_bytes = static_cast<std::uint64_t>(train->max_block_rows()) * row_bytes;
+    const std::uint64_t least_window =
+        (batch + static_cast<std::uint64_t>(train->min_block_rows()) - 1) / static_cast<std::uint64_t>(train->min_block_rows()) + 1;
+    const std::uint64_t window =
+        data_budget > val_bytes ? (data_budget - val_bytes) / (2 * train_block_bytes) : 0;
+    if (window < least_window || test_bytes > data_budget) {
+      const std::uint64_t needed = memory_budget - data_budget +
+                                   std::max(2 * least_window * train_block_bytes + val_bytes, test_bytes);
+      throw usage_error(where(config, "memory_budget") + "memory_budget = " + memory_budget_text(memory_budget) +
+                        ": too small to stream dataset " + v.ref() + " in batches of " + std::to_string(batch) +
+                        "; it needs at least " + std::to_string(needed) + " bytes");
+    }
+    rows.window = static_cast<std::int64_t>(window);
+    train->set_window(rows.window);
   }
   rows.memory.add(rows.fixed_bytes);
 
