@@ -174,6 +174,7 @@ FeatureTransform FeatureTransform::fit(const Table& schema, std::uint64_t rows, 
     const ColumnSchema* schema;
     std::size_t offset;
     std::size_t position;  // among the feature columns, 1-based
+    std::int64_t width;    // scalars a row holds of it
     std::vector<std::uint64_t> level_counts;  // categorical
     MeanAndScale values, years;               // numeric / image, datetime (values: the elapsed days)
   };
@@ -194,7 +195,7 @@ FeatureTransform FeatureTransform::fit(const Table& schema, std::uint64_t rows, 
       left_out.push_back({position, {column.name, "exclude=", false}});
       continue;
     }
-    Candidate candidate{&column, column_offset, position, {}, {}, {}};
+    Candidate candidate{&column, column_offset, position, column.width(), {}, {}, {}};
     if (column.type == ColumnType::kCategorical) candidate.level_counts.assign(column.categories.size(), 0);
     candidates.push_back(std::move(candidate));
   }
@@ -216,7 +217,19 @@ FeatureTransform FeatureTransform::fit(const Table& schema, std::uint64_t rows, 
         c.years.add_mean_pass(in_calendar_range(x[0]) ? calendar_year(x[0]) : std::nan(""));
         c.values.add_mean_pass(x[0]);
       } else {
-        for (std::int64_t k = 0; k < c.schema->width(); ++k) c.values.add_mean_pass(x[k]);
+        // Locals, so the chain of additions stays in registers (the same
+        // additions in the same order: the same sum).
+        double sum = c.values.sum;
+        std::uint64_t count = c.values.count;
+        for (std::int64_t k = 0; k < c.width; ++k) {
+          const double v = x[k];
+          if (!std::isnan(v)) {
+            sum += v;
+            ++count;
+          }
+        }
+        c.values.sum = sum;
+        c.values.count = count;
       }
     }
   });
@@ -233,7 +246,13 @@ FeatureTransform FeatureTransform::fit(const Table& schema, std::uint64_t rows, 
           c.years.add_spread_pass(in_calendar_range(x[0]) ? calendar_year(x[0]) : std::nan(""), means[i].second);
           c.values.add_spread_pass(x[0], means[i].first);
         } else if (c.schema->type != ColumnType::kCategorical) {
-          for (std::int64_t k = 0; k < c.schema->width(); ++k) c.values.add_spread_pass(x[k], means[i].first);
+          double m2 = c.values.m2;
+          const double mean = means[i].first;
+          for (std::int64_t k = 0; k < c.width; ++k) {
+            const double v = x[k];
+            if (!std::isnan(v)) m2 += (v - mean) * (v - mean);
+          }
+          c.values.m2 = m2;
         }
       }
     });
