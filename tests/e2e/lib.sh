@@ -52,6 +52,9 @@ json_get() {
   printf '%s' "$OUT" | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"
 }
 
+# latest_run: the id of the newest run (run-N).
+latest_run() { "$ANNEAL" --json runs list | python3 -c "import json,sys; print(json.load(sys.stdin)['runs'][-1]['id'])"; }
+
 # A fingerprint of everything in the store: catalog content and object files.
 store_state() {
   ( cd "$ANNEAL_HOME" && find objects tmp -type f | sort

@@ -43,7 +43,6 @@ expect_eq "$(json_get 'j["streamed"]')" "False" "under 1G every row is held"
 
 # kill -9 at checkpoints early and late (the run has ~200 steps, one
 # checkpoint every 20), then --resume: the uninterrupted weights.
-latest_run() { "$ANNEAL" --json runs list | python3 -c "import json,sys; print(json.load(sys.stdin)['runs'][-1]['id'])"; }
 for point in checkpoint.committed@2 checkpoint.committed@7; do
   ANNEAL_FAULT="$point=crash" "$ANNEAL_FAULTS_BIN" train "$WORK/s.ini" > /dev/null 2>&1
   expect_eq "$?" "137" "killed at $point"

@@ -28,8 +28,6 @@ expect_rc 0 --json runs show run-1
 n=$(json_get 'len(j["checkpoints"])')
 [ "$n" -ge 1 ] && [ "$n" -le 3 ] && pass || fail "checkpoints kept: $n"
 
-latest_run() { "$ANNEAL" --json runs list | python3 -c "import json,sys; print(json.load(sys.stdin)['runs'][-1]['id'])"; }
-
 # The kills land at fault points of the test build (include/anneal/
 # fault_point.h), so each one hits the moment it names on any machine:
 # POINT@N is the Nth time the process gets there (a checkpoint every 50 of

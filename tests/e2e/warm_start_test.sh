@@ -85,7 +85,6 @@ expect_eq "$(json_get "j['weights_hash']")" "$warm_hash" "same parent, data and 
 # production now holds v3. Uninterrupted, from v3 by its exact name:
 expect_rc 0 --json train "$WORK/w.ini" --set dataset=digits@v2 --set warm_start=digits-ws@v3
 want=$(json_get "j['weights_hash']")
-latest_run() { "$ANNEAL" --json runs list | python3 -c "import json,sys; print(json.load(sys.stdin)['runs'][-1]['id'])"; }
 # Killed after its third checkpoint (step 60 of 246), and before its first.
 for point in checkpoint.committed@3 checkpoint.prepared@1; do
   expect_rc 0 model alias set digits-ws@v3 production
