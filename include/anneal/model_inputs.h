@@ -5,6 +5,8 @@
 // libraries built on it.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,16 @@ std::vector<float> aligned_features(const Table& table, const ModelFile& model, 
 // the model (named `model_ref`) or the split is absent.
 ModelInputs model_inputs(Store& store, const ModelFile& model, const std::string& model_ref,
                          const DatasetRef& data, EvalSplit split);
+
+// model_inputs a piece at a time: calls `piece` with the inputs of
+// consecutive rows of the split, in order, each piece holding about
+// `piece_bytes` of the version's stored rows, so the whole split's features
+// never exist at once (what `eval` holds: a piece, plus what `piece` keeps).
+// The pieces' rows, in order, are model_inputs' rows; the same errors.
+// Returns the split's name ("train", "test", "all").
+std::string for_each_input_piece(Store& store, const ModelFile& model, const std::string& model_ref,
+                                 const DatasetRef& data, EvalSplit split, std::uint64_t piece_bytes,
+                                 const std::function<void(ModelInputs&&)>& piece);
 
 // The rows of `table` (a part of dataset version `dataset`, e.g. the rows a
 // promotion gate scores on; `split` names them) through the model's own

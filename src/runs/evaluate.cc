@@ -17,17 +17,10 @@ EvalSplit parse_eval_split(std::string_view text) {
 
 namespace {
 
-// Predicts `inputs` with `model` and scores the predictions into `result`.
-void score_inputs(const runs::ModelFile& model, const runs::ModelInputs& inputs, const BackendOptions& compute,
-                  EvalResult& result) {
-  result.dataset = inputs.dataset;
-  result.split = inputs.split;
-  result.missing = inputs.counts.missing;
-  result.unseen = inputs.counts.unseen;
-  const std::unique_ptr<Backend> backend = make_backend(compute);
-  runs::Predictor predictor(model, *backend);
-  std::vector<float> predictions = predictor.predict(inputs.x);
-  const std::vector<float>& y = inputs.y;
+// Scores `predictions` of `model` (rows x outputs) against the encoded
+// labels `y` into `result`.
+void score_predictions(const runs::ModelFile& model, const std::vector<float>& predictions, const std::vector<float>& y,
+                       EvalResult& result) {
   result.classification = model.labels.classification();
   if (result.classification) {
     result.class_names = model.labels.class_names();
@@ -42,6 +35,24 @@ void score_inputs(const runs::ModelFile& model, const runs::ModelInputs& inputs,
   }
 }
 
+// Predicts `inputs` with `model` and scores the predictions into `result`.
+void score_inputs(const runs::ModelFile& model, const runs::ModelInputs& inputs, const BackendOptions& compute,
+                  EvalResult& result) {
+  result.dataset = inputs.dataset;
+  result.split = inputs.split;
+  result.missing = inputs.counts.missing;
+  result.unseen = inputs.counts.unseen;
+  const std::unique_ptr<Backend> backend = make_backend(compute);
+  runs::Predictor predictor(model, *backend);
+  score_predictions(model, predictor.predict(inputs.x), inputs.y, result);
+}
+
+// Rows of a version `eval` reads at once (their stored bytes): a piece
+// passes through about four arrays of its size (read, widened, laid out as
+// the model expects, transformed), besides the predictions and labels kept
+// for the metrics.
+constexpr std::uint64_t kEvalPieceBytes = std::uint64_t{4} << 20;
+
 }  // namespace
 
 EvalResult evaluate_model(Store& store, const ModelRef& ref, const DatasetRef& data, EvalSplit split,
@@ -49,8 +60,22 @@ EvalResult evaluate_model(Store& store, const ModelRef& ref, const DatasetRef& d
   EvalResult result;
   result.model = find_model(store, ref);
   runs::ModelFile model = runs::load_model(store, result.model);
-  runs::ModelInputs inputs = runs::model_inputs(store, model, result.model.ref(), data, split);
-  score_inputs(model, inputs, compute, result);
+  // A piece of the version at a time: the predictions and labels grow with
+  // the rows, the features do not.
+  const std::unique_ptr<Backend> backend = make_backend(compute);
+  runs::Predictor predictor(model, *backend);
+  std::vector<float> predictions, y;
+  result.split = runs::for_each_input_piece(store, model, result.model.ref(), data, split, kEvalPieceBytes,
+                                            [&](runs::ModelInputs&& piece) {
+                                              result.dataset = piece.dataset;
+                                              result.missing += piece.counts.missing;
+                                              result.unseen += piece.counts.unseen;
+                                              const std::vector<float> p = predictor.predict(piece.x);
+                                              predictions.insert(predictions.end(), p.begin(), p.end());
+                                              y.insert(y.end(), piece.y.begin(), piece.y.end());
+                                            });
+  result.dataset = find_dataset(store, data).ref();
+  score_predictions(model, predictions, y, result);
   return result;
 }
 

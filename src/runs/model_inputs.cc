@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <map>
+#include <type_traits>
 
+#include "anneal/dataset_rows.h"
 #include "anneal/error.h"
 
 namespace anneal::runs {
@@ -113,6 +115,83 @@ ModelInputs inputs_of_parts(const ModelFile& model, const std::string& model_ref
 }
 
 }  // namespace
+
+std::string for_each_input_piece(Store& store, const ModelFile& model, const std::string& model_ref,
+                                 const DatasetRef& data, EvalSplit split, std::uint64_t piece_bytes,
+                                 const std::function<void(ModelInputs&&)>& piece) {
+  const DatasetVersion v = find_dataset(store, data);
+  const std::string dataset = v.ref();
+  if (v.label_column != model.label_column)
+    throw usage_error("dataset " + dataset + " has label '" + v.label_column + "', model " + model_ref +
+                      " predicts '" + model.label_column + "'");
+  if (split == EvalSplit::kDefault) split = v.test_rows > 0 ? EvalSplit::kTest : EvalSplit::kTrain;
+  if (split == EvalSplit::kTest && v.test_rows == 0)
+    throw usage_error(Subject::kEvalSplit, "test: dataset " + dataset + " has no test split; use train or all");
+  const std::string name = split == EvalSplit::kTrain ? "train" : split == EvalSplit::kTest ? "test" : "all";
+  auto whole = [&](const std::string& role, std::size_t value_bytes, auto* type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    TensorRowReader reader(store, v, role);
+    if (reader.row_bytes() != value_bytes)
+      throw corrupt("dataset " + dataset + ", " + role + ": expected one value a row").with(Remedy::kCheckStore);
+    std::vector<T> out(reader.rows());
+    reader.read(0, reader.rows(), std::as_writable_bytes(std::span<T>(out)));
+    return out;
+  };
+  Table shell;
+  shell.columns = v.columns;
+  shell.sample_shape = v.sample_shape;
+  for (std::size_t c = 0; c < v.columns.size(); ++c)
+    if (v.columns[c].name == v.label_column) shell.label_column = c;
+  // One stream of features, its labels, and which of its rows the split takes.
+  auto pieces = [&](const std::string& features_role, const std::string& labels_role, const std::vector<std::uint8_t>& take) {
+    TensorRowReader features(store, v, features_role);
+    const std::vector<float> labels = whole(labels_role, sizeof(float), static_cast<float*>(nullptr));
+    if (labels.size() != features.rows() || (!take.empty() && take.size() != labels.size()))
+      throw corrupt("dataset " + dataset + ": " + features_role + " and " + labels_role + " hold different row counts")
+          .with(Remedy::kCheckStore);
+    const std::uint64_t rows_per_piece = std::max<std::uint64_t>(1, piece_bytes / std::max<std::size_t>(features.row_bytes(), 1));
+    std::vector<std::byte> stored;
+    for (std::uint64_t first = 0; first < features.rows(); first += rows_per_piece) {
+      const std::uint64_t count = std::min(rows_per_piece, features.rows() - first);
+      stored.resize(count * features.row_bytes());
+      features.read(first, count, stored);
+      Table part = shell;
+      const auto width = static_cast<std::size_t>(features.row_width());
+      for (std::uint64_t r = 0; r < count; ++r) {
+        if (!take.empty() && !take[first + r]) continue;
+        const std::byte* row = stored.data() + r * features.row_bytes();
+        for (std::size_t k = 0; k < width; ++k)
+          part.features.push_back(features.type() == StoredType::kU8
+                                      ? static_cast<float>(std::to_integer<std::uint8_t>(row[k]))
+                                      : reinterpret_cast<const float*>(row)[k]);
+        part.labels.push_back(labels[first + r]);
+        ++part.rows;
+      }
+      if (part.rows > 0) piece(inputs_of_parts(model, model_ref, {&part}, v.label_column, dataset, name));
+    }
+  };
+  const bool separate_test = v.stream("test.features") != nullptr;
+  if (separate_test) {
+    if (split != EvalSplit::kTest) pieces("features", "labels", {});
+    if (split != EvalSplit::kTrain) pieces("test.features", "test.labels", {});
+    return name;
+  }
+  std::vector<std::uint8_t> in_test;
+  if (v.stream("split")) in_test = whole("split", 1, static_cast<std::uint8_t*>(nullptr));
+  if (in_test.empty()) {
+    if (split != EvalSplit::kTest) pieces("features", "labels", {});
+    return name;
+  }
+  // Train and test rows interleave in one stream: the train part first,
+  // then the test part, as load_dataset splits them.
+  std::vector<std::uint8_t> take(in_test.size());
+  for (bool test_part : {false, true}) {
+    if ((test_part ? EvalSplit::kTrain : EvalSplit::kTest) == split) continue;
+    for (std::size_t r = 0; r < take.size(); ++r) take[r] = (in_test[r] != 0) == test_part;
+    pieces("features", "labels", take);
+  }
+  return name;
+}
 
 ModelInputs model_inputs(Store& store, const ModelFile& model, const std::string& model_ref,
                          const DatasetRef& data, EvalSplit split) {

@@ -100,4 +100,23 @@ mem_rss=$(json_get 'j["peak_rss_bytes"]')
 [ "$mem_rss" -ge $((big_rss + (24 << 20))) ] && pass ||
   fail "held in memory ($mem_rss) should take well more than streamed ($big_rss)"
 
+# eval reads a version a piece at a time: scoring all 400000 rows holds a
+# 4 MiB piece (and its copies) and the predictions, not the version (48 MB)
+# and its transformed copy.
+peak_rss_kib() {  # ARGS...: anneal's peak RSS in KiB, its stdout in $OUT
+  python3 -c 'import resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+sys.stdout.write(r.stdout.decode() + "\n" + str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) + " " + str(r.returncode))' \
+    "$ANNEAL" "$@"
+}
+tiny_eval=$(peak_rss_kib eval big tiny --split all | tail -n 1)
+big_eval=$(peak_rss_kib --json eval big big --split all)
+read -r big_eval_kib big_eval_rc <<< "$(printf '%s' "$big_eval" | tail -n 1)"
+read -r tiny_eval_kib tiny_eval_rc <<< "$tiny_eval"
+expect_eq "$big_eval_rc $tiny_eval_rc" "0 0" "eval of the large and tiny versions"
+OUT=$(printf '%s' "$big_eval" | head -n -1)
+expect_eq "$(json_get 'j["metrics"]["rows"]')" "400000" "eval scored every row"
+[ "$big_eval_kib" -le $((tiny_eval_kib + 36 * 1024)) ] && pass ||
+  fail "eval of 400000 rows peaked at $big_eval_kib KiB, the tiny one at $tiny_eval_kib KiB (+36 MiB allowed)"
+
 finish
