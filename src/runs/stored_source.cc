@@ -1,6 +1,9 @@
 #include "runs/stored_source.h"
 
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <chrono>
 
 #include <algorithm>
 #include <numeric>
@@ -53,9 +56,9 @@ std::shared_ptr<const StoredBlocks::Block> StoredBlocks::load(std::uint64_t b, s
 }
 
 StoredSource::StoredSource(const StoredBlocks& blocks, std::vector<std::uint32_t> stream_rows, std::vector<float> labels,
-                           std::int64_t window)
+                           std::int64_t window, bool background_prefetch)
     : blocks_(blocks), stream_rows_(std::move(stream_rows)), labels_(std::move(labels)),
-      window_(std::max<std::int64_t>(window, 1)) {
+      window_(std::max<std::int64_t>(window, 1)), background_prefetch_(background_prefetch) {
   if (labels_.size() != stream_rows_.size())
     throw failure("stored source: " + std::to_string(labels_.size()) + " labels for " +
                   std::to_string(stream_rows_.size()) + " rows");
@@ -93,7 +96,7 @@ std::shared_ptr<const StoredBlocks::Block> StoredSource::load(std::uint32_t b) c
 StoredSource::~StoredSource() {
   // A prefetch that failed loaded blocks nobody asked for yet: its error
   // would have reached the reader that needed them; here there is none.
-  if (prefetch_.valid()) prefetch_.wait();
+  if (prefetch_.valid() && prefetch_.wait_for(std::chrono::seconds(0)) != std::future_status::deferred) prefetch_.wait();
 }
 
 void StoredSource::set_transform(const FeatureTransform& transform, std::vector<std::size_t> offsets,
@@ -139,10 +142,20 @@ void StoredSource::will_read(std::span<const std::uint32_t> now, std::span<const
   for (std::uint32_t b : next)
     if (!held_.count(b)) missing.push_back(b);
   if (missing.empty()) return;
-  prefetch_ = std::async(std::launch::async, [this, missing] {
+  auto load_all = [this, missing] {
     BlockMap loaded;
     for (std::uint32_t b : missing) loaded.emplace(b, load(b));
     return loaded;
+  };
+  if (!background_prefetch_) {
+    prefetch_ = std::async(std::launch::deferred, load_all);
+    return;
+  }
+  // On the core training leaves free, one thread: the reader's own
+  // parallelism would take the training's cores too.
+  prefetch_ = std::async(std::launch::async, [load_all] {
+    tbb::task_arena one(1);
+    return one.execute(load_all);
   });
 }
 

@@ -9,8 +9,8 @@
 //                  stream rows, with their encoded labels; train,
 //                  validation and test rows interleave in one stream): of
 //                  each block it keeps only its own rows, holds the blocks
-//                  of its current window and loads the next window on a
-//                  prefetch thread while the current one trains.
+//                  of its current window and loads the next window ahead
+//                  (on a prefetch thread when a core is free).
 //
 // Internal to src/runs/.
 #pragma once
@@ -76,9 +76,14 @@ class StoredSource final : public SampleSource {
  public:
   // Rows `stream_rows` (ascending) of `blocks`' stream, with `labels` (one
   // encoded label each), holding at most `window` of this source's blocks
-  // per window (two windows at once: the current and the next).
+  // per window (two windows at once: the current and the next). With
+  // `background_prefetch` the next window loads on a thread of its own
+  // while the current one trains: for a process that leaves a core free.
+  // Otherwise it loads when first read: on a machine whose every core
+  // trains, a loading thread only takes turns with them (measured 6x
+  // slower on 2 cores, the OpenMP team spinning while it ran).
   StoredSource(const StoredBlocks& blocks, std::vector<std::uint32_t> stream_rows, std::vector<float> labels,
-               std::int64_t window);
+               std::int64_t window, bool background_prefetch);
   void set_window(std::int64_t window) { window_ = std::max<std::int64_t>(window, 1); }
   // The most rows one of this source's blocks holds, and the fewest (the
   // last block aside, unless it is the only one).
@@ -127,7 +132,8 @@ class StoredSource final : public SampleSource {
   std::vector<std::int64_t> block_starts_;    // this source's blocks over its rows
   std::vector<std::uint64_t> stream_block_;   // this source's block -> stream block
   BlockMap held_;
-  std::future<BlockMap> prefetch_;            // the next window's blocks, loading
+  bool background_prefetch_;
+  std::future<BlockMap> prefetch_;            // the next window's blocks: loading, or deferred
   const FeatureTransform* transform_ = nullptr;
   std::vector<std::size_t> offsets_;
   std::vector<std::int64_t> sample_shape_;

@@ -217,12 +217,14 @@ PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig
   StoredBlocks& test_blocks =
       test_features ? *rows.blocks.emplace_back(std::make_unique<StoredBlocks>(*test_features, rows.block_rows, rows.memory))
                     : blocks;
+  // A prefetch thread only where training leaves a core to it.
+  const bool background_prefetch = config.threads < static_cast<int>(std::thread::hardware_concurrency());
   auto source = [&](const StoredBlocks& from, const std::vector<std::uint32_t>& part_rows, std::span<const std::uint32_t> picked,
                     std::vector<float> labels, std::int64_t window) {
     std::vector<std::uint32_t> stream_rows;
     stream_rows.reserve(picked.size());
     for (std::uint32_t i : picked) stream_rows.push_back(part_rows[i]);
-    return std::make_unique<StoredSource>(from, std::move(stream_rows), std::move(labels), window);
+    return std::make_unique<StoredSource>(from, std::move(stream_rows), std::move(labels), window, background_prefetch);
   };
   auto labels_of = [&](std::span<const std::uint32_t> picked) {
     std::vector<float> out;
