@@ -124,7 +124,6 @@ PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig
   const DatasetVersion& v = d.version;
   d.rows = std::make_unique<RunRows>();
   RunRows& rows = *d.rows;
-  rows.budget = memory_budget;
 
   // The labels and the split: small (4 and 1 bytes a row), held whole.
   const bool separate_test = v.stream("test.features") != nullptr;
@@ -297,8 +296,16 @@ PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig
   return d;
 }
 
+// Bytes of d's arrays.
+std::uint64_t array_bytes(const PreparedData& d) {
+  std::uint64_t n = 0;
+  for (const auto* a : {&d.x_train, &d.y_train, &d.x_val, &d.y_val, &d.x_test, &d.y_test}) n += a->size() * sizeof(float);
+  return n;
+}
+
 void make_array_sources(PreparedData& d) {
   if (!d.rows) d.rows = std::make_unique<RunRows>();
+  d.rows->memory.add(array_bytes(d));  // held until the run ends
   d.rows->train = std::make_unique<ArraySource>(d.x_train, d.y_train, d.input_shape);
   if (!d.y_val.empty()) d.rows->validation = std::make_unique<ArraySource>(d.x_val, d.y_val, d.input_shape);
   if (!d.y_test.empty()) d.rows->test = std::make_unique<ArraySource>(d.x_test, d.y_test, d.input_shape);
@@ -315,9 +322,11 @@ void materialize(PreparedData& d) {
     std::iota(all.begin(), all.end(), 0u);
     source->read(all, x.data(), y.data());
   };
+  const std::uint64_t before = array_bytes(d);
   fill(d.rows->train.get(), d.x_train, d.y_train);
   fill(d.rows->validation.get(), d.x_val, d.y_val);
   fill(d.rows->test.get(), d.x_test, d.y_test);
+  d.rows->memory.add(array_bytes(d) - before);  // held until the run ends
 }
 
 }  // namespace anneal::runs

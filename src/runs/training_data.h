@@ -22,7 +22,6 @@ namespace anneal::runs {
 // The sources a run reads its rows through, and what they hold.
 struct RunRows {
   DataMemory memory;             // dataset rows held by the sources
-  std::uint64_t budget = 0;      // memory_budget in bytes
   std::uint64_t fixed_bytes = 0; // labels and row lists, held throughout
   bool streamed = false;         // the rows do not all fit: windows of blocks
   std::uint64_t block_rows = 0;  // stream rows per block
