@@ -48,12 +48,25 @@ std::size_t next_cut(const unsigned char* data, std::size_t size, const ChunkPar
   return limit;
 }
 
+struct Masks {
+  std::uint64_t strict, loose;
+};
+Masks masks_of(const ChunkParams& params) {
+  const int bits = std::bit_width(params.avg_size) - 1;  // log2(avg)
+  return {high_mask(bits + 2), high_mask(bits - 2)};
+}
+
 }  // namespace
 
+std::size_t first_chunk_end(std::string_view data, const ChunkParams& params) {
+  if (data.empty()) return 0;
+  const Masks masks = masks_of(params);
+  return next_cut(reinterpret_cast<const unsigned char*>(data.data()), data.size(), params, masks.strict,
+                  masks.loose);
+}
+
 std::vector<std::size_t> chunk_ends(std::string_view data, const ChunkParams& params) {
-  const int bits = std::bit_width(params.avg_size) - 1;  // log2(avg)
-  const std::uint64_t mask_strict = high_mask(bits + 2);
-  const std::uint64_t mask_loose = high_mask(bits - 2);
+  const auto [mask_strict, mask_loose] = masks_of(params);
   std::vector<std::size_t> ends;
   ends.reserve(data.size() / params.avg_size + 2);
   const auto* bytes = reinterpret_cast<const unsigned char*>(data.data());

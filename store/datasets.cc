@@ -3,9 +3,11 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_invoke.h>
+#include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -21,6 +23,8 @@
 #include "anneal/fault_point.h"
 #include "anneal/fs.h"
 #include "anneal/hash.h"
+#include "formats/delimited_scan.h"
+#include "formats/text.h"
 #include "sqlite.h"
 #include "streams.h"
 
@@ -374,20 +378,362 @@ std::optional<int> version_with_fingerprint(sql::Database& db, const std::string
 
 // ------------------------------------------------------------------- import
 
+namespace {
+
+// The identity of an import: the source bytes (their stream hashes, by
+// role) and every option that shaped the parse. The same fingerprint again
+// means the same version.
+struct ImportIdentity {
+  json options;
+  std::string fingerprint;
+};
+
+ImportIdentity import_identity(const ImportRequest& request, Format format, const std::string& label,
+                               const std::vector<std::pair<std::string, std::string>>& source_hashes) {
+  json options = {{"format", format_name(format)}, {"label", label}, {"test", static_cast<bool>(request.test)}};
+  if (format == Format::kCsv || format == Format::kTsv) {
+    options["header"] = request.header;
+    options["categorical"] = request.categorical;
+    // Always written: its presence also says the parse recognized dates,
+    // which versions imported before it did not (their date columns are
+    // categorical), so their fingerprints differ.
+    json date_formats = json::array();
+    for (const DateFormatOption& option : request.date_formats) date_formats.push_back(date_format_option_text(option));
+    options["date_formats"] = date_formats;
+  }
+  // Only when it changed the parse, so earlier versions keep their identity.
+  if (request.nonfinite == NonFinite::kMissing) options["nonfinite"] = "missing";
+  if (!request.test) {
+    options["split"] = request.split;
+    options["seed"] = request.seed;
+    options["split_rule"] = "row-content";  // see content_split
+  }
+  json identity = {{"options", options}, {"sources", json::object()}};
+  for (const auto& [role, hash] : source_hashes) identity["sources"][role] = hash;
+  return {options, to_hex(hash_bytes(identity.dump()))};
+}
+
+// The schema row is read by every 'data list': bound it, whatever the
+// columns and categories add up to.
+std::string schema_text_of(const ImportRequest& request, const std::vector<ColumnSchema>& columns,
+                           const std::vector<std::int64_t>& sample_shape) {
+  std::string schema_text = json{{"columns", columns_to_json(columns)}, {"sample_shape", sample_shape}}.dump();
+  if (schema_text.size() > kMaxSchemaBytes)
+    throw data_error(request.file.string() + ": expected a schema (column names and categorical values) of at most " +
+                     std::to_string(kMaxSchemaBytes) + " bytes, found " + std::to_string(schema_text.size()) +
+                     " bytes for " + std::to_string(columns.size()) +
+                     " columns; a column with that many distinct values is better read as numeric or dropped");
+  return schema_text;
+}
+
+std::vector<std::int64_t> with_rows(std::uint64_t rows, const std::vector<std::int64_t>& sample) {
+  std::vector<std::int64_t> shape{static_cast<std::int64_t>(rows)};
+  shape.insert(shape.end(), sample.begin(), sample.end());
+  return shape;
+}
+
+// One stream of a version as the catalog records it: a source file (with
+// its file name) or a tensor (with its dtype and shape).
+struct VersionStream {
+  std::string role;
+  StreamChunks chunks;
+  std::optional<std::string> file_name;  // sources
+  std::string dtype;                      // tensors
+  std::vector<std::int64_t> shape;        // tensors
+};
+
+// What the catalog row of a new version says besides its streams.
+struct VersionRow {
+  std::string fingerprint;
+  Format format = Format::kAuto;
+  std::uint64_t rows = 0, train_rows = 0, test_rows = 0;
+  std::string label;
+  std::string schema_text;
+  json options;
+};
+
+// The version with this fingerprint, if the dataset has one.
+std::optional<ImportResult> existing_version(Store& store, const ImportRequest& request, const std::string& fingerprint,
+                                             const ImportResult& result) {
+  if (auto v = version_with_fingerprint(store.db(), request.dataset, fingerprint)) {
+    ImportResult same;
+    same.version = find_dataset(store, {request.dataset, *v});
+    same.created = false;
+    same.source_bytes = result.source_bytes;
+    same.date_format_hints = result.date_format_hints;
+    same.bytes_added = result.bytes_added;  // what healing rewrote
+    return same;
+  }
+  return std::nullopt;
+}
+
+// Records the version in one catalog transaction, after its objects are
+// written; the caller holds the writer lock. Returns the version with the
+// same fingerprint instead when there is one (imported before, or by a
+// concurrent import).
+ImportResult record_version(Store& store, const ImportRequest& request, const VersionRow& row,
+                            const std::vector<VersionStream>& streams, ImportResult result) {
+  sql::Database& db = store.db();
+  int version_number = 0;
+  {
+    sql::Transaction txn(db);
+    if (auto same = existing_version(store, request, row.fingerprint, result)) return *same;
+    std::string now = sql::timestamp_now();
+    db.prepare("INSERT OR IGNORE INTO datasets(name, created_at) VALUES (?, ?)")
+        .bind(1, request.dataset).bind(2, now).run();
+    auto ds = db.prepare("SELECT id FROM datasets WHERE name = ?");
+    ds.bind(1, request.dataset);
+    ds.step();
+    std::int64_t dataset_id = ds.int64(0);
+    auto next = db.prepare("SELECT COALESCE(MAX(version), 0) + 1 FROM dataset_versions WHERE dataset_id = ?");
+    next.bind(1, dataset_id);
+    next.step();
+    version_number = static_cast<int>(next.int64(0));
+    db.prepare(
+          "INSERT INTO dataset_versions(dataset_id, version, created_at, fingerprint, format, rows, "
+          "train_rows, test_rows, label_column, schema_json, options_json) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        .bind(1, dataset_id)
+        .bind(2, static_cast<std::int64_t>(version_number))
+        .bind(3, now)
+        .bind(4, row.fingerprint)
+        .bind(5, format_name(row.format))
+        .bind(6, static_cast<std::int64_t>(row.rows))
+        .bind(7, static_cast<std::int64_t>(row.train_rows))
+        .bind(8, static_cast<std::int64_t>(row.test_rows))
+        .bind(9, row.label)
+        .bind(10, row.schema_text)
+        .bind(11, row.options.dump())
+        .run();
+    std::int64_t version_id = db.last_insert_id();
+    auto insert_stream = db.prepare(
+        "INSERT INTO dataset_streams(version_id, role, blob, file_name, dtype, shape) "
+        "VALUES (?, ?, ?, ?, ?, ?)");
+    for (const VersionStream& s : streams) {
+      record_blob(db, s.chunks);
+      insert_stream.reset();
+      insert_stream.bind(1, version_id).bind(2, s.role).bind(3, s.chunks.hash);
+      if (s.file_name) {
+        insert_stream.bind(4, *s.file_name).bind_null(5).bind_null(6);
+      } else {
+        insert_stream.bind_null(4).bind(5, s.dtype).bind(6, shape_json(s.shape).dump());
+      }
+      insert_stream.run();
+    }
+    fault_point("import.before-commit");
+    txn.commit();
+  }
+  fault_point("import.committed");
+  std::uint64_t added = result.bytes_added;
+  result.version = find_dataset(store, {request.dataset, version_number});
+  result.created = true;
+  result.bytes_added = added;
+  return result;
+}
+
+StreamChunks chunks_of(const PreparedStream& stream) {
+  StreamChunks chunks{stream.hash, stream.size, {}};
+  for (const auto& c : stream.chunks) chunks.chunks.emplace_back(c.id, c.raw.size());
+  return chunks;
+}
+
+// The file an import reads, opened; a missing one is a usage error naming
+// the option that gave it.
+template <typename Reader>
+Reader open_input(const fs::path& path, Subject subject) {
+  try {
+    return Reader(path);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kNotFound) throw usage_error(subject, ": " + path.string() + ": no such file");
+    throw;
+  }
+}
+
+// Whether the import can read its input in bounded memory: plain (not
+// compressed) CSV/TSV that --format or the file name says is CSV/TSV (the
+// content sniffing of other names, IDX, LIBSVM and compressed input read the
+// whole file). Returns the format then.
+std::optional<Format> streamable_format(const ImportRequest& request) {
+  if (request.labels || request.test_labels) return std::nullopt;
+  const Format format = request.format == Format::kAuto ? format_from_name(request.file.string()) : request.format;
+  if (format != Format::kCsv && format != Format::kTsv) return std::nullopt;
+  std::vector<fs::path> files{request.file};
+  if (request.test) files.push_back(*request.test);
+  for (const fs::path& path : files) {
+    // A file that cannot be opened is reported by the whole-file path, as before.
+    std::optional<FileReader> file;
+    try {
+      file.emplace(path);
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+    std::array<char, 4> magic{};
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(magic.size(), file->size()));
+    file->read_at(0, std::span<char>(magic.data(), n));
+    if (is_compressed_input(std::string_view(magic.data(), n))) return std::nullopt;
+  }
+  return format;
+}
+
+// CSV/TSV in bounded memory, in two passes over each file. Pass 1 (nothing
+// written) finds the types, dictionaries, statistics, every error and the
+// source's hash, so bad input fails before anything is written, as in the
+// whole-file import. Pass 2, under the writer lock, parses the file again
+// with that schema and streams the source, features, labels and split mask
+// through StreamBuilders that commit each chunk as it is cut: the chunks,
+// hashes, fingerprint and version are those of the whole-file import. Held
+// in memory besides a window of text and its rows: the dictionaries, the
+// chunk lists (about 100 bytes a chunk) and nothing per row.
+ImportResult import_delimited_streamed(Store& store, const ImportRequest& request, Reporter& reporter,
+                                       Format format) {
+  const ObjectStore& objects = store.objects();
+  const char delimiter = format == Format::kTsv ? '\t' : ',';
+  const std::size_t window_bytes =
+      std::max(kScanWindowBytes,
+               static_cast<std::size_t>(tbb::this_task_arena::max_concurrency()) * formats::kParseBlockBytes);
+  struct Part {
+    std::string role;  // of its source stream
+    fs::path path;
+    FileReader file;
+    Table schema;  // pass 1's result: columns, rows; no row data
+    StreamChunks source;
+  };
+  std::vector<Part> parts;
+  parts.push_back({"source", request.file, open_input<FileReader>(request.file, Subject::kDataFile), {}, {}});
+  if (request.test)
+    parts.push_back({"test.source", *request.test, open_input<FileReader>(*request.test, Subject::kTestFile), {}, {}});
+
+  ImportResult result;
+  for (const Part& part : parts) result.source_bytes += part.file.size();
+  reporter.note("reading " + std::to_string(result.source_bytes) + " bytes");
+
+  auto parse_options = [&](const Part& part, const Table* reference, std::vector<DateFormatHint>* hints) {
+    ParseOptions options;
+    options.display_name = display_name(part.path);
+    options.header = request.header;
+    options.label = request.label;
+    options.categorical = request.categorical;
+    options.date_formats = request.date_formats;
+    options.nonfinite = request.nonfinite;
+    options.max_columns = request.max_columns;
+    if (reference) options.reference = &reference->columns;
+    options.date_format_hints = hints;
+    return options;
+  };
+
+  // Pass 1: read and check everything, hash the sources; write nothing.
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    Part& part = parts[i];
+    StreamBuilder source(objects, kSourceChunking, /*write=*/false);
+    const Table* reference = i == 0 ? nullptr : &parts[0].schema;
+    part.schema = scan_delimited(part.file, delimiter, parse_options(part, reference, i == 0 ? &result.date_format_hints : nullptr),
+                                 {[&](std::string_view bytes) { source.append(bytes); }, nullptr}, window_bytes);
+    part.source = source.finish();
+  }
+  const Table& train = parts[0].schema;
+  const std::string label = train.columns[train.label_column].name;
+  std::vector<std::pair<std::string, std::string>> source_hashes;
+  for (const Part& part : parts) source_hashes.emplace_back(part.role, part.source.hash);
+  const ImportIdentity identity = import_identity(request, format, label, source_hashes);
+  std::vector<ColumnSchema> columns = train.columns;
+  if (request.test)
+    for (std::size_t c = 0; c < columns.size(); ++c) columns[c] = merge_column(train.columns[c], parts[1].schema.columns[c]);
+  const std::string schema_text = schema_text_of(request, columns, train.sample_shape);
+  fault_point("import.prepared");
+
+  // Pass 2: from the first object written until the catalog commit, hold
+  // the writer lock so a concurrent gc cannot take objects that are not yet
+  // referenced. An import of bytes already stored goes through all the
+  // same: the commit verifies every object and rewrites any that is missing
+  // or damaged, so importing the same file again heals the store.
+  FileLock writer = store.writer_lock();
+  reporter.note("writing objects");
+  struct TensorStream {
+    std::string role;
+    std::string dtype;
+    std::vector<std::int64_t> shape;
+    StreamBuilder builder;
+  };
+  std::vector<TensorStream> tensors;
+  auto tensor = [&](const std::string& role, const std::string& dtype, std::vector<std::int64_t> shape) {
+    tensors.push_back({role, dtype, std::move(shape), StreamBuilder(objects, kTensorChunking, /*write=*/true)});
+    return tensors.size() - 1;
+  };
+  const std::size_t features = tensor("features", "f32", with_rows(train.rows, train.sample_shape));
+  const std::size_t labels = tensor("labels", "f32", {static_cast<std::int64_t>(train.rows)});
+  std::optional<std::size_t> test_features, test_labels, split;
+  if (request.test) {
+    const Table& test = parts[1].schema;
+    test_features = tensor("test.features", "f32", with_rows(test.rows, test.sample_shape));
+    test_labels = tensor("test.labels", "f32", {static_cast<std::int64_t>(test.rows)});
+  } else if (request.split > 0) {
+    split = tensor("split", "u8", {static_cast<std::int64_t>(train.rows)});
+  }
+  std::uint64_t test_rows_in_split = 0;
+  std::vector<VersionStream> streams;
+  std::uint64_t bytes_added = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    Part& part = parts[i];
+    StreamBuilder source(objects, kSourceChunking, /*write=*/true);
+    TensorStream& part_features = tensors[i == 0 ? features : *test_features];
+    TensorStream& part_labels = tensors[i == 0 ? labels : *test_labels];
+    bool batch_has_dictionaries = false;
+    auto on_rows = [&](Table& batch) {
+      part_features.builder.append(as_bytes(batch.features));
+      part_labels.builder.append(as_bytes(batch.labels));
+      if (i != 0 || !split) return;
+      // The split's row key reads categorical values by their text: the
+      // batch gets the complete dictionaries of pass 1 (the scan never
+      // reads its batch's columns, and hands on the same batch each time).
+      if (!batch_has_dictionaries) batch.columns = part.schema.columns;
+      batch_has_dictionaries = true;
+      std::vector<std::uint8_t> mask = content_split(batch, request.split, request.seed);
+      test_rows_in_split += static_cast<std::uint64_t>(std::count(mask.begin(), mask.end(), 1));
+      tensors[*split].builder.append(as_bytes(mask));
+    };
+    const Table* reference = i == 0 ? nullptr : &parts[0].schema;
+    Table again = scan_delimited(part.file, delimiter, parse_options(part, reference, nullptr),
+                                 {[&](std::string_view bytes) { source.append(bytes); }, on_rows}, window_bytes);
+    StreamChunks stored = source.finish();
+    bytes_added += source.bytes_added();
+    if (stored.hash != part.source.hash || again.rows != part.schema.rows)
+      throw data_error(display_name(part.path) +
+                       ": the file changed between the two reads of the import (still being written?); "
+                       "nothing was recorded, import it again once it is complete");
+    streams.push_back({part.role, std::move(stored), part.path.filename().string(), {}, {}});
+  }
+  for (TensorStream& t : tensors) {
+    StreamChunks chunks = t.builder.finish();
+    bytes_added += t.builder.bytes_added();
+    streams.push_back({t.role, std::move(chunks), std::nullopt, t.dtype, t.shape});
+  }
+  result.bytes_added = bytes_added;
+  fault_point("import.objects-written");
+
+  VersionRow row;
+  row.fingerprint = identity.fingerprint;
+  row.format = format;
+  row.rows = train.rows + (request.test ? parts[1].schema.rows : 0);
+  row.train_rows = request.test ? train.rows : train.rows - test_rows_in_split;
+  row.test_rows = request.test ? parts[1].schema.rows : test_rows_in_split;
+  row.label = label;
+  row.schema_text = schema_text;
+  row.options = identity.options;
+  return record_version(store, request, row, streams, result);
+}
+
+}  // namespace
+
 ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter& reporter) {
   validate_dataset_name(request.dataset);
   if (!(request.split >= 0 && request.split < 1))
     throw usage_error(Subject::kTestFraction, std::to_string(request.split) + ": expected a fraction in [0, 1)");
+  if (std::optional<Format> format = streamable_format(request))
+    return import_delimited_streamed(store, request, reporter, *format);
 
   std::vector<SourceFile> sources;
   auto add_source = [&](const std::string& role, const fs::path& path, Subject subject) {
-    try {
-      sources.push_back({role, path, FileSnapshot(path)});
-    } catch (const Error& e) {
-      if (e.kind() == ErrorKind::kNotFound)
-        throw usage_error(subject, ": " + path.string() + ": no such file");
-      throw;
-    }
+    sources.push_back({role, path, open_input<FileSnapshot>(path, subject)});
   };
   add_source("source", request.file, Subject::kDataFile);
   if (request.labels) add_source("source.labels", *request.labels, Subject::kLabelsFile);
@@ -412,48 +758,10 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
   group.run([&] { parse_inputs(request, sources, format, train, test, result.date_format_hints); });
   group.wait();
 
-  // The identity of this import: the source bytes and every option that
-  // shaped the parse. The same fingerprint again means the same version.
-  json options = {{"format", format_name(format)},
-                  {"label", train.columns[train.label_column].name},
-                  {"test", static_cast<bool>(request.test)}};
-  if (format == Format::kCsv || format == Format::kTsv) {
-    options["header"] = request.header;
-    options["categorical"] = request.categorical;
-    // Always written: its presence also says the parse recognized dates,
-    // which versions imported before it did not (their date columns are
-    // categorical), so their fingerprints differ.
-    json date_formats = json::array();
-    for (const DateFormatOption& option : request.date_formats) date_formats.push_back(date_format_option_text(option));
-    options["date_formats"] = date_formats;
-  }
-  // Only when it changed the parse, so earlier versions keep their identity.
-  if (request.nonfinite == NonFinite::kMissing) options["nonfinite"] = "missing";
-  if (!request.test) {
-    options["split"] = request.split;
-    options["seed"] = request.seed;
-    options["split_rule"] = "row-content";  // see content_split
-  }
-  json identity = {{"options", options}, {"sources", json::object()}};
-  for (std::size_t i = 0; i < sources.size(); ++i)
-    identity["sources"][sources[i].role] = source_streams[i].hash;
-  std::string fingerprint = to_hex(hash_bytes(identity.dump()));
-
-  auto existing = [&]() -> std::optional<ImportResult> {
-    if (auto v = version_with_fingerprint(store.db(), request.dataset, fingerprint)) {
-      ImportResult same;
-      same.version = find_dataset(store, {request.dataset, *v});
-      same.created = false;
-      same.source_bytes = result.source_bytes;
-      same.date_format_hints = result.date_format_hints;
-      return same;
-    }
-    return std::nullopt;
-  };
-  // An import of bytes already stored goes on through the object commit
-  // all the same: it verifies every object of the version and rewrites any
-  // that is missing or damaged, so importing the same file again heals the
-  // store. The catalog transaction below then finds the existing version.
+  std::vector<std::pair<std::string, std::string>> source_hashes;
+  for (std::size_t i = 0; i < sources.size(); ++i) source_hashes.emplace_back(sources[i].role, source_streams[i].hash);
+  const ImportIdentity identity =
+      import_identity(request, format, train.columns[train.label_column].name, source_hashes);
 
   // The parsed form: features and labels in source row order (so appended
   // rows append to these streams too), and a split mask or the test part.
@@ -475,11 +783,6 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
     std::string dtype;
     std::vector<std::int64_t> shape;
     PreparedStream prepared;
-  };
-  auto with_rows = [](std::uint64_t rows, const std::vector<std::int64_t>& sample) {
-    std::vector<std::int64_t> shape{static_cast<std::int64_t>(rows)};
-    shape.insert(shape.end(), sample.begin(), sample.end());
-    return shape;
   };
   // Features read from unsigned bytes (IDX images) are stored as bytes
   // (dtype u8): exactly the file's pixels, a quarter of float32 to store,
@@ -504,15 +807,7 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
   group.wait();
   fault_point("import.prepared");
 
-  // The schema row is read by every 'data list': bound it, whatever the
-  // columns and categories add up to.
-  std::string schema_text =
-      json{{"columns", columns_to_json(columns)}, {"sample_shape", train.sample_shape}}.dump();
-  if (schema_text.size() > kMaxSchemaBytes)
-    throw data_error(request.file.string() + ": expected a schema (column names and categorical values) of at most " +
-                     std::to_string(kMaxSchemaBytes) + " bytes, found " + std::to_string(schema_text.size()) +
-                     " bytes for " + std::to_string(columns.size()) +
-                     " columns; a column with that many distinct values is better read as numeric or dropped");
+  const std::string schema_text = schema_text_of(request, columns, train.sample_shape);
 
   // From the first object written until the catalog commit, hold the writer
   // lock so a concurrent gc cannot take objects that are not yet referenced.
@@ -524,66 +819,20 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
   result.bytes_added = commit_streams(objects, all_streams);
   fault_point("import.objects-written");
 
-  sql::Database& db = store.db();
-  int version_number = 0;
-  {
-    sql::Transaction txn(db);
-    if (auto same = existing()) {  // imported before, or by a concurrent import
-      same->bytes_added = result.bytes_added;  // what healing rewrote
-      return *same;
-    }
-    std::string now = sql::timestamp_now();
-    db.prepare("INSERT OR IGNORE INTO datasets(name, created_at) VALUES (?, ?)")
-        .bind(1, request.dataset).bind(2, now).run();
-    auto ds = db.prepare("SELECT id FROM datasets WHERE name = ?");
-    ds.bind(1, request.dataset);
-    ds.step();
-    std::int64_t dataset_id = ds.int64(0);
-    auto next = db.prepare("SELECT COALESCE(MAX(version), 0) + 1 FROM dataset_versions WHERE dataset_id = ?");
-    next.bind(1, dataset_id);
-    next.step();
-    version_number = static_cast<int>(next.int64(0));
-    db.prepare(
-          "INSERT INTO dataset_versions(dataset_id, version, created_at, fingerprint, format, rows, "
-          "train_rows, test_rows, label_column, schema_json, options_json) "
-          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-        .bind(1, dataset_id)
-        .bind(2, static_cast<std::int64_t>(version_number))
-        .bind(3, now)
-        .bind(4, fingerprint)
-        .bind(5, format_name(format))
-        .bind(6, static_cast<std::int64_t>(train.rows + (request.test ? test.rows : 0)))
-        .bind(7, static_cast<std::int64_t>(result.version.train_rows))
-        .bind(8, static_cast<std::int64_t>(result.version.test_rows))
-        .bind(9, train.columns[train.label_column].name)
-        .bind(10, schema_text)
-        .bind(11, options.dump())
-        .run();
-    std::int64_t version_id = db.last_insert_id();
-    auto insert_stream = db.prepare(
-        "INSERT INTO dataset_streams(version_id, role, blob, file_name, dtype, shape) "
-        "VALUES (?, ?, ?, ?, ?, ?)");
-    for (std::size_t i = 0; i < sources.size(); ++i) {
-      record_blob(db, source_streams[i]);
-      insert_stream.reset();
-      insert_stream.bind(1, version_id).bind(2, sources[i].role).bind(3, source_streams[i].hash)
-          .bind(4, sources[i].path.filename().string()).bind_null(5).bind_null(6).run();
-    }
-    for (const auto& t : tensors) {
-      record_blob(db, t.prepared);
-      insert_stream.reset();
-      insert_stream.bind(1, version_id).bind(2, t.role).bind(3, t.prepared.hash).bind_null(4)
-          .bind(5, t.dtype).bind(6, shape_json(t.shape).dump()).run();
-    }
-    fault_point("import.before-commit");
-    txn.commit();
-  }
-  fault_point("import.committed");
-  std::uint64_t added = result.bytes_added;
-  result.version = find_dataset(store, {request.dataset, version_number});
-  result.created = true;
-  result.bytes_added = added;
-  return result;
+  VersionRow row;
+  row.fingerprint = identity.fingerprint;
+  row.format = format;
+  row.rows = train.rows + (request.test ? test.rows : 0);
+  row.train_rows = result.version.train_rows;
+  row.test_rows = result.version.test_rows;
+  row.label = train.columns[train.label_column].name;
+  row.schema_text = schema_text;
+  row.options = identity.options;
+  std::vector<VersionStream> streams;
+  for (std::size_t i = 0; i < sources.size(); ++i)
+    streams.push_back({sources[i].role, chunks_of(source_streams[i]), sources[i].path.filename().string(), {}, {}});
+  for (const auto& t : tensors) streams.push_back({t.role, chunks_of(t.prepared), std::nullopt, t.dtype, t.shape});
+  return record_version(store, request, row, streams, result);
 }
 
 // ------------------------------------------------------------------ queries

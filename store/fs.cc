@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <utility>
 
 #include "anneal/error.h"
@@ -58,34 +59,41 @@ std::string unique_suffix() {
 
 }  // namespace
 
-std::string read_whole_file(int fd, std::uint64_t size, const fs::path& path) {
-  auto changed = [&](std::uint64_t found) {
-    return data_error(path.string() + ": expected " + std::to_string(size) + " bytes, found " +
-                      (found > size ? "more" : std::to_string(found)) +
-                      "; the file changed while being read (truncated, or still being written?)");
-  };
-  std::string bytes(static_cast<std::size_t>(size), '\0');
+namespace {
+
+Error file_changed(const fs::path& path, std::uint64_t size, std::uint64_t found) {
+  return data_error(path.string() + ": expected " + std::to_string(size) + " bytes, found " +
+                    (found > size ? "more" : std::to_string(found)) +
+                    "; the file changed while being read (truncated, or still being written?)");
+}
+
+// Reads [offset, offset + out.size()) of a file of `size` bytes.
+void read_range(int fd, std::uint64_t size, const fs::path& path, std::uint64_t offset, std::span<char> out) {
   std::uint64_t done = 0;
-  while (done < size) {
-    ssize_t n = ::pread(fd, bytes.data() + done, static_cast<std::size_t>(size - done), static_cast<off_t>(done));
+  while (done < out.size()) {
+    ssize_t n = ::pread(fd, out.data() + done, static_cast<std::size_t>(out.size() - done),
+                        static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
       throw failure(errno_message(path, "read failed"));
     }
-    if (n == 0) throw changed(done);
+    if (n == 0) throw file_changed(path, size, offset + done);
     done += static_cast<std::uint64_t>(n);
   }
+}
+
+void check_ends_at(int fd, std::uint64_t size, const fs::path& path) {
   char probe;
   ssize_t more;
   do {
     more = ::pread(fd, &probe, 1, static_cast<off_t>(size));
   } while (more < 0 && errno == EINTR);
   if (more < 0) throw failure(errno_message(path, "read failed"));
-  if (more > 0) throw changed(size + 1);
-  return bytes;
+  if (more > 0) throw file_changed(path, size, size + 1);
 }
 
-FileSnapshot::FileSnapshot(const fs::path& path) {
+// Opens a regular file for reading; returns the descriptor and its size.
+std::pair<int, std::uint64_t> open_regular(const fs::path& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
     if (errno == ENOENT) throw not_found(path.string() + ": no such file");
@@ -96,7 +104,39 @@ FileSnapshot::FileSnapshot(const fs::path& path) {
   if (S_ISDIR(st.st_mode)) throw failure(path.string() + ": is a directory, expected a file");
   // A pipe or device has no size to check the read against.
   if (!S_ISREG(st.st_mode)) throw failure(path.string() + ": is not a regular file, expected one");
-  bytes_ = read_whole_file(fd.get(), static_cast<std::uint64_t>(st.st_size), path);
+  return {fd.release(), static_cast<std::uint64_t>(st.st_size)};
+}
+
+}  // namespace
+
+FileReader::FileReader(const fs::path& path) : path_(path) {
+  std::tie(fd_, size_) = open_regular(path);
+}
+
+FileReader::FileReader(FileReader&& other) noexcept
+    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
+
+FileReader::~FileReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void FileReader::read_at(std::uint64_t offset, std::span<char> out) const {
+  read_range(fd_, size_, path_, offset, out);
+}
+
+void FileReader::check_end() const { check_ends_at(fd_, size_, path_); }
+
+std::string read_whole_file(int fd, std::uint64_t size, const fs::path& path) {
+  std::string bytes(static_cast<std::size_t>(size), '\0');
+  read_range(fd, size, path, 0, std::span<char>(bytes.data(), bytes.size()));
+  check_ends_at(fd, size, path);
+  return bytes;
+}
+
+FileSnapshot::FileSnapshot(const fs::path& path) {
+  auto [descriptor, size] = open_regular(path);
+  Fd fd(descriptor);
+  bytes_ = read_whole_file(fd.get(), size, path);
 }
 
 void make_private_dir(const fs::path& dir) {

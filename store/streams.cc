@@ -48,7 +48,55 @@ std::uint64_t commit_streams(const ObjectStore& objects,
   return objects.commit(chunks);
 }
 
+void StreamBuilder::append(std::string_view bytes) {
+  carry_.append(bytes);
+  cut(false);
+}
+
+StreamChunks StreamBuilder::finish() {
+  cut(true);
+  std::vector<std::pair<std::string, std::uint64_t>>& list = stream_.chunks;
+  stream_.hash = stream_hash(list);
+  StreamChunks done = std::move(stream_);
+  stream_ = StreamChunks{};
+  carry_.clear();
+  return done;
+}
+
+void StreamBuilder::cut(bool at_end) {
+  // A cut is final once max_size bytes lie ahead of it (it never looks
+  // further) or the stream has ended.
+  std::vector<std::size_t> ends;
+  std::size_t at = 0;
+  while (at < carry_.size() && (at_end || carry_.size() - at >= params_.max_size)) {
+    at += first_chunk_end(std::string_view(carry_).substr(at), params_);
+    ends.push_back(at);
+  }
+  if (ends.empty()) return;
+  std::vector<PreparedObject> chunks(ends.size());
+  tbb::parallel_for(std::size_t(0), ends.size(), [&](std::size_t i) {
+    std::size_t begin = i == 0 ? 0 : ends[i - 1];
+    chunks[i] = objects_->prepare(std::string_view(carry_).substr(begin, ends[i] - begin));
+  });
+  if (write_) {
+    std::vector<const PreparedObject*> pointers;
+    for (const auto& chunk : chunks) pointers.push_back(&chunk);
+    bytes_added_ += objects_->commit(pointers);
+  }
+  for (const auto& chunk : chunks) {
+    stream_.chunks.emplace_back(chunk.id, chunk.raw.size());
+    stream_.size += chunk.raw.size();
+  }
+  carry_.erase(0, at);
+}
+
 void record_blob(sql::Database& db, const PreparedStream& stream) {
+  StreamChunks chunks{stream.hash, stream.size, {}};
+  for (const auto& c : stream.chunks) chunks.chunks.emplace_back(c.id, c.raw.size());
+  record_blob(db, chunks);
+}
+
+void record_blob(sql::Database& db, const StreamChunks& stream) {
   auto insert_blob = db.prepare("INSERT OR IGNORE INTO blobs(hash, size) VALUES (?, ?)");
   insert_blob.bind(1, stream.hash).bind(2, static_cast<std::int64_t>(stream.size)).run();
   if (sqlite3_changes(db.handle()) == 0) return;  // known blob: its chunks are recorded
@@ -58,8 +106,8 @@ void record_blob(sql::Database& db, const PreparedStream& stream) {
     insert_chunk.reset();
     insert_chunk.bind(1, stream.hash)
         .bind(2, static_cast<std::int64_t>(i))
-        .bind(3, stream.chunks[i].id)
-        .bind(4, static_cast<std::int64_t>(stream.chunks[i].raw.size()))
+        .bind(3, stream.chunks[i].first)
+        .bind(4, static_cast<std::int64_t>(stream.chunks[i].second))
         .run();
   }
 }

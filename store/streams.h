@@ -45,8 +45,49 @@ inline std::uint64_t commit_stream(const ObjectStore& objects, const PreparedStr
   return commit_streams(objects, {&stream});
 }
 
+// A stream as the catalog records it: its hash, size and chunk list (object
+// id and length of each chunk, in order), without the bytes.
+struct StreamChunks {
+  std::string hash;
+  std::uint64_t size = 0;
+  std::vector<std::pair<std::string, std::uint64_t>> chunks;
+};
+
+// Builds a stream from bytes that arrive in pieces, keeping only what the
+// next cut needs: it cuts exactly the chunks prepare_stream cuts from the
+// whole stream (first_chunk_end), so the stream's hash and objects do not
+// depend on how it was fed. With `write` set each piece's finished chunks
+// are committed (ObjectStore::commit; the caller holds the writer lock) as
+// soon as they are cut; without, they are only hashed. Memory: the last
+// piece appended plus less than params.max_size bytes carried to the next.
+class StreamBuilder {
+ public:
+  StreamBuilder(const ObjectStore& objects, const ChunkParams& params, bool write)
+      : objects_(&objects), params_(params), write_(write) {}
+
+  // Appends the stream's next bytes; cuts, hashes (in parallel) and, when
+  // writing, commits every chunk they complete.
+  void append(std::string_view bytes);
+  // Cuts the rest as the stream's last chunk(s) and returns the stream.
+  // The builder is empty afterwards.
+  StreamChunks finish();
+  // Compressed bytes committed so far (0 without `write`).
+  std::uint64_t bytes_added() const { return bytes_added_; }
+
+ private:
+  void cut(bool at_end);
+
+  const ObjectStore* objects_;
+  ChunkParams params_;
+  bool write_;
+  std::string carry_;  // bytes after the last cut
+  StreamChunks stream_;
+  std::uint64_t bytes_added_ = 0;
+};
+
 // Records the blob and its chunk list (a no-op when the blob is known).
 // Call inside the transaction that records what owns the blob.
+void record_blob(sql::Database& db, const StreamChunks& stream);
 void record_blob(sql::Database& db, const PreparedStream& stream);
 
 struct BlobChunk {

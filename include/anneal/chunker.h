@@ -29,4 +29,11 @@ inline constexpr ChunkParams kTensorChunking{64 << 10, 256 << 10, 1 << 20};
 // An empty input has no chunks. Pure and thread-safe.
 std::vector<std::size_t> chunk_ends(std::string_view data, const ChunkParams& params);
 
+// The length of the first chunk of `data` (0 for empty data). A cut never
+// looks more than params.max_size bytes ahead, so for a stream that arrives
+// in pieces this is the stream's next cut as soon as `data` (what is left of
+// the stream) holds at least max_size bytes, or holds all of the rest:
+// cutting that way gives exactly chunk_ends of the whole stream. Pure.
+std::size_t first_chunk_end(std::string_view data, const ChunkParams& params);
+
 }  // namespace anneal

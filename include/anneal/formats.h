@@ -27,6 +27,9 @@ Format parse_format_name(std::string_view name);
 // Guesses from the file name (ignoring a trailing .gz / .zst) and, failing
 // that, from the first bytes of the decompressed content. Never returns kAuto.
 Format detect_format(std::string_view file_name, std::string_view content);
+// What the file name alone says (detect_format's first step): kAuto when it
+// names no format.
+Format format_from_name(std::string_view file_name);
 
 // How the parsers read numbers that are not finite: inf, -inf, infinity, a
 // nan spelled other than the missing tokens (-nan, nan(1)), values beyond

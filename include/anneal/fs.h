@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -27,6 +28,36 @@ class FileSnapshot {
 
  private:
   std::string bytes_;
+};
+
+// A regular file read piece by piece into the caller's buffers, for input
+// too large to hold whole. Opening throws as FileSnapshot does (kNotFound,
+// kFailure); the size is the one fstat reported then. read_at throws the
+// kBadData "the file changed while being read" of FileSnapshot when the file
+// has become shorter, check_end when it has become longer; kFailure on a
+// read error. Pages read this way are the kernel's page cache, not the
+// process's memory.
+class FileReader {
+ public:
+  explicit FileReader(const std::filesystem::path& path);
+  ~FileReader();
+  FileReader(FileReader&& other) noexcept;
+  FileReader(const FileReader&) = delete;
+  FileReader& operator=(const FileReader&) = delete;
+  FileReader& operator=(FileReader&&) = delete;
+
+  std::uint64_t size() const { return size_; }
+  const std::filesystem::path& path() const { return path_; }
+  // Fills `out` with the bytes at [offset, offset + out.size()), which must
+  // lie within size().
+  void read_at(std::uint64_t offset, std::span<char> out) const;
+  // Throws when the file now holds more than size() bytes.
+  void check_end() const;
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
 };
 
 // Reads exactly `size` bytes from the start of the open file `fd` (the size

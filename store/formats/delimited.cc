@@ -24,7 +24,9 @@
 #include <deque>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -33,6 +35,7 @@
 #include "anneal/spelling.h"
 #include "formats/datetime.h"
 #include "formats/delimited_reader.h"
+#include "formats/delimited_scan.h"
 #include "formats/number.h"
 #include "formats/stats.h"
 #include "formats/text.h"
@@ -113,36 +116,76 @@ std::size_t resolve_column(const std::vector<ColumnPlan>& columns, const std::st
 
 class DelimitedParser {
  public:
+  struct Block;
+
+  // `text` is the whole input, or (streaming) a first window of it that
+  // holds the header; set_text narrows it before choose_types.
   DelimitedParser(std::string_view text, char delimiter, const ParseOptions& options)
       : text_(text),
         delimiter_(delimiter),
         options_(options),
         reader_(text.data(), text.data() + text.size(), delimiter) {}
 
+  // The whole input at once.
   Table parse();
 
+  // The steps parse() takes, for a caller that reads the input in windows
+  // (DelimitedScanner): the header from the first window, the types from
+  // the first whole records, then batches of blocks in file order.
+  void read_header();
+  void set_text(std::string_view text) {
+    text_ = text;
+    reader_ = FieldReader(text.data(), text.data() + text.size(), delimiter_);
+  }
+  // Whether text_ holds the first kInferenceRows records after the header,
+  // or a malformed one before them, so that choose_types sees what it would
+  // see in the whole input (text_ must end at a record boundary).
+  bool holds_inference_rows() const;
+  void choose_types();
+  std::size_t data_begin() const { return layout_.data_begin; }
+  // Each block keeps statistics per column: with very wide rows, larger
+  // blocks keep that small next to the data itself.
+  std::size_t block_bytes() const { return std::max(formats::kParseBlockBytes, layout_.columns.size() * 256); }
+  // Names, types and shape of the result, no rows.
+  Table empty_table() const;
+  // Counts and parses the blocks [begin, end) (offsets into the whole
+  // input) that `window` (starting at input offset `window_offset`) holds,
+  // into `batch`'s rows, resized to hold them; categorical codes become the
+  // file's codes and statistics are merged in block order. Returns the first
+  // error in the blocks instead, and then merges nothing.
+  std::optional<TextError> parse_batch(std::string_view window, std::size_t window_offset,
+                                       const std::vector<std::pair<std::size_t, std::size_t>>& ranges, Table& batch);
+  // Stores the merged statistics and dictionaries into `table`'s columns;
+  // throws when a column has too many distinct values.
+  void finish(Table& table);
+
  private:
-  struct Block;
   class BlockParser;
 
   [[noreturn]] void fail(std::size_t offset, const std::string& what, Remedy remedy = Remedy::kNone) const {
     formats::throw_text_error(options_.display_name, text_, TextError{offset, what, remedy, ""});
   }
-  void read_header();
   void name_columns(const std::vector<Field>& first_record);
   void check_against_reference(const std::vector<Field>& header_fields) const;
-  void choose_types();
   void force_date_columns();
   void infer_types();
-  std::vector<Block> count_records() const;
-  Table allocate_table(std::vector<Block>& blocks) const;
-  void finish(std::vector<Block>& blocks, Table& table) const;
+  void count_records(std::string_view window, std::size_t window_offset, std::vector<Block>& blocks) const;
+  void merge_batch(std::vector<Block>& blocks, Table& batch);
 
   std::string_view text_;
   char delimiter_;
   const ParseOptions& options_;
   FieldReader reader_;
   Layout layout_;
+  // Merged over the batches so far, in file order.
+  struct Dictionary {
+    std::unordered_map<std::string, std::uint32_t> codes;
+    std::vector<std::string> categories;
+  };
+  std::vector<Dictionary> dictionaries_;  // per categorical slot
+  std::vector<ColumnStats> stats_;        // per feature, then the label
+  std::vector<DateRange> date_ranges_;    // per column
+  bool merging_started_ = false;
 };
 
 // A dictionary of one categorical column within one block: block-local codes
@@ -185,9 +228,10 @@ struct DelimitedParser::Block {
 // through the FieldReader. Categorical cells get block-local codes.
 class DelimitedParser::BlockParser {
  public:
-  BlockParser(const DelimitedParser& parser, Block& block, Table& table)
+  BlockParser(const DelimitedParser& parser, std::string_view window, std::size_t window_offset, Block& block,
+              Table& table)
       : layout_(parser.layout_),
-        reader_(parser.text_.data(), parser.text_.data() + block.end, parser.delimiter_),
+        reader_(window.data(), window.data() + (block.end - window_offset), parser.delimiter_, window_offset),
         block_(block),
         columns_(layout_.columns.size()),
         features_(columns_ - 1),
@@ -344,11 +388,35 @@ Table DelimitedParser::parse() {
   formats::check_utf8_text(text_, options_.display_name);
   read_header();
   choose_types();
-  std::vector<Block> blocks = count_records();
-  Table table = allocate_table(blocks);
+  std::vector<std::size_t> starts = formats::split_records(text_, layout_.data_begin, block_bytes());
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  for (std::size_t b = 0; b + 1 < starts.size(); ++b) ranges.emplace_back(starts[b], starts[b + 1]);
+  Table table = empty_table();
+  if (auto error = parse_batch(text_, 0, ranges, table)) formats::throw_text_error(options_.display_name, text_, *error);
+  if (table.rows == 0)
+    fail(text_.size(), std::string("expected a data row") + (options_.header ? " after the header" : "") +
+                           ", found end of input");
+  finish(table);
+  return table;
+}
+
+std::optional<TextError> DelimitedParser::parse_batch(std::string_view window, std::size_t window_offset,
+                                                      const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
+                                                      Table& batch) {
+  std::vector<Block> blocks(ranges.size());
+  for (std::size_t b = 0; b < ranges.size(); ++b) std::tie(blocks[b].begin, blocks[b].end) = ranges[b];
+  count_records(window, window_offset, blocks);
+  batch.rows = 0;
+  for (Block& block : blocks) {
+    block.first_row = batch.rows;
+    batch.rows += block.rows;
+  }
+  const std::size_t features = layout_.columns.size() - 1;
+  batch.features.resize(batch.rows * features);
+  batch.labels.resize(batch.rows);
   tbb::parallel_for(std::size_t{0}, blocks.size(), [&](std::size_t b) {
     try {
-      BlockParser(*this, blocks[b], table).parse();
+      BlockParser(*this, window, window_offset, blocks[b], batch).parse();
     } catch (TextError& error) {
       // The parse may find an error before the one the count met.
       if (!blocks[b].error || error.offset < blocks[b].error->offset) blocks[b].error = std::move(error);
@@ -356,38 +424,29 @@ Table DelimitedParser::parse() {
   });
   std::vector<std::optional<TextError>> errors;
   for (auto& block : blocks) errors.push_back(std::move(block.error));
-  if (const TextError* error = formats::first_error(errors))
-    formats::throw_text_error(options_.display_name, text_, *error);
-  if (table.rows == 0)
-    fail(text_.size(), std::string("expected a data row") + (options_.header ? " after the header" : "") +
-                           ", found end of input");
-  finish(blocks, table);
-  return table;
+  if (const TextError* error = formats::first_error(errors)) return *error;
+  merge_batch(blocks, batch);
+  return std::nullopt;
 }
 
-// Cuts the records into blocks and counts each block's records: quote-free
-// blocks (nearly all) by counting lines, others by tokenizing. A count that
-// meets malformed text keeps the error and the records before it; parsing
-// that block then finds the first error in it, which may come earlier.
-std::vector<DelimitedParser::Block> DelimitedParser::count_records() const {
-  // Each block keeps statistics per column: with very wide rows, larger
-  // blocks keep that small next to the data itself.
-  const std::size_t block_bytes = std::max(formats::kParseBlockBytes, layout_.columns.size() * 256);
-  std::vector<std::size_t> starts = formats::split_records(text_, layout_.data_begin, block_bytes);
-  std::vector<Block> blocks(starts.size() - 1);
+// Counts each block's records: quote-free blocks (nearly all) by counting
+// lines, others by tokenizing. A count that meets malformed text keeps the
+// error and the records before it; parsing that block then finds the first
+// error in it, which may come earlier.
+void DelimitedParser::count_records(std::string_view window, std::size_t window_offset,
+                                    std::vector<Block>& blocks) const {
   tbb::parallel_for(std::size_t{0}, blocks.size(), [&](std::size_t b) {
     Block& block = blocks[b];
-    block.begin = starts[b];
-    block.end = starts[b + 1];
-    const char* begin = text_.data() + block.begin;
-    if (std::memchr(begin, '"', block.end - block.begin) == nullptr) {
-      block.rows = formats::count_nonempty_lines(text_, block.begin, block.end);
+    const std::size_t begin = block.begin - window_offset, end = block.end - window_offset;
+    if (std::memchr(window.data() + begin, '"', end - begin) == nullptr) {
+      block.rows = formats::count_nonempty_lines(window, begin, end);
       return;
     }
-    FieldReader reader(text_.data(), text_.data() + block.end, delimiter_);
+    FieldReader reader(window.data(), window.data() + end, delimiter_, window_offset);
     std::vector<Field> fields;
     try {
-      for (const char* p = reader.skip_empty_lines(begin); p < reader.end(); p = reader.skip_empty_lines(p)) {
+      for (const char* p = reader.skip_empty_lines(window.data() + begin); p < reader.end();
+           p = reader.skip_empty_lines(p)) {
         p = read_record(reader, p, fields, layout_.columns.size());
         ++block.rows;
       }
@@ -395,20 +454,13 @@ std::vector<DelimitedParser::Block> DelimitedParser::count_records() const {
       block.error = std::move(error);
     }
   });
-  return blocks;
 }
 
-Table DelimitedParser::allocate_table(std::vector<Block>& blocks) const {
+Table DelimitedParser::empty_table() const {
   Table table;
-  for (Block& block : blocks) {
-    block.first_row = table.rows;
-    table.rows += block.rows;
-  }
   const std::size_t features = layout_.columns.size() - 1;
   table.label_column = layout_.label;
   table.sample_shape = {static_cast<std::int64_t>(features)};
-  table.features.resize(table.rows * features);
-  table.labels.resize(table.rows);
   table.columns.resize(layout_.columns.size());
   for (std::size_t c = 0; c < layout_.columns.size(); ++c) {
     table.columns[c].name = layout_.columns[c].name;
@@ -583,6 +635,22 @@ struct ColumnEvidence {
 
 }  // namespace
 
+bool DelimitedParser::holds_inference_rows() const {
+  const char* p = text_.data() + std::min(layout_.data_begin, text_.size());
+  std::vector<Field> fields;
+  try {
+    for (std::size_t rows = 0; rows < kInferenceRows; ++rows) {
+      p = reader_.skip_empty_lines(p);
+      if (p == reader_.end()) return false;
+      p = read_record(reader_, p, fields, layout_.columns.size());
+      if (fields.size() != layout_.columns.size()) return true;
+    }
+  } catch (const TextError&) {
+    return true;
+  }
+  return true;
+}
+
 // A column is numeric when every non-missing value in the first rows parses
 // as a number; else datetime when they are all written in the recognized
 // form of the first one, or all in a date format given without a column.
@@ -676,41 +744,47 @@ void DelimitedParser::infer_types() {
   }
 }
 
-// Numbers categorical cells in first-seen order over the whole file (after
-// the reference's categories), then takes each column's statistics.
-void DelimitedParser::finish(std::vector<Block>& blocks, Table& table) const {
+// Numbers a batch's categorical cells in first-seen order over the whole
+// file (after the reference's categories) and merges each column's
+// statistics, block by block in file order: the same merges, in the same
+// order, whether the file comes in one batch or many.
+void DelimitedParser::merge_batch(std::vector<Block>& blocks, Table& batch) {
   const auto& plans = layout_.columns;
   const std::size_t columns = plans.size(), label = layout_.label, features = columns - 1;
-  // Per block and categorical column: local code -> global code.
   const std::size_t slots = layout_.categorical.size();
+  if (!merging_started_) {
+    merging_started_ = true;
+    dictionaries_.resize(slots);
+    for (std::size_t slot = 0; slot < slots; ++slot) {
+      Dictionary& dictionary = dictionaries_[slot];
+      if (options_.reference != nullptr) dictionary.categories = (*options_.reference)[layout_.categorical[slot]].categories;
+      for (std::size_t i = 0; i < dictionary.categories.size(); ++i)
+        dictionary.codes.emplace(dictionary.categories[i], static_cast<std::uint32_t>(i));
+    }
+    stats_.resize(columns);
+    date_ranges_.assign(columns, DateRange{});
+  }
+  // Per block and categorical column: local code -> global code.
   std::vector<std::vector<std::vector<float>>> global_codes(blocks.size(), std::vector<std::vector<float>>(slots));
   for (std::size_t slot = 0; slot < slots; ++slot) {
-    const std::size_t c = layout_.categorical[slot];
-    std::vector<std::string>& categories = table.columns[c].categories;
-    if (options_.reference != nullptr) categories = (*options_.reference)[c].categories;
-    std::unordered_map<std::string, std::uint32_t> codes;
-    for (std::size_t i = 0; i < categories.size(); ++i)
-      codes.emplace(categories[i], static_cast<std::uint32_t>(i));
+    Dictionary& dictionary = dictionaries_[slot];
     for (std::size_t b = 0; b < blocks.size(); ++b) {
       const auto& local = blocks[b].dictionaries[slot].values;
       auto& global = global_codes[b][slot];
       global.resize(local.size());
       for (std::size_t i = 0; i < local.size(); ++i) {
-        auto [it, fresh] = codes.try_emplace(std::string(local[i]), static_cast<std::uint32_t>(categories.size()));
-        if (fresh) categories.emplace_back(local[i]);
+        auto [it, fresh] = dictionary.codes.try_emplace(std::string(local[i]),
+                                                         static_cast<std::uint32_t>(dictionary.categories.size()));
+        if (fresh) dictionary.categories.emplace_back(local[i]);
         global[i] = static_cast<float>(it->second);
       }
     }
-    if (categories.size() > kMaxCategories)
-      throw data_error(options_.display_name + ": expected at most " + std::to_string(kMaxCategories) +
-                       " distinct values in column '" + plans[c].name + "', found " +
-                       std::to_string(categories.size()));
   }
 
   tbb::parallel_for(std::size_t{0}, blocks.size(), [&](std::size_t b) {
     Block& block = blocks[b];
-    float* feature_rows = table.features.data() + block.first_row * features;
-    float* labels = table.labels.data() + block.first_row;
+    float* feature_rows = batch.features.data() + block.first_row * features;
+    float* labels = batch.labels.data() + block.first_row;
     for (std::size_t slot = 0; slot < slots; ++slot) {
       const std::size_t c = layout_.categorical[slot];
       const std::vector<float>& global = global_codes[b][slot];
@@ -723,23 +797,249 @@ void DelimitedParser::finish(std::vector<Block>& blocks, Table& table) const {
     formats::add_row_stats(feature_rows, block.rows, features, block.stats.data());
     formats::add_row_stats(labels, block.rows, 1, &block.stats[features]);
   });
-  for (std::size_t c = 0; c < columns; ++c) {
-    std::size_t index = c == label ? features : c < label ? c : c - 1;
-    ColumnStats stats;
-    for (const auto& block : blocks) stats.merge(block.stats[index]);
-    stats.store_into(table.columns[c]);
-    if (plans[c].type != ColumnType::kDatetime || stats.count == 0) continue;
-    DateRange range;
-    for (const auto& block : blocks) range.merge(block.date_ranges[c]);
-    table.columns[c].min = range.min;
-    table.columns[c].max = range.max;
+  for (const auto& block : blocks) {
+    for (std::size_t i = 0; i < columns; ++i) stats_[i].merge(block.stats[i]);
+    for (std::size_t c = 0; c < columns; ++c) date_ranges_[c].merge(block.date_ranges[c]);
   }
 }
+
+void DelimitedParser::finish(Table& table) {
+  const auto& plans = layout_.columns;
+  const std::size_t columns = plans.size(), label = layout_.label, features = columns - 1;
+  for (std::size_t slot = 0; slot < layout_.categorical.size(); ++slot) {
+    const std::size_t c = layout_.categorical[slot];
+    std::vector<std::string>& categories = dictionaries_[slot].categories;
+    if (categories.size() > kMaxCategories)
+      throw data_error(options_.display_name + ": expected at most " + std::to_string(kMaxCategories) +
+                       " distinct values in column '" + plans[c].name + "', found " +
+                       std::to_string(categories.size()));
+    table.columns[c].categories = std::move(categories);
+  }
+  for (std::size_t c = 0; c < columns; ++c) {
+    std::size_t index = c == label ? features : c < label ? c : c - 1;
+    stats_[index].store_into(table.columns[c]);
+    if (plans[c].type != ColumnType::kDatetime || stats_[index].count == 0) continue;
+    table.columns[c].min = date_ranges_[c].min;
+    table.columns[c].max = date_ranges_[c].max;
+  }
+}
+
+// Reads a file in windows and hands them to a DelimitedParser. Block
+// boundaries are split_records' cuts of the whole text (a nominal cut every
+// block_bytes after the header, moved to the end of its record by quote
+// parity), found one at a time as the text arrives, so every block, every
+// dictionary merge and every statistic is what the whole-text parse gets.
+class DelimitedScanner {
+ public:
+  DelimitedScanner(const FileReader& file, char delimiter, const ParseOptions& options,
+                   const DelimitedScanCallbacks& callbacks, std::size_t window_bytes, DelimitedScanPeak* peak)
+      : file_(file), delimiter_(delimiter), options_(options), callbacks_(callbacks),
+        window_bytes_(std::max<std::size_t>(window_bytes, 1)), peak_(peak) {}
+
+  Table scan() {
+    try {
+      return scan_in_order();
+    } catch (const Error& error) {
+      // The whole-text parse checks all of the text's encoding first: an
+      // encoding error later in the file comes before this one.
+      if (error.kind() == ErrorKind::kFailure || utf8_failed_) throw;
+      if (auto encoding = utf8_error_in_rest()) throw_at(*encoding);
+      throw;
+    }
+  }
+
+ private:
+  Table scan_in_order() {
+    read_more(window_bytes_);
+    // The header record whole (a record ends at a '\n' outside quotes).
+    for (;;) {
+      const std::string_view text = buffer_;
+      const std::size_t start = text.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;
+      FieldReader reader(text.data(), text.data() + text.size(), delimiter_);
+      const char* first = reader.skip_empty_lines(text.data() + start);
+      if (at_eof() ||
+          (first < reader.end() && formats::record_end_after(text, reader.offset(first), false) < text.size()))
+        break;
+      read_more(buffer_.size());
+    }
+    DelimitedParser parser(buffer_, delimiter_, options_);
+    parser.read_header();
+    block_bytes_ = parser.block_bytes();
+    block_start_ = parity_to_ = parser.data_begin();
+    next_nominal_ = block_start_ + block_bytes_;
+    // Types come from the first records: give the parser whole records
+    // until it has them all (nothing is dropped before the first batch, so
+    // the buffer still starts at offset 0).
+    for (;;) {
+      cut_blocks();
+      const std::size_t prefix_end = cuts_done_ ? read_to_ : ready_.empty() ? block_start_ : ready_.back().second;
+      parser.set_text(std::string_view(buffer_).substr(0, prefix_end));
+      if (at_eof() || parser.holds_inference_rows()) break;
+      read_more(buffer_.size());
+    }
+    parser.choose_types();
+
+    Table result = parser.empty_table();
+    Table batch = parser.empty_table();
+    std::uint64_t rows = 0;
+    for (;;) {
+      cut_blocks();
+      if (!ready_.empty() && (cuts_done_ || ready_.back().second - ready_.front().first >= window_bytes_)) {
+        if (auto error = parser.parse_batch(buffer_, buffer_begin_, ready_, batch)) throw_at(*error);
+        rows += batch.rows;
+        if (peak_ != nullptr) peak_->batch_rows = std::max(peak_->batch_rows, batch.rows);
+        if (batch.rows > 0 && callbacks_.on_rows) callbacks_.on_rows(batch);
+        ready_.clear();
+        drop_before(std::min(block_start_, parity_to_));
+      }
+      if (cuts_done_ && ready_.empty()) break;
+      if (!at_eof()) read_more(window_bytes_);
+    }
+    if (rows == 0)
+      throw_at(TextError{file_.size(), std::string("expected a data row") + (options_.header ? " after the header" : "") +
+                                           ", found end of input"});
+    parser.finish(result);
+    result.rows = rows;
+    return result;
+  }
+
+  bool at_eof() const { return read_to_ == file_.size(); }
+
+  // Appends up to `bytes` more of the file to the buffer, hands them on and
+  // checks the encoding of every whole line read so far.
+  void read_more(std::size_t bytes) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(bytes, file_.size() - read_to_));
+    const std::size_t old = buffer_.size();
+    buffer_.resize(old + n);
+    file_.read_at(read_to_, std::span<char>(buffer_.data() + old, n));
+    read_to_ += n;
+    if (at_eof()) file_.check_end();
+    if (peak_ != nullptr) peak_->buffer_bytes = std::max(peak_->buffer_bytes, buffer_.size());
+    if (callbacks_.on_bytes) callbacks_.on_bytes(std::string_view(buffer_).substr(old));
+    std::size_t check_to = read_to_;
+    if (!at_eof()) {
+      const std::size_t newline = std::string_view(buffer_).rfind('\n');
+      check_to = newline == std::string_view::npos ? buffer_begin_ : buffer_begin_ + newline + 1;
+    }
+    if (check_to <= utf8_checked_to_) return;
+    const std::string_view unchecked =
+        std::string_view(buffer_).substr(utf8_checked_to_ - buffer_begin_, check_to - utf8_checked_to_);
+    if (auto error = formats::first_utf8_error(unchecked)) {
+      error->offset += utf8_checked_to_;
+      utf8_failed_ = true;
+      throw_at(*error);
+    }
+    utf8_checked_to_ = check_to;
+  }
+
+  void drop_before(std::size_t offset) {
+    buffer_.erase(0, offset - buffer_begin_);
+    buffer_begin_ = offset;
+  }
+
+  // split_records, one nominal cut at a time: appends to ready_ every block
+  // whose end the buffer decides.
+  void cut_blocks() {
+    if (cuts_done_) return;
+    const std::string_view text = buffer_;
+    while (next_nominal_ < file_.size()) {
+      if (next_nominal_ > read_to_) return;
+      if (parity_to_ < next_nominal_) {
+        in_quote_ ^= formats::odd_quote_count(buffer_.data() + (parity_to_ - buffer_begin_), next_nominal_ - parity_to_);
+        parity_to_ = next_nominal_;
+      }
+      const std::size_t cut = buffer_begin_ + formats::record_end_after(text, next_nominal_ - buffer_begin_, in_quote_);
+      if (cut == read_to_ && !at_eof()) return;  // the record may go on past what is read
+      if (cut > block_start_ && cut < file_.size()) {
+        ready_.emplace_back(block_start_, cut);
+        block_start_ = cut;
+      }
+      next_nominal_ += block_bytes_;
+    }
+    if (!at_eof()) return;
+    ready_.emplace_back(block_start_, file_.size());
+    cuts_done_ = true;
+  }
+
+  // The file's first encoding error after what read_more checked, if any;
+  // read again piece by piece, whole lines at a time.
+  std::optional<TextError> utf8_error_in_rest() const {
+    std::string piece;
+    std::uint64_t at = utf8_checked_to_;
+    while (at < file_.size()) {
+      const std::size_t n = static_cast<std::size_t>(
+          std::min<std::uint64_t>(std::max(window_bytes_, piece.size() * 2), file_.size() - at));
+      piece.resize(n);
+      file_.read_at(at, std::span<char>(piece.data(), n));
+      std::size_t whole = n;
+      if (at + n < file_.size()) {
+        const std::size_t newline = piece.rfind('\n');
+        if (newline == std::string::npos) continue;  // a longer line: read a larger piece
+        whole = newline + 1;
+      }
+      if (auto error = formats::first_utf8_error(std::string_view(piece).substr(0, whole))) {
+        error->offset += at;
+        return error;
+      }
+      at += whole;
+      piece.clear();
+    }
+    return std::nullopt;
+  }
+
+  // "NAME:LINE:COLUMN" of a file offset, as formats::location gives it for
+  // the whole text; counts the lines by reading the file again.
+  std::string location_of(std::uint64_t offset) const {
+    offset = std::min(offset, file_.size());
+    std::string piece;
+    std::uint64_t lines = 1, line_start = 0;
+    for (std::uint64_t at = 0; at < offset;) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(window_bytes_, offset - at));
+      piece.resize(n);
+      file_.read_at(at, std::span<char>(piece.data(), n));
+      lines += static_cast<std::uint64_t>(std::count(piece.begin(), piece.end(), '\n'));
+      const std::size_t newline = piece.rfind('\n');
+      if (newline != std::string::npos) line_start = at + newline + 1;
+      at += n;
+    }
+    return options_.display_name + ":" + std::to_string(lines) + ":" + std::to_string(offset - line_start + 1);
+  }
+
+  [[noreturn]] void throw_at(const TextError& error) const {
+    throw data_error(location_of(error.offset) + ": " + error.what).with(error.remedy, error.remedy_argument);
+  }
+
+  const FileReader& file_;
+  char delimiter_;
+  const ParseOptions& options_;
+  const DelimitedScanCallbacks& callbacks_;
+  std::size_t window_bytes_;
+  DelimitedScanPeak* peak_;
+
+  std::string buffer_;            // the file's bytes [buffer_begin_, read_to_)
+  std::size_t buffer_begin_ = 0;
+  std::size_t read_to_ = 0;
+  std::size_t utf8_checked_to_ = 0;
+  bool utf8_failed_ = false;
+
+  std::size_t block_bytes_ = 0;
+  std::size_t next_nominal_ = 0;  // the next nominal cut
+  std::size_t parity_to_ = 0;     // quote parity is known up to here...
+  bool in_quote_ = false;         // ...and is this
+  std::size_t block_start_ = 0;   // where the next block starts
+  bool cuts_done_ = false;
+  std::vector<std::pair<std::size_t, std::size_t>> ready_;  // blocks cut, not yet parsed
+};
 
 }  // namespace
 
 Table parse_delimited(std::string_view text, char delimiter, const ParseOptions& options) {
   return DelimitedParser(text, delimiter, options).parse();
+}
+
+Table scan_delimited(const FileReader& file, char delimiter, const ParseOptions& options,
+                     const DelimitedScanCallbacks& callbacks, std::size_t window_bytes, DelimitedScanPeak* peak) {
+  return DelimitedScanner(file, delimiter, options, callbacks, window_bytes, peak).scan();
 }
 
 }  // namespace anneal

@@ -61,12 +61,15 @@ struct Field {
 // split_records.
 class FieldReader {
  public:
-  FieldReader(const char* base, const char* end, char delimiter)
-      : base_(base), end_(end), delimiter_(delimiter) {}
+  // `base` holds the input's byte `base_offset` (0 for a whole input; a
+  // window of a larger input read piece by piece starts further on), so
+  // offsets, and the errors that carry them, are those of the whole input.
+  FieldReader(const char* base, const char* end, char delimiter, std::size_t base_offset = 0)
+      : base_(base), end_(end), delimiter_(delimiter), base_offset_(base_offset) {}
 
   const char* end() const { return end_; }
-  const char* begin_of(std::size_t offset) const { return base_ + offset; }
-  std::size_t offset(const char* p) const { return static_cast<std::size_t>(p - base_); }
+  const char* begin_of(std::size_t offset) const { return base_ + (offset - base_offset_); }
+  std::size_t offset(const char* p) const { return base_offset_ + static_cast<std::size_t>(p - base_); }
 
   // Past any empty lines at p (a record start).
   const char* skip_empty_lines(const char* p) const {
@@ -172,6 +175,7 @@ class FieldReader {
   const char* base_;
   const char* end_;
   char delimiter_;
+  std::size_t base_offset_;
 };
 
 // Reads one whole record into `fields`; returns where the next one starts.

@@ -100,9 +100,13 @@ Format parse_format_name(std::string_view name) {
                     std::string(name) + "'");
 }
 
-Format detect_format(std::string_view file_name, std::string_view content) {
+Format format_from_name(std::string_view file_name) {
   std::string_view base = file_name.substr(std::min(file_name.size(), file_name.find_last_of('/') + 1));
-  Format by_name = format_from_file_name(std::string(base));
+  return format_from_file_name(std::string(base));
+}
+
+Format detect_format(std::string_view file_name, std::string_view content) {
+  Format by_name = format_from_name(file_name);
   return by_name != Format::kAuto ? by_name : format_from_content(content);
 }
 

@@ -114,47 +114,6 @@ std::optional<TextError> check_utf8_range(std::string_view text, std::size_t beg
   return std::nullopt;
 }
 
-bool odd_quote_count(const char* p, std::size_t n) {
-  // One marker bit per quote, XORed together: the parity of the bits left is
-  // the parity of the count. Two accumulators keep the loop off one chain.
-  std::uint64_t even = 0, odd = 0;
-  std::size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    even ^= bytes_equal_16(p + i, '"');
-    odd ^= bytes_equal_16(p + i + 16, '"');
-  }
-  bool parity = std::popcount(even ^ odd) & 1;
-  for (; i < n; ++i) parity ^= (p[i] == '"');
-  return parity;
-}
-
-// Offset just past the '\n' that ends the record containing `pos`, given
-// whether `pos` lies inside a quoted field; text.size() when none does.
-std::size_t record_end_after(std::string_view text, std::size_t pos, bool in_quote) {
-  const char* data = text.data();
-  const char* end = data + text.size();
-  const char* p = data + pos;
-  while (p < end) {
-    if (in_quote) {
-      const void* quote = std::memchr(p, '"', static_cast<std::size_t>(end - p));
-      if (quote == nullptr) return text.size();
-      p = static_cast<const char*>(quote) + 1;
-      in_quote = false;
-      continue;
-    }
-    const void* newline = std::memchr(p, '\n', static_cast<std::size_t>(end - p));
-    const char* line_end = newline ? static_cast<const char*>(newline) : end;
-    const void* quote = std::memchr(p, '"', static_cast<std::size_t>(line_end - p));
-    if (quote != nullptr) {
-      p = static_cast<const char*>(quote) + 1;
-      in_quote = true;
-      continue;
-    }
-    return newline ? static_cast<std::size_t>(line_end - data) + 1 : text.size();
-  }
-  return text.size();
-}
-
 // Whether the '\n' at s[i] ends an empty line ("" or "\r"), given that a
 // line starts at `begin`.
 bool ends_empty_line(const char* s, std::size_t begin, std::size_t i) {
@@ -204,6 +163,47 @@ bool equals_ignoring_case(std::string_view value, std::string_view lower) {
 
 }  // namespace
 
+bool odd_quote_count(const char* p, std::size_t n) {
+  // One marker bit per quote, XORed together: the parity of the bits left is
+  // the parity of the count. Two accumulators keep the loop off one chain.
+  std::uint64_t even = 0, odd = 0;
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    even ^= bytes_equal_16(p + i, '"');
+    odd ^= bytes_equal_16(p + i + 16, '"');
+  }
+  bool parity = std::popcount(even ^ odd) & 1;
+  for (; i < n; ++i) parity ^= (p[i] == '"');
+  return parity;
+}
+
+// Offset just past the '\n' that ends the record containing `pos`, given
+// whether `pos` lies inside a quoted field; text.size() when none does.
+std::size_t record_end_after(std::string_view text, std::size_t pos, bool in_quote) {
+  const char* data = text.data();
+  const char* end = data + text.size();
+  const char* p = data + pos;
+  while (p < end) {
+    if (in_quote) {
+      const void* quote = std::memchr(p, '"', static_cast<std::size_t>(end - p));
+      if (quote == nullptr) return text.size();
+      p = static_cast<const char*>(quote) + 1;
+      in_quote = false;
+      continue;
+    }
+    const void* newline = std::memchr(p, '\n', static_cast<std::size_t>(end - p));
+    const char* line_end = newline ? static_cast<const char*>(newline) : end;
+    const void* quote = std::memchr(p, '"', static_cast<std::size_t>(line_end - p));
+    if (quote != nullptr) {
+      p = static_cast<const char*>(quote) + 1;
+      in_quote = true;
+      continue;
+    }
+    return newline ? static_cast<std::size_t>(line_end - data) + 1 : text.size();
+  }
+  return text.size();
+}
+
 std::string location(const std::string& name, std::string_view text, std::size_t offset) {
   offset = std::min(offset, text.size());
   std::string_view before = text.substr(0, offset);
@@ -247,7 +247,7 @@ std::string quote_for_message(std::string_view value) {
   return out;
 }
 
-void check_utf8_text(std::string_view text, const std::string& name) {
+std::optional<TextError> first_utf8_error(std::string_view text) {
   constexpr std::size_t kCheckBlockBytes = std::size_t{4} << 20;
   std::vector<std::size_t> starts = split_after_newlines(text, 0, kCheckBlockBytes);
   std::size_t blocks = starts.size() - 1;
@@ -255,7 +255,12 @@ void check_utf8_text(std::string_view text, const std::string& name) {
   tbb::parallel_for(std::size_t{0}, blocks, [&](std::size_t b) {
     errors[b] = check_utf8_range(text, starts[b], starts[b + 1]);
   });
-  if (const TextError* error = first_error(errors)) throw_text_error(name, text, *error);
+  if (const TextError* error = first_error(errors)) return *error;
+  return std::nullopt;
+}
+
+void check_utf8_text(std::string_view text, const std::string& name) {
+  if (auto error = first_utf8_error(text)) throw_text_error(name, text, *error);
 }
 
 std::vector<std::size_t> split_after_newlines(std::string_view text, std::size_t begin,

@@ -47,6 +47,17 @@ std::string quote_for_message(std::string_view value);
 
 // Throws kBadData at the first NUL byte or invalid UTF-8 sequence.
 void check_utf8_text(std::string_view text, const std::string& name);
+// The first NUL byte or invalid UTF-8 sequence of `text` (offsets into it),
+// checked in parallel; `text` must start at a character boundary.
+std::optional<TextError> first_utf8_error(std::string_view text);
+
+// Whether the number of '"' in [p, p + n) is odd.
+bool odd_quote_count(const char* p, std::size_t n);
+
+// Offset just past the '\n' that ends the record containing `pos`, given
+// whether `pos` lies inside a quoted field (split_records' cut); text.size()
+// when none does within `text`.
+std::size_t record_end_after(std::string_view text, std::size_t pos, bool in_quote);
 
 // Offsets that cut [begin, text.size()) into pieces of roughly block_bytes,
 // each cut just after a '\n' (or at the end). Returns the piece starts plus a
