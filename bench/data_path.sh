@@ -14,7 +14,7 @@
 #    of PyTorch's, its peak RSS at most 1/2);
 #  - the time to the first training step from the process's start: anneal's
 #    first_step_s from its --json, PyTorch's measured the same way in the
-#    script; and anneal's load_s (dataset load until the arrays are ready).
+#    script; and anneal's load_s (dataset load until training can start).
 set -euo pipefail
 : "${ANNEAL:?}"
 HERE=$(dirname "$(realpath "$0")")
@@ -77,5 +77,5 @@ met = lambda ok: "met" if ok else "not met"
 print("goal wall <= 1/3 of pytorch's: %s; goal peak RSS <= 1/2 of pytorch's: %s"
       % (met(st.median(wall) <= 1 / 3), met(st.median(rss) <= 1 / 2)))
 print("first step: seconds from the process's start to the end of its first training step; "
-      "load: anneal's dataset load until the training arrays are ready")
+      "load: anneal's dataset load until training can start")
 PY
