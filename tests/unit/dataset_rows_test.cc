@@ -117,7 +117,7 @@ std::vector<float> read_as_floats(const TensorRowReader& reader, std::uint64_t f
   reader.read(first, count, bytes);
   std::vector<float> values(count * static_cast<std::uint64_t>(reader.row_width()));
   if (reader.type() == StoredType::kF32) {
-    std::memcpy(values.data(), bytes.data(), bytes.size());
+    if (!bytes.empty()) std::memcpy(values.data(), bytes.data(), bytes.size());
   } else {
     for (std::size_t i = 0; i < bytes.size(); ++i) values[i] = std::to_integer<std::uint8_t>(bytes[i]);
   }
