@@ -220,6 +220,19 @@ struct SourceFile {
   FileSnapshot contents;  // read once: the parse and the stored source see the same bytes
 };
 
+// The parse options an import request sets, for the file `display_name`.
+ParseOptions parse_options_of(const ImportRequest& request, std::string display_name) {
+  ParseOptions options;
+  options.display_name = std::move(display_name);
+  options.header = request.header;
+  options.label = request.label;
+  options.categorical = request.categorical;
+  options.date_formats = request.date_formats;
+  options.nonfinite = request.nonfinite;
+  options.max_columns = request.max_columns;
+  return options;
+}
+
 std::string display_name(const fs::path& path) { return path.string(); }
 
 // Decompresses and parses every input into train (and test) tables.
@@ -263,14 +276,7 @@ void parse_inputs(const ImportRequest& request, const std::vector<SourceFile>& s
 
   auto parse_part = [&](const std::string& prefix, std::string_view text,
                         const Table* reference) {
-    ParseOptions options;
-    options.display_name = path_of(prefix + "source");
-    options.header = request.header;
-    options.label = request.label;
-    options.categorical = request.categorical;
-    options.date_formats = request.date_formats;
-    options.nonfinite = request.nonfinite;
-    options.max_columns = request.max_columns;
+    ParseOptions options = parse_options_of(request, path_of(prefix + "source"));
     if (reference) {
       options.reference = &reference->columns;
       if (format == Format::kLibsvm) options.libsvm_features = reference->sample_width();
@@ -608,14 +614,7 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
   reporter.note("reading " + std::to_string(result.source_bytes) + " bytes");
 
   auto parse_options = [&](const Part& part, const Table* reference, std::vector<DateFormatHint>* hints) {
-    ParseOptions options;
-    options.display_name = display_name(part.path);
-    options.header = request.header;
-    options.label = request.label;
-    options.categorical = request.categorical;
-    options.date_formats = request.date_formats;
-    options.nonfinite = request.nonfinite;
-    options.max_columns = request.max_columns;
+    ParseOptions options = parse_options_of(request, display_name(part.path));
     if (reference) options.reference = &reference->columns;
     options.date_format_hints = hints;
     return options;
