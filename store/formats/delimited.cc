@@ -783,6 +783,8 @@ void DelimitedParser::merge_batch(std::vector<Block>& blocks, Table& batch) {
 
   tbb::parallel_for(std::size_t{0}, blocks.size(), [&](std::size_t b) {
     Block& block = blocks[b];
+    block.stats.resize(columns);  // features in order, then the label
+    if (block.rows == 0) return;  // no cells (and the arrays may be empty: no pointer into them)
     float* feature_rows = batch.features.data() + block.first_row * features;
     float* labels = batch.labels.data() + block.first_row;
     for (std::size_t slot = 0; slot < slots; ++slot) {
@@ -793,7 +795,6 @@ void DelimitedParser::merge_batch(std::vector<Block>& blocks, Table& batch) {
       for (std::uint64_t r = 0; r < block.rows; ++r, cell += stride)
         if (!std::isnan(*cell)) *cell = global[static_cast<std::size_t>(*cell)];
     }
-    block.stats.resize(columns);  // features in order, then the label
     formats::add_row_stats(feature_rows, block.rows, features, block.stats.data());
     formats::add_row_stats(labels, block.rows, 1, &block.stats[features]);
   });
