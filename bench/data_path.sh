@@ -20,15 +20,8 @@ set -euo pipefail
 HERE=$(dirname "$(realpath "$0")")
 ROOT=$(dirname "$HERE")
 ROUNDS=${ROUNDS:-3}
-FMNIST=/usr/share/datasets/fashion-mnist
-PYTHON=/usr/bin/python3  # Debian's, where python3-torch lives
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/anneal-bench-XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-export ANNEAL_HOME="$WORK/store"
-
-"$ANNEAL" init > /dev/null
-"$ANNEAL" data import fmnist "$FMNIST/train-images-idx3-ubyte.gz" --labels "$FMNIST/train-labels-idx1-ubyte.gz" \
-  --test "$FMNIST/t10k-images-idx3-ubyte.gz" --test-labels "$FMNIST/t10k-labels-idx1-ubyte.gz" > /dev/null
+. "$HERE/lib.sh"
+import_fmnist
 
 # anneal_run THREADS -> "wall_s peak_rss_kib first_step_s load_s threads"
 anneal_run() {

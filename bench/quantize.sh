@@ -19,17 +19,11 @@ FINETUNE=${FINETUNE:-3}
 THREADS=${THREADS:-1}
 BATCH=${BATCH:-256}
 ROUNDS=${ROUNDS:-5}
-FMNIST=/usr/share/datasets/fashion-mnist
-PYTHON=/usr/bin/python3
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/anneal-bench-XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-export ANNEAL_HOME="$WORK/store"
+. "$HERE/lib.sh"
 A() { "$ANNEAL" "$@"; }
 jget() { "$PYTHON" -c "import json,sys; j=json.load(sys.stdin); print($1)"; }
 
-A init > /dev/null
-A data import fmnist "$FMNIST/train-images-idx3-ubyte.gz" --labels "$FMNIST/train-labels-idx1-ubyte.gz" \
-  --test "$FMNIST/t10k-images-idx3-ubyte.gz" --test-labels "$FMNIST/t10k-labels-idx1-ubyte.gz" > /dev/null
+import_fmnist
 A train "$ROOT/docs/examples/fmnist-mlp.ini" --set epochs="$MLP_EPOCHS" --set checkpoint_every=0 > /dev/null
 A train "$ROOT/docs/examples/fmnist-cnn.ini" --set epochs="$CNN_EPOCHS" --set checkpoint_every=0 > /dev/null
 A quantize fmnist-mlp@v1 --int8 --calib fmnist --calib-samples 1000 > /dev/null           # fmnist-mlp@v2

@@ -15,12 +15,9 @@
 set -euo pipefail
 : "${ANNEAL:?}"
 HERE=$(dirname "$(realpath "$0")")
-PYTHON=/usr/bin/python3
 BUDGET=${BUDGET:-256M}
 FACTOR=${FACTOR:-3.2}
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/anneal-stream-XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-export ANNEAL_HOME="$WORK/store"
+. "$HERE/lib.sh"
 
 budget_bytes=$("$PYTHON" -c "
 s='$BUDGET'; m={'K':1<<10,'M':1<<20,'G':1<<30}
@@ -34,7 +31,6 @@ subset_rows=$((budget_bytes / 4 / 92))
 head -n $((subset_rows + 1)) "$WORK/big.csv" > "$WORK/subset.csv"
 head -n 2001 "$WORK/big.csv" > "$WORK/tiny.csv"
 
-"$ANNEAL" init > /dev/null
 /usr/bin/time -f "%e %M" -o "$WORK/import.time" "$ANNEAL" data import big "$WORK/big.csv" --label class > /dev/null
 "$ANNEAL" data import subset "$WORK/subset.csv" --label class > /dev/null
 "$ANNEAL" data import tiny "$WORK/tiny.csv" --label class > /dev/null

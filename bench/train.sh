@@ -12,15 +12,8 @@ ROOT=$(dirname "$HERE")
 MLP_EPOCHS=${MLP_EPOCHS:-3}
 CNN_EPOCHS=${CNN_EPOCHS:-1}
 ROUNDS=${ROUNDS:-3}
-FMNIST=/usr/share/datasets/fashion-mnist
-PYTHON=/usr/bin/python3  # Debian's, where python3-torch lives
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/anneal-bench-XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-export ANNEAL_HOME="$WORK/store"
-
-"$ANNEAL" init > /dev/null
-"$ANNEAL" data import fmnist "$FMNIST/train-images-idx3-ubyte.gz" --labels "$FMNIST/train-labels-idx1-ubyte.gz" \
-  --test "$FMNIST/t10k-images-idx3-ubyte.gz" --test-labels "$FMNIST/t10k-labels-idx1-ubyte.gz" > /dev/null
+. "$HERE/lib.sh"
+import_fmnist
 
 read -r blas1 dnnl1 < <("$BUILD/bench/anneal-sgemm-peak" 1)
 read -r blas2 dnnl2 < <("$BUILD/bench/anneal-sgemm-peak" 2)
