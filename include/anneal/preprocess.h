@@ -128,21 +128,6 @@ class FeatureTransform {
   // rows x output_width() floats; adds what it imputed to `counts`.
   std::vector<float> apply(std::span<const float> features, TransformCounts& counts) const;
 
-  // apply(gather(table, rows), counts) without the gathered copy: rows are
-  // gathered and transformed a block at a time (blocks in parallel), so the
-  // only full-size array is the result. The same values and counts.
-  std::vector<float> gather_apply(const Table& table, std::span<const std::uint32_t> rows,
-                                  TransformCounts& counts) const;
-  std::vector<float> gather_apply(const Table& table, TransformCounts& counts) const;  // every row
-  // gather_apply that takes `table`'s feature buffer (table.features is
-  // empty afterwards; its labels and schema stay) and, when `rows` ascend
-  // strictly and the output is no wider than the table's rows, builds the
-  // result inside it, so no second full-size array exists at any moment.
-  // Otherwise it is gather_apply, and the buffer is released after. The
-  // same values and counts as gather_apply.
-  std::vector<float> gather_apply_in_place(Table& table, std::span<const std::uint32_t> rows,
-                                           TransformCounts& counts) const;
-
   // Where each of the transform's columns starts in a stored row of a
   // version with `columns` (its label at `label_column`): what
   // apply_stored reads. kUsage naming a column the version lacks.

@@ -112,10 +112,6 @@ class StoredSource final : public SampleSource {
   void will_read(std::span<const std::uint32_t> now, std::span<const std::uint32_t> next) override;
   void read(std::span<const std::uint32_t> rows, float* features, float* labels) override;
 
-  std::span<const float> labels() const { return labels_; }
-  std::span<const std::uint32_t> stream_rows() const { return stream_rows_; }
-  // What the transform imputed in the rows read so far.
-  const TransformCounts& counts() const { return counts_; }
 
  private:
   using BlockMap = std::map<std::uint32_t, std::shared_ptr<const StoredBlocks::Block>>;
@@ -138,7 +134,7 @@ class StoredSource final : public SampleSource {
   std::vector<std::size_t> offsets_;
   std::vector<std::int64_t> sample_shape_;
   std::vector<float> row_f32_;                // a u8 row widened
-  TransformCounts counts_;
+  TransformCounts counts_;                    // apply_stored's tally; a run reports none (it never did)
 };
 
 }  // namespace anneal::runs

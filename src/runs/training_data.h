@@ -47,8 +47,6 @@ struct PreparedData {
   // linear baseline; the sources then read them (make_array_sources).
   std::vector<float> x_train, y_train, x_val, y_val, x_test, y_test;
   std::uint64_t train_rows() const { return static_cast<std::uint64_t>(rows->train->rows()); }
-  std::uint64_t validation_rows() const { return rows->validation ? static_cast<std::uint64_t>(rows->validation->rows()) : 0; }
-  std::uint64_t test_rows() const { return rows->test ? static_cast<std::uint64_t>(rows->test->rows()) : 0; }
 };
 
 // Sources over d's arrays (x_train... held whole): for data prepared in memory.

@@ -1,11 +1,13 @@
-// The load path's one-pass gather and transform (issue 15):
-// FeatureTransform::gather_apply must give exactly apply(gather(...)), the
-// values bit for bit and the same counts of imputed and unseen cells,
-// across its blocks of rows and for rows in any order.
+// The per-batch transform (issue 15): FeatureTransform::apply_stored, one
+// stored row at a time, must give exactly apply(gather(...)) of the whole
+// table, the values bit for bit and the same counts of imputed and unseen
+// cells, for rows in any order; and a fit over a row scan is the fit over
+// the table.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,8 +22,7 @@ const float kNaN = std::nanf("");
 
 using test::column;
 
-// 1000 rows (several of gather_apply's 256-row blocks, the last one partial)
-// of: numeric x (every 17th missing), categorical shop a..d (code 9, outside
+// 1000 rows of: numeric x (every 17th missing), categorical shop a..d (code 9, outside
 // the dictionary, every 31st row; missing every 43rd), the label, numeric y.
 Table mixed() {
   Table t;
@@ -44,91 +45,70 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-TEST(DataPath, GatherApplyIsApplyOfGather) {
+// apply_stored over `rows` of `t`, row by row, as a StoredSource reads a batch.
+std::vector<float> apply_stored_rows(const FeatureTransform& f, const Table& t, const std::vector<std::uint32_t>& rows,
+                                     TransformCounts& counts) {
+  const std::vector<std::size_t> offsets = f.stored_offsets(t.columns, t.label_column);
+  const auto width = static_cast<std::size_t>(t.sample_width()), out_w = static_cast<std::size_t>(f.output_width());
+  std::vector<float> out(rows.size() * out_w, 0.0f);
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    f.apply_stored(t.features.data() + rows[i] * width, offsets, out.data() + i * out_w, counts);
+  return out;
+}
+
+TEST(DataPath, ApplyStoredIsApplyOfGather) {
   Table t = mixed();
   std::vector<std::uint32_t> fit_rows;
   for (std::uint32_t r = 0; r < 800; ++r) fit_rows.push_back(r);
   FeatureTransform f = FeatureTransform::fit(t, fit_rows);
   ASSERT_GT(f.output_width(), f.input_width());  // the one-hot column expands
 
-  // A shuffled-looking subset in no particular order, as a validation split gives.
+  // A shuffled-looking subset in no particular order, as a batch gives.
   std::vector<std::uint32_t> rows;
   for (std::uint32_t i = 0; i < 700; ++i) rows.push_back((i * 389 + 11) % 1000);
 
   TransformCounts want_counts, got_counts;
   const std::vector<float> want = f.apply(f.gather(t, rows), want_counts);
-  const std::vector<float> got = f.gather_apply(t, rows, got_counts);
+  const std::vector<float> got = apply_stored_rows(f, t, rows, got_counts);
   EXPECT_TRUE(same_bits(got, want));
   EXPECT_GT(want_counts.missing, 0u);
   EXPECT_GT(want_counts.unseen, 0u);
   EXPECT_EQ(got_counts.missing, want_counts.missing);
   EXPECT_EQ(got_counts.unseen, want_counts.unseen);
 
-  // Every row, and counts added to what the caller already holds.
-  TransformCounts all_want{5, 7}, all_got{5, 7};
-  EXPECT_TRUE(same_bits(f.gather_apply(t, all_got), f.apply(f.gather(t), all_want)));
-  EXPECT_EQ(all_got.missing, all_want.missing);
-  EXPECT_EQ(all_got.unseen, all_want.unseen);
-}
-
-// In place: the numeric columns x and y only (output 2 wide, the table's
-// rows 3), ascending rows with gaps, so each output row is written over
-// input rows not yet read only if the order of the work is wrong.
-TEST(DataPath, InPlaceIsGatherApplyAndTakesTheBuffer) {
-  const Table t = mixed();
+  // Columns chosen out of the table's order read from their stored places.
   FeatureOptions numeric;
-  numeric.features = std::vector<std::string>{"y", "x"};  // not the table's order
-  std::vector<std::uint32_t> fit_rows;
-  for (std::uint32_t r = 0; r < 1000; r += 3) fit_rows.push_back(r);
-  FeatureTransform f = FeatureTransform::fit(t, fit_rows, numeric);
-  ASSERT_EQ(f.output_width(), 2);
-
-  std::vector<std::uint32_t> rows;  // every row but each 7th: 858 rows, several blocks
-  for (std::uint32_t r = 0; r < 1000; ++r)
-    if (r % 7 != 3) rows.push_back(r);
-  TransformCounts want_counts, got_counts;
-  const std::vector<float> want = f.gather_apply(t, rows, want_counts);
-  Table consumed = t;
-  const float* buffer = consumed.features.data();
-  const std::vector<float> got = f.gather_apply_in_place(consumed, rows, got_counts);
-  EXPECT_TRUE(same_bits(got, want));
-  EXPECT_EQ(got.data(), buffer) << "built in the table's own buffer";
-  EXPECT_GT(want_counts.missing, 0u);
-  EXPECT_EQ(got_counts.missing, want_counts.missing);
-  EXPECT_TRUE(consumed.features.empty());
-  EXPECT_EQ(consumed.labels, t.labels);
-
-  // Rows out of order, or an output wider than the rows (one-hot): the
-  // plain path, the same values, the buffer still taken.
-  std::vector<std::uint32_t> descending(rows.rbegin(), rows.rend());
+  numeric.features = std::vector<std::string>{"y", "x"};
+  FeatureTransform picked = FeatureTransform::fit(t, fit_rows, numeric);
   TransformCounts c1, c2;
-  Table copy = t;
-  EXPECT_TRUE(same_bits(f.gather_apply_in_place(copy, descending, c1), f.gather_apply(t, descending, c2)));
-  EXPECT_TRUE(copy.features.empty());
-  FeatureTransform wide = FeatureTransform::fit(t, fit_rows);
-  ASSERT_GT(wide.output_width(), 3);
-  Table copy2 = t;
-  EXPECT_TRUE(same_bits(wide.gather_apply_in_place(copy2, rows, c1), wide.gather_apply(t, rows, c2)));
-  EXPECT_EQ(c1.unseen, c2.unseen);
-  EXPECT_TRUE(copy2.features.empty());
+  EXPECT_TRUE(same_bits(apply_stored_rows(picked, t, rows, c1), picked.apply(picked.gather(t, rows), c2)));
+  EXPECT_EQ(c1.missing, c2.missing);
 }
 
-TEST(DataPath, GatherApplyOfNoRowsIsEmpty) {
+TEST(DataPath, FitOverARowScanIsTheFitOverTheTable) {
   Table t = mixed();
-  FeatureTransform f = FeatureTransform::fit(t, std::vector<std::uint32_t>{0, 1, 2, 3});
-  TransformCounts counts;
-  EXPECT_TRUE(f.gather_apply(t, std::vector<std::uint32_t>{}, counts).empty());
-  EXPECT_EQ(counts.missing, 0u);
+  std::vector<std::uint32_t> rows;
+  for (std::uint32_t r = 0; r < 1000; r += 3) rows.push_back(r);
+  const FeatureTransform want = FeatureTransform::fit(t, rows);
+  Table schema = t;
+  schema.features.clear();  // the scan's fit reads no feature buffer
+  const auto width = static_cast<std::size_t>(t.sample_width());
+  int scans = 0;
+  const FeatureTransform got = FeatureTransform::fit(schema, rows.size(), [&](const std::function<void(const float*)>& visit) {
+    ++scans;
+    for (std::uint32_t r : rows) visit(t.features.data() + r * width);
+  });
+  EXPECT_EQ(got.to_json(), want.to_json());
+  EXPECT_EQ(scans, 2) << "means, then spreads";
 }
 
-TEST(DataPath, GatherApplyNamesAColumnTheTableLacks) {
+TEST(DataPath, StoredOffsetsNameAColumnTheTableLacks) {
   Table t = mixed();
   FeatureTransform f = FeatureTransform::fit(t, std::vector<std::uint32_t>{0, 1, 2, 3});
   Table other = t;
   other.columns[3] = column("z");
-  TransformCounts counts;
   try {
-    f.gather_apply(other, std::vector<std::uint32_t>{0, 1}, counts);
+    f.stored_offsets(other.columns, other.label_column);
     FAIL() << "expected an error for the missing column";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no column 'y'"), std::string::npos) << e.what();
