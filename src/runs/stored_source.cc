@@ -93,6 +93,14 @@ std::shared_ptr<const StoredBlocks::Block> StoredSource::load(std::uint32_t b) c
   return blocks_.load(stream_block_[b], std::span<const std::uint32_t>(stream_rows_).subspan(first, last - first));
 }
 
+StoredSource::BlockMap StoredSource::load_blocks(const std::vector<std::uint32_t>& wanted) const {
+  std::vector<std::shared_ptr<const StoredBlocks::Block>> blocks(wanted.size());
+  tbb::parallel_for(std::size_t(0), wanted.size(), [&](std::size_t i) { blocks[i] = load(wanted[i]); });
+  BlockMap loaded;
+  for (std::size_t i = 0; i < wanted.size(); ++i) loaded.emplace(wanted[i], std::move(blocks[i]));
+  return loaded;
+}
+
 StoredSource::~StoredSource() {
   // A prefetch that failed loaded blocks nobody asked for yet: its error
   // would have reached the reader that needed them; here there is none.
@@ -130,23 +138,18 @@ void StoredSource::will_read(std::span<const std::uint32_t> now, std::span<const
     return w;
   }();
   std::erase_if(held_, [&](const auto& entry) { return !wanted.count(entry.first); });
-  // The blocks needed now, read in parallel (each read also decodes its
-  // chunks in parallel): a source that holds everything loads it here.
+  // The blocks needed now (a source that holds everything loads it here).
   std::vector<std::uint32_t> wanted_now;
   for (std::uint32_t b : now)
     if (!held_.count(b)) wanted_now.push_back(b);
-  std::vector<std::shared_ptr<const StoredBlocks::Block>> loaded(wanted_now.size());
-  tbb::parallel_for(std::size_t(0), wanted_now.size(), [&](std::size_t i) { loaded[i] = load(wanted_now[i]); });
-  for (std::size_t i = 0; i < wanted_now.size(); ++i) held_.emplace(wanted_now[i], std::move(loaded[i]));
+  held_.merge(load_blocks(wanted_now));
   std::vector<std::uint32_t> missing;
   for (std::uint32_t b : next)
     if (!held_.count(b)) missing.push_back(b);
   if (missing.empty()) return;
-  auto load_all = [this, missing] {
-    BlockMap loaded;
-    for (std::uint32_t b : missing) loaded.emplace(b, load(b));
-    return loaded;
-  };
+  // A deferred load stops training while it runs, so it takes every core
+  // training has; the background one's arena holds one thread.
+  auto load_all = [this, missing] { return load_blocks(missing); };
   if (!background_prefetch_) {
     prefetch_ = std::async(std::launch::deferred, load_all);
     return;

@@ -112,13 +112,14 @@ class StoredSource final : public SampleSource {
   void will_read(std::span<const std::uint32_t> now, std::span<const std::uint32_t> next) override;
   void read(std::span<const std::uint32_t> rows, float* features, float* labels) override;
 
-
  private:
   using BlockMap = std::map<std::uint32_t, std::shared_ptr<const StoredBlocks::Block>>;
   // This source's block b, held after the call.
   const StoredBlocks::Block& block(std::uint32_t b);
   // This source's rows of its block b, read from the store now.
   std::shared_ptr<const StoredBlocks::Block> load(std::uint32_t b) const;
+  // The blocks `wanted`, read in parallel on the calling arena.
+  BlockMap load_blocks(const std::vector<std::uint32_t>& wanted) const;
   void finish_prefetch();
 
   const StoredBlocks& blocks_;
