@@ -27,13 +27,47 @@ struct ModelInputs {
 // damaged blob.
 ModelFile load_model(Store& store, const ModelRecord& record);
 
-// The rows of `table` laid out as the model's feature columns expect: found
-// by name, categorical codes translated into the model's dictionary (a code
-// the model never saw becomes its unseen code). Raw values: the model's
-// feature transform is not applied. kUsage naming `where` for a column the
-// model needs and `table` lacks or holds at another width; kBadData for
-// text where the model expects numbers.
+// Rows laid out as a table's or stored version's `columns` (label left
+// out) turned into rows laid out as the model's feature columns expect:
+// each found by name, categorical codes translated into the model's
+// dictionary (a code the model never saw becomes its unseen code). Raw
+// values: the model's feature transform is not applied. Immutable once
+// built; apply may be called from any thread.
+class InputAlignment {
+ public:
+  // kUsage naming `where` for a column the model needs and `columns` lacks
+  // or holds at another width (or as other than categorical where the
+  // model one-hot encodes it); kBadData for text or dates where the model
+  // expects numbers, or numbers where it expects dates.
+  InputAlignment(const std::vector<ColumnSchema>& columns, std::size_t label_column, const ModelFile& model,
+                 const std::string& where);
+  // Writes the model's input row (width() floats) for `row`, one row in
+  // the `columns` layout.
+  void apply(const float* row, float* out) const;
+  std::size_t width() const { return width_; }
+  // Categories in `columns`' dictionaries that the model's one-hot
+  // columns never saw (each is read as the model's unseen code).
+  std::uint64_t unseen_categories() const;
+
+ private:
+  struct Column {
+    std::size_t from = 0, to = 0, width = 0;  // offsets in the source row and the model's row
+    std::vector<float> code_map;             // one-hot: source code -> model code; else empty
+    float unseen_code = 0;                   // one-hot: the model's code for a category it never saw
+  };
+  std::vector<Column> columns_;
+  std::size_t width_ = 0;
+};
+
+// Every row of `table` through InputAlignment (same errors).
 std::vector<float> aligned_features(const Table& table, const ModelFile& model, const std::string& where);
+
+// The stored label values of `table` as the model's: a categorical label's
+// codes translated by class name into the model's classes (a class the
+// model does not know becomes a code past its last, which encoding
+// rejects); numbers, missing labels and the labels of a model without
+// classes as they are.
+std::vector<float> labels_as_model_codes(const Table& table, const ModelFile& model);
 
 // The rows of `split` of `data` through the model's own preprocessing, with
 // encoded labels. kUsage when the version's label or columns do not match

@@ -132,6 +132,9 @@ class FeatureTransform {
   // version with `columns` (its label at `label_column`): what
   // apply_stored reads. kUsage naming a column the version lacks.
   std::vector<std::size_t> stored_offsets(const std::vector<ColumnSchema>& columns, std::size_t label_column) const;
+  // Where each of the transform's columns starts in a row of its input
+  // layout (the columns back to back, as apply reads them).
+  std::vector<std::size_t> gathered_offsets() const;
   // Transforms one stored row (fp32, the layout `offsets` came from) into
   // `out` (output_width() floats, zeroed by the caller); adds what it
   // imputed to `counts`. How a batch is expanded as it is read, with no

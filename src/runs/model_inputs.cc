@@ -1,5 +1,6 @@
 #include "anneal/model_inputs.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <type_traits>
@@ -23,8 +24,9 @@ std::vector<float> code_map(const std::vector<std::string>& from, const std::vec
 
 float remap(float code, const std::vector<float>& map) {
   if (std::isnan(code)) return code;
-  auto i = static_cast<std::size_t>(code);
-  return code >= 0 && i < map.size() ? map[i] : static_cast<float>(map.size());
+  // A code outside the dictionary (only a damaged stream holds one) is unseen.
+  if (!(code >= 0 && code < static_cast<float>(map.size()))) return static_cast<float>(map.size());
+  return map[static_cast<std::size_t>(code)];
 }
 
 }  // namespace
@@ -33,18 +35,15 @@ ModelFile load_model(Store& store, const ModelRecord& record) {
   return decode_model(read_model(store, record), "model " + record.ref());
 }
 
-std::vector<float> aligned_features(const Table& table, const ModelFile& model, const std::string& where) {
+InputAlignment::InputAlignment(const std::vector<ColumnSchema>& columns, std::size_t label_column,
+                               const ModelFile& model, const std::string& where) {
   std::map<std::string, std::pair<std::size_t, std::size_t>> located;  // name -> (column, offset)
   std::size_t offset = 0;
-  for (std::size_t c = 0; c < table.columns.size(); ++c) {
-    if (c == table.label_column) continue;
-    located[table.columns[c].name] = {c, offset};
-    offset += static_cast<std::size_t>(table.columns[c].width());
+  for (std::size_t c = 0; c < columns.size(); ++c) {
+    if (c == label_column) continue;
+    located[columns[c].name] = {c, offset};
+    offset += static_cast<std::size_t>(columns[c].width());
   }
-  const auto in_w = static_cast<std::size_t>(table.sample_width());
-  const auto out_w = static_cast<std::size_t>(model.features.input_width());
-  std::vector<float> out(table.rows * out_w);
-  std::size_t out_offset = 0;
   for (const ColumnTransform& ct : model.features.columns()) {
     auto it = located.find(ct.column);
     if (it == located.end()) {
@@ -52,17 +51,18 @@ std::vector<float> aligned_features(const Table& table, const ModelFile& model, 
       for (const auto& c : model.features.columns()) needed += (needed.empty() ? "" : ", ") + c.column;
       throw usage_error(where + ": missing column '" + ct.column + "' (the model needs: " + needed + ")");
     }
-    const ColumnSchema& col = table.columns[it->second.first];
+    const ColumnSchema& col = columns[it->second.first];
     if (col.width() != ct.width)
       throw usage_error(where + ": column '" + ct.column + "' holds " + std::to_string(col.width()) +
                         " values per row, the model expects " + std::to_string(ct.width));
-    std::vector<float> map;
+    Column column{it->second.second, width_, static_cast<std::size_t>(ct.width), {}};
     if (ct.one_hot) {
       // A date column the model's version read as text, say, and this one as dates.
       if (col.type != ColumnType::kCategorical)
         throw usage_error(where + ": column '" + ct.column + "' is " + column_type_name(col.type) +
                           " here; the model was trained on it as categorical");
-      map = code_map(col.categories, ct.category_names);
+      column.code_map = code_map(col.categories, ct.category_names);
+      column.unseen_code = static_cast<float>(ct.category_names.size());
     } else if (ct.datetime) {
       if (col.type != ColumnType::kDatetime)
         throw data_error(where + ": column '" + ct.column + "' holds " + column_type_name(col.type) +
@@ -72,14 +72,46 @@ std::vector<float> aligned_features(const Table& table, const ModelFile& model, 
     } else if (col.type == ColumnType::kDatetime) {
       throw data_error(where + ": column '" + ct.column + "' holds dates; the model expects numbers");
     }
-    for (std::uint64_t r = 0; r < table.rows; ++r) {
-      const float* src = table.features.data() + r * in_w + it->second.second;
-      float* dst = out.data() + r * out_w + out_offset;
-      for (std::int64_t k = 0; k < ct.width; ++k) dst[k] = ct.one_hot ? remap(src[k], map) : src[k];
-    }
-    out_offset += static_cast<std::size_t>(ct.width);
+    width_ += column.width;
+    columns_.push_back(std::move(column));
   }
+}
+
+void InputAlignment::apply(const float* row, float* out) const {
+  for (const Column& c : columns_) {
+    const float* src = row + c.from;
+    float* dst = out + c.to;
+    if (c.code_map.empty()) {
+      std::copy_n(src, c.width, dst);
+    } else {
+      for (std::size_t k = 0; k < c.width; ++k) dst[k] = remap(src[k], c.code_map);
+    }
+  }
+}
+
+std::uint64_t InputAlignment::unseen_categories() const {
+  std::uint64_t unseen = 0;
+  for (const Column& c : columns_)
+    unseen += static_cast<std::uint64_t>(std::count(c.code_map.begin(), c.code_map.end(), c.unseen_code));
+  return unseen;
+}
+
+std::vector<float> aligned_features(const Table& table, const ModelFile& model, const std::string& where) {
+  const InputAlignment alignment(table.columns, table.label_column, model, where);
+  const auto in_w = static_cast<std::size_t>(table.sample_width());
+  std::vector<float> out(table.rows * alignment.width());
+  for (std::size_t r = 0; r < table.rows; ++r)
+    alignment.apply(table.features.data() + r * in_w, out.data() + r * alignment.width());
   return out;
+}
+
+std::vector<float> labels_as_model_codes(const Table& table, const ModelFile& model) {
+  std::vector<float> labels = table.labels;
+  const ColumnSchema& label = table.columns[table.label_column];
+  if (label.type != ColumnType::kCategorical || !model.labels.classification()) return labels;
+  const std::vector<float> map = code_map(label.categories, model.labels.class_names());
+  for (float& y : labels) y = remap(y, map);
+  return labels;
 }
 
 namespace {
@@ -101,12 +133,7 @@ ModelInputs inputs_of_parts(const ModelFile& model, const std::string& model_ref
     if (part->rows == 0) continue;
     std::vector<float> f = aligned_features(*part, model, where);
     features.insert(features.end(), f.begin(), f.end());
-    std::vector<float> labels = part->labels;
-    const ColumnSchema& label = part->columns[part->label_column];
-    if (label.type == ColumnType::kCategorical) {
-      std::vector<float> map = code_map(label.categories, model.labels.class_names());
-      for (float& y : labels) y = remap(y, map);
-    }
+    std::vector<float> labels = labels_as_model_codes(*part, model);
     stored_labels.insert(stored_labels.end(), labels.begin(), labels.end());
   }
   result.x = model.features.apply(features, result.counts);

@@ -370,12 +370,17 @@ void FeatureTransform::apply_into(std::span<const float> features, float* out, T
   const std::size_t in_w = static_cast<std::size_t>(input_width());
   const std::size_t out_w = static_cast<std::size_t>(output_width());
   const std::size_t rows = features.size() / in_w;
-  std::vector<std::size_t> offsets;  // the gathered layout: the columns back to back
+  const std::vector<std::size_t> offsets = gathered_offsets();
+  for (std::size_t r = 0; r < rows; ++r) transform_row(features.data() + r * in_w, offsets, out + r * out_w, counts);
+}
+
+std::vector<std::size_t> FeatureTransform::gathered_offsets() const {
+  std::vector<std::size_t> offsets;
   for (std::size_t at = 0; const auto& c : columns_) {
     offsets.push_back(at);
     at += static_cast<std::size_t>(c.width);
   }
-  for (std::size_t r = 0; r < rows; ++r) transform_row(features.data() + r * in_w, offsets, out + r * out_w, counts);
+  return offsets;
 }
 
 std::vector<std::size_t> FeatureTransform::stored_offsets(const std::vector<ColumnSchema>& columns,

@@ -107,9 +107,11 @@ StoredSource::~StoredSource() {
   if (prefetch_.valid() && prefetch_.wait_for(std::chrono::seconds(0)) != std::future_status::deferred) prefetch_.wait();
 }
 
-void StoredSource::set_transform(const FeatureTransform& transform, std::vector<std::size_t> offsets,
-                                 std::vector<std::int64_t> sample_shape) {
-  transform_ = &transform;
+void StoredSource::set_transform(std::shared_ptr<const FeatureTransform> transform, std::vector<std::size_t> offsets,
+                                 std::vector<std::int64_t> sample_shape, const InputAlignment* alignment) {
+  transform_ = std::move(transform);
+  alignment_ = alignment;
+  if (alignment_) aligned_.resize(alignment_->width());
   offsets_ = std::move(offsets);
   sample_shape_ = std::move(sample_shape);
 }
@@ -203,6 +205,10 @@ void StoredSource::read(std::span<const std::uint32_t> rows, float* features, fl
         std::upper_bound(block_starts_.begin(), block_starts_.end(), static_cast<std::int64_t>(r)) - block_starts_.begin() - 1);
     const StoredBlocks::Block& data = block(b);
     const float* row = stored_row(data, blocks_.reader(), static_cast<std::size_t>(r - block_starts_[b]), row_f32_);
+    if (alignment_) {
+      alignment_->apply(row, aligned_.data());
+      row = aligned_.data();
+    }
     float* out = features + i * width;
     std::fill_n(out, width, 0.0f);
     transform_->apply_stored(row, offsets_, out, counts_);

@@ -15,18 +15,19 @@
 // Internal to src/runs/.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <future>
-#include <algorithm>
 #include <map>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "anneal/dataset_rows.h"
+#include "anneal/model_inputs.h"
 #include "anneal/preprocess.h"
 #include "anneal/sample_source.h"
 
@@ -94,10 +95,13 @@ class StoredSource final : public SampleSource {
   StoredSource& operator=(const StoredSource&) = delete;
 
   // The transform read() applies (`offsets` from stored_offsets()), and the
-  // sample shape it produces. Must be set before read(); `transform` must
+  // sample shape it produces. With `alignment` (a warm start reading rows
+  // through its parent's preprocessing) each stored row is first laid out
+  // as the parent's columns, and `offsets` are the transform's
+  // gathered_offsets(). Must be set before read(); `alignment` must
   // outlive this source.
-  void set_transform(const FeatureTransform& transform, std::vector<std::size_t> offsets,
-                     std::vector<std::int64_t> sample_shape);
+  void set_transform(std::shared_ptr<const FeatureTransform> transform, std::vector<std::size_t> offsets,
+                     std::vector<std::int64_t> sample_shape, const InputAlignment* alignment = nullptr);
 
   // Calls `visit` with every row of this source in order, as fp32 in the
   // stored layout: the scan FeatureTransform::fit takes. A source whose
@@ -131,7 +135,9 @@ class StoredSource final : public SampleSource {
   BlockMap held_;
   bool background_prefetch_;
   std::future<BlockMap> prefetch_;            // the next window's blocks: loading, or deferred
-  const FeatureTransform* transform_ = nullptr;
+  std::shared_ptr<const FeatureTransform> transform_;
+  const InputAlignment* alignment_ = nullptr;
+  std::vector<float> aligned_;                // a row laid out by alignment_
   std::vector<std::size_t> offsets_;
   std::vector<std::int64_t> sample_shape_;
   std::vector<float> row_f32_;                // a u8 row widened

@@ -117,60 +117,76 @@ std::uint64_t block_rows_for(std::uint64_t row_bytes, std::uint64_t data_budget)
 
 }  // namespace
 
-PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig& config,
-                          std::uint64_t memory_budget) {
-  PreparedData d;
-  d.version = find_dataset(store, ref);
-  const DatasetVersion& v = d.version;
-  d.rows = std::make_unique<RunRows>();
-  RunRows& rows = *d.rows;
-
+LabelParts read_label_parts(Store& store, const DatasetRef& ref) {
+  LabelParts l;
+  LoadedDataset& parts = l.parts;
+  parts.version = find_dataset(store, ref);
+  const DatasetVersion& v = parts.version;
   // The labels and the split: small (4 and 1 bytes a row), held whole.
-  const bool separate_test = v.stream("test.features") != nullptr;
+  l.separate_test = v.stream("test.features") != nullptr;
   std::vector<float> stream_labels = read_whole<float>(store, v, "labels");
-  std::vector<std::uint8_t> split(stream_labels.size(), 0);
-  if (!separate_test && v.stream("split")) {
-    split = read_whole<std::uint8_t>(store, v, "split");
-    if (split.size() != stream_labels.size()) throw corrupt("dataset " + v.ref() + ": split mask has the wrong length");
+  l.split.assign(stream_labels.size(), 0);
+  if (!l.separate_test && v.stream("split")) {
+    l.split = read_whole<std::uint8_t>(store, v, "split");
+    if (l.split.size() != stream_labels.size()) throw corrupt("dataset " + v.ref() + ": split mask has the wrong length");
   }
-  // The label column and schema as Tables without feature values: what the
-  // label encoding and the column checks read.
-  LoadedDataset parts;
-  parts.version = v;
+  // The label column and schema as Tables without feature values.
   for (Table* t : {&parts.train, &parts.test}) {
     t->columns = v.columns;
     t->sample_shape = v.sample_shape;
     for (std::size_t c = 0; c < v.columns.size(); ++c)
       if (v.columns[c].name == v.label_column) t->label_column = c;
   }
-  std::vector<std::uint32_t> train_part;  // stream row of each train-part row
-  std::vector<std::uint32_t> test_part;   // stream row of each test-part row (its own stream when separate)
   for (std::uint32_t r = 0; r < stream_labels.size(); ++r) {
-    (split[r] ? test_part : train_part).push_back(r);
-    (split[r] ? parts.test : parts.train).labels.push_back(stream_labels[r]);
+    (l.split[r] ? l.test_part : l.train_part).push_back(r);
+    (l.split[r] ? parts.test : parts.train).labels.push_back(stream_labels[r]);
   }
-  stream_labels = {};
-  if (separate_test) {
+  if (l.separate_test) {
     parts.test.labels = read_whole<float>(store, v, "test.labels");
-    test_part.resize(parts.test.labels.size());
-    std::iota(test_part.begin(), test_part.end(), 0u);
+    l.test_part.resize(parts.test.labels.size());
+    std::iota(l.test_part.begin(), l.test_part.end(), 0u);
   }
   parts.train.rows = parts.train.labels.size();
   parts.test.rows = parts.test.labels.size();
+  return l;
+}
+
+PreparedData prepare_data(Store& store, LabelParts label_parts, const TrainConfig& config,
+                          std::uint64_t memory_budget, const ModelFile* parent) {
+  PreparedData d;
+  const LoadedDataset& parts = label_parts.parts;
+  d.version = parts.version;
+  const DatasetVersion& v = d.version;
+  d.rows = std::make_unique<RunRows>();
+  RunRows& rows = *d.rows;
+  const bool separate_test = label_parts.separate_test;
+  const std::vector<std::uint8_t>& split = label_parts.split;
+  const std::vector<std::uint32_t>& train_part = label_parts.train_part;
+  const std::vector<std::uint32_t>& test_part = label_parts.test_part;
+  const std::string where_data = "dataset " + v.ref();
 
   check_trainable(parts, config);
-  d.loss = config.loss.empty() ? LabelEncoding::infer_loss(parts.train) : parse_loss_kind(config.loss);
+  if (parent) {
+    d.loss = parent->loss;
+    d.labels = parent->labels;
+  } else {
+    d.loss = config.loss.empty() ? LabelEncoding::infer_loss(parts.train) : parse_loss_kind(config.loss);
+  }
   check_class_weight_loss(config, d.loss);
-  d.labels = LabelEncoding::fit(d.loss, parts.train, parts.test);
+  if (!parent) d.labels = LabelEncoding::fit(d.loss, parts.train, parts.test);
   d.tabular = v.format == "csv" || v.format == "tsv";
+  // A parent's classes are its own: the stored codes are translated by name.
+  auto stored_labels = [&](const Table& part) { return parent ? labels_as_model_codes(part, *parent) : part.labels; };
 
-  std::vector<float> encoded = d.labels.encode_all(parts.train.labels, "dataset " + v.ref() + " train");
+  std::vector<float> encoded = d.labels.encode_all(stored_labels(parts.train), where_data + " train");
   std::vector<std::uint32_t> train_rows, val_rows;
   validation_split(encoded, d.labels.classification(), config.validation, config.trainer.seed, train_rows,
                    val_rows);
   if (train_rows.empty()) throw usage_error("validation = " + std::to_string(config.validation) +
                                             " leaves no training rows");
+  // A warm start's columns are the parent's (its refusals checked the keys).
   for (const char* key : {"features", "exclude"}) {
+    if (parent) break;
     const auto& names = std::string_view(key) == "features" ? config.features.value_or(std::vector<std::string>{})
                                                              : config.exclude;
     if (auto problem = check_feature_columns(parts.train, names))
@@ -241,7 +257,7 @@ PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig
   if (!test_part.empty()) {
     std::vector<std::uint32_t> all(test_part.size());
     std::iota(all.begin(), all.end(), 0u);
-    d.y_test = d.labels.encode_all(parts.test.labels, "dataset " + v.ref() + " test");
+    d.y_test = d.labels.encode_all(stored_labels(parts.test), where_data + " test");
     test = source(test_blocks, test_part, all, d.y_test, eval_window);
   }
   if (rows.streamed) {
@@ -271,25 +287,34 @@ PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig
   }
   rows.memory.add(rows.fixed_bytes);
 
-  FeatureOptions options;
-  options.features = config.features;
-  options.exclude = config.exclude;
-  options.category_min_count = config.category_min_count;
-  options.max_categories = config.max_categories;
-  try {
-    d.features = FeatureTransform::fit(parts.train, train_rows.size(),
-                                       [&](const std::function<void(const float*)>& visit) { train->for_each_stored_row(visit); },
-                                       options);
-  } catch (const Error& e) {
-    // "no feature column is left": say which keys chose the columns.
-    if (e.kind() != ErrorKind::kUsage) throw;
-    std::string at = where(config, config.features ? "features" : "exclude");
-    throw usage_error(at + e.what());
+  std::vector<std::size_t> offsets;
+  if (parent) {
+    d.features = parent->features;
+    rows.alignment = std::make_unique<InputAlignment>(v.columns, parts.train.label_column, *parent, where_data);
+    offsets = d.features.gathered_offsets();
+  } else {
+    FeatureOptions options;
+    options.features = config.features;
+    options.exclude = config.exclude;
+    options.category_min_count = config.category_min_count;
+    options.max_categories = config.max_categories;
+    try {
+      d.features = FeatureTransform::fit(
+          parts.train, train_rows.size(),
+          [&](const std::function<void(const float*)>& visit) { train->for_each_stored_row(visit); }, options);
+    } catch (const Error& e) {
+      // "no feature column is left": say which keys chose the columns.
+      if (e.kind() != ErrorKind::kUsage) throw;
+      std::string at = where(config, config.features ? "features" : "exclude");
+      throw usage_error(at + e.what());
+    }
+    offsets = d.features.stored_offsets(v.columns, parts.train.label_column);
   }
   d.input_shape = d.features.output_shape();
-  const std::vector<std::size_t> offsets = d.features.stored_offsets(v.columns, parts.train.label_column);
+  // The sources' own copy: d moves, and d.features with it.
+  const auto transform = std::make_shared<const FeatureTransform>(d.features);
   for (StoredSource* s : {train.get(), validation.get(), test.get()})
-    if (s) s->set_transform(d.features, offsets, d.input_shape);
+    if (s) s->set_transform(transform, offsets, d.input_shape, rows.alignment.get());
   rows.train = std::move(train);
   rows.validation = std::move(validation);
   rows.test = std::move(test);
@@ -301,14 +326,6 @@ std::uint64_t array_bytes(const PreparedData& d) {
   std::uint64_t n = 0;
   for (const auto* a : {&d.x_train, &d.y_train, &d.x_val, &d.y_val, &d.x_test, &d.y_test}) n += a->size() * sizeof(float);
   return n;
-}
-
-void make_array_sources(PreparedData& d) {
-  if (!d.rows) d.rows = std::make_unique<RunRows>();
-  d.rows->memory.add(array_bytes(d));  // held until the run ends
-  d.rows->train = std::make_unique<ArraySource>(d.x_train, d.y_train, d.input_shape);
-  if (!d.y_val.empty()) d.rows->validation = std::make_unique<ArraySource>(d.x_val, d.y_val, d.input_shape);
-  if (!d.y_test.empty()) d.rows->test = std::make_unique<ArraySource>(d.x_test, d.y_test, d.input_shape);
 }
 
 void materialize(PreparedData& d) {

@@ -14,6 +14,8 @@
 #include "anneal/datasets.h"
 #include "anneal/preprocess.h"
 #include "anneal/dataset_rows.h"
+#include "anneal/model_file.h"
+#include "anneal/model_inputs.h"
 #include "anneal/store.h"
 #include "runs/stored_source.h"
 
@@ -28,6 +30,8 @@ struct RunRows {
   std::int64_t window = 0;       // training blocks per window
   std::vector<std::unique_ptr<TensorRowReader>> readers;
   std::vector<std::unique_ptr<StoredBlocks>> blocks;
+  // A warm start's: the version's rows laid out as the parent's columns.
+  std::unique_ptr<InputAlignment> alignment;
   std::unique_ptr<SampleSource> train, validation, test;  // validation, test: null when none
 };
 
@@ -43,14 +47,10 @@ struct PreparedData {
   std::vector<float> class_weights;
   // The rows as sources (prepare_data: read from the store per batch).
   std::unique_ptr<RunRows> rows;
-  // The rows as arrays: prepare_as_parent's, or materialize()'s for the
-  // linear baseline; the sources then read them (make_array_sources).
+  // The rows as arrays: materialize()'s, for the linear baseline.
   std::vector<float> x_train, y_train, x_val, y_val, x_test, y_test;
   std::uint64_t train_rows() const { return static_cast<std::uint64_t>(rows->train->rows()); }
 };
-
-// Sources over d's arrays (x_train... held whole): for data prepared in memory.
-void make_array_sources(PreparedData& d);
 
 // Fills d's arrays from its sources, every row transformed (the linear
 // baseline needs the whole matrix). Only for rows that fit the budget.
@@ -73,16 +73,31 @@ void check_class_weight_loss(const TrainConfig& config, LossKind loss);
 std::vector<float> resolve_class_weights(const TrainConfig& config, const LabelEncoding& labels,
                                          std::span<const float> encoded, std::span<const std::uint32_t> rows);
 
+// A version's schema and labels, read before any feature value: what the
+// label encoding, the column checks and a warm start's refusals read.
+struct LabelParts {
+  LoadedDataset parts;                    // columns and labels only: no features
+  bool separate_test = false;             // the test part has streams of its own
+  std::vector<std::uint8_t> split;        // per stream row: 1 when in the test part
+  std::vector<std::uint32_t> train_part;  // stream row of each train-part row
+  std::vector<std::uint32_t> test_part;   // stream row of each test-part row
+};
+// kCorrupt when the version's streams disagree on their lengths.
+LabelParts read_label_parts(Store& store, const DatasetRef& ref);
+
 // Checks the config against the version (the label, features=, exclude=,
-// class_weight) and builds the arrays. kUsage for a label the version does
+// class_weight) and builds the sources. kUsage for a label the version does
 // not have, a loss that does not fit, a column or class the data does not
 // have (naming the config key and where it was set).
 // The rows are read from the store a block at a time in their stored type
 // and transformed per batch (StoredSource); when the version does not fit
 // `memory_budget` bytes, training streams windows of blocks (RunRows).
 // kUsage naming memory_budget when even the labels and row lists do not fit.
-PreparedData prepare_data(Store& store, const DatasetRef& ref, const TrainConfig& config,
-                          std::uint64_t memory_budget);
+// With `parent` (a warm start whose refusals passed) the loss, label
+// encoding and feature transform are the parent's rather than fitted, and
+// rows are laid out as its columns (InputAlignment) as they are read.
+PreparedData prepare_data(Store& store, LabelParts label_parts, const TrainConfig& config,
+                          std::uint64_t memory_budget, const ModelFile* parent = nullptr);
 
 // The default memory_budget: half the machine's physical memory.
 std::uint64_t default_memory_budget();

@@ -112,26 +112,6 @@ std::string type_text(const ColumnSchema& c) {
   return text;
 }
 
-// The stored label values of `table` as the parent's codes: a categorical
-// label's codes translated by class name into the parent's classes (a class
-// the parent does not know becomes a code past its last), numbers as they
-// are.
-std::vector<float> labels_for_parent(const Table& table, const ModelFile& parent) {
-  std::vector<float> labels = table.labels;
-  const ColumnSchema& label = table.columns[table.label_column];
-  if (label.type != ColumnType::kCategorical || !parent.labels.classification()) return labels;
-  std::map<std::string, float> code_of;
-  const auto& names = parent.labels.class_names();
-  for (std::size_t i = 0; i < names.size(); ++i) code_of.emplace(names[i], static_cast<float>(i));
-  for (float& y : labels) {
-    if (std::isnan(y)) continue;
-    const auto code = static_cast<std::size_t>(y);
-    auto it = code < label.categories.size() ? code_of.find(label.categories[code]) : code_of.end();
-    y = it != code_of.end() ? it->second : static_cast<float>(names.size());
-  }
-  return labels;
-}
-
 // The text of a stored label value of `table`: its category, or the number.
 std::string label_text(const Table& table, float y) {
   const ColumnSchema& label = table.columns[table.label_column];
@@ -169,7 +149,7 @@ std::string refusal_by_data(const ModelFile& parent, const LoadedDataset& loaded
   }
   if (parent.labels.classification()) {
     for (const Table* part : {&loaded.train, &loaded.test}) {
-      const std::vector<float> codes = labels_for_parent(*part, parent);
+      const std::vector<float> codes = labels_as_model_codes(*part, parent);
       std::set<float> checked;
       for (std::size_t i = 0; i < codes.size(); ++i) {
         // A missing label is no class; encoding rejects it as it would
@@ -187,52 +167,6 @@ std::string refusal_by_data(const ModelFile& parent, const LoadedDataset& loaded
     }
   }
   return "";
-}
-
-std::vector<float> gather(const std::vector<float>& rows_x_width, std::size_t width,
-                          const std::vector<std::uint32_t>& rows) {
-  std::vector<float> out(rows.size() * width);
-  for (std::size_t i = 0; i < rows.size(); ++i)
-    std::copy_n(rows_x_width.data() + rows[i] * width, width, out.data() + i * width);
-  return out;
-}
-
-// The version through the parent's own preprocessing, split as prepare_data
-// splits (the config's validation fraction and seed).
-PreparedData prepare_as_parent(const LoadedDataset& loaded, const ModelFile& parent, const TrainConfig& config,
-                               TransformCounts& counts) {
-  PreparedData d;
-  d.version = loaded.version;
-  const DatasetVersion& v = d.version;
-  d.loss = parent.loss;
-  d.labels = parent.labels;
-  d.features = parent.features;
-  d.tabular = v.format == "csv" || v.format == "tsv";
-  d.input_shape = d.features.output_shape();
-  const std::string where = "dataset " + v.ref();
-  check_class_weight_loss(config, d.loss);
-  std::vector<float> encoded = d.labels.encode_all(labels_for_parent(loaded.train, parent), where + " train");
-  std::vector<std::uint32_t> train_rows, val_rows;
-  validation_split(encoded, d.labels.classification(), config.validation, config.trainer.seed, train_rows,
-                   val_rows);
-  if (train_rows.empty())
-    throw usage_error("validation = " + std::to_string(config.validation) + " leaves no training rows");
-  // The loss's class weights are the config's, over this version's rows:
-  // they weigh tonight's training, not the parent's preprocessing.
-  d.class_weights = resolve_class_weights(config, d.labels, encoded, train_rows);
-  const auto width = static_cast<std::size_t>(d.features.input_width());
-  const std::vector<float> train_x = aligned_features(loaded.train, parent, where);
-  d.x_train = d.features.apply(gather(train_x, width, train_rows), counts);
-  for (auto r : train_rows) d.y_train.push_back(encoded[r]);
-  if (!val_rows.empty()) {
-    d.x_val = d.features.apply(gather(train_x, width, val_rows), counts);
-    for (auto r : val_rows) d.y_val.push_back(encoded[r]);
-  }
-  if (loaded.test.rows > 0) {
-    d.x_test = d.features.apply(aligned_features(loaded.test, parent, where), counts);
-    d.y_test = d.labels.encode_all(labels_for_parent(loaded.test, parent), where + " test");
-  }
-  return d;
 }
 
 }  // namespace
@@ -273,28 +207,26 @@ WarmStart resolve_warm_start(Store& store, TrainConfig& config, Reporter& report
 
 PreparedData prepare_run_data(Store& store, const DatasetRef& ref, const TrainConfig& config, WarmStart& warm,
                               std::uint64_t memory_budget, Reporter& reporter) {
-  if (!warm.parent) return prepare_data(store, ref, config, memory_budget);
+  LabelParts parts = read_label_parts(store, ref);
+  if (!warm.parent) return prepare_data(store, std::move(parts), config, memory_budget);
   const std::string parent = warm.parent->ref();
   warm.refused = refusal_by_config(warm.parent_model, config);
   if (warm.refused.empty()) warm.refused = refusal_by_feature_keys(*warm.parent, config);
   if (warm.refused.empty()) {
-    LoadedDataset loaded = load_dataset(store, ref);
-    check_trainable(loaded, config);
-    warm.refused = refusal_by_data(warm.parent_model, loaded, config);
-    if (warm.refused.empty()) {
-      TransformCounts counts;
-      PreparedData data = prepare_as_parent(loaded, warm.parent_model, config, counts);
-      make_array_sources(data);
-      warm.used = true;
-      reporter.note("warm start from " + parent + ": its weights and preprocessing" +
-                    (counts.unseen ? " (" + std::to_string(counts.unseen) + " values of categories it never saw "
-                                     "are encoded as unseen)"
-                                   : std::string()));
-      return data;
-    }
+    check_trainable(parts.parts, config);
+    warm.refused = refusal_by_data(warm.parent_model, parts.parts, config);
   }
-  reporter.note("warm start from " + parent + " refused: " + warm.refused + "; training from scratch");
-  return prepare_data(store, ref, config, memory_budget);
+  if (!warm.refused.empty()) {
+    reporter.note("warm start from " + parent + " refused: " + warm.refused + "; training from scratch");
+    return prepare_data(store, std::move(parts), config, memory_budget);
+  }
+  PreparedData data = prepare_data(store, std::move(parts), config, memory_budget, &warm.parent_model);
+  warm.used = true;
+  const std::uint64_t unseen = data.rows->alignment->unseen_categories();
+  reporter.note("warm start from " + parent + ": its weights and preprocessing" +
+                (unseen ? " (" + std::to_string(unseen) + " categories it never saw are encoded as unseen)"
+                        : std::string()));
+  return data;
 }
 
 void load_parent_weights(Trainer& trainer, const WarmStart& warm) {

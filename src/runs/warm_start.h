@@ -51,9 +51,10 @@ WarmStart resolve_warm_start(Store& store, TrainConfig& config, Reporter& report
 // int8 or pruned), has the config's layer spec and loss, every feature
 // column it uses is in the version with the same type and width, the label
 // column is the same, and it knows every class of the version's labels.
-// Deterministic in (parent, version, config). A warm-started run holds its
-// rows in memory whatever `memory_budget` (streaming through the parent's
-// preprocessing is not built yet); a fresh one streams beyond it.
+// Deterministic in (parent, version, config). Either way the rows are read
+// from the store per batch and streamed beyond `memory_budget`
+// (prepare_data); the note counts the categories of the version's
+// dictionaries that the parent's one-hot columns never saw.
 PreparedData prepare_run_data(Store& store, const DatasetRef& ref, const TrainConfig& config, WarmStart& warm,
                               std::uint64_t memory_budget, Reporter& reporter);
 

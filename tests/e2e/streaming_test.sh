@@ -4,7 +4,7 @@
 # same weights run to run; kill -9 and --resume end at the uninterrupted
 # weights; the bytes of rows held stay within the budget, and so does the
 # process's resident memory beyond what a tiny run needs; a bad budget is
-# one line naming where it was set.
+# one line naming where it was set. A warm-started run streams too.
 . "$E2E_LIB"
 
 expect_rc 0 init
@@ -53,6 +53,18 @@ for point in checkpoint.committed@2 checkpoint.committed@7; do
   expect_eq "$(json_get 'j["weights_hash"]')" "$want" "resume after a kill at $point"
   expect_eq "$(json_get 'j["streamed"]')" "True" "the resumed run streams too"
 done
+
+# A warm start reads through its parent's preprocessing and streams under
+# the budget as well: the same weights run to run, rows held within it.
+expect_rc 0 --json train "$WORK/s.ini" --set memory_budget=1G --set epochs=1 --set name=digits-parent
+parent=$(json_get 'j["model"]')
+expect_rc 0 --json train "$WORK/s.ini" --set warm_start="$parent" --set epochs=2
+warm=$(json_get 'j["weights_hash"]')
+expect_eq "$(json_get 'j["streamed"]')" "True" "a warm-started run streams beyond the budget"
+expect_eq "$(json_get 'j["data_peak_bytes"] <= j["memory_budget"]')" "True" "warm start: rows held within the budget: $OUT"
+expect_contains "$ERR" "warm start from $parent: its weights and preprocessing" "the warm start was used"
+expect_rc 0 --json train "$WORK/s.ini" --set warm_start="$parent" --set epochs=2
+expect_eq "$(json_get 'j["weights_hash"]')" "$warm" "a streamed warm start gives the same weights run to run"
 
 # Bad budgets: one line naming where, exit 2, nothing recorded.
 runs_before=$("$ANNEAL" --json runs list)
