@@ -10,7 +10,9 @@
 
 #include "anneal/error.h"
 #include "anneal/formats.h"
+#include "anneal/fs.h"
 #include "formats/number.h"
+#include "test_util.h"
 #include "formats/text.h"
 
 namespace anneal {
@@ -198,6 +200,65 @@ TEST(Decompress, RatioLimit) {
   // The default lets ordinary text through.
   std::string text = sample_text(1 << 20);
   EXPECT_EQ(decompress_input(gzip(text), "t.gz"), text);
+}
+
+// decompress_file reads the file a piece at a time: whatever the piece
+// size, it gives decompress_input's bytes, or its error word for word
+// (truncation, corruption, junk after a member, zero padding split across
+// pieces, the limits), and passes plain input on unchanged and unlimited.
+TEST(Decompress, FileInPiecesIsDecompressInput) {
+  test::TempDir dir;
+  const std::string text = sample_text(300000), a = sample_text(70000);
+  const std::string gz = gzip(text), zst = zstd_streamed(text);
+  DecompressLimits tight;
+  tight.max_bytes = 100000;
+  const std::vector<std::pair<std::string, DecompressLimits>> inputs = {
+      {gz, {}},
+      {gzip(a) + gzip("") + gzip(a), {}},
+      {gzip(a) + std::string(700, '\0'), {}},
+      {gzip(a) + std::string(3, '\0') + gzip(a), {}},
+      {gzip(a) + "trailing junk", {}},
+      {gzip(a) + "\x1f", {}},
+      {gz.substr(0, gz.size() / 2), {}},
+      {gz.substr(0, 10), {}},
+      {zst, {}},
+      {zstd_with_size("ab") + zstd_streamed("cd"), {}},
+      {zst.substr(0, zst.size() - 1), {}},
+      {zst.substr(0, 9), {}},
+      {gz, tight},
+      {zst, tight},
+      {text, tight},  // plain: passed on whatever the limits
+  };
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    const auto& [bytes, limits] = inputs[k];
+    const std::filesystem::path path = dir.path() / ("in" + std::to_string(k));
+    test::write_file(path, bytes);
+    std::string want, want_error;
+    try {
+      want = is_compressed_input(bytes) ? decompress_input(bytes, "in.gz", limits) : bytes;
+    } catch (const Error& e) {
+      want_error = e.what();
+    }
+    for (std::size_t piece : {std::size_t{1}, std::size_t{2}, std::size_t{7}, std::size_t{4096}, std::size_t{1} << 20}) {
+      std::string got, got_error;
+      std::size_t largest = 0;
+      try {
+        decompress_file(FileReader(path), "in.gz", limits, [&](std::string_view p) {
+          got += p;
+          largest = std::max(largest, p.size());
+        }, piece);
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::kBadData);
+        got_error = e.what();
+      }
+      EXPECT_EQ(got_error, want_error) << "input " << k << ", pieces of " << piece;
+      if (want_error.empty()) {
+        EXPECT_TRUE(got == want) << "input " << k << ", pieces of " << piece << ": " << got.size() << " bytes, "
+                                 << want.size() << " expected";
+      }
+      EXPECT_LE(largest, std::size_t{1} << 20);
+    }
+  }
 }
 
 // The fast path must agree bit for bit with std::from_chars (correctly
