@@ -555,10 +555,10 @@ Reader open_input(const fs::path& path, Subject subject) {
   }
 }
 
-// Whether the import can read its input in bounded memory: plain (not
-// compressed) CSV/TSV that --format or the file name says is CSV/TSV (the
-// content sniffing of other names, IDX, LIBSVM and compressed input read the
-// whole file). Returns the format then.
+// Whether the import can read its input in bounded memory: CSV/TSV, plain
+// or gzip/zstd-compressed, that --format or the file name says is CSV/TSV
+// (the content sniffing of other names, IDX and LIBSVM read the whole
+// file). Returns the format then.
 std::optional<Format> streamable_format(const ImportRequest& request) {
   if (request.labels || request.test_labels) return std::nullopt;
   const Format format = request.format == Format::kAuto ? format_from_name(request.file.string()) : request.format;
@@ -567,18 +567,32 @@ std::optional<Format> streamable_format(const ImportRequest& request) {
   if (request.test) files.push_back(*request.test);
   for (const fs::path& path : files) {
     // A file that cannot be opened is reported by the whole-file path, as before.
-    std::optional<FileReader> file;
     try {
-      file.emplace(path);
+      FileReader file(path);
     } catch (const Error&) {
       return std::nullopt;
     }
-    std::array<char, 4> magic{};
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(magic.size(), file->size()));
-    file->read_at(0, std::span<char>(magic.data(), n));
-    if (is_compressed_input(std::string_view(magic.data(), n))) return std::nullopt;
   }
   return format;
+}
+
+// Whether `file` starts with gzip or zstd magic.
+bool compressed_file(const FileReader& file) {
+  std::array<char, 4> magic{};
+  const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(magic.size(), file.size()));
+  file.read_at(0, std::span<char>(magic.data(), n));
+  return is_compressed_input(std::string_view(magic.data(), n));
+}
+
+// Every byte of `file`, in order, a piece at a time.
+void read_pieces(const FileReader& file, const std::function<void(std::string_view)>& sink) {
+  std::string piece(std::size_t{1} << 20, '\0');
+  for (std::uint64_t at = 0; at < file.size(); at += piece.size()) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), file.size() - at));
+    file.read_at(at, std::span<char>(piece.data(), n));
+    sink(std::string_view(piece.data(), n));
+  }
+  file.check_end();
 }
 
 // CSV/TSV in bounded memory, in two passes over each file. Pass 1 (nothing
@@ -603,11 +617,17 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
     FileReader file;
     Table schema;  // pass 1's result: columns, rows; no row data
     StreamChunks source;
+    // Compressed input: its text, decompressed once into a scratch file
+    // that both passes scan; the source stream is the file as it is.
+    std::unique_ptr<ScratchFile> scratch;
+    std::optional<FileReader> decompressed;
+    const FileReader& text() const { return decompressed ? *decompressed : file; }
   };
   std::vector<Part> parts;
-  parts.push_back({"source", request.file, open_input<FileReader>(request.file, Subject::kDataFile), {}, {}});
+  parts.push_back({"source", request.file, open_input<FileReader>(request.file, Subject::kDataFile), {}, {}, {}, {}});
   if (request.test)
-    parts.push_back({"test.source", *request.test, open_input<FileReader>(*request.test, Subject::kTestFile), {}, {}});
+    parts.push_back(
+        {"test.source", *request.test, open_input<FileReader>(*request.test, Subject::kTestFile), {}, {}, {}, {}});
 
   ImportResult result;
   for (const Part& part : parts) result.source_bytes += part.file.size();
@@ -620,13 +640,30 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
     return options;
   };
 
+  // The source stream's bytes: what the scan reads of a plain file, or
+  // the compressed file read on its own.
+  auto scan_callbacks = [](const Part& part, StreamBuilder& source, std::function<void(Table&)> on_rows) {
+    DelimitedScanCallbacks callbacks{nullptr, std::move(on_rows)};
+    if (part.decompressed)
+      read_pieces(part.file, [&](std::string_view bytes) { source.append(bytes); });
+    else
+      callbacks.on_bytes = [&source](std::string_view bytes) { source.append(bytes); };
+    return callbacks;
+  };
+
   // Pass 1: read and check everything, hash the sources; write nothing.
   for (std::size_t i = 0; i < parts.size(); ++i) {
     Part& part = parts[i];
+    if (compressed_file(part.file)) {
+      part.scratch = std::make_unique<ScratchFile>(store.root() / "tmp");
+      decompress_file(part.file, display_name(part.path), request.decompress_limits,
+                      [&](std::string_view bytes) { part.scratch->append(bytes); });
+      part.decompressed.emplace(part.scratch->reader(part.path));
+    }
     StreamBuilder source(objects, kSourceChunking, /*write=*/false);
     const Table* reference = i == 0 ? nullptr : &parts[0].schema;
-    part.schema = scan_delimited(part.file, delimiter, parse_options(part, reference, i == 0 ? &result.date_format_hints : nullptr),
-                                 {[&](std::string_view bytes) { source.append(bytes); }, nullptr}, window_bytes);
+    part.schema = scan_delimited(part.text(), delimiter, parse_options(part, reference, i == 0 ? &result.date_format_hints : nullptr),
+                                 scan_callbacks(part, source, nullptr), window_bytes);
     part.source = source.finish();
   }
   const Table& train = parts[0].schema;
@@ -691,8 +728,8 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
       tensors[*split].builder.append(as_bytes(mask));
     };
     const Table* reference = i == 0 ? nullptr : &parts[0].schema;
-    Table again = scan_delimited(part.file, delimiter, parse_options(part, reference, nullptr),
-                                 {[&](std::string_view bytes) { source.append(bytes); }, on_rows}, window_bytes);
+    Table again = scan_delimited(part.text(), delimiter, parse_options(part, reference, nullptr),
+                                 scan_callbacks(part, source, on_rows), window_bytes);
     StreamChunks stored = source.finish();
     bytes_added += source.bytes_added();
     if (stored.hash != part.source.hash || again.rows != part.schema.rows)

@@ -113,6 +113,37 @@ FileReader::FileReader(const fs::path& path) : path_(path) {
   std::tie(fd_, size_) = open_regular(path);
 }
 
+FileReader FileReader::of_descriptor(int fd, const fs::path& path) {
+  Fd copy(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  if (copy.get() < 0) throw failure(errno_message(path, "cannot duplicate the descriptor of"));
+  struct stat st;
+  if (::fstat(copy.get(), &st) != 0) throw failure(errno_message(path, "cannot stat"));
+  if (!S_ISREG(st.st_mode)) throw failure(path.string() + ": is not a regular file, expected one");
+  FileReader reader;
+  reader.path_ = path;
+  reader.size_ = static_cast<std::uint64_t>(st.st_size);
+  reader.fd_ = copy.release();
+  return reader;
+}
+
+ScratchFile::ScratchFile(const fs::path& dir) : dir_(dir) {
+  std::string name = (dir / "scratch-XXXXXX").string();
+  fd_ = ::mkostemp(name.data(), O_CLOEXEC);
+  if (fd_ < 0) throw failure(errno_message(dir, "cannot create a scratch file in"));
+  if (::unlink(name.c_str()) != 0) {
+    const int error = errno;
+    ::close(fd_);
+    errno = error;
+    throw failure(errno_message(name, "cannot unlink"));
+  }
+}
+
+ScratchFile::~ScratchFile() { ::close(fd_); }
+
+void ScratchFile::append(std::string_view bytes) { write_all(fd_, bytes, dir_ / "(scratch file)"); }
+
+FileReader ScratchFile::reader(const fs::path& name) const { return FileReader::of_descriptor(fd_, name); }
+
 FileReader::FileReader(FileReader&& other) noexcept
     : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
 

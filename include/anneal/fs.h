@@ -46,6 +46,10 @@ class FileReader {
   FileReader& operator=(const FileReader&) = delete;
   FileReader& operator=(FileReader&&) = delete;
 
+  // A reader over the open file `fd` (duplicated: the caller keeps its
+  // own), named `path` in messages; kFailure when it is not a regular file.
+  static FileReader of_descriptor(int fd, const std::filesystem::path& path);
+
   std::uint64_t size() const { return size_; }
   const std::filesystem::path& path() const { return path_; }
   // Fills `out` with the bytes at [offset, offset + out.size()), which must
@@ -55,9 +59,32 @@ class FileReader {
   void check_end() const;
 
  private:
+  FileReader() = default;
   std::filesystem::path path_;
   int fd_ = -1;
   std::uint64_t size_ = 0;
+};
+
+// Scratch space for bytes too many to hold in memory (a decompressed
+// import): a file created in `dir` (the store's tmp/, on the store's file
+// system rather than a small /tmp) and unlinked at once, so it is gone when
+// this closes it, however the process ends. One thread at a time.
+class ScratchFile {
+ public:
+  explicit ScratchFile(const std::filesystem::path& dir);  // kFailure when it cannot be created
+  ~ScratchFile();
+  ScratchFile(const ScratchFile&) = delete;
+  ScratchFile& operator=(const ScratchFile&) = delete;
+
+  // Appends `bytes`; kFailure naming the directory on a write error (a
+  // full disk).
+  void append(std::string_view bytes);
+  // A reader over what was appended so far, named `name` in its messages.
+  FileReader reader(const std::filesystem::path& name) const;
+
+ private:
+  std::filesystem::path dir_;
+  int fd_ = -1;
 };
 
 // Reads exactly `size` bytes from the start of the open file `fd` (the size

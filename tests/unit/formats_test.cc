@@ -1,7 +1,5 @@
 // Format names, format detection, decompression and number parsing.
 #include <gtest/gtest.h>
-#include <zlib.h>
-#include <zstd.h>
 
 #include <charconv>
 #include <cstring>
@@ -19,42 +17,9 @@ namespace anneal {
 namespace {
 
 using namespace std::string_literals;
-
-std::string gzip(std::string_view data) {
-  z_stream stream{};
-  EXPECT_EQ(deflateInit2(&stream, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&stream, static_cast<uLong>(data.size())) + 64, '\0');
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  stream.avail_in = static_cast<uInt>(data.size());
-  stream.next_out = reinterpret_cast<Bytef*>(out.data());
-  stream.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&stream, Z_FINISH), Z_STREAM_END);
-  out.resize(stream.total_out);
-  deflateEnd(&stream);
-  return out;
-}
-
-std::string zstd_with_size(std::string_view data) {
-  std::string out(ZSTD_compressBound(data.size()), '\0');
-  std::size_t n = ZSTD_compress(out.data(), out.size(), data.data(), data.size(), 3);
-  EXPECT_FALSE(ZSTD_isError(n));
-  out.resize(n);
-  return out;
-}
-
-// A frame without a content size, as `zstd` writes when reading a pipe.
-std::string zstd_streamed(std::string_view data) {
-  ZSTD_CCtx* context = ZSTD_createCCtx();
-  ZSTD_CCtx_setParameter(context, ZSTD_c_contentSizeFlag, 0);
-  std::string out(ZSTD_compressBound(data.size()) + 64, '\0');
-  ZSTD_inBuffer in{data.data(), data.size(), 0};
-  ZSTD_outBuffer o{out.data(), out.size(), 0};
-  EXPECT_EQ(ZSTD_compressStream2(context, &o, &in, ZSTD_e_end), 0u);
-  ZSTD_freeCCtx(context);
-  out.resize(o.pos);
-  EXPECT_EQ(ZSTD_getFrameContentSize(out.data(), out.size()), ZSTD_CONTENTSIZE_UNKNOWN);
-  return out;
-}
+using test::gzip;
+using test::zstd_streamed;
+using test::zstd_with_size;
 
 std::string sample_text(std::size_t bytes) {
   std::string text;

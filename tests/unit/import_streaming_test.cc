@@ -236,6 +236,66 @@ TEST_F(StreamedImport, SameVersionAsTheWholeFileImport) {
   }
 }
 
+// Compressed CSV streams too: decompressed once into a scratch file that
+// both passes scan, the compressed file stored as the source. gzip and
+// zstd named .csv.gz / .csv.zst (streamed) give the version the same bytes
+// named .gz / .zst (sniffed: the whole-file path) give, and leave nothing
+// in the store's tmp/.
+TEST_F(StreamedImport, CompressedCsvStreamsToTheWholeFileVersion) {
+  const std::string text = mixed_csv(100000, 5);
+  for (const auto& [suffix, bytes] : {std::pair{std::string(".gz"), test::gzip(text)},
+                                      std::pair{std::string(".zst"), test::zstd_streamed(text)}}) {
+    const fs::path named = dir_.path() / ("mixed.csv" + suffix), sniffed = dir_.path() / ("mixed" + suffix);
+    test::write_file(named, bytes);
+    test::write_file(sniffed, bytes);
+    const fs::path whole_root = dir_.path() / ("whole" + suffix), streamed_root = dir_.path() / ("streamed" + suffix);
+    Store::init(whole_root);
+    Store::init(streamed_root);
+    ImportResult whole = import(whole_root, sniffed);
+    ImportResult streamed = import(streamed_root, named);
+    ASSERT_TRUE(whole.created && streamed.created);
+    EXPECT_EQ(streamed.version.fingerprint, whole.version.fingerprint) << suffix;
+    EXPECT_EQ(streams_of(streamed.version), streams_of(whole.version)) << suffix;
+    EXPECT_EQ(columns_to_json(streamed.version.columns).dump(), columns_to_json(whole.version.columns).dump());
+    EXPECT_TRUE(fs::is_empty(streamed_root / "tmp")) << suffix;
+  }
+}
+
+// A bad cell late in a compressed file: its file:line:column, nothing
+// written, no scratch file left; a decompression bomb stops at the limit.
+TEST_F(StreamedImport, CompressedCsvErrorsWriteNothing) {
+  const fs::path csv = dir_.path() / "late.csv.gz";
+  const std::string good = mixed_csv(150000, 4);
+  const auto bad_line = std::count(good.begin(), good.end(), '\n') + 1;  // quoted newlines count
+  test::write_file(csv, test::gzip(good + "1.0,2.0,Oslo,oops,k1\n"));
+  try {
+    import(root(), csv);
+    FAIL() << "a bad cell was imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadData);
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind(csv.string() + ":" + std::to_string(bad_line) + ":", 0), 0u) << message;
+    EXPECT_NE(message.find("expected a number in column 'c'"), std::string::npos) << message;
+  }
+  const fs::path bomb = dir_.path() / "bomb.csv.zst";
+  test::write_file(bomb, test::zstd_streamed("a,label\n" + std::string(64 << 20, '1')));
+  Store store = Store::open(root());
+  ImportRequest request;
+  request.dataset = "d";
+  request.file = bomb;
+  request.decompress_limits.max_bytes = 1 << 20;
+  request.decompress_limits.max_ratio = 1 << 30;
+  try {
+    import_dataset(store, request, reporter_);
+    FAIL() << "a bomb was imported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.remedy(), Remedy::kRaiseDecompressedSize) << e.what();
+  }
+  EXPECT_TRUE(store.objects().list().empty()) << "objects written before the error";
+  EXPECT_TRUE(list_datasets(store).empty());
+  EXPECT_TRUE(fs::is_empty(root() / "tmp"));
+}
+
 TEST_F(StreamedImport, BadCellLateInTheFileWritesNothing) {
   const fs::path csv = dir_.path() / "late.csv";
   test::write_file(csv, mixed_csv(150000, 4) + "1.0,2.0,Oslo,oops,k1\n");

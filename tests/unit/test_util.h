@@ -55,4 +55,10 @@ ColumnSchema column(const std::string& name, ColumnType type = ColumnType::kNume
 std::string read_file(const std::filesystem::path& path);
 void write_file(const std::filesystem::path& path, const std::string& bytes);
 
+// `data` compressed as gzip; as a zstd frame that records its size; as
+// one that does not (what `zstd` writes when reading a pipe).
+std::string gzip(std::string_view data);
+std::string zstd_with_size(std::string_view data);
+std::string zstd_streamed(std::string_view data);
+
 }  // namespace anneal::test
