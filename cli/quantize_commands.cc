@@ -1,9 +1,10 @@
-// quantize, prune, bench: parse arguments, call quantize/, print the result
-// as text or JSON.
+// quantize, prune, bench, devices: parse arguments, call quantize/ (or the
+// device registry), print the result as text or JSON.
 #include <algorithm>
 #include <iostream>
 #include <thread>
 
+#include "anneal/device.h"
 #include "anneal/error.h"
 #include "anneal/quantize.h"
 #include "anneal/store.h"
@@ -137,6 +138,26 @@ int run_bench(const Invocation& inv) {
   return kExitOk;
 }
 
+int run_devices(const Invocation& inv) {
+  const std::vector<BackendAvailability> backends = available_backends();
+  // What `auto` picks: the first usable one.
+  const auto chosen = std::find_if(backends.begin(), backends.end(), [](const auto& b) { return b.usable; });
+  if (inv.global.json) {
+    json out = json::array();
+    for (const auto& b : backends)
+      out.push_back({{"device", device_name(b.device)}, {"usable", b.usable}, {"reason", b.reason},
+                     {"auto", chosen != backends.end() && &b == &*chosen}});
+    print_json({{"devices", out}});
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows = {{"DEVICE", "USABLE", "NOTE"}};
+  for (const auto& b : backends)
+    rows.push_back({device_name(b.device), b.usable ? "yes" : "no",
+                    chosen != backends.end() && &b == &*chosen ? "auto picks this" : b.reason});
+  print_table(std::cout, rows);
+  return kExitOk;
+}
+
 }  // namespace
 
 void add_quantize_commands(std::vector<Command>& out) {
@@ -195,6 +216,11 @@ void add_quantize_commands(std::vector<Command>& out) {
          add_compute_options(o, true);
        },
        {"MODEL"}, run_bench});
+  out.push_back({"devices", "", "list the compute devices and which one device auto picks",
+                 "Every device this anneal knows, in the order device auto prefers them, whether it is usable on "
+                 "this machine and, when not, why (the CUDA backend not installed, no GPU, a driver too old). "
+                 "Needs no store.",
+                 nullptr, {}, run_devices});
 }
 
 }  // namespace anneal::cli

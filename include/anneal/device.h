@@ -9,8 +9,9 @@
 // that says whether it is usable here. `auto` takes the first usable one in
 // order of preference (a GPU backend before the CPU); naming a device asks
 // for exactly that one. The CPU backend is always built in and always
-// usable. A GPU backend joins the registry in its own file without any other
-// code changing: nothing above the registry names a device.
+// usable; a GPU backend is a plugin loaded when first asked for
+// (anneal/backend_plugin.h), so the executable links no GPU library.
+// Nothing above the registry names a device.
 //
 // Thread-safety: the functions are pure apart from probing the hardware;
 // call them from any thread.
@@ -45,7 +46,7 @@ struct BackendOptions {
 struct BackendAvailability {
   Device device = Device::kCpu;
   bool usable = false;
-  std::string reason;  // why not, when !usable: "no CUDA backend in this build"
+  std::string reason;  // why not, when !usable: "no usable CUDA device: ..."
 };
 
 // Every device this build knows, in `auto`'s order of preference, with
@@ -54,9 +55,12 @@ std::vector<BackendAvailability> available_backends();
 
 // Makes the backend for options.device (kAuto resolved as above). Throws
 // anneal::Error kUsage, one line, when the named device is not usable here
-// ("device cuda: no CUDA backend in this build; use device = cpu or auto"),
-// and kFailure when a usable one fails to start. `options.threads` must be
-// in 1..1024 (kUsage otherwise).
-std::unique_ptr<Backend> make_backend(const BackendOptions& options);
+// ("device cuda: no usable CUDA device: ...; use device cpu or auto"), and
+// kFailure when a usable one fails to start. `options.threads` must be in
+// 1..1024 (kUsage otherwise). With `passed_over`, an `auto` that did not
+// get its first choice appends why, one entry per device it passed over
+// ("cuda: the CUDA backend is not installed (...)"), for the caller to say.
+std::unique_ptr<Backend> make_backend(const BackendOptions& options,
+                                      std::vector<std::string>* passed_over = nullptr);
 
 }  // namespace anneal

@@ -2,9 +2,17 @@
 // `auto` picks. See include/anneal/device.h.
 #include "anneal/device.h"
 
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "anneal/backend_plugin.h"
+#include "anneal/build_info.h"
 #include "anneal/error.h"
-#include "engine/cpu/cpu_backend.h"
 #include "anneal/spelling.h"
+#include "engine/cpu/cpu_backend.h"
 
 namespace anneal {
 
@@ -24,33 +32,94 @@ const char* device_name(Device device) {
   return "?";
 }
 
-std::vector<BackendAvailability> available_backends() {
-  // In `auto`'s order of preference. The CUDA backend is its own plugin
-  // (the CUDA backend issue); until this build carries one, the entry says
-  // so, and `auto` falls through to the CPU.
-  return {
-      {Device::kCuda, false, "no CUDA backend in this build"},
-      {Device::kCpu, true, ""},
-  };
+namespace {
+
+namespace fs = std::filesystem;
+
+// The file a device's plugin is built as, and what its backend is called.
+const char* plugin_file(Device device) { return device == Device::kCuda ? "libanneal-cuda.so" : "?"; }
+const char* plugin_backend_name(Device device) { return device == Device::kCuda ? "CUDA" : "?"; }
+
+// Where plugins are looked for (backend_plugin.h), in order.
+std::vector<fs::path> plugin_dirs() {
+  if (const char* dir = std::getenv("ANNEAL_PLUGIN_DIR"); dir && *dir) return {dir};
+  std::error_code error;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", error);
+  if (error) return {};
+  return {exe.parent_path(), exe.parent_path().parent_path() / "lib" / "anneal"};
 }
 
-std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
+// A device's plugin, loaded, or why it is not there. The library stays
+// loaded for the life of the process (RTLD_NODELETE): backends it made may
+// outlive any handle, and loading it again is only a lookup.
+struct LoadedPlugin {
+  const BackendPlugin* plugin = nullptr;
+  std::string reason;  // when plugin is null
+};
+
+LoadedPlugin load_plugin(Device device) {
+  const std::string file = plugin_file(device);
+  std::string searched;
+  for (const fs::path& dir : plugin_dirs()) {
+    const fs::path path = dir / file;
+    searched += (searched.empty() ? "" : ", ") + dir.string();
+    if (!fs::exists(path)) continue;
+    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (!handle) {
+      const char* why = ::dlerror();
+      return {nullptr, file + " cannot be loaded: " + (why ? why : "dlopen failed") +
+                           " (are its CUDA libraries installed?)"};
+    }
+    auto entry = reinterpret_cast<BackendPluginEntry>(::dlsym(handle, kBackendPluginEntry));
+    const BackendPlugin* plugin = entry ? entry() : nullptr;
+    ::dlclose(handle);  // RTLD_NODELETE: stays mapped
+    if (!plugin) return {nullptr, path.string() + " is not an anneal backend plugin"};
+    // The ABI first: the rest of the struct is only read when it matches.
+    if (plugin->abi != kBackendPluginAbi)
+      return {nullptr, path.string() + " is a plugin of ABI " + std::to_string(plugin->abi) + ", not " +
+                           std::to_string(kBackendPluginAbi) + "; install the package matching this anneal"};
+    if (std::string_view(plugin->build) != build::kPluginBuild || plugin->device != device || !plugin->probe ||
+        !plugin->make)
+      return {nullptr, path.string() + " was built for anneal " + std::string(plugin->build) + ", not this " +
+                           build::kPluginBuild + "; install the package matching this anneal"};
+    return {plugin, ""};
+  }
+  return {nullptr, std::string("the ") + plugin_backend_name(device) + " backend is not installed (no " + file + " in " +
+                       (searched.empty() ? std::string("any plugin directory") : searched) + ")"};
+}
+
+}  // namespace
+
+std::vector<BackendAvailability> available_backends() {
+  // In `auto`'s order of preference: a GPU plugin that finds its device,
+  // then the CPU, built in and always usable.
+  std::vector<BackendAvailability> out;
+  const LoadedPlugin cuda = load_plugin(Device::kCuda);
+  out.push_back(cuda.plugin ? cuda.plugin->probe() : BackendAvailability{Device::kCuda, false, cuda.reason});
+  out.push_back({Device::kCpu, true, ""});
+  return out;
+}
+
+std::unique_ptr<Backend> make_backend(const BackendOptions& options, std::vector<std::string>* passed_over) {
   const Device device = options.device;
   if (options.threads < 1 || options.threads > 1024)
     throw usage_error("threads must be in 1..1024, not " + std::to_string(options.threads));
   for (const BackendAvailability& a : available_backends()) {
     if (device != Device::kAuto && a.device != device) continue;
     if (!a.usable) {
-      if (device == Device::kAuto) continue;
+      if (device == Device::kAuto) {
+        if (passed_over) passed_over->push_back(std::string(device_name(a.device)) + ": " + a.reason);
+        continue;
+      }
       throw usage_error(std::string("device ") + device_name(device) + ": " + a.reason +
                         "; use device cpu or auto");
     }
-    switch (a.device) {
-      case Device::kCpu: return cpu::make_cpu_backend(options);
-      case Device::kAuto:
-      case Device::kCuda: break;
-    }
-    throw failure(std::string("device ") + device_name(a.device) + ": listed as usable but not built");
+    if (a.device == Device::kCpu) return cpu::make_cpu_backend(options);
+    const LoadedPlugin plugin = load_plugin(a.device);
+    if (!plugin.plugin) throw failure(std::string("device ") + device_name(a.device) + ": " + plugin.reason);
+    BackendOptions for_plugin = options;
+    for_plugin.device = a.device;
+    return plugin.plugin->make(for_plugin);
   }
   throw failure("no usable backend");
 }

@@ -1,9 +1,26 @@
 #!/bin/bash
 # --device and the config key `device` (the engine issue): auto and cpu
-# train, evaluate and predict on the CPU; cuda on a machine without a CUDA
-# backend is a one-line error with exit 2 that leaves the store as it was;
-# a misspelt device names the closest one. The run records the device.
+# train, evaluate and predict on the CPU; cuda where the CUDA backend is not
+# usable (not built, not installed, or no GPU: `anneal devices` says which)
+# is a one-line error with exit 2 that leaves the store as it was, and auto
+# says in one line why it trains on the CPU; a misspelt device names the
+# closest one. The run records the device. The anneal executable links no
+# CUDA library; a plugin that is not one, or is damaged, is refused by name.
 . "$E2E_LIB"
+
+# What the registry says of cuda on this machine (no GPU here: never usable).
+expect_rc 0 --json devices
+cuda_usable=$(json_get '[d for d in j["devices"] if d["device"] == "cuda"][0]["usable"]')
+cuda_reason=$(json_get '[d for d in j["devices"] if d["device"] == "cuda"][0]["reason"]')
+expect_eq "$(json_get '[d["device"] for d in j["devices"] if d["auto"]]')" "['cpu']" "auto picks the CPU here"
+expect_eq "$cuda_usable" "False" "cuda is not usable on a machine without a GPU"
+expect_rc 0 devices
+expect_contains "$OUT" "auto picks this" "devices says what auto picks"
+if readelf -d "$ANNEAL" | grep NEEDED | grep -qiE 'cuda|cublas|cudnn|nccl'; then
+  fail "anneal links a CUDA library: $(readelf -d "$ANNEAL" | grep NEEDED)"
+else
+  pass
+fi
 
 expect_rc 0 init
 expect_rc 0 data import iris "$TEST_DATA/iris.csv"
@@ -23,9 +40,9 @@ refused() {
   expect_eq "$(catalog_dump)" "$before_catalog" "$name: catalog unchanged"
 }
 
-# Without a CUDA backend in this build, cuda is refused before any run.
-refused "train --device cuda" "device cuda: no CUDA backend in this build" train "$WORK/iris.ini" --device cuda
-refused "--set device=cuda" "--set device: device cuda: no CUDA backend" train "$WORK/iris.ini" --set device=cuda
+# cuda, not usable here, is refused before any run, saying why.
+refused "train --device cuda" "--device: device cuda: $cuda_reason; use device cpu or auto" train "$WORK/iris.ini" --device cuda
+refused "--set device=cuda" "--set device: device cuda: $cuda_reason" train "$WORK/iris.ini" --set device=cuda
 iris_config "$WORK/cuda.ini" iris-cuda "device = cuda"
 refused "config device = cuda" "cuda.ini:" train "$WORK/cuda.ini"
 refused "train --device gpu" "unknown device 'gpu'" train "$WORK/iris.ini" --device gpu
@@ -37,6 +54,8 @@ expect_rc 0 --json train "$WORK/iris.ini" --device cpu
 cpu_hash=$(json_get 'j["weights_hash"]')
 expect_rc 0 --json train "$WORK/iris.ini"
 expect_eq "$(json_get 'j["weights_hash"]')" "$cpu_hash" "device auto trains what device cpu trains"
+expect_contains "$ERR" "device auto: training on the cpu (cuda: $cuda_reason)" "auto says why it is on the CPU"
+expect_eq "$(printf '%s\n' "$ERR" | grep -c 'device auto')" "1" "in one line"
 expect_rc 0 --json model show iris-mlp@v2
 expect_eq "$(json_get 'j["lineage"]["device"]')" "cpu" "lineage records the device"
 json_get 'len(j["lineage"]["isa"]) > 0' | grep -q True && pass || fail "lineage records the ISA"
@@ -47,7 +66,7 @@ refused "resume --device" "--device: a resumed run keeps its recorded device" tr
 
 # eval and predict take --device too.
 expect_rc 0 eval iris-mlp iris --device cpu
-refused "eval --device cuda" "device cuda: no CUDA backend" eval iris-mlp iris --device cuda
+refused "eval --device cuda" "device cuda: $cuda_reason" eval iris-mlp iris --device cuda
 refused "eval --device tpu" "--device: unknown device 'tpu'" eval iris-mlp iris --device tpu
 head -n 5 "$TEST_DATA/iris.csv" > "$WORK/rows.csv"
 expect_rc 0 predict iris-mlp --input "$WORK/rows.csv" -o "$WORK/out.csv" --device auto
@@ -58,5 +77,23 @@ refused "predict --device cuda" "device cuda" predict iris-mlp --input "$WORK/ro
 # The compression commands resolve the device before recording anything.
 refused "quantize --device cuda" "device cuda" quantize iris-mlp --int8 --calib iris --device cuda
 refused "bench --device cuda" "device cuda" bench iris-mlp --device cuda
+
+# Plugins that are missing, not plugins, or damaged: cuda refused naming
+# the file, auto on the CPU as before.
+mkdir -p "$WORK/plugins/none" "$WORK/plugins/junk" "$WORK/plugins/other"
+ANNEAL_PLUGIN_DIR="$WORK/plugins/none" expect_rc 2 train "$WORK/iris.ini" --device cuda
+expect_contains "$ERR" "device cuda: the CUDA backend is not installed (no libanneal-cuda.so in $WORK/plugins/none)" \
+  "no plugin: not installed"
+head -c 4096 /dev/urandom > "$WORK/plugins/junk/libanneal-cuda.so"
+ANNEAL_PLUGIN_DIR="$WORK/plugins/junk" expect_rc 2 train "$WORK/iris.ini" --device cuda
+expect_contains "$ERR" "libanneal-cuda.so cannot be loaded" "a damaged plugin is refused"
+ANNEAL_PLUGIN_DIR="$WORK/plugins/junk" expect_rc 0 train "$WORK/iris.ini"
+expect_contains "$ERR" "device auto: training on the cpu (cuda: libanneal-cuda.so cannot be loaded" "auto trains past it"
+if command -v cc > /dev/null; then
+  echo 'int not_a_plugin(void) { return 1; }' > "$WORK/plugins/other.c"
+  cc -shared -fPIC -o "$WORK/plugins/other/libanneal-cuda.so" "$WORK/plugins/other.c"
+  ANNEAL_PLUGIN_DIR="$WORK/plugins/other" expect_rc 2 eval iris-mlp iris --device cuda
+  expect_contains "$ERR" "$WORK/plugins/other/libanneal-cuda.so is not an anneal backend plugin" "a library that is no plugin"
+fi
 
 finish
