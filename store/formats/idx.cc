@@ -1,14 +1,17 @@
 // IDX: the big-endian array format of MNIST and Fashion-MNIST.
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_invoke.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "anneal/error.h"
 #include "anneal/formats.h"
+#include "formats/idx_scan.h"
 #include "formats/stats.h"
 
 namespace anneal {
@@ -71,19 +74,22 @@ struct IdxArray {
   std::uint64_t elements = 0;
 };
 
-IdxArray read_idx(std::string_view bytes, const std::string& name) {
-  if (bytes.size() < 4 || bytes[0] != 0 || bytes[1] != 0 || element_bytes(static_cast<unsigned char>(bytes[2])) == 0 ||
-      bytes[3] == 0)
+// The layout an IDX file's header gives, checked against the file's size:
+// `head` is the file's first bytes (all of them, or at least the header's
+// kMaxIdxHeaderBytes), `file_size` its size. Leaves `data` unset.
+IdxArray read_idx_layout(std::string_view head, std::uint64_t file_size, const std::string& name) {
+  if (file_size < 4 || head[0] != 0 || head[1] != 0 || element_bytes(static_cast<unsigned char>(head[2])) == 0 ||
+      head[3] == 0)
     throw data_error(name + ": expected IDX magic 00 00 TYPE RANK (TYPE 08, 09, 0b, 0c, 0d or 0e; RANK >= 1), found " +
-                     (bytes.empty() ? std::string("an empty file") : hex_bytes(bytes.substr(0, 4))));
+                     (file_size == 0 ? std::string("an empty file") : hex_bytes(head.substr(0, 4))));
   IdxArray array;
-  array.type = static_cast<unsigned char>(bytes[2]);
-  std::size_t rank = static_cast<unsigned char>(bytes[3]);
+  array.type = static_cast<unsigned char>(head[2]);
+  std::size_t rank = static_cast<unsigned char>(head[3]);
   std::size_t header = 4 + 4 * rank;
-  if (bytes.size() < header)
+  if (file_size < header)
     throw data_error(name + ": expected " + std::to_string(header) + " header bytes for rank " +
-                     std::to_string(rank) + ", found " + std::to_string(bytes.size()));
-  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+                     std::to_string(rank) + ", found " + std::to_string(file_size));
+  const auto* p = reinterpret_cast<const unsigned char*>(head.data());
   std::uint64_t data_bytes = element_bytes(array.type);
   array.elements = 1;
   for (std::size_t i = 0; i < rank; ++i) {
@@ -94,15 +100,20 @@ IdxArray read_idx(std::string_view bytes, const std::string& name) {
         __builtin_mul_overflow(data_bytes, dim, &data_bytes))
       data_bytes = std::numeric_limits<std::uint64_t>::max();
   }
-  std::uint64_t found = bytes.size() - header;
+  std::uint64_t found = file_size - header;
   if (data_bytes != found)
     throw data_error(name + ": expected " +
                      (data_bytes == std::numeric_limits<std::uint64_t>::max() ? std::string("an impossible amount of")
                                                                              : std::to_string(data_bytes)) +
                      " data bytes for dims " + shape_text(array.dims) + ", found " + std::to_string(found) +
                      (found < data_bytes ? " (truncated file?)" : " (trailing data?)"));
-  array.data = p + header;
   array.header_bytes = header;
+  return array;
+}
+
+IdxArray read_idx(std::string_view bytes, const std::string& name) {
+  IdxArray array = read_idx_layout(bytes, bytes.size(), name);
+  array.data = reinterpret_cast<const unsigned char*>(bytes.data()) + array.header_bytes;
   return array;
 }
 
@@ -191,12 +202,11 @@ std::vector<std::int64_t> sample_shape_of(const std::vector<std::int64_t>& dims)
   return shape;
 }
 
-}  // namespace
-
-Table parse_idx(std::string_view images, std::string_view labels, const ParseOptions& options,
-                const std::string& labels_display_name) {
-  IdxArray image_array = read_idx(images, options.display_name);
-  IdxArray label_array = read_idx(labels, labels_display_name);
+// The Table of these images and labels without their values: checks that
+// they belong together (and to the train part, given options.reference),
+// names the columns and sets the sample shape and row count.
+Table table_of(const IdxArray& image_array, const IdxArray& label_array, const ParseOptions& options,
+               const std::string& labels_display_name) {
   const std::int64_t samples = image_array.dims[0];
   if (label_array.dims.size() != 1)
     throw data_error(labels_display_name + ": expected labels of rank 1 (one per image), found dims " +
@@ -221,18 +231,116 @@ Table parse_idx(std::string_view images, std::string_view labels, const ParseOpt
   table.rows = static_cast<std::uint64_t>(samples);
   table.label_column = 1;
   table.columns.resize(2);
-  ColumnSchema& image = table.columns[0];
-  image.name = "image";
-  image.shape = table.sample_shape;
+  table.columns[0].name = "image";
+  table.columns[0].shape = table.sample_shape;
+  table.columns[1].name = "label";
+  table.byte_features = image_array.type == static_cast<unsigned char>(ElementType::kU8);
+  return table;
+}
+
+// The labels' values and statistics. A label cannot be missing, whatever
+// --nonfinite says.
+void convert_labels(const IdxArray& label_array, const std::string& labels_display_name, Table& table) {
+  convert(label_array, table.labels, NonFinite::kError, labels_display_name, "a label must be finite", Remedy::kNone)
+      .store_into(table.columns[1]);
+}
+
+// The first bytes of `input`: its whole header, if it is IDX.
+std::string head_of(const IdxInput& input) {
+  std::string head(static_cast<std::size_t>(std::min<std::uint64_t>(input.size(), kMaxIdxHeaderBytes)), '\0');
+  input.read_at(0, head);
+  return head;
+}
+
+}  // namespace
+
+Table parse_idx(std::string_view images, std::string_view labels, const ParseOptions& options,
+                const std::string& labels_display_name) {
+  IdxArray image_array = read_idx(images, options.display_name);
+  IdxArray label_array = read_idx(labels, labels_display_name);
+  Table table = table_of(image_array, label_array, options, labels_display_name);
   convert(image_array, table.features, options.nonfinite, options.display_name, "",
           Remedy::kReadNonFiniteAsMissing)
-      .store_into(image);
-  table.byte_features = image_array.type == static_cast<unsigned char>(ElementType::kU8);
-  ColumnSchema& label = table.columns[1];
-  label.name = "label";
-  // A label cannot be missing, whatever --nonfinite says.
-  convert(label_array, table.labels, NonFinite::kError, labels_display_name, "a label must be finite", Remedy::kNone)
-      .store_into(label);
+      .store_into(table.columns[0]);
+  convert_labels(label_array, labels_display_name, table);
+  return table;
+}
+
+std::optional<unsigned char> idx_element_type(std::string_view head) {
+  if (head.size() < 4 || head[0] != 0 || head[1] != 0 || head[3] == 0) return std::nullopt;
+  const auto type = static_cast<unsigned char>(head[2]);
+  if (element_bytes(type) == 0) return std::nullopt;
+  return type;
+}
+
+void IdxInput::read_at(std::uint64_t offset, std::span<char> out) const {
+  if (file_ != nullptr) {
+    file_->read_at(offset, out);
+    return;
+  }
+  if (offset > bytes_.size() || out.size() > bytes_.size() - offset)
+    throw std::out_of_range("IdxInput::read_at: bytes past the end");
+  std::memcpy(out.data(), bytes_.data() + offset, out.size());
+}
+
+void IdxInput::check_end() const {
+  if (file_ != nullptr) file_->check_end();
+}
+
+Table scan_idx_u8(const IdxInput& images, const IdxInput& labels, const ParseOptions& options,
+                  const std::string& labels_display_name, const IdxScanCallbacks& callbacks, std::size_t piece_bytes) {
+  // Both headers first, as parse_idx reads them, before any data.
+  const std::string image_head = head_of(images);
+  const IdxArray image_array = read_idx_layout(image_head, images.size(), options.display_name);
+  const std::string label_head = head_of(labels);
+  IdxArray label_array = read_idx_layout(label_head, labels.size(), labels_display_name);
+  Table table = table_of(image_array, label_array, options, labels_display_name);
+  if (!table.byte_features)
+    throw failure("internal: scan_idx_u8 given IDX elements of type " + hex_bytes(image_head.substr(2, 1)));
+
+  // The labels, checked before the pixels are read: their size is one per
+  // image, as the header check above made sure.
+  std::string label_bytes(static_cast<std::size_t>(labels.size()), '\0');
+  labels.read_at(0, label_bytes);
+  labels.check_end();
+  label_array.data = reinterpret_cast<const unsigned char*>(label_bytes.data()) + label_array.header_bytes;
+  convert_labels(label_array, labels_display_name, table);
+  if (callbacks.on_label_bytes) callbacks.on_label_bytes(label_bytes);
+
+  // The pixels, a piece of whole statistics blocks at a time: each block's
+  // statistics taken as convert takes them and merged in the same order,
+  // so they are parse_idx's bit for bit.
+  const std::uint64_t elements = image_array.elements;
+  const std::size_t blocks_per_piece = std::max<std::size_t>(1, piece_bytes / kConvertChunk);
+  const std::uint64_t piece_elements = std::uint64_t{blocks_per_piece} * kConvertChunk;
+  std::string piece(static_cast<std::size_t>(std::min(piece_elements, elements)), '\0');
+  std::vector<ColumnStats> block_stats(blocks_per_piece);
+  ColumnStats stats;
+  if (callbacks.on_bytes) callbacks.on_bytes(std::string_view(image_head).substr(0, image_array.header_bytes));
+  for (std::uint64_t first = 0; first < elements; first += piece_elements) {
+    const auto count = static_cast<std::size_t>(std::min(piece_elements, elements - first));
+    const std::string_view pixels(piece.data(), count);
+    images.read_at(image_array.header_bytes + first, std::span<char>(piece.data(), count));
+    const std::size_t blocks = (count + kConvertChunk - 1) / kConvertChunk;
+    auto take_statistics = [&] {
+      if (!callbacks.statistics) return;
+      tbb::parallel_for(std::size_t{0}, blocks, [&](std::size_t b) {
+        const std::size_t begin = b * kConvertChunk, end = std::min(begin + kConvertChunk, count);
+        block_stats[b] = ColumnStats{};
+        formats::add_row_stats(reinterpret_cast<const std::uint8_t*>(pixels.data()) + begin, end - begin, 1,
+                               &block_stats[b]);
+      });
+    };
+    auto pass_on = [&] {
+      if (callbacks.on_bytes) callbacks.on_bytes(pixels);
+      if (callbacks.on_pixels) callbacks.on_pixels(pixels);
+    };
+    tbb::parallel_invoke(take_statistics, pass_on);
+    if (callbacks.statistics)
+      for (std::size_t b = 0; b < blocks; ++b) stats.merge(block_stats[b]);
+  }
+  images.check_end();
+  if (callbacks.statistics) stats.store_into(table.columns[0]);
   return table;
 }
 
