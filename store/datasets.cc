@@ -25,6 +25,7 @@
 #include "anneal/hash.h"
 #include "formats/delimited_scan.h"
 #include "formats/idx_scan.h"
+#include "formats/input_stream.h"
 #include "formats/text.h"
 #include "sqlite.h"
 #include "streams.h"
@@ -838,37 +839,41 @@ class ByteRowSplit {
 // Bytes of a source stream appended to a StreamBuilder at a time.
 constexpr std::size_t kSourcePieceBytes = std::size_t{8} << 20;
 
-// One file of a streamed IDX import, opened: read with pread when plain;
-// held (its bytes and, once needed, their decompressed form) when
-// compressed, within the request's decompression limits.
+// One file of a streamed IDX import, opened and read front to back: with
+// pread when plain, decompressed as it is read when compressed images, and
+// read whole and decompressed once when compressed labels (they are held
+// anyway), within the request's decompression limits.
 struct IdxFile {
   std::string role;  // of its source stream
   fs::path path;
   FileReader file;
   bool compressed = false;
-  std::string bytes;         // the file when compressed
-  std::string decompressed;  // its content, once read()
+  std::string bytes;         // compressed labels: the file
+  std::string decompressed;  // and their content, once read_whole()
 
-  // Reads a compressed file whole and decompresses it (once).
-  void read(const DecompressLimits& limits) {
+  void read_whole(const DecompressLimits& limits) {
     if (!compressed || !bytes.empty()) return;
     bytes.resize(static_cast<std::size_t>(file.size()));
     file.read_at(0, bytes);
     file.check_end();
     decompressed = decompress_input(bytes, display_name(path), limits);
   }
-  IdxInput input() const { return compressed ? IdxInput(decompressed) : IdxInput(file); }
-  // The first bytes of the content (decompressed), enough for its header.
-  std::string head() const {
-    const IdxInput in = input();
-    std::string out(static_cast<std::size_t>(std::min<std::uint64_t>(in.size(), kMaxIdxHeaderBytes)), '\0');
-    in.read_at(0, out);
-    return out;
-  }
-  // The source stream of a compressed file, from the bytes held.
-  void append_compressed(StreamBuilder& source) const {
+  // The source stream of compressed labels, from the bytes held.
+  void append_held(StreamBuilder& source) const {
     for (std::size_t at = 0; at < bytes.size(); at += kSourcePieceBytes)
       source.append(std::string_view(bytes).substr(at, kSourcePieceBytes));
+  }
+  // The first bytes of the content (decompressed), enough for an IDX header.
+  std::string head(const DecompressLimits& limits) const {
+    std::string out(kMaxIdxHeaderBytes, '\0');
+    if (compressed) {
+      DecompressingReader stream(file, display_name(path), limits);
+      out.resize(stream.read(out));
+    } else {
+      out.resize(static_cast<std::size_t>(std::min<std::uint64_t>(file.size(), out.size())));
+      file.read_at(0, out);
+    }
+    return out;
   }
 };
 
@@ -878,8 +883,8 @@ struct IdxFile {
 // scan reports it as parse_idx does) and names its labels as IDX needs;
 // nullopt otherwise (other element types, another format, flags IDX does
 // not take): the whole-file import reads those and reports what is wrong.
-// The train images are read first (decompressed when compressed), as the
-// whole-file import reads them first to tell their format.
+// The train images' header is read first (decompressed when compressed), as
+// the whole-file import reads them first to tell their format.
 std::optional<std::vector<IdxFile>> open_u8_idx(const ImportRequest& request) {
   if (!request.labels || !request.date_formats.empty() || request.test.has_value() != request.test_labels.has_value())
     return std::nullopt;
@@ -904,8 +909,7 @@ std::optional<std::vector<IdxFile>> open_u8_idx(const ImportRequest& request) {
     add("test.source", *request.test, Subject::kTestFile);
     add("test.source.labels", *request.test_labels, Subject::kTestLabelsFile);
   }
-  files[0].read(request.decompress_limits);
-  const std::string head = files[0].head();
+  const std::string head = files[0].head(request.decompress_limits);
   if (request.format == Format::kAuto && detect_format(request.file.filename().string(), head) != Format::kIdx)
     return std::nullopt;
   if (std::optional<unsigned char> type = idx_element_type(head); type && *type != kIdxU8Type) return std::nullopt;
@@ -919,9 +923,10 @@ std::optional<std::vector<IdxFile>> open_u8_idx(const ImportRequest& request) {
 // them straight into the u8 "features" stream, the sources into theirs,
 // while the split mask is decided row by row. The version is the one the
 // whole-file import recorded (the same streams, chunks, schema and
-// statistics), without a float copy of the images. Held: the labels, a
-// piece of pixels and, for compressed input, the file and its content
-// (plain input is read with pread). nullopt when the test images turn out
+// statistics), without a float copy of the images. Held: the labels (and,
+// compressed, their file and content), the split mask and a piece of
+// pixels; plain images are read with pread, compressed ones decompressed
+// as they are read, once per pass. nullopt when the test images turn out
 // to be of another element type: the caller imports those whole.
 std::optional<ImportResult> import_u8_idx_streamed(Store& store, const ImportRequest& request, Reporter& reporter,
                                                    std::vector<IdxFile>& files) {
@@ -932,42 +937,50 @@ std::optional<ImportResult> import_u8_idx_streamed(Store& store, const ImportReq
   const std::size_t parts = files.size() / 2;
 
   // One part's scan: its images, then its labels (files[2 * part], +1).
-  // Source bytes of plain files come through `images_bytes` and
-  // `labels_bytes`; compressed sources are the caller's to stream.
-  auto scan_part = [&](std::size_t part, const Table* reference, const IdxScanCallbacks& callbacks,
-                       const std::function<void(std::string_view)>& labels_bytes) {
+  // Every byte of the images file and of the labels file goes to the
+  // builders given, once, in order.
+  auto scan_part = [&](std::size_t part, const Table* reference, IdxScanCallbacks callbacks,
+                       StreamBuilder& images_source, StreamBuilder& labels_source) {
     IdxFile& images = files[2 * part];
     IdxFile& labels = files[2 * part + 1];
     ParseOptions options = parse_options_of(request, display_name(images.path));
     if (reference) options.reference = &reference->columns;
-    if (labels.compressed) {
-      labels.read(request.decompress_limits);
-      return scan_idx_u8(images.input(), labels.input(), options, display_name(labels.path), callbacks);
+    auto to_images_source = [&](std::string_view bytes) { images_source.append(bytes); };
+    std::optional<DecompressingReader> stream;
+    std::optional<IdxInput> images_input;
+    if (images.compressed) {
+      stream.emplace(images.file, display_name(images.path), request.decompress_limits, to_images_source);
+      images_input.emplace(*stream);
+    } else {
+      callbacks.on_bytes = to_images_source;
+      images_input.emplace(images.file);
     }
-    // Plain labels: the bytes parsed are the bytes hashed.
-    IdxScanCallbacks with_labels = callbacks;
-    with_labels.on_label_bytes = labels_bytes;
-    return scan_idx_u8(images.input(), labels.input(), options, display_name(labels.path), with_labels);
+    Table table;
+    if (labels.compressed) {
+      labels.read_whole(request.decompress_limits);
+      IdxInput labels_input(labels.decompressed);
+      table = scan_idx_u8(*images_input, labels_input, options, display_name(labels.path), callbacks);
+      labels.append_held(labels_source);
+    } else {
+      // Plain labels: the bytes parsed are the bytes hashed.
+      callbacks.on_label_bytes = [&](std::string_view bytes) { labels_source.append(bytes); };
+      IdxInput labels_input(labels.file);
+      table = scan_idx_u8(*images_input, labels_input, options, display_name(labels.path), callbacks);
+    }
+    return table;
   };
 
   // Pass 1: read and check everything, hash the sources; write nothing.
   std::vector<Table> tables(parts);
   std::vector<StreamChunks> sources(files.size());
   for (std::size_t part = 0; part < parts; ++part) {
-    IdxFile& images = files[2 * part];
     if (part > 0) {
-      images.read(request.decompress_limits);
-      if (std::optional<unsigned char> type = idx_element_type(images.head()); type && *type != kIdxU8Type)
-        return std::nullopt;
+      const std::string head = files[2 * part].head(request.decompress_limits);
+      if (std::optional<unsigned char> type = idx_element_type(head); type && *type != kIdxU8Type) return std::nullopt;
     }
     StreamBuilder images_source(objects, kSourceChunking, /*write=*/false);
     StreamBuilder labels_source(objects, kSourceChunking, /*write=*/false);
-    IdxScanCallbacks callbacks;
-    if (!images.compressed) callbacks.on_bytes = [&](std::string_view bytes) { images_source.append(bytes); };
-    tables[part] = scan_part(part, part == 0 ? nullptr : &tables[0], callbacks,
-                             [&](std::string_view bytes) { labels_source.append(bytes); });
-    if (images.compressed) images.append_compressed(images_source);
-    if (files[2 * part + 1].compressed) files[2 * part + 1].append_compressed(labels_source);
+    tables[part] = scan_part(part, part == 0 ? nullptr : &tables[0], {}, images_source, labels_source);
     sources[2 * part] = images_source.finish();
     sources[2 * part + 1] = labels_source.finish();
   }
@@ -1016,7 +1029,6 @@ std::optional<ImportResult> import_u8_idx_streamed(Store& store, const ImportReq
     }
     IdxScanCallbacks callbacks;
     callbacks.statistics = false;
-    if (!images.compressed) callbacks.on_bytes = [&](std::string_view bytes) { images_source.append(bytes); };
     callbacks.on_pixels = [&](std::string_view pixels) {
       if (splitter) {
         tbb::parallel_invoke([&] { features.append(pixels); }, [&] { splitter->append(pixels, mask); });
@@ -1024,10 +1036,7 @@ std::optional<ImportResult> import_u8_idx_streamed(Store& store, const ImportReq
         features.append(pixels);
       }
     };
-    const Table again = scan_part(part, part == 0 ? nullptr : &tables[0], callbacks,
-                                  [&](std::string_view bytes) { labels_source.append(bytes); });
-    if (images.compressed) images.append_compressed(images_source);
-    if (labels.compressed) labels.append_compressed(labels_source);
+    const Table again = scan_part(part, part == 0 ? nullptr : &tables[0], callbacks, images_source, labels_source);
     for (auto [file, builder] : {std::pair{&images, &images_source}, std::pair{&labels, &labels_source}}) {
       StreamChunks stored = builder->finish();
       bytes_added += builder->bytes_added();

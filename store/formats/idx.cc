@@ -72,12 +72,16 @@ struct IdxArray {
   const unsigned char* data = nullptr;
   std::size_t header_bytes = 0;  // where data starts in the file
   std::uint64_t elements = 0;
+  // What the dims say the data takes (uint64 max: more than any file).
+  std::uint64_t data_bytes = 0;
 };
 
-// The layout an IDX file's header gives, checked against the file's size:
-// `head` is the file's first bytes (all of them, or at least the header's
-// kMaxIdxHeaderBytes), `file_size` its size. Leaves `data` unset.
-IdxArray read_idx_layout(std::string_view head, std::uint64_t file_size, const std::string& name) {
+// The layout an IDX file's header gives: `head` is the file's first bytes
+// (all of them, or at least the header's kMaxIdxHeaderBytes), `file_size`
+// its size, or at least that of `head` when the size is not known yet (the
+// size is then checked with check_data_bytes once known). Leaves `data`
+// unset.
+IdxArray read_idx_header(std::string_view head, std::uint64_t file_size, const std::string& name) {
   if (file_size < 4 || head[0] != 0 || head[1] != 0 || element_bytes(static_cast<unsigned char>(head[2])) == 0 ||
       head[3] == 0)
     throw data_error(name + ": expected IDX magic 00 00 TYPE RANK (TYPE 08, 09, 0b, 0c, 0d or 0e; RANK >= 1), found " +
@@ -100,14 +104,27 @@ IdxArray read_idx_layout(std::string_view head, std::uint64_t file_size, const s
         __builtin_mul_overflow(data_bytes, dim, &data_bytes))
       data_bytes = std::numeric_limits<std::uint64_t>::max();
   }
-  std::uint64_t found = file_size - header;
-  if (data_bytes != found)
-    throw data_error(name + ": expected " +
-                     (data_bytes == std::numeric_limits<std::uint64_t>::max() ? std::string("an impossible amount of")
-                                                                             : std::to_string(data_bytes)) +
-                     " data bytes for dims " + shape_text(array.dims) + ", found " + std::to_string(found) +
-                     (found < data_bytes ? " (truncated file?)" : " (trailing data?)"));
   array.header_bytes = header;
+  array.data_bytes = data_bytes;
+  return array;
+}
+
+// Checks that the file holds exactly the data its dims say: `found` bytes
+// after the header.
+void check_data_bytes(const IdxArray& array, std::uint64_t found, const std::string& name) {
+  if (array.data_bytes != found)
+    throw data_error(name + ": expected " +
+                     (array.data_bytes == std::numeric_limits<std::uint64_t>::max()
+                          ? std::string("an impossible amount of")
+                          : std::to_string(array.data_bytes)) +
+                     " data bytes for dims " + shape_text(array.dims) + ", found " + std::to_string(found) +
+                     (found < array.data_bytes ? " (truncated file?)" : " (trailing data?)"));
+}
+
+// read_idx_header and check_data_bytes, for a file whose size is known.
+IdxArray read_idx_layout(std::string_view head, std::uint64_t file_size, const std::string& name) {
+  IdxArray array = read_idx_header(head, file_size, name);
+  check_data_bytes(array, file_size - array.header_bytes, name);
   return array;
 }
 
@@ -245,12 +262,8 @@ void convert_labels(const IdxArray& label_array, const std::string& labels_displ
       .store_into(table.columns[1]);
 }
 
-// The first bytes of `input`: its whole header, if it is IDX.
-std::string head_of(const IdxInput& input) {
-  std::string head(static_cast<std::size_t>(std::min<std::uint64_t>(input.size(), kMaxIdxHeaderBytes)), '\0');
-  input.read_at(0, head);
-  return head;
-}
+// Reads up to out.size() bytes of `input` into `out`; returns how many.
+std::size_t read_some(IdxInput& input, std::string& out) { return input.read(std::span<char>(out.data(), out.size())); }
 
 }  // namespace
 
@@ -273,54 +286,79 @@ std::optional<unsigned char> idx_element_type(std::string_view head) {
   return type;
 }
 
-void IdxInput::read_at(std::uint64_t offset, std::span<char> out) const {
-  if (file_ != nullptr) {
-    file_->read_at(offset, out);
-    return;
-  }
-  if (offset > bytes_.size() || out.size() > bytes_.size() - offset)
-    throw std::out_of_range("IdxInput::read_at: bytes past the end");
-  std::memcpy(out.data(), bytes_.data() + offset, out.size());
+std::size_t IdxInput::read(std::span<char> out) {
+  if (stream_ != nullptr) return stream_->read(out);
+  const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(out.size(), *size_ - offset_));
+  if (file_ != nullptr) file_->read_at(offset_, out.first(n));
+  else std::memcpy(out.data(), bytes_.data() + offset_, n);
+  offset_ += n;
+  return n;
 }
 
 void IdxInput::check_end() const {
   if (file_ != nullptr) file_->check_end();
 }
 
-Table scan_idx_u8(const IdxInput& images, const IdxInput& labels, const ParseOptions& options,
+Table scan_idx_u8(IdxInput& images, IdxInput& labels, const ParseOptions& options,
                   const std::string& labels_display_name, const IdxScanCallbacks& callbacks, std::size_t piece_bytes) {
-  // Both headers first, as parse_idx reads them, before any data.
-  const std::string image_head = head_of(images);
-  const IdxArray image_array = read_idx_layout(image_head, images.size(), options.display_name);
-  const std::string label_head = head_of(labels);
-  IdxArray label_array = read_idx_layout(label_head, labels.size(), labels_display_name);
-  Table table = table_of(image_array, label_array, options, labels_display_name);
-  if (!table.byte_features)
+  std::string image_head(kMaxIdxHeaderBytes, '\0');
+  image_head.resize(read_some(images, image_head));
+  // A stream that ended within the longest header has told its size.
+  const std::optional<std::uint64_t> images_size =
+      images.size() ? images.size()
+                    : image_head.size() < kMaxIdxHeaderBytes ? std::optional<std::uint64_t>(image_head.size())
+                                                             : std::nullopt;
+  // Without the size, the head is a full kMaxIdxHeaderBytes: at least any header.
+  const IdxArray image_array =
+      read_idx_header(image_head, images_size.value_or(image_head.size()), options.display_name);
+  if (image_array.type != static_cast<unsigned char>(ElementType::kU8))
     throw failure("internal: scan_idx_u8 given IDX elements of type " + hex_bytes(image_head.substr(2, 1)));
 
-  // The labels, checked before the pixels are read: their size is one per
-  // image, as the header check above made sure.
-  std::string label_bytes(static_cast<std::size_t>(labels.size()), '\0');
-  labels.read_at(0, label_bytes);
-  labels.check_end();
-  label_array.data = reinterpret_cast<const unsigned char*>(label_bytes.data()) + label_array.header_bytes;
-  convert_labels(label_array, labels_display_name, table);
-  if (callbacks.on_label_bytes) callbacks.on_label_bytes(label_bytes);
+  // The labels: read whole once their header is checked against their
+  // size and their count against the images'.
+  if (!labels.size()) throw failure("internal: scan_idx_u8 given labels of unknown size");
+  Table table;
+  auto read_labels = [&] {
+    std::string label_bytes(kMaxIdxHeaderBytes, '\0');
+    label_bytes.resize(read_some(labels, label_bytes));
+    IdxArray label_array = read_idx_layout(label_bytes, *labels.size(), labels_display_name);
+    table = table_of(image_array, label_array, options, labels_display_name);
+    const std::size_t head = label_bytes.size();
+    label_bytes.resize(static_cast<std::size_t>(*labels.size()));  // one label per image, header included
+    if (label_bytes.size() > head) labels.read(std::span<char>(label_bytes.data() + head, label_bytes.size() - head));
+    labels.check_end();
+    label_array.data = reinterpret_cast<const unsigned char*>(label_bytes.data()) + label_array.header_bytes;
+    convert_labels(label_array, labels_display_name, table);
+    if (callbacks.on_label_bytes) callbacks.on_label_bytes(label_bytes);
+  };
+  // With the images' size known, everything is checked before a pixel is read.
+  if (images_size) {
+    check_data_bytes(image_array, *images_size - image_array.header_bytes, options.display_name);
+    read_labels();
+  }
 
   // The pixels, a piece of whole statistics blocks at a time: each block's
   // statistics taken as convert takes them and merged in the same order,
-  // so they are parse_idx's bit for bit.
-  const std::uint64_t elements = image_array.elements;
+  // so they are parse_idx's bit for bit. The head holds the first ones.
   const std::size_t blocks_per_piece = std::max<std::size_t>(1, piece_bytes / kConvertChunk);
   const std::uint64_t piece_elements = std::uint64_t{blocks_per_piece} * kConvertChunk;
-  std::string piece(static_cast<std::size_t>(std::min(piece_elements, elements)), '\0');
+  // With a known size, exactly the pixels the dims say; else up to the end.
+  const std::uint64_t expected = images_size ? image_array.elements : std::numeric_limits<std::uint64_t>::max();
+  std::string piece(static_cast<std::size_t>(std::min(piece_elements, expected)), '\0');
+  std::string_view carried = std::string_view(image_head).substr(image_array.header_bytes);
   std::vector<ColumnStats> block_stats(blocks_per_piece);
   ColumnStats stats;
+  std::uint64_t found = 0;
   if (callbacks.on_bytes) callbacks.on_bytes(std::string_view(image_head).substr(0, image_array.header_bytes));
-  for (std::uint64_t first = 0; first < elements; first += piece_elements) {
-    const auto count = static_cast<std::size_t>(std::min(piece_elements, elements - first));
+  while (found < expected) {
+    const auto want = static_cast<std::size_t>(std::min(piece_elements, expected - found));
+    const std::size_t from_head = std::min(want, carried.size());
+    std::memcpy(piece.data(), carried.data(), from_head);
+    carried.remove_prefix(from_head);
+    const std::size_t count =
+        from_head + (want > from_head ? images.read(std::span<char>(piece.data() + from_head, want - from_head)) : 0);
+    if (count == 0) break;
     const std::string_view pixels(piece.data(), count);
-    images.read_at(image_array.header_bytes + first, std::span<char>(piece.data(), count));
     const std::size_t blocks = (count + kConvertChunk - 1) / kConvertChunk;
     auto take_statistics = [&] {
       if (!callbacks.statistics) return;
@@ -338,8 +376,14 @@ Table scan_idx_u8(const IdxInput& images, const IdxInput& labels, const ParseOpt
     tbb::parallel_invoke(take_statistics, pass_on);
     if (callbacks.statistics)
       for (std::size_t b = 0; b < blocks; ++b) stats.merge(block_stats[b]);
+    found += count;
+    if (count < want) break;  // the end of a stream
   }
   images.check_end();
+  if (!images_size) {
+    check_data_bytes(image_array, found, options.display_name);
+    read_labels();
+  }
   if (callbacks.statistics) stats.store_into(table.columns[0]);
   return table;
 }

@@ -14,6 +14,7 @@
 #include "anneal/formats.h"
 #include "anneal/fs.h"
 #include "anneal/table.h"
+#include "formats/input_stream.h"
 
 namespace anneal {
 
@@ -27,26 +28,31 @@ inline constexpr unsigned char kIdxU8Type = 0x08;
 // nullopt otherwise.
 std::optional<unsigned char> idx_element_type(std::string_view head);
 
-// Where a scan reads an IDX file's bytes: a file read with pread (plain
-// input), or bytes in memory (compressed input, decompressed). Views what
-// it is given, which must outlive it.
+// Where a scan reads an IDX file's bytes, front to back: a file read with
+// pread (plain input), bytes in memory, or a compressed file decompressed
+// as it is read, whose size is known only at its end. Views what it is
+// given, which must outlive it.
 class IdxInput {
  public:
   explicit IdxInput(const FileReader& file) : file_(&file), size_(file.size()) {}
   explicit IdxInput(std::string_view bytes) : bytes_(bytes), size_(bytes.size()) {}
+  explicit IdxInput(DecompressingReader& stream) : stream_(&stream) {}
 
-  std::uint64_t size() const { return size_; }
-  // Fills `out` with the bytes at [offset, offset + out.size()), within
-  // size(). Throws what FileReader::read_at throws (a file that became
-  // shorter).
-  void read_at(std::uint64_t offset, std::span<char> out) const;
+  // The size, when known before reading (not for a decompressed stream).
+  std::optional<std::uint64_t> size() const { return size_; }
+  // Fills `out` with the next bytes; returns how many: fewer than
+  // out.size() only at the end. Throws what FileReader::read_at or
+  // DecompressingReader::read throw.
+  std::size_t read(std::span<char> out);
   // Throws what FileReader::check_end throws (a file that became longer).
   void check_end() const;
 
  private:
   const FileReader* file_ = nullptr;
   std::string_view bytes_;
-  std::uint64_t size_ = 0;
+  DecompressingReader* stream_ = nullptr;
+  std::optional<std::uint64_t> size_;
+  std::uint64_t offset_ = 0;  // of the next byte read (file and memory)
 };
 
 struct IdxScanCallbacks {
@@ -70,18 +76,24 @@ struct IdxScanCallbacks {
 inline constexpr std::size_t kIdxScanPieceBytes = std::size_t{2} << 20;
 
 // Reads the IDX images in `images` (element type u8: check with
-// idx_element_type first) and their labels in `labels` as parse_idx reads
+// idx_element_type first) and their labels in `labels` (of known size: a
+// file or bytes) as parse_idx reads
 // them whole: the same checks in the same order with the same messages
 // (naming options.display_name and `labels_display_name`), the same
 // columns, sample shape and statistics bit for bit, and the same labels.
 // Returns that Table without features (byte_features set, features empty).
-// The headers are checked against the inputs' sizes before anything else
-// is read, so dims that claim more than the file holds cost nothing. Holds
-// the labels (their bytes and floats) and one piece of about `piece_bytes`
-// pixels, whatever the size of the images. On an error nothing more is
-// passed on. Throws kFailure (internal) when the images are valid IDX of
-// another element type.
-Table scan_idx_u8(const IdxInput& images, const IdxInput& labels, const ParseOptions& options,
+// Each input is read once, front to back. When the images' size is known,
+// the headers are checked against the sizes before the pixels are read, so
+// dims that claim more than the file holds cost nothing, and the labels are
+// read before the pixels; otherwise (a decompressed stream) the pixels are
+// read to the end first, and the size check and the labels follow (the
+// same order of errors). Holds the labels (their bytes and floats) and one
+// piece of about `piece_bytes` pixels, whatever the size of the images. On
+// an error nothing more is passed on; with an images size not known ahead,
+// a file that turns out longer or shorter than its dims say has had its
+// bytes passed on before the error. Throws kFailure (internal) when the
+// images are valid IDX of another element type.
+Table scan_idx_u8(IdxInput& images, IdxInput& labels, const ParseOptions& options,
                   const std::string& labels_display_name, const IdxScanCallbacks& callbacks,
                   std::size_t piece_bytes = kIdxScanPieceBytes);
 

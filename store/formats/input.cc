@@ -10,6 +10,7 @@
 
 #include "anneal/error.h"
 #include "anneal/formats.h"
+#include "formats/input_stream.h"
 
 namespace anneal {
 
@@ -27,18 +28,33 @@ bool starts_with(std::string_view bytes, std::string_view magic) {
 constexpr std::string_view kGzipMagic("\x1f\x8b", 2);
 constexpr std::string_view kZstdMagic("\x28\xb5\x2f\xfd", 4);
 
+// The most output `input_bytes` compressed bytes may produce.
+std::uint64_t output_limit(std::uint64_t input_bytes, const DecompressLimits& limits) {
+  std::uint64_t by_ratio = limits.max_ratio > std::numeric_limits<std::uint64_t>::max() / std::max<std::uint64_t>(1, input_bytes)
+                               ? std::numeric_limits<std::uint64_t>::max()
+                               : limits.max_ratio * input_bytes;
+  return std::min(limits.max_bytes, by_ratio);
+}
+
+// The error for output past output_limit(), naming the limit and its flag.
+Error past_limit(const std::string& name, std::uint64_t input_bytes, const DecompressLimits& limits,
+                 std::uint64_t limit) {
+  if (limit == limits.max_bytes)
+    return data_error(name + ": expected at most " + std::to_string(limits.max_bytes) +
+                      " bytes once decompressed, found more")
+        .with(Remedy::kRaiseDecompressedSize);
+  return data_error(name + ": expected at most " + std::to_string(limits.max_ratio) + " times its " +
+                    std::to_string(input_bytes) + " compressed bytes once decompressed, found more")
+      .with(Remedy::kRaiseDecompressionRatio);
+}
+
 // The output a stream may produce and the buffer it is decoded into. The
 // size recorded in a stream is not trusted for anything: a hostile header
 // must not decide what is allocated.
 class BoundedOutput {
  public:
   BoundedOutput(std::size_t input_bytes, const DecompressLimits& limits, const std::string& name)
-      : name_(name), input_bytes_(input_bytes), limits_(limits) {
-    std::uint64_t by_ratio = limits.max_ratio > std::numeric_limits<std::uint64_t>::max() / std::max<std::uint64_t>(1, input_bytes)
-                                 ? std::numeric_limits<std::uint64_t>::max()
-                                 : limits.max_ratio * input_bytes;
-    limit_ = std::min(limits.max_bytes, by_ratio);
-  }
+      : name_(name), input_bytes_(input_bytes), limits_(limits), limit_(output_limit(input_bytes, limits)) {}
 
   // Room to write at least one more byte: doubles the buffer, but never to
   // more than one byte past the limit (that byte is how passing the limit
@@ -56,14 +72,7 @@ class BoundedOutput {
   // Records `n` bytes written at next(); throws kBadData once past the limit.
   void wrote(std::size_t n) {
     used_ += n;
-    if (used_ <= limit_) return;
-    if (limit_ == limits_.max_bytes)
-      throw data_error(name_ + ": expected at most " + std::to_string(limits_.max_bytes) +
-                       " bytes once decompressed, found more")
-          .with(Remedy::kRaiseDecompressedSize);
-    throw data_error(name_ + ": expected at most " + std::to_string(limits_.max_ratio) + " times its " +
-                     std::to_string(input_bytes_) + " compressed bytes once decompressed, found more")
-        .with(Remedy::kRaiseDecompressionRatio);
+    if (used_ > limit_) throw past_limit(name_, input_bytes_, limits_, limit_);
   }
   std::size_t used() const { return used_; }
 
@@ -180,6 +189,156 @@ std::string decompress_input(std::string_view bytes, const std::string& display_
   if (starts_with(bytes, kGzipMagic)) return gunzip(bytes, display_name, limits);
   if (starts_with(bytes, kZstdMagic)) return unzstd(bytes, display_name, limits);
   return std::string(bytes);
+}
+
+}  // namespace anneal
+
+namespace anneal {
+
+namespace {
+// Compressed bytes read from the file at a time.
+constexpr std::size_t kCompressedPieceBytes = std::size_t{1} << 20;
+}  // namespace
+
+// The file read a piece at a time into `buffer` (the unconsumed bytes at
+// [at, buffer.size())); `consumed` counts the file's bytes the decoder has
+// taken, as decompress_input counts its position.
+struct DecompressingReader::Impl {
+  const FileReader& file;
+  std::string name;
+  DecompressLimits limits;
+  std::function<void(std::string_view)> on_compressed;
+  bool gzip = false;
+  Inflater inflater{nullptr};
+  ZstdDecoder zstd{nullptr, &ZSTD_freeDCtx};
+  std::string buffer;
+  std::size_t at = 0;
+  std::uint64_t next_offset = 0;  // of the file's next unread byte
+  std::uint64_t consumed = 0;
+  std::uint64_t produced = 0;
+  std::uint64_t limit = 0;
+  bool ended = false;
+
+  Impl(const FileReader& f, std::string display_name, const DecompressLimits& l,
+       std::function<void(std::string_view)> callback)
+      : file(f), name(std::move(display_name)), limits(l), on_compressed(std::move(callback)) {
+    limit = output_limit(file.size(), limits);
+    refill();
+    gzip = starts_with(unread(), kGzipMagic);
+    if (gzip) {
+      inflater = open_gzip_inflater();
+    } else {
+      zstd.reset(ZSTD_createDCtx());
+      if (!zstd) throw failure("zstd: cannot create a decompression context");
+      ZSTD_DCtx_setParameter(zstd.get(), ZSTD_d_windowLogMax, 27);  // as unzstd
+    }
+  }
+
+  std::string_view unread() const { return std::string_view(buffer).substr(at); }
+  bool file_done() const { return next_offset == file.size(); }
+
+  // Reads the file's next piece after what is still unread.
+  void refill() {
+    buffer.erase(0, at);
+    at = 0;
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(kCompressedPieceBytes, file.size() - next_offset));
+    const std::size_t old = buffer.size();
+    buffer.resize(old + n);
+    file.read_at(next_offset, std::span<char>(buffer.data() + old, n));
+    next_offset += n;
+    if (next_offset == file.size()) file.check_end();
+    if (on_compressed && n > 0) on_compressed(std::string_view(buffer).substr(old, n));
+  }
+
+  void count_output(std::size_t n) {
+    produced += n;
+    if (produced > limit) throw past_limit(name, file.size(), limits, limit);
+  }
+
+  // After a gzip member: another member, zero padding to the end, or bad input.
+  void after_gzip_member() {
+    while (unread().size() < kGzipMagic.size() && !file_done()) refill();
+    if (starts_with(unread(), kGzipMagic)) {
+      inflateReset(inflater.get());  // concatenated members (cat a.gz b.gz, pigz)
+      return;
+    }
+    for (;;) {
+      if (unread().find_first_not_of('\0') != std::string_view::npos)
+        throw data_error(name + ": expected another gzip member or end of input at byte " + std::to_string(consumed) +
+                         ", found " + std::to_string(file.size() - consumed) + " bytes of other data");
+      at = buffer.size();
+      if (file_done()) break;
+      refill();
+    }
+    ended = true;
+  }
+
+  std::size_t read_gzip(std::span<char> out) {
+    std::size_t done = 0;
+    while (done < out.size() && !ended) {
+      if (unread().empty() && !file_done()) refill();
+      const std::size_t in_step = std::min(unread().size(), kZlibStep);
+      const std::size_t out_step = std::min(out.size() - done, kZlibStep);
+      inflater->next_in = reinterpret_cast<Bytef*>(buffer.data() + at);
+      inflater->avail_in = static_cast<uInt>(in_step);
+      inflater->next_out = reinterpret_cast<Bytef*>(out.data() + done);
+      inflater->avail_out = static_cast<uInt>(out_step);
+      const int status = inflate(inflater.get(), Z_NO_FLUSH);
+      const std::size_t used = in_step - inflater->avail_in;
+      at += used;
+      consumed += used;
+      const std::size_t wrote = out_step - inflater->avail_out;
+      count_output(wrote);
+      done += wrote;
+      if (status == Z_STREAM_END) {
+        after_gzip_member();
+        continue;
+      }
+      if (status != Z_OK && status != Z_BUF_ERROR)
+        throw data_error(name + ": expected valid gzip data, found corrupt data near byte " + std::to_string(consumed) +
+                         " (zlib: " + (inflater->msg ? inflater->msg : "error " + std::to_string(status)) + ")");
+      if (consumed == file.size() && inflater->avail_out > 0)
+        throw data_error(name + ": expected the rest of the gzip stream, found end of input after " +
+                         std::to_string(file.size()) + " bytes (truncated file?)");
+    }
+    return done;
+  }
+
+  std::size_t read_zstd(std::span<char> out) {
+    std::size_t done = 0;
+    while (done < out.size() && !ended) {
+      if (unread().empty() && !file_done()) refill();
+      ZSTD_inBuffer in{buffer.data() + at, buffer.size() - at, 0};
+      ZSTD_outBuffer chunk{out.data() + done, out.size() - done, 0};
+      const std::size_t status = ZSTD_decompressStream(zstd.get(), &chunk, &in);
+      at += in.pos;
+      consumed += in.pos;
+      if (ZSTD_isError(status))
+        throw data_error(name + ": expected valid zstd data, found corrupt data near byte " + std::to_string(consumed) +
+                         " (zstd: " + ZSTD_getErrorName(status) + ")");
+      count_output(chunk.pos);
+      done += chunk.pos;
+      const bool input_done = unread().empty() && file_done();
+      if (input_done && status == 0) {
+        ended = true;
+      } else if (input_done && chunk.pos < chunk.size) {
+        throw data_error(name + ": expected the rest of the zstd stream, found end of input after " +
+                         std::to_string(file.size()) + " bytes (truncated file?)");
+      }
+    }
+    return done;
+  }
+};
+
+DecompressingReader::DecompressingReader(const FileReader& file, std::string display_name,
+                                         const DecompressLimits& limits,
+                                         std::function<void(std::string_view)> on_compressed)
+    : impl_(std::make_unique<Impl>(file, std::move(display_name), limits, std::move(on_compressed))) {}
+
+DecompressingReader::~DecompressingReader() = default;
+
+std::size_t DecompressingReader::read(std::span<char> out) {
+  return impl_->gzip ? impl_->read_gzip(out) : impl_->read_zstd(out);
 }
 
 }  // namespace anneal

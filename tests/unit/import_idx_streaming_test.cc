@@ -5,6 +5,7 @@
 // store as it was, and tells a u8 version from an older f32 one.
 #include <gtest/gtest.h>
 #include <zlib.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "anneal/fs.h"
 #include "anneal/store.h"
 #include "formats/idx_scan.h"
+#include "formats/input_stream.h"
 #include "sqlite.h"
 #include "streams.h"
 #include "test_util.h"
@@ -72,6 +74,14 @@ std::string gzip(const std::string& bytes) {
   EXPECT_EQ(deflate(&stream, Z_FINISH), Z_STREAM_END);
   out.resize(stream.total_out);
   deflateEnd(&stream);
+  return out;
+}
+
+std::string zstd(const std::string& bytes) {
+  std::string out(ZSTD_compressBound(bytes.size()), '\0');
+  const std::size_t n = ZSTD_compress(out.data(), out.size(), bytes.data(), bytes.size(), 3);
+  EXPECT_FALSE(ZSTD_isError(n));
+  out.resize(n);
   return out;
 }
 
@@ -137,7 +147,7 @@ struct Scanned {
   std::string bytes, pixels, label_bytes;
 };
 
-Scanned scan(const IdxInput& images, const IdxInput& labels, const ParseOptions& options, std::size_t piece) {
+Scanned scan(IdxInput images, IdxInput labels, const ParseOptions& options, std::size_t piece) {
   Scanned out;
   IdxScanCallbacks callbacks;
   callbacks.on_bytes = [&](std::string_view b) { out.bytes.append(b); };
@@ -164,10 +174,14 @@ TEST_F(IdxImport, ScanEqualsTheWholeFileParse) {
     FileReader file(path), labels_file(labels_path);
     for (std::size_t piece : {std::size_t{1}, std::size_t{2} << 20, std::size_t{64} << 20}) {
       SCOPED_TRACE(std::to_string(c.images.size()) + " bytes, piece " + std::to_string(piece));
-      for (bool from_file : {true, false}) {
-        Scanned s = from_file ? scan(IdxInput(file), IdxInput(labels_file), named(path), piece)
-                              : scan(IdxInput(c.images), IdxInput(c.labels), named(path), piece);
-        EXPECT_EQ(s.bytes, c.images);
+      const fs::path gz_path = write("scan.idx.gz", gzip(c.images));
+      FileReader gz_file(gz_path);
+      for (int from : {0, 1, 2}) {  // a file, bytes in memory, a decompressed stream
+        DecompressingReader stream(gz_file, gz_path.string(), {});
+        Scanned s = from == 0   ? scan(IdxInput(file), IdxInput(labels_file), named(path), piece)
+                    : from == 1 ? scan(IdxInput(c.images), IdxInput(c.labels), named(path), piece)
+                                : scan(IdxInput(stream), IdxInput(c.labels), named(path), piece);
+        EXPECT_EQ(s.bytes, c.images);  // the decompressed content, for the stream
         EXPECT_EQ(s.label_bytes, c.labels);
         EXPECT_EQ(s.pixels.size(), whole.features.size());
         EXPECT_TRUE(std::equal(s.pixels.begin(), s.pixels.end(), whole.features.begin(),
@@ -312,12 +326,124 @@ TEST_F(IdxImport, AFileChangingWhileReadIsRefused) {
       else test::write_file(path, images + "more");
     };
     try {
-      scan_idx_u8(IdxInput(file), IdxInput(labels_file), named(path), "lab", callbacks);
+      IdxInput images_input(file), labels_input(labels_file);
+      scan_idx_u8(images_input, labels_input, named(path), "lab", callbacks);
       ADD_FAILURE() << "read a changing file";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kBadData);
       EXPECT_NE(std::string(e.what()).find("the file changed while being read"), std::string::npos) << e.what();
     }
+  }
+}
+
+// Reads `stream` to its end in reads of `step` bytes.
+std::string read_all(DecompressingReader& stream, std::size_t step) {
+  std::string out, piece(step, '\0');
+  for (std::size_t n; (n = stream.read(piece)) > 0;) out.append(piece, 0, n);
+  return out;
+}
+
+std::string whole_error(const std::string& bytes, const std::string& name, const DecompressLimits& limits) {
+  try {
+    decompress_input(bytes, name, limits);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string streamed_error(const fs::path& path, const DecompressLimits& limits) {
+  FileReader file(path);
+  try {
+    DecompressingReader stream(file, path.string(), limits);
+    read_all(stream, 100000);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// Decompressing a piece at a time gives decompress_input's content, and
+// hands on every byte of the file once; its errors are decompress_input's.
+TEST_F(IdxImport, StreamedDecompressionEqualsTheWholeOne) {
+  const std::string content = u8_images(4000, 28, 28, 11);  // 3 MB: several 1 MiB input pieces
+  const std::string content2 = u8_labels(5000, 3);
+  struct Case {
+    std::string name, bytes;
+  };
+  const std::vector<Case> good = {
+      {"one.gz", gzip(content)},
+      {"members.gz", gzip(content) + gzip(content2)},  // cat a.gz b.gz
+      {"padded.gz", gzip(content) + std::string(3 << 20, '\0')},
+      {"one.zst", zstd(content)},
+      {"frames.zst", zstd(content) + zstd(content2)},
+  };
+  for (const Case& c : good) {
+    SCOPED_TRACE(c.name);
+    const fs::path path = write(c.name, c.bytes);
+    const std::string expected = decompress_input(c.bytes, c.name);
+    FileReader file(path);
+    for (std::size_t step : {std::size_t{1000}, std::size_t{1} << 20, std::size_t{16} << 20}) {
+      std::string handed_on;
+      DecompressingReader stream(file, c.name, {}, [&](std::string_view b) { handed_on.append(b); });
+      EXPECT_TRUE(read_all(stream, step) == expected) << "step " << step;
+      EXPECT_TRUE(handed_on == c.bytes) << "step " << step;
+    }
+  }
+  const std::string gz = gzip(content);
+  std::string corrupt = gz;
+  for (std::size_t i = gz.size() / 2; i < gz.size() / 2 + 64; ++i) corrupt[i] = static_cast<char>(corrupt[i] ^ 0x5a);
+  struct Bad {
+    std::string name, bytes;
+    DecompressLimits limits;
+  };
+  const std::vector<Bad> bad = {
+      {"truncated.gz", gz.substr(0, gz.size() - 100), {}},
+      {"truncated.zst", zstd(content).substr(0, 2000), {}},
+      {"garbage-after.gz", gz + std::string(2 << 20, '\0') + "junk", {}},
+      {"over-size.gz", gz, {1 << 20, 200}},
+      {"over-ratio.gz", gzip(std::string(8 << 20, '\0')), {}},
+      {"over-size.zst", zstd(content), {1 << 20, 200}},
+      {"corrupt.gz", corrupt, {}},
+  };
+  for (const Bad& c : bad) {
+    SCOPED_TRACE(c.name);
+    const std::string expected = whole_error(c.bytes, write(c.name, c.bytes).string(), c.limits);
+    ASSERT_NE(expected, "no error");
+    EXPECT_EQ(streamed_error(dir_.path() / c.name, c.limits), expected);
+  }
+}
+
+// Compressed IDX that is bad inside: the streamed import reads the
+// content to its end and refuses it with the whole-file parse's message,
+// writing nothing.
+TEST_F(IdxImport, HostileCompressedFilesAreRefusedWithTheParsersMessage) {
+  const std::string images = u8_images(3000, 28, 28, 7), labels = u8_labels(3000, 7);
+  struct Case {
+    std::string what, images, labels;
+  };
+  const std::vector<Case> cases = {
+      {"truncated pixels", images.substr(0, images.size() - 1), labels},
+      {"trailing data", images + std::string(3 << 20, 'x'), labels},
+      {"huge dims", idx_header(0x08, {0xffffffff, 0xffffffff, 0xffffffff}) + images.substr(16), labels},
+      {"fewer labels", images, u8_labels(2999, 7)},
+      {"a header cut short", images.substr(0, 9), labels},
+      {"empty content", "", labels},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const std::string before = store_state(root());
+    const fs::path image_path = write("bad.idx.gz", gzip(c.images)), labels_path = write("bad-labels.idx.gz", gzip(c.labels));
+    const std::string expected = parse_error(c.images, c.labels, named(image_path), labels_path.string());
+    ASSERT_NE(expected, "no error");
+    try {
+      import(request(image_path, labels_path));
+      ADD_FAILURE() << "imported";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kBadData);
+      EXPECT_EQ(std::string(e.what()), expected);
+    }
+    EXPECT_EQ(store_state(root()), before) << "the store changed";
   }
 }
 
