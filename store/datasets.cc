@@ -730,7 +730,6 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
   return record_version(store, request, row, streams, result);
 }
 
-
 // The split mask of rows whose u8 features arrive in pieces of any length,
 // row by row as content_split decides it from the float form of the same
 // rows: row_content_key over the image column (its width, then each

@@ -72,13 +72,14 @@ struct IdxScanCallbacks {
 };
 
 // Pixels a scan reads at a time: 2 statistics blocks of parse_idx (1M
-// pixels each), so both cores of a small server have one.
+// pixels each), so both cores of a small server have one; larger pieces
+// only hold more (each builder fed keeps up to a piece besides its carry).
 inline constexpr std::size_t kIdxScanPieceBytes = std::size_t{2} << 20;
 
 // Reads the IDX images in `images` (element type u8: check with
 // idx_element_type first) and their labels in `labels` (of known size: a
-// file or bytes) as parse_idx reads
-// them whole: the same checks in the same order with the same messages
+// file or bytes) as parse_idx reads them whole: the same checks in the
+// same order with the same messages
 // (naming options.display_name and `labels_display_name`), the same
 // columns, sample shape and statistics bit for bit, and the same labels.
 // Returns that Table without features (byte_features set, features empty).
