@@ -536,5 +536,28 @@ TEST_F(IdxImport, TheStoredDtypeIsPartOfTheImportsIdentity) {
   EXPECT_EQ(iris.version.fingerprint, fingerprint_without_dtype(iris.version)) << "a CSV's identity changed";
 }
 
+// IDX of other element types is parsed whole, as before: its features are
+// f32 and its fingerprint has no dtypes, so versions stored before keep
+// being found; a u8 train part beside an i16 test part is imported whole too.
+TEST_F(IdxImport, OtherElementTypesAreImportedWholeAsBefore) {
+  std::string floats = idx_header(0x0D, {20, 2, 2});
+  for (int i = 0; i < 80; ++i) floats += big_endian_u32(0x3f800000u + static_cast<std::uint32_t>(i));  // 1.0f and up
+  const fs::path labels = write("labels.idx", u8_labels(20, 1));
+  ImportResult f32 = import(request(write("floats.idx", floats), labels));
+  EXPECT_EQ(f32.version.stream("features")->dtype, "f32");
+  EXPECT_EQ(f32.version.fingerprint, fingerprint_without_dtype(f32.version));
+
+  std::string shorts = idx_header(0x0B, {20, 2, 2});
+  for (int i = 0; i < 80; ++i) shorts += std::string{'\0', static_cast<char>(i)};
+  ImportRequest mixed = request(write("bytes.idx", u8_images(20, 2, 2, 1)), labels);
+  mixed.dataset = "mixed";
+  mixed.test = write("shorts.idx", shorts);
+  mixed.test_labels = labels;
+  ImportResult result = import(mixed);
+  EXPECT_EQ(result.version.stream("features")->dtype, "u8");
+  EXPECT_EQ(result.version.stream("test.features")->dtype, "f32");
+  EXPECT_EQ(result.version.test_rows, 20u);
+}
+
 }  // namespace
 }  // namespace anneal
