@@ -2,6 +2,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_invoke.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -340,25 +341,35 @@ Table scan_idx_u8(IdxInput& images, IdxInput& labels, const ParseOptions& option
   // The pixels, a piece of whole statistics blocks at a time: each block's
   // statistics taken as convert takes them and merged in the same order,
   // so they are parse_idx's bit for bit. The head holds the first ones.
+  // The next piece is read (decompressed) while the last is handed on.
   const std::size_t blocks_per_piece = std::max<std::size_t>(1, piece_bytes / kConvertChunk);
   const std::uint64_t piece_elements = std::uint64_t{blocks_per_piece} * kConvertChunk;
   // With a known size, exactly the pixels the dims say; else up to the end.
   const std::uint64_t expected = images_size ? image_array.elements : std::numeric_limits<std::uint64_t>::max();
-  std::string piece(static_cast<std::size_t>(std::min(piece_elements, expected)), '\0');
+  std::array<std::string, 2> pieces;
+  for (std::string& piece : pieces) piece.resize(static_cast<std::size_t>(std::min(piece_elements, expected)));
   std::string_view carried = std::string_view(image_head).substr(image_array.header_bytes);
-  std::vector<ColumnStats> block_stats(blocks_per_piece);
-  ColumnStats stats;
-  std::uint64_t found = 0;
-  if (callbacks.on_bytes) callbacks.on_bytes(std::string_view(image_head).substr(0, image_array.header_bytes));
-  while (found < expected) {
-    const auto want = static_cast<std::size_t>(std::min(piece_elements, expected - found));
+  std::uint64_t read = 0;  // pixels read so far
+  bool ended = false;      // nothing more to read
+  auto read_piece = [&](std::string& piece) -> std::size_t {
+    const auto want = static_cast<std::size_t>(std::min(piece_elements, expected - read));
     const std::size_t from_head = std::min(want, carried.size());
     std::memcpy(piece.data(), carried.data(), from_head);
     carried.remove_prefix(from_head);
     const std::size_t count =
         from_head + (want > from_head ? images.read(std::span<char>(piece.data() + from_head, want - from_head)) : 0);
-    if (count == 0) break;
-    const std::string_view pixels(piece.data(), count);
+    read += count;
+    ended = count < want || read == expected;  // a stream's end, or all the dims say
+    return count;
+  };
+  std::vector<ColumnStats> block_stats(blocks_per_piece);
+  ColumnStats stats;
+  std::uint64_t found = 0;
+  if (callbacks.on_bytes) callbacks.on_bytes(std::string_view(image_head).substr(0, image_array.header_bytes));
+  std::size_t current = 0;
+  std::size_t count = expected > 0 ? read_piece(pieces[current]) : 0;
+  while (count > 0) {
+    const std::string_view pixels(pieces[current].data(), count);
     const std::size_t blocks = (count + kConvertChunk - 1) / kConvertChunk;
     auto take_statistics = [&] {
       if (!callbacks.statistics) return;
@@ -373,11 +384,16 @@ Table scan_idx_u8(IdxInput& images, IdxInput& labels, const ParseOptions& option
       if (callbacks.on_bytes) callbacks.on_bytes(pixels);
       if (callbacks.on_pixels) callbacks.on_pixels(pixels);
     };
-    tbb::parallel_invoke(take_statistics, pass_on);
+    std::size_t next = 0;
+    auto read_ahead = [&] {
+      if (!ended) next = read_piece(pieces[1 - current]);
+    };
+    tbb::parallel_invoke(take_statistics, pass_on, read_ahead);
     if (callbacks.statistics)
       for (std::size_t b = 0; b < blocks; ++b) stats.merge(block_stats[b]);
     found += count;
-    if (count < want) break;  // the end of a stream
+    current = 1 - current;
+    count = next;
   }
   images.check_end();
   if (!images_size) {

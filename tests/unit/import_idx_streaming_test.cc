@@ -356,7 +356,9 @@ TEST_F(IdxImport, HostileFilesAreRefusedWithTheParsersMessageAndWriteNothing) {
 // A file that shrinks or grows while it is read is refused (FileReader's
 // kBadData), not read as whatever bytes it holds.
 TEST_F(IdxImport, AFileChangingWhileReadIsRefused) {
-  const std::string images = u8_images(3000, 28, 28, 4), labels = u8_labels(3000, 4);  // over one 2 MiB piece
+  // Three 2 MiB pieces: the third is read after the first has been handed
+  // on (the scan reads one piece ahead), so after the change.
+  const std::string images = u8_images(7000, 28, 28, 4), labels = u8_labels(7000, 4);
   const fs::path labels_path = write("labels.idx", labels);
   FileReader labels_file(labels_path);
   for (bool shrink : {true, false}) {
