@@ -191,10 +191,6 @@ std::string decompress_input(std::string_view bytes, const std::string& display_
   return std::string(bytes);
 }
 
-}  // namespace anneal
-
-namespace anneal {
-
 namespace {
 // Compressed bytes read from the file at a time.
 constexpr std::size_t kCompressedPieceBytes = std::size_t{1} << 20;
