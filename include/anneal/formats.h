@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,7 +19,6 @@
 
 namespace anneal {
 
-class FileReader;  // anneal/fs.h
 
 enum class Format { kAuto, kCsv, kTsv, kIdx, kLibsvm };
 
@@ -149,15 +147,6 @@ struct ParseOptions {
 // the limit however the stream claims to expand.
 std::string decompress_input(std::string_view bytes, const std::string& display_name,
                              const DecompressLimits& limits = {});
-
-// decompress_input reading `file` a piece (`piece_bytes`) at a time and
-// passing the decompressed bytes to `sink` in order, a piece (at most 1
-// MiB) at a time; plain input is passed on as it is. The same limits
-// (counted against the file's size), errors and messages. Memory: a piece
-// of input and of output, and the decoder's window (zstd: at most 128 MiB).
-void decompress_file(const FileReader& file, const std::string& display_name, const DecompressLimits& limits,
-                     const std::function<void(std::string_view)>& sink,
-                     std::size_t piece_bytes = std::size_t{1} << 20);
 
 // CSV (delimiter ',') and TSV (delimiter '\t'): RFC 4180 quoting including
 // quoted newlines and doubled quotes, LF or CRLF line ends, an optional UTF-8

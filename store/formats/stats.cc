@@ -16,7 +16,10 @@ constexpr std::size_t kMinChunkRows = 256;
 constexpr std::size_t kLanes = 4;
 
 // Two passes (mean, then squared deviations) over one column of a chunk.
-ColumnStats column_stats(const float* first, std::size_t count, std::size_t stride) {
+// Every value is read as a float, so bytes give bit for bit the statistics
+// of the same values held as floats.
+template <typename T>
+ColumnStats column_stats(const T* first, std::size_t count, std::size_t stride) {
   double sum[kLanes] = {};
   float min[kLanes], max[kLanes];
   std::uint64_t seen[kLanes] = {};
@@ -32,8 +35,8 @@ ColumnStats column_stats(const float* first, std::size_t count, std::size_t stri
   };
   for (; i + kLanes <= count; i += kLanes)
 #pragma GCC unroll 4  // keeps the lanes in registers
-    for (std::size_t lane = 0; lane < kLanes; ++lane) add(lane, first[(i + lane) * stride]);
-  for (; i < count; ++i) add(0, first[i * stride]);
+    for (std::size_t lane = 0; lane < kLanes; ++lane) add(lane, static_cast<float>(first[(i + lane) * stride]));
+  for (; i < count; ++i) add(0, static_cast<float>(first[i * stride]));
 
   ColumnStats stats;
   for (std::size_t lane = 0; lane < kLanes; ++lane) stats.count += seen[lane];
@@ -50,21 +53,30 @@ ColumnStats column_stats(const float* first, std::size_t count, std::size_t stri
   };
   for (i = 0; i + kLanes <= count; i += kLanes)
 #pragma GCC unroll 4
-    for (std::size_t lane = 0; lane < kLanes; ++lane) add_square(lane, first[(i + lane) * stride]);
-  for (; i < count; ++i) add_square(0, first[i * stride]);
+    for (std::size_t lane = 0; lane < kLanes; ++lane) add_square(lane, static_cast<float>(first[(i + lane) * stride]));
+  for (; i < count; ++i) add_square(0, static_cast<float>(first[i * stride]));
   stats.m2 = m2[0] + m2[1] + m2[2] + m2[3];
   return stats;
 }
 
-}  // namespace
-
-void add_row_stats(const float* rows, std::size_t count, std::size_t width, ColumnStats* stats) {
+template <typename T>
+void add_rows(const T* rows, std::size_t count, std::size_t width, ColumnStats* stats) {
   if (width == 0) return;
   const std::size_t chunk_rows = std::max(kMinChunkRows, kChunkFloats / width);
   for (std::size_t begin = 0; begin < count; begin += chunk_rows) {
     std::size_t n = std::min(chunk_rows, count - begin);
     for (std::size_t c = 0; c < width; ++c) stats[c].merge(column_stats(rows + begin * width + c, n, width));
   }
+}
+
+}  // namespace
+
+void add_row_stats(const float* rows, std::size_t count, std::size_t width, ColumnStats* stats) {
+  add_rows(rows, count, width, stats);
+}
+
+void add_row_stats(const std::uint8_t* rows, std::size_t count, std::size_t width, ColumnStats* stats) {
+  add_rows(rows, count, width, stats);
 }
 
 }  // namespace anneal::formats
