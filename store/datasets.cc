@@ -19,11 +19,11 @@
 #include <unordered_set>
 
 #include "anneal/dataset_rows.h"
+#include "anneal/delimited_scan.h"
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
 #include "anneal/fs.h"
 #include "anneal/hash.h"
-#include "formats/delimited_scan.h"
 #include "formats/text.h"
 #include "sqlite.h"
 #include "streams.h"
@@ -626,7 +626,7 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
     StreamBuilder source(objects, kSourceChunking, /*write=*/false);
     const Table* reference = i == 0 ? nullptr : &parts[0].schema;
     part.schema = scan_delimited(part.file, delimiter, parse_options(part, reference, i == 0 ? &result.date_format_hints : nullptr),
-                                 {[&](std::string_view bytes) { source.append(bytes); }, nullptr}, window_bytes);
+                                 {[&](std::string_view bytes) { source.append(bytes); }, nullptr, nullptr}, window_bytes);
     part.source = source.finish();
   }
   const Table& train = parts[0].schema;
@@ -692,7 +692,7 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
     };
     const Table* reference = i == 0 ? nullptr : &parts[0].schema;
     Table again = scan_delimited(part.file, delimiter, parse_options(part, reference, nullptr),
-                                 {[&](std::string_view bytes) { source.append(bytes); }, on_rows}, window_bytes);
+                                 {[&](std::string_view bytes) { source.append(bytes); }, on_rows, nullptr}, window_bytes);
     StreamChunks stored = source.finish();
     bytes_added += source.bytes_added();
     if (stored.hash != part.source.hash || again.rows != part.schema.rows)
