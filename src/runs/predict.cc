@@ -93,6 +93,8 @@ class BatchPredictor {
       for (std::size_t code = 0; code < dictionary.names.size(); ++code)
         dictionary.codes.emplace(dictionary.names[code], static_cast<float>(code));
     }
+    // A piece's room, once: growing by doubling could take twice that.
+    pending_.reserve(piece_rows_ * width_);
     out_.append(runs::prediction_csv_header(model_));
   }
 
@@ -145,12 +147,9 @@ class BatchPredictor {
     give_back();
     for (std::size_t row = 0; row < batch.rows;) {
       const std::size_t take = std::min<std::size_t>(piece_rows_ - pending_rows_, batch.rows - row);
-      std::vector<float> x =
+      const std::vector<float> x =
           model_.features.apply(std::span<const float>(raw).subspan(row * raw_width_, take * raw_width_), counts_);
-      if (pending_.empty())
-        pending_ = std::move(x);
-      else
-        pending_.insert(pending_.end(), x.begin(), x.end());
+      pending_.insert(pending_.end(), x.begin(), x.end());
       pending_rows_ += take;
       row += take;
       if (pending_rows_ == piece_rows_) predict_pending();
