@@ -84,8 +84,8 @@ class BatchPredictor {
         where_(std::move(where)),
         raw_width_(static_cast<std::size_t>(model.features.input_width())),
         width_(static_cast<std::size_t>(model.features.output_width())),
-        piece_rows_(std::max<std::size_t>(1, kTransformedBytes / (std::max<std::size_t>(width_, 1) * sizeof(float) * kPassRows)) *
-                    kPassRows) {
+        piece_rows_(kPassRows * std::max<std::size_t>(1, kTransformedBytes / (std::max<std::size_t>(width_, 1) *
+                                                                               sizeof(float) * kPassRows))) {
     for (const ColumnTransform& column : model.features.columns()) {
       if (!column.one_hot) continue;
       ModelDictionary& dictionary = one_hot_[column.column];
@@ -106,8 +106,8 @@ class BatchPredictor {
     auto found = one_hot_.find(batch.columns[column].name);
     if (found == one_hot_.end()) return;
     const ModelDictionary& dictionary = found->second;
-    auto& [model_column, model_codes] = code_maps_[column];
-    model_column = &found->second;
+    auto& [column_dictionary, model_codes] = code_maps_[column];
+    column_dictionary = &found->second;
     for (const std::string& value : added) {
       auto code = dictionary.codes.find(value);
       model_codes.push_back(code != dictionary.codes.end() ? code->second : static_cast<float>(dictionary.names.size()));
@@ -129,7 +129,13 @@ class BatchPredictor {
       const std::size_t feature = column - (column > batch.label_column ? 1 : 0);
       for (std::uint64_t row = 0; row < batch.rows; ++row) {
         float& cell = batch.features[row * features + feature];
-        if (!std::isnan(cell)) cell = model_codes[static_cast<std::size_t>(cell)];
+        if (std::isnan(cell)) continue;
+        const auto code = static_cast<std::size_t>(cell);
+        // on_categories passes every value before the batch that holds it.
+        if (code >= model_codes.size())
+          throw failure(where_ + ": internal: code " + std::to_string(code) + " of column '" +
+                        batch.columns[column].name + "' arrived before its value");
+        cell = model_codes[code];
       }
       std::swap(batch.columns[column].categories, dictionary->names);
       lent.emplace_back(&batch.columns[column].categories, dictionary);
