@@ -110,7 +110,8 @@ class BatchPredictor {
     column_dictionary = &found->second;
     for (const std::string& value : added) {
       auto code = dictionary.codes.find(value);
-      model_codes.push_back(code != dictionary.codes.end() ? code->second : static_cast<float>(dictionary.names.size()));
+      const float unseen = static_cast<float>(dictionary.names.size());
+      model_codes.push_back(code != dictionary.codes.end() ? code->second : unseen);
     }
   }
 

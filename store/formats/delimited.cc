@@ -947,7 +947,8 @@ class DelimitedScanner {
     for (std::size_t slot = 0; slot < columns.size(); ++slot) {
       const std::vector<std::string>& values = parser.categories(slot);
       if (values.size() == categories_handed_[slot]) continue;
-      callbacks_.on_categories(batch, columns[slot], std::span<const std::string>(values).subspan(categories_handed_[slot]));
+      const auto added = std::span<const std::string>(values).subspan(categories_handed_[slot]);
+      callbacks_.on_categories(batch, columns[slot], added);
       categories_handed_[slot] = values.size();
     }
   }
