@@ -30,8 +30,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "anneal/error.h"
 #include "anneal/delimited_scan.h"
+#include "anneal/error.h"
 #include "anneal/formats.h"
 #include "anneal/spelling.h"
 #include "formats/datetime.h"
