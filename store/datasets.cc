@@ -19,13 +19,13 @@
 #include <unordered_set>
 
 #include "anneal/dataset_rows.h"
+#include "anneal/delimited_scan.h"
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
 #include "anneal/fs.h"
 #include "anneal/hash.h"
-#include "formats/delimited_scan.h"
 #include "formats/idx_scan.h"
-#include "formats/input_stream.h"
+#include "anneal/input_stream.h"
 #include "formats/text.h"
 #include "sqlite.h"
 #include "streams.h"
@@ -652,7 +652,7 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
   // The source stream's bytes: what the scan reads of a plain file, or
   // the compressed file read on its own.
   auto scan_callbacks = [](const Part& part, StreamBuilder& source, std::function<void(Table&)> on_rows) {
-    DelimitedScanCallbacks callbacks{nullptr, std::move(on_rows)};
+    DelimitedScanCallbacks callbacks{nullptr, std::move(on_rows), nullptr};
     if (part.decompressed)
       read_pieces(part.file, [&](std::string_view bytes) { source.append(bytes); });
     else

@@ -185,37 +185,54 @@ void sync_dir(const fs::path& dir) {
   if (::fsync(fd.get()) != 0) throw failure(errno_message(dir, "fsync failed"));
 }
 
+AtomicFileWriter::AtomicFileWriter(const fs::path& path, const fs::path& tmp_dir, unsigned mode)
+    : path_(path), tmp_(tmp_dir / (path.filename().string() + "." + unique_suffix() + ".tmp")) {
+  Fd fd(::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode)));
+  if (fd.get() < 0) throw failure(errno_message(tmp_, "cannot create"));
+  // The process umask (anneal's is 077) must not narrow a mode asked for.
+  if (mode != 0600 && ::fchmod(fd.get(), static_cast<mode_t>(mode)) != 0) {
+    const Error error = failure(errno_message(tmp_, "cannot set the mode of"));
+    ::unlink(tmp_.c_str());
+    throw error;
+  }
+  fd_ = fd.release();
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!done_) ::unlink(tmp_.c_str());
+}
+
+void AtomicFileWriter::append(std::string_view bytes) {
+  if (done_ || fd_ < 0) throw failure(path_.string() + ": written after it was committed");
+  write_all(fd_, bytes, tmp_);
+}
+
+bool AtomicFileWriter::commit(bool replace, bool sync_parent) {
+  if (done_ || fd_ < 0) throw failure(path_.string() + ": committed twice");
+  if (::fsync(fd_) != 0) throw failure(errno_message(tmp_, "fsync failed"));
+  const int fd = std::exchange(fd_, -1);
+  if (::close(fd) != 0) throw failure(errno_message(tmp_, "close failed"));
+  int rc = replace ? ::rename(tmp_.c_str(), path_.c_str())
+                   // link() fails with EEXIST instead of replacing: a concurrent
+                   // writer of the same path wins and we keep its file.
+                   : ::link(tmp_.c_str(), path_.c_str());
+  if (rc != 0) {
+    if (!replace && errno == EEXIST) return false;  // the destructor removes the temporary file
+    throw failure(errno_message(path_, replace ? "rename failed" : "link failed"));
+  }
+  done_ = true;
+  if (!replace) ::unlink(tmp_.c_str());
+  if (sync_parent) sync_dir(path_.parent_path().empty() ? fs::path(".") : path_.parent_path());
+  return true;
+}
+
 bool write_file_atomic(const fs::path& path, std::string_view bytes, const fs::path& tmp_dir,
                        bool replace, bool sync_parent, unsigned mode) {
   if (!replace && ::access(path.c_str(), F_OK) == 0) return false;
-  fs::path tmp = tmp_dir / (path.filename().string() + "." + unique_suffix() + ".tmp");
-  {
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode)));
-    // The process umask (anneal's is 077) must not narrow a mode asked for.
-    if (fd.get() >= 0 && mode != 0600) ::fchmod(fd.get(), static_cast<mode_t>(mode));
-    if (fd.get() < 0) throw failure(errno_message(tmp, "cannot create"));
-    try {
-      write_all(fd.get(), bytes, tmp);
-      if (::fsync(fd.get()) != 0) throw failure(errno_message(tmp, "fsync failed"));
-    } catch (...) {
-      ::unlink(tmp.c_str());
-      throw;
-    }
-  }
-  int rc = replace ? ::rename(tmp.c_str(), path.c_str())
-                   // link() fails with EEXIST instead of replacing: a concurrent
-                   // writer of the same path wins and we keep its file.
-                   : ::link(tmp.c_str(), path.c_str());
-  int saved_errno = errno;
-  if (!replace) ::unlink(tmp.c_str());
-  if (rc != 0) {
-    if (replace) ::unlink(tmp.c_str());
-    errno = saved_errno;
-    if (!replace && errno == EEXIST) return false;
-    throw failure(errno_message(path, replace ? "rename failed" : "link failed"));
-  }
-  if (sync_parent) sync_dir(path.parent_path().empty() ? fs::path(".") : path.parent_path());
-  return true;
+  AtomicFileWriter writer(path, tmp_dir, mode);
+  writer.append(bytes);
+  return writer.commit(replace, sync_parent);
 }
 
 FileLock::FileLock(const fs::path& path, Mode mode) {

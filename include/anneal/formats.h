@@ -110,6 +110,11 @@ struct ParseOptions {
   // The label column: a name, or a 0-based index written as digits; empty
   // means the last column. CSV/TSV only (IDX and LIBSVM carry their labels).
   std::string label;
+  // CSV/TSV: false for input that has no label column (the rows predict
+  // reads for a model): every column is a feature, `label` is not read, the
+  // Table's labels stay empty and its label_column is columns.size(). All
+  // else (types, errors and their positions) is as with a label column.
+  bool labelled = true;
   // CSV/TSV: columns (names or 0-based indices) to treat as categorical even
   // when every value looks like a number.
   std::vector<std::string> categorical;
@@ -134,6 +139,15 @@ struct ParseOptions {
   // ignored: the caller reports the columns it needs. A date_formats entry
   // marked as_trained for a column the file lacks is ignored too.
   std::optional<std::vector<std::string>> typed_columns;
+  // CSV/TSV: when set (predict), only the columns named here (and the
+  // label) keep their values. Every other column's fields are read as
+  // fields (quotes, field counts and encoding are checked as ever) but its
+  // cells hold NaN and it gets no dictionary: a column the caller does not
+  // use (an order id, unique per row) costs no memory per distinct value
+  // and can never fail the parse. Such a column is categorical with no
+  // categories and every cell missing. Names the file lacks are ignored;
+  // not with `reference`.
+  std::optional<std::vector<std::string>> read_columns;
   // CSV/TSV: when set, receives a hint for each column left categorical
   // whose values look like ambiguous dates (not with `reference`).
   std::vector<DateFormatHint>* date_format_hints = nullptr;

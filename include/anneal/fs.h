@@ -110,6 +110,38 @@ bool write_file_atomic(const std::filesystem::path& path, std::string_view bytes
                        const std::filesystem::path& tmp_dir, bool replace,
                        bool sync_parent = true, unsigned mode = 0600);
 
+// A file written piece by piece and put in place atomically, for output
+// too large to build in memory first; write_file_atomic's guarantees. The
+// bytes go to a new temporary file in `tmp_dir` (which must be on path's
+// file system), created with mode `mode` (0600 unless other users must
+// read it). commit() fsyncs it, renames it over `path` (with `replace`; or
+// links it there, leaving an existing `path` alone and returning false)
+// and fsyncs path's directory (unless `sync_parent` is false). Until
+// commit returns true `path` is untouched; a writer destroyed before that
+// (an error on the way) removes its temporary file, so nothing is left
+// behind. Throws kFailure naming the file on a create, write, fsync or
+// rename error.
+class AtomicFileWriter {
+ public:
+  AtomicFileWriter(const std::filesystem::path& path, const std::filesystem::path& tmp_dir, unsigned mode = 0600);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  // Appends `bytes` to the temporary file. Not after commit.
+  void append(std::string_view bytes);
+  // Puts the file in place, once; see above.
+  bool commit(bool replace, bool sync_parent = true);
+  // The temporary file, while there is one (for tests and messages).
+  const std::filesystem::path& temp_path() const { return tmp_; }
+
+ private:
+  std::filesystem::path path_;
+  std::filesystem::path tmp_;
+  int fd_ = -1;
+  bool done_ = false;  // committed: the temporary file is gone or is `path`
+};
+
 // An advisory lock (flock) on a lock file, released on destruction or when
 // the process dies, so a killed holder never leaves a stale lock.
 class FileLock {

@@ -154,11 +154,20 @@ struct PredictResult {
   std::uint64_t unseen = 0;              // categorical values the model never saw
 };
 // Reads a CSV/TSV file whose header names the model's feature columns (any
-// order; extra columns are ignored; the label column may be absent), applies
-// the saved preprocessing and writes OUT as CSV: the input row number, the
-// prediction (the class name, or the value) and, for classes, one
-// probability column per class. A missing feature column is kUsage; bad input
-// kBadData (file:line:column). Refuses to replace `out` unless `force`.
+// order; extra columns are read past and never fail it; the label column may
+// be absent), applies the saved preprocessing and writes OUT as CSV: the
+// input row number, the prediction (the class name, or the value) and, for
+// classes, one probability column per class. A missing feature column is
+// kUsage; bad input kBadData (file:line:column). Refuses to replace `out`
+// unless `force`.
+// Memory: the file is read in windows and its predictions written as they
+// are made, to a temporary file in out's directory renamed over `out` at
+// the end, so memory does not grow with the rows (the dictionaries of the
+// columns the model one-hot encodes aside). A gzip or zstd file is first
+// inflated, within the default decompression limits
+// (kDefaultMaxDecompressedBytes and ratio), into an unlinked scratch file
+// in out's directory (disk, not memory). On any error `out` is untouched
+// and nothing is left behind.
 PredictResult predict_file(Store& store, const ModelRef& model, const std::filesystem::path& input,
                            const std::filesystem::path& out, bool force, const BackendOptions& compute);
 

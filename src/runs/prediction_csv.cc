@@ -24,17 +24,23 @@ std::string number_text(double v) {
 
 }  // namespace
 
-std::string prediction_csv(const ModelFile& model, std::span<const float> predictions, std::uint64_t rows) {
+std::string prediction_csv_header(const ModelFile& model) {
   std::string csv = "row,prediction";
-  const bool classification = model.labels.classification();
-  if (classification)
+  if (model.labels.classification())
     for (const auto& name : model.labels.class_names()) csv.append(",").append(csv_field("p_" + name));
   csv += "\n";
+  return csv;
+}
+
+std::string prediction_csv_rows(const ModelFile& model, std::span<const float> predictions, std::uint64_t rows,
+                                std::uint64_t first_row) {
+  std::string csv;
+  const bool classification = model.labels.classification();
   LossKind as = model.linear ? LossKind::kSoftmaxCrossEntropy : model.loss;
   std::vector<float> probs = classification ? class_probabilities(as, predictions) : std::vector<float>();
   const auto k = static_cast<std::size_t>(classification ? model.labels.classes() : 1);
   for (std::uint64_t r = 0; r < rows; ++r) {
-    csv += std::to_string(r + 1) + ",";
+    csv += std::to_string(first_row + r + 1) + ",";
     if (classification) {
       const float* p = probs.data() + r * k;
       auto best = static_cast<std::size_t>(std::max_element(p, p + k) - p);

@@ -12,9 +12,16 @@
 
 namespace anneal::runs {
 
-// The CSV text for `rows` rows of `model`'s raw predictions (rows x outputs):
-// the predicted class name and its probabilities, or the regression value
-// in the target's units. Numbers are written with 7 significant digits.
-std::string prediction_csv(const ModelFile& model, std::span<const float> predictions, std::uint64_t rows);
+// The header line of `model`'s prediction CSV, with its line end.
+std::string prediction_csv_header(const ModelFile& model);
+
+// The CSV lines for `rows` consecutive input rows of `model`'s raw
+// predictions (rows x outputs), numbered from `first_row` + 1: the
+// predicted class name and its probabilities, or the regression value in
+// the target's units. Numbers are written with 7 significant digits. A
+// row's line depends on that row's predictions alone, so the lines of a
+// file predicted piece by piece are those of the whole.
+std::string prediction_csv_rows(const ModelFile& model, std::span<const float> predictions, std::uint64_t rows,
+                                std::uint64_t first_row);
 
 }  // namespace anneal::runs

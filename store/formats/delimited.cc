@@ -30,12 +30,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "anneal/delimited_scan.h"
 #include "anneal/error.h"
 #include "anneal/formats.h"
 #include "anneal/spelling.h"
 #include "formats/datetime.h"
 #include "formats/delimited_reader.h"
-#include "formats/delimited_scan.h"
 #include "formats/number.h"
 #include "formats/stats.h"
 #include "formats/text.h"
@@ -69,6 +69,7 @@ struct ColumnPlan {
   std::size_t dictionary = 0;  // categorical: its slot among the dictionaries
   std::optional<DateTimeFormat> date_format;  // datetime: how its values are written
   const DateFormatOption* date_option = nullptr;  // kForced datetime: the option that asked
+  bool skipped = false;  // not in options.read_columns: fields read, cells NaN, no dictionary
 };
 
 // The smallest and largest datetime value of a column, exact (the cells
@@ -90,8 +91,13 @@ struct DateRange {
 struct Layout {
   std::vector<ColumnPlan> columns;
   std::vector<std::size_t> categorical;  // columns with a dictionary, by slot
+  // The label column; columns.size() (no column) for input without one,
+  // so `column == label` never holds and `column > label` never either.
   std::size_t label = 0;
+  bool labelled = true;
   std::size_t data_begin = 0;  // offset of the first data record
+
+  std::size_t features() const { return columns.size() - (labelled ? 1 : 0); }
 };
 
 std::string column_list(const std::vector<ColumnPlan>& columns) {
@@ -158,6 +164,10 @@ class DelimitedParser {
   // Stores the merged statistics and dictionaries into `table`'s columns;
   // throws when a column has too many distinct values.
   void finish(Table& table);
+  // The categorical columns (indices into the columns) by dictionary slot,
+  // and each slot's values merged so far, in code order.
+  const std::vector<std::size_t>& categorical_columns() const { return layout_.categorical; }
+  const std::vector<std::string>& categories(std::size_t slot) const { return dictionaries_[slot].categories; }
 
  private:
   class BlockParser;
@@ -234,9 +244,9 @@ class DelimitedParser::BlockParser {
         reader_(window.data(), window.data() + (block.end - window_offset), parser.delimiter_, window_offset),
         block_(block),
         columns_(layout_.columns.size()),
-        features_(columns_ - 1),
+        features_(layout_.features()),
         feature_rows_(table.features.data() + block.first_row * features_),
-        labels_(table.labels.data() + block.first_row),
+        labels_(layout_.labelled ? table.labels.data() + block.first_row : nullptr),
         nonfinite_(parser.options_.nonfinite) {}
 
   void parse() {
@@ -250,10 +260,10 @@ class DelimitedParser::BlockParser {
         // parse too, maybe earlier than where the count noticed.
         std::vector<float> scratch(features_);
         float scratch_label;
-        parse_record(p, scratch.data(), scratch_label);
+        parse_record(p, scratch.data(), &scratch_label);
         throw block_.error ? *block_.error : record_count_mismatch(row + 1);
       }
-      p = parse_record(p, feature_rows_ + row * features_, labels_[row]);
+      p = parse_record(p, feature_rows_ + row * features_, labels_ != nullptr ? labels_ + row : nullptr);
       p = reader_.skip_empty_lines(p);
     }
     if (row != block_.rows) throw record_count_mismatch(row);
@@ -266,7 +276,8 @@ class DelimitedParser::BlockParser {
                                        std::to_string(parsed)};
   }
 
-  const char* parse_record(const char* p, float* feature_row, float& label) {
+  // `label`: where the label cell goes; null without a label column.
+  const char* parse_record(const char* p, float* feature_row, float* label) {
     const char* record_start = p;
     for (std::size_t column = 0;; ++column) {
       if (column == columns_) {
@@ -275,7 +286,7 @@ class DelimitedParser::BlockParser {
                                                " fields, found " + std::to_string(found)};
       }
       bool record_end;
-      float& cell = column == layout_.label ? label : feature_row[column - (column > layout_.label)];
+      float& cell = column == layout_.label ? *label : feature_row[column - (column > layout_.label)];
       p = parse_cell(p, column, cell, record_end);
       if (record_end) {
         if (column + 1 < columns_) throw too_few_fields(record_start, p, column + 1);
@@ -295,6 +306,12 @@ class DelimitedParser::BlockParser {
 
   const char* parse_cell(const char* p, std::size_t column, float& cell, bool& record_end) {
     const ColumnPlan& plan = layout_.columns[column];
+    if (plan.skipped) {
+      Field field;
+      const char* next = reader_.read(p, field, record_end);
+      cell = NAN;
+      return next;
+    }
     if (plan.type == ColumnType::kNumeric) {
       float value;
       const char* number_end = formats::parse_float_prefix(p, reader_.end(), value);
@@ -380,7 +397,7 @@ class DelimitedParser::BlockParser {
   Block& block_;
   std::size_t columns_, features_;
   float* feature_rows_;
-  float* labels_;
+  float* labels_;  // null without a label column
   NonFinite nonfinite_;
 };
 
@@ -411,9 +428,8 @@ std::optional<TextError> DelimitedParser::parse_batch(std::string_view window, s
     block.first_row = batch.rows;
     batch.rows += block.rows;
   }
-  const std::size_t features = layout_.columns.size() - 1;
-  batch.features.resize(batch.rows * features);
-  batch.labels.resize(batch.rows);
+  batch.features.resize(batch.rows * layout_.features());
+  batch.labels.resize(layout_.labelled ? batch.rows : 0);
   tbb::parallel_for(std::size_t{0}, blocks.size(), [&](std::size_t b) {
     try {
       BlockParser(*this, window, window_offset, blocks[b], batch).parse();
@@ -458,7 +474,7 @@ void DelimitedParser::count_records(std::string_view window, std::size_t window_
 
 Table DelimitedParser::empty_table() const {
   Table table;
-  const std::size_t features = layout_.columns.size() - 1;
+  const std::size_t features = layout_.features();
   table.label_column = layout_.label;
   table.sample_shape = {static_cast<std::int64_t>(features)};
   table.columns.resize(layout_.columns.size());
@@ -499,10 +515,15 @@ void DelimitedParser::read_header() {
   name_columns(fields);
   check_against_reference(fields);
   auto& columns = layout_.columns;
+  layout_.data_begin = reader_.offset(options_.header ? after : first);
+  layout_.labelled = options_.labelled;
+  if (!layout_.labelled) {
+    layout_.label = columns.size();  // every column is a feature (a header has at least one)
+    return;
+  }
   if (columns.size() < 2)
     fail(reader_.offset(first), "expected at least 2 columns (features and a label), found " +
                                     std::to_string(columns.size()));
-  layout_.data_begin = reader_.offset(options_.header ? after : first);
   layout_.label = options_.label.empty()
                       ? columns.size() - 1
                       : resolve_column(columns, options_.label, Subject::kLabelColumn, options_.display_name);
@@ -576,10 +597,20 @@ void DelimitedParser::choose_types() {
         columns[i].origin = TypeOrigin::kForced;
       }
     }
+    if (const auto& read = options_.read_columns) {
+      for (std::size_t i = 0; i < columns.size(); ++i) {
+        if (i == layout_.label || std::find(read->begin(), read->end(), columns[i].name) != read->end()) continue;
+        columns[i].skipped = true;
+        columns[i].type = ColumnType::kCategorical;
+        columns[i].origin = TypeOrigin::kForced;
+        columns[i].date_format.reset();
+        columns[i].date_option = nullptr;
+      }
+    }
   }
   infer_types();
   for (std::size_t i = 0; i < columns.size(); ++i) {
-    if (columns[i].type != ColumnType::kCategorical) continue;
+    if (columns[i].type != ColumnType::kCategorical || columns[i].skipped) continue;
     columns[i].dictionary = layout_.categorical.size();
     layout_.categorical.push_back(i);
   }
@@ -750,7 +781,7 @@ void DelimitedParser::infer_types() {
 // order, whether the file comes in one batch or many.
 void DelimitedParser::merge_batch(std::vector<Block>& blocks, Table& batch) {
   const auto& plans = layout_.columns;
-  const std::size_t columns = plans.size(), label = layout_.label, features = columns - 1;
+  const std::size_t columns = plans.size(), label = layout_.label, features = layout_.features();
   const std::size_t slots = layout_.categorical.size();
   if (!merging_started_) {
     merging_started_ = true;
@@ -761,7 +792,7 @@ void DelimitedParser::merge_batch(std::vector<Block>& blocks, Table& batch) {
       for (std::size_t i = 0; i < dictionary.categories.size(); ++i)
         dictionary.codes.emplace(dictionary.categories[i], static_cast<std::uint32_t>(i));
     }
-    stats_.resize(columns);
+    stats_.resize(columns);  // features, then the label if there is one
     date_ranges_.assign(columns, DateRange{});
   }
   // Per block and categorical column: local code -> global code.
@@ -783,10 +814,10 @@ void DelimitedParser::merge_batch(std::vector<Block>& blocks, Table& batch) {
 
   tbb::parallel_for(std::size_t{0}, blocks.size(), [&](std::size_t b) {
     Block& block = blocks[b];
-    block.stats.resize(columns);  // features in order, then the label
+    block.stats.resize(columns);  // features in order, then the label if there is one
     if (block.rows == 0) return;  // no cells (and the arrays may be empty: no pointer into them)
     float* feature_rows = batch.features.data() + block.first_row * features;
-    float* labels = batch.labels.data() + block.first_row;
+    float* labels = layout_.labelled ? batch.labels.data() + block.first_row : nullptr;
     for (std::size_t slot = 0; slot < slots; ++slot) {
       const std::size_t c = layout_.categorical[slot];
       const std::vector<float>& global = global_codes[b][slot];
@@ -796,7 +827,7 @@ void DelimitedParser::merge_batch(std::vector<Block>& blocks, Table& batch) {
         if (!std::isnan(*cell)) *cell = global[static_cast<std::size_t>(*cell)];
     }
     formats::add_row_stats(feature_rows, block.rows, features, block.stats.data());
-    formats::add_row_stats(labels, block.rows, 1, &block.stats[features]);
+    if (labels != nullptr) formats::add_row_stats(labels, block.rows, 1, &block.stats[features]);
   });
   for (const auto& block : blocks) {
     for (std::size_t i = 0; i < columns; ++i) stats_[i].merge(block.stats[i]);
@@ -806,7 +837,7 @@ void DelimitedParser::merge_batch(std::vector<Block>& blocks, Table& batch) {
 
 void DelimitedParser::finish(Table& table) {
   const auto& plans = layout_.columns;
-  const std::size_t columns = plans.size(), label = layout_.label, features = columns - 1;
+  const std::size_t columns = plans.size(), label = layout_.label, features = layout_.features();
   for (std::size_t slot = 0; slot < layout_.categorical.size(); ++slot) {
     const std::size_t c = layout_.categorical[slot];
     std::vector<std::string>& categories = dictionaries_[slot].categories;
@@ -889,6 +920,7 @@ class DelimitedScanner {
         if (auto error = parser.parse_batch(buffer_, buffer_begin_, ready_, batch)) throw_at(*error);
         rows += batch.rows;
         if (peak_ != nullptr) peak_->batch_rows = std::max(peak_->batch_rows, batch.rows);
+        if (batch.rows > 0) hand_on_categories(parser, batch);
         if (batch.rows > 0 && callbacks_.on_rows) callbacks_.on_rows(batch);
         ready_.clear();
         drop_before(std::min(block_start_, parity_to_));
@@ -905,6 +937,21 @@ class DelimitedScanner {
   }
 
   bool at_eof() const { return read_to_ == file_.size(); }
+
+  // The categorical values the last batch added, per column, to
+  // on_categories.
+  void hand_on_categories(const DelimitedParser& parser, const Table& batch) {
+    if (!callbacks_.on_categories) return;
+    const std::vector<std::size_t>& columns = parser.categorical_columns();
+    categories_handed_.resize(columns.size());
+    for (std::size_t slot = 0; slot < columns.size(); ++slot) {
+      const std::vector<std::string>& values = parser.categories(slot);
+      if (values.size() == categories_handed_[slot]) continue;
+      const auto added = std::span<const std::string>(values).subspan(categories_handed_[slot]);
+      callbacks_.on_categories(batch, columns[slot], added);
+      categories_handed_[slot] = values.size();
+    }
+  }
 
   // Appends up to `bytes` more of the file to the buffer, hands them on and
   // checks the encoding of every whole line read so far.
@@ -1030,6 +1077,7 @@ class DelimitedScanner {
   std::size_t block_start_ = 0;   // where the next block starts
   bool cuts_done_ = false;
   std::vector<std::pair<std::size_t, std::size_t>> ready_;  // blocks cut, not yet parsed
+  std::vector<std::size_t> categories_handed_;  // per dictionary slot: values passed to on_categories
 };
 
 }  // namespace

@@ -14,7 +14,7 @@
 #include "anneal/formats.h"
 #include "anneal/fs.h"
 #include "anneal/table.h"
-#include "formats/input_stream.h"
+#include "anneal/input_stream.h"
 
 namespace anneal {
 

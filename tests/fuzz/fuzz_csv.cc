@@ -1,5 +1,5 @@
-// CSV/TSV reader: the first byte picks the delimiter, header, label,
-// non-finite handling and date formats; the rest is the file.
+// CSV/TSV reader: the first byte picks the delimiter, header, label (or
+// none), non-finite handling and date formats; the rest is the file.
 #include <string>
 #include <vector>
 
@@ -21,6 +21,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // (which the input may lack: a usage error).
   if (mode & 32) options.date_formats = {{"", "DD/MM/YYYY", false}, {"", "MM-DD-YYYY HH:MM:SS.fffZ", false}};
   if (mode & 64) options.date_formats.push_back({"d", "DD.MM.YYYY HH:MM", false});
+  // Predict's reading: no label column, only some columns typed or kept.
+  if (mode & 128) {
+    options.labelled = false;
+    options.typed_columns = std::vector<std::string>{"a", "col1"};
+    options.read_columns = std::vector<std::string>{"a", "b", "col1", "col2"};
+  }
   std::vector<anneal::DateFormatHint> hints;
   options.date_format_hints = &hints;
   return anneal::fuzz::expect_error_or_success(

@@ -13,7 +13,7 @@
 
 #include "anneal/formats.h"
 #include "anneal/fs.h"
-#include "formats/input_stream.h"
+#include "anneal/input_stream.h"
 #include "fuzz_target.h"
 
 namespace {

@@ -527,5 +527,154 @@ TEST(Delimited, TypedColumnsReadEveryOtherColumnAsText) {
   }
 }
 
+// Input without a label column (predict's rows): every column is a feature,
+// with the types, values, dictionaries and errors a labelled parse gives.
+ParseOptions unlabelled() {
+  ParseOptions options;
+  options.labelled = false;
+  return options;
+}
+
+TEST(Delimited, UnlabelledInputHasOnlyFeatures) {
+  // BOM, CRLF, a quoted newline, doubled quotes, a quoted comma, blanks.
+  const std::string rows =
+      "1,\"line one\nline two\",\"say \"\"hi\"\"\"\r\n"
+      "  2 , plain ,  \"padded\"  \r\n"
+      "\r\n"
+      "3,\"\",\"a, b\"\r\n";
+  Table table = parse_csv("\xEF\xBB\xBF" "x,note,quote\r\n" + rows, unlabelled());
+  ASSERT_EQ(table.columns.size(), 3u);
+  EXPECT_EQ(table.label_column, 3u) << "no column is the label";
+  EXPECT_EQ(table.sample_shape, std::vector<std::int64_t>({3}));
+  ASSERT_EQ(table.rows, 3u);
+  EXPECT_TRUE(table.labels.empty());
+  EXPECT_EQ(table.columns[0].name, "x");
+  EXPECT_EQ(table.columns[0].type, ColumnType::kNumeric);
+  EXPECT_EQ(table.columns[1].categories, std::vector<std::string>({"line one\nline two", "plain"}));
+  EXPECT_EQ(table.columns[2].categories, std::vector<std::string>({"say \"hi\"", "padded", "a, b"}));
+  ASSERT_EQ(table.features.size(), 9u);
+  EXPECT_EQ(table.features[0], 1);
+  EXPECT_EQ(table.features[3], 2);
+  EXPECT_EQ(table.features[8], 2);
+  EXPECT_TRUE(std::isnan(table.features[7]));  // "" is missing
+  EXPECT_EQ(table.columns[1].missing, 1u);
+  EXPECT_EQ(table.columns[0].count, 3u);
+  EXPECT_DOUBLE_EQ(table.columns[0].mean, 2.0);
+
+  // The same rows with a label column appended: the same features.
+  Table labelled = parse_csv("\xEF\xBB\xBF" "x,note,quote,y\r\n"
+                             "1,\"line one\nline two\",\"say \"\"hi\"\"\",0\r\n"
+                             "  2 , plain ,  \"padded\"  ,1\r\n"
+                             "\r\n"
+                             "3,\"\",\"a, b\",0\r\n");
+  ASSERT_EQ(labelled.features.size(), table.features.size());
+  for (std::size_t i = 0; i < table.features.size(); ++i) {
+    if (std::isnan(labelled.features[i])) {
+      EXPECT_TRUE(std::isnan(table.features[i])) << i;
+    } else {
+      EXPECT_EQ(labelled.features[i], table.features[i]) << i;
+    }
+  }
+  // One column is input enough without a label.
+  Table single = parse_csv("x\n1\n2\n", unlabelled());
+  EXPECT_EQ(single.rows, 2u);
+  EXPECT_EQ(single.features, std::vector<float>({1, 2}));
+}
+
+TEST(Delimited, UnlabelledErrorsPointAtTheProblem) {
+  struct Case {
+    std::string text;
+    std::string prefix;  // NAME:LINE:COLUMN
+    std::string says;
+  };
+  ParseOptions options = unlabelled();
+  options.typed_columns = std::vector<std::string>{"a", "b"};  // c is text, as predict reads it
+  // Types come from the first 1000 rows: a bad number after them.
+  std::string typed_rows;
+  for (int i = 0; i < 1000; ++i) typed_rows += "1,2,3\n";
+  std::string typed_rows_crlf;
+  for (int i = 0; i < 1000; ++i) typed_rows_crlf += "1,2,3\r\n";
+  const std::vector<Case> cases = {
+      // The field counts are the file's own: no label column is counted.
+      {"a,b,c\n1,2,3\n4,5\n", "t.csv:3:4:", "expected 3 fields, found 2"},
+      {"a,b,c\n1,2,3\r\n4,5\r\n", "t.csv:3:4:", "expected 3 fields, found 2"},
+      {"a,b,c\n1,2,3\n4,5,6,7,8\n", "t.csv:3:7:", "expected 3 fields, found 5"},
+      {"a,b,c\n" + typed_rows + "4,x,6\n", "t.csv:1002:3:", "expected a number in column 'b'"},
+      {"\xEF\xBB\xBF" "a,b,c\r\n" + typed_rows_crlf + "4,x,6\r\n", "t.csv:1002:3:", "expected a number in column 'b'"},
+      {"a,b,c\n1,2,\"multi\nline\"\n" + typed_rows + "4,x,6\n", "t.csv:1004:3:", "expected a number in column 'b'"},
+      {"a,b,c\n1,2,\"open\n4,5,6\n", "t.csv:2:5:", "expected a closing quote"},
+      {"a,b,c\n1,2,x\"y\n", "t.csv:2:6:", "inside an unquoted field"},
+      {"a,b,c\n1,2,inf\n", "", "no error: c is text"},
+      {"a,b,c\n1,inf,3\n", "t.csv:2:3:", "expected a finite number, found 'inf'"},
+      {"a,b,c\n", "t.csv:2:1:", "expected a data row after the header, found end of input"},
+      {"a,b,c", "t.csv:1:6:", "expected a data row after the header, found end of input"},
+      {"", "t.csv:1:1:", "expected a header row, found end of input"},
+      {"a,b,c\n1,caf\xE9,3\n", "t.csv:2:6:", "found byte 0xE9"},
+      {"a,b,a\n1,2,3\n", "t.csv:1:5:", "expected unique column names"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    if (c.prefix.empty()) {
+      EXPECT_NO_THROW(parse_csv(c.text, options));
+      continue;
+    }
+    std::string message = csv_error(c.text, options);
+    EXPECT_EQ(message.substr(0, c.prefix.size()), c.prefix) << message;
+    EXPECT_NE(message.find(c.says), std::string::npos) << message;
+  }
+  // The column limit counts the file's columns.
+  options.max_columns = 3;
+  EXPECT_NO_THROW(parse_csv("a,b,c\n1,2,3\n", options));
+  EXPECT_NE(csv_error("a,b,c,d\n1,2,3,4\n", options).find("expected at most 3 columns, found 4"), std::string::npos);
+}
+
+TEST(Delimited, UnlabelledLargeInputErrorLateReportsItsLine) {
+  // Many parse blocks; the bad cell is in the last one.
+  std::string text = "a,b,c\n";
+  for (int i = 0; i < 300000; ++i) text += std::to_string(i) + ",\"q," + std::to_string(i % 7) + "\",7\n";
+  text += "1,x,zz\n";
+  ASSERT_GT(text.size(), std::size_t{3} << 20);
+  ParseOptions options = unlabelled();
+  options.typed_columns = std::vector<std::string>{"a", "c"};
+  Table good = parse_csv(std::string_view(text).substr(0, text.size() - 7), options);
+  EXPECT_EQ(good.rows, 300000u);
+  EXPECT_EQ(good.columns[1].categories.size(), 7u);
+  EXPECT_EQ(csv_error(text, options).rfind("t.csv:300002:5: expected a number in column 'c'", 0), 0u);
+}
+
+// read_columns (predict): the columns not named are read past: their
+// fields are still checked, but they hold no values and no dictionary.
+TEST(Delimited, ReadColumnsSkipEveryOtherColumn) {
+  std::string csv = "id,x,when,y\n";
+  for (int i = 0; i < 1100; ++i) csv += "id-" + std::to_string(i) + "," + std::to_string(i) + ".5,2023-11-01,1\n";
+  csv += "\"odd, id\",3.5,yesterday,0\n";
+  ParseOptions options = unlabelled();
+  options.display_name = "new.csv";
+  options.typed_columns = std::vector<std::string>{"x", "y"};
+  options.read_columns = std::vector<std::string>{"x", "y", "absent"};
+  Table t = parse_delimited(csv, ',', options);
+  ASSERT_EQ(t.columns.size(), 4u);
+  EXPECT_EQ(t.rows, 1101u);
+  EXPECT_EQ(t.columns[1].type, ColumnType::kNumeric);
+  EXPECT_EQ(t.columns[3].type, ColumnType::kNumeric);
+  for (std::size_t c : {std::size_t{0}, std::size_t{2}}) {
+    EXPECT_EQ(t.columns[c].type, ColumnType::kCategorical) << c;
+    EXPECT_TRUE(t.columns[c].categories.empty()) << "no dictionary for column " << c;
+    EXPECT_EQ(t.columns[c].missing, 1101u) << c;
+  }
+  EXPECT_TRUE(std::isnan(t.features[0]));
+  EXPECT_EQ(t.features[1], 0.5f);
+  EXPECT_EQ(t.features[1100 * 4 + 1], 3.5f);
+  // A date format (as trained) for a column read past is not applied.
+  options.date_formats = {{"when", "YYYY-MM-DD", true}};
+  EXPECT_EQ(parse_delimited(csv, ',', options).rows, 1101u);
+  // Its fields are fields still: a broken quote or a ragged row is an error.
+  options.date_formats.clear();
+  EXPECT_NE(csv_error(csv + "\"open,1,2,3\n", options).find("new.csv:1103:1: expected a closing quote"),
+            std::string::npos);
+  EXPECT_NE(csv_error(csv + "x,1,2\n", options).find("new.csv:1103:6: expected 4 fields, found 3"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace anneal

@@ -9,7 +9,7 @@
 #include "anneal/error.h"
 #include "anneal/formats.h"
 #include "anneal/fs.h"
-#include "formats/input_stream.h"
+#include "anneal/input_stream.h"
 #include "formats/number.h"
 #include "test_util.h"
 #include "formats/text.h"

@@ -23,7 +23,7 @@
 #include "anneal/fs.h"
 #include "anneal/store.h"
 #include "formats/idx_scan.h"
-#include "formats/input_stream.h"
+#include "anneal/input_stream.h"
 #include "sqlite.h"
 #include "streams.h"
 #include "test_util.h"

@@ -4,18 +4,22 @@
 // size, and a streamed import records the same version as the whole-file one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <span>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "anneal/datasets.h"
+#include "anneal/delimited_scan.h"
 #include "anneal/error.h"
 #include "anneal/formats.h"
 #include "anneal/fs.h"
 #include "anneal/store.h"
-#include "formats/delimited_scan.h"
 #include "sqlite.h"
 #include "streams.h"
 #include "test_util.h"
@@ -54,25 +58,42 @@ struct Scanned {
   std::vector<float> features, labels;
   std::string bytes;
   DelimitedScanPeak peak;
+  // Per column: what on_categories passed, in order.
+  std::map<std::size_t, std::vector<std::string>> categories;
+  std::size_t batches = 0;
 };
 
-Scanned scan(const fs::path& path, std::size_t window, const std::string& name) {
+Scanned scan(const fs::path& path, std::size_t window, const std::string& name, ParseOptions options = {}) {
   Scanned out;
   FileReader file(path);
-  ParseOptions options;
   options.display_name = name;
-  DelimitedScanCallbacks callbacks{
-      [&](std::string_view bytes) { out.bytes.append(bytes); },
-      [&](Table& batch) {
-        out.features.insert(out.features.end(), batch.features.begin(), batch.features.end());
-        out.labels.insert(out.labels.end(), batch.labels.begin(), batch.labels.end());
-      }};
+  DelimitedScanCallbacks callbacks;
+  callbacks.on_bytes = [&](std::string_view bytes) { out.bytes.append(bytes); };
+  callbacks.on_rows = [&](Table& batch) {
+    out.features.insert(out.features.end(), batch.features.begin(), batch.features.end());
+    out.labels.insert(out.labels.end(), batch.labels.begin(), batch.labels.end());
+    // Every code in the batch has its text already.
+    const auto width = static_cast<std::size_t>(batch.sample_width());
+    for (std::size_t c = 0; c < batch.columns.size(); ++c) {
+      if (batch.columns[c].type != ColumnType::kCategorical || c == batch.label_column) continue;
+      const std::size_t feature = c - (c > batch.label_column ? 1 : 0);
+      for (std::uint64_t r = 0; r < batch.rows; ++r) {
+        const float code = batch.features[r * width + feature];
+        if (!std::isnan(code)) {
+          EXPECT_LT(static_cast<std::size_t>(code), out.categories[c].size());
+        }
+      }
+    }
+    ++out.batches;
+  };
+  callbacks.on_categories = [&](const Table&, std::size_t column, std::span<const std::string> added) {
+    out.categories[column].insert(out.categories[column].end(), added.begin(), added.end());
+  };
   out.schema = scan_delimited(file, ',', options, callbacks, window, &out.peak);
   return out;
 }
 
-std::string parse_error(const std::string& text, const std::string& name) {
-  ParseOptions options;
+std::string parse_error(const std::string& text, const std::string& name, ParseOptions options = {}) {
   options.display_name = name;
   try {
     parse_delimited(text, ',', options);
@@ -82,9 +103,9 @@ std::string parse_error(const std::string& text, const std::string& name) {
   return "no error";
 }
 
-std::string scan_error(const fs::path& path, std::size_t window, const std::string& name) {
+std::string scan_error(const fs::path& path, std::size_t window, const std::string& name, ParseOptions options = {}) {
   try {
-    scan(path, window, name);
+    scan(path, window, name, options);
   } catch (const Error& e) {
     return e.what();
   }
@@ -178,6 +199,80 @@ TEST(ImportStreaming, ErrorsAreTheWholeTextParsesErrors) {
     const std::string expected = parse_error(c.text, c.name);
     ASSERT_NE(expected, "no error") << c.name;
     EXPECT_EQ(scan_error(path, 128 << 10, c.name), expected) << c.name;
+  }
+}
+
+// Input without a label column (predict): the windowed scan gives the
+// whole-text parse's features, and on_categories the text of every code
+// before the batch that holds it.
+TEST(ImportStreaming, UnlabelledScanEqualsWholeTextParse) {
+  test::TempDir dir;
+  const std::string text = mixed_csv(120000, 4);
+  const fs::path path = dir.path() / "rows.csv";
+  test::write_file(path, text);
+  ParseOptions options;
+  options.display_name = "rows.csv";
+  options.labelled = false;
+  options.typed_columns = std::vector<std::string>{"a", "b", "c"};
+  const Table whole = parse_delimited(text, ',', options);
+  ASSERT_EQ(whole.label_column, whole.columns.size());
+  ASSERT_TRUE(whole.labels.empty());
+  for (std::size_t window : {std::size_t{64} << 10, (std::size_t{1} << 20) + 7}) {
+    Scanned s = scan(path, window, "rows.csv", options);
+    EXPECT_GT(s.batches, 1u) << "window " << window;
+    EXPECT_EQ(s.schema.rows, whole.rows);
+    EXPECT_EQ(s.schema.label_column, whole.label_column);
+    EXPECT_TRUE(s.labels.empty());
+    EXPECT_TRUE(same_floats(s.features, whole.features)) << "window " << window;
+    EXPECT_EQ(columns_to_json(s.schema.columns).dump(), columns_to_json(whole.columns).dump()) << "window " << window;
+    // city and label are categorical: what on_categories passed is their dictionary.
+    for (std::size_t c : {std::size_t{2}, std::size_t{4}}) EXPECT_EQ(s.categories[c], whole.columns[c].categories) << c;
+    EXPECT_EQ(s.categories.size(), 2u);
+  }
+  // A column read past takes no dictionary and passes no categories.
+  options.read_columns = std::vector<std::string>{"a", "b", "c", "label"};
+  Scanned s = scan(path, 64 << 10, "rows.csv", options);
+  EXPECT_EQ(s.categories.count(2), 0u);
+  EXPECT_TRUE(s.schema.columns[2].categories.empty());
+  EXPECT_EQ(s.schema.columns[2].missing, whole.rows);
+  EXPECT_EQ(s.categories[4], whole.columns[4].categories);
+}
+
+// Hostile input without a label column: the errors, their NAME:LINE:COLUMN
+// (late in the file, past the first windows) and their order are the
+// whole-text parse's.
+TEST(ImportStreaming, UnlabelledErrorsAreTheWholeTextParsesErrors) {
+  test::TempDir dir;
+  const std::string good = mixed_csv(150000, 11);
+  const auto lines = static_cast<std::size_t>(std::count(good.begin(), good.end(), '\n'));
+  struct Case {
+    std::string name, text, location;  // location: the expected NAME:LINE:COLUMN, where one is certain
+  };
+  const std::string late_line = std::to_string(lines + 1);
+  std::string late_bad_cell = good + "1.0,2.0,Oslo,not-a-number,k1\n";
+  std::string late_ragged = good + "1.0,2.0,Oslo,3\n" + mixed_csv(1000, 12).substr(17);
+  std::string late_long = good + "1.0,2.0,Oslo,3,k1,extra\n";
+  std::string late_quote = good + "1.0,2.0,\"Oslo,3,k1\n";
+  std::string late_crlf_bad_cell = good + "1.0,2.0,\"New\r\nYork\",x,k1\r\n";
+  std::string late_utf8 = good;
+  late_utf8.append("1,2,\xff,3,k1\n");
+  std::string bom_header_only = "\xEF\xBB\xBF" "a,b,city,c,label\r\n\r\n";
+  ParseOptions options;
+  options.labelled = false;
+  options.typed_columns = std::vector<std::string>{"a", "b", "c"};
+  for (const Case& c : {Case{"late_bad_cell.csv", late_bad_cell, "late_bad_cell.csv:" + late_line + ":14"},
+                        Case{"late_ragged.csv", late_ragged, "late_ragged.csv:" + late_line + ":15"},
+                        Case{"late_long.csv", late_long, "late_long.csv:" + late_line + ":19"},
+                        Case{"late_quote.csv", late_quote, "late_quote.csv:" + late_line + ":9"},
+                        Case{"late_crlf.csv", late_crlf_bad_cell, "late_crlf.csv:" + std::to_string(lines + 2) + ":7"},
+                        Case{"late_utf8.csv", late_utf8, "late_utf8.csv:" + late_line + ":5"},
+                        Case{"bom_header_only.csv", bom_header_only, "bom_header_only.csv:3:1"}}) {
+    const fs::path path = dir.path() / c.name;
+    test::write_file(path, c.text);
+    const std::string expected = parse_error(c.text, c.name, options);
+    ASSERT_NE(expected, "no error") << c.name;
+    EXPECT_EQ(expected.rfind(c.location + ": ", 0), 0u) << expected;
+    EXPECT_EQ(scan_error(path, 128 << 10, c.name, options), expected) << c.name;
   }
 }
 

@@ -1,10 +1,13 @@
 // CSV/TSV read from a file in windows, for imports of files larger than
-// memory: the same parse as parse_delimited, in bounded memory.
+// memory and predictions on them: the same parse as parse_delimited, in
+// bounded memory.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
+#include <string>
 #include <string_view>
 
 #include "anneal/formats.h"
@@ -28,6 +31,15 @@ struct DelimitedScanCallbacks {
   // them (the scan never reads them again, and passes the same Table each
   // time) but must leave the rest alone. May be empty.
   std::function<void(Table& batch)> on_rows;
+  // Before each on_rows, once per categorical column (`column` indexes
+  // `batch`'s columns, which on_rows gets next) whose dictionary grew since
+  // the last call: the values
+  // it gained, in code order (the first call for a column starts with
+  // options.reference's values when set). The values passed for a column
+  // so far, in order, are the text of its codes so far, so a callee that
+  // needs the text of the batch's codes (predict, mapping them into a
+  // model's dictionary) keeps them; nothing else needs to. May be empty.
+  std::function<void(const Table& batch, std::size_t column, std::span<const std::string> added)> on_categories;
 };
 
 // What a scan held at most, so tests can check the bound.
