@@ -604,6 +604,25 @@ void read_pieces(const FileReader& file, const std::function<void(std::string_vi
   file.check_end();
 }
 
+// A tensor stream a streamed import builds chunk by chunk.
+struct BuiltTensor {
+  std::string role;
+  std::string dtype;
+  std::vector<std::int64_t> shape;
+  StreamBuilder builder;
+};
+
+// Finishes `tensors`' streams, adding them to `streams` and what they
+// wrote to `bytes_added`.
+void finish_tensors(std::vector<BuiltTensor>& tensors, std::vector<VersionStream>& streams,
+                    std::uint64_t& bytes_added) {
+  for (BuiltTensor& t : tensors) {
+    StreamChunks chunks = t.builder.finish();
+    bytes_added += t.builder.bytes_added();
+    streams.push_back({t.role, std::move(chunks), std::nullopt, t.dtype, t.shape});
+  }
+}
+
 // CSV/TSV in bounded memory, in two passes over each file. Pass 1 (nothing
 // written) finds the types, dictionaries, statistics, every error and the
 // source's hash, so bad input fails before anything is written, as in the
@@ -694,13 +713,7 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
   // or damaged, so importing the same file again heals the store.
   FileLock writer = store.writer_lock();
   reporter.note("writing objects");
-  struct TensorStream {
-    std::string role;
-    std::string dtype;
-    std::vector<std::int64_t> shape;
-    StreamBuilder builder;
-  };
-  std::vector<TensorStream> tensors;
+  std::vector<BuiltTensor> tensors;
   auto tensor = [&](const std::string& role, const std::string& dtype, std::vector<std::int64_t> shape) {
     tensors.push_back({role, dtype, std::move(shape), StreamBuilder(objects, kTensorChunking, /*write=*/true)});
     return tensors.size() - 1;
@@ -721,8 +734,8 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
   for (std::size_t i = 0; i < parts.size(); ++i) {
     Part& part = parts[i];
     StreamBuilder source(objects, kSourceChunking, /*write=*/true);
-    TensorStream& part_features = tensors[i == 0 ? features : *test_features];
-    TensorStream& part_labels = tensors[i == 0 ? labels : *test_labels];
+    BuiltTensor& part_features = tensors[i == 0 ? features : *test_features];
+    BuiltTensor& part_labels = tensors[i == 0 ? labels : *test_labels];
     bool batch_has_dictionaries = false;
     auto on_rows = [&](Table& batch) {
       part_features.builder.append(as_bytes(batch.features));
@@ -748,11 +761,7 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
                        "nothing was recorded, import it again once it is complete");
     streams.push_back({part.role, std::move(stored), part.path.filename().string(), {}, {}});
   }
-  for (TensorStream& t : tensors) {
-    StreamChunks chunks = t.builder.finish();
-    bytes_added += t.builder.bytes_added();
-    streams.push_back({t.role, std::move(chunks), std::nullopt, t.dtype, t.shape});
-  }
+  finish_tensors(tensors, streams, bytes_added);
   result.bytes_added = bytes_added;
   fault_point("import.objects-written");
 
@@ -1042,13 +1051,7 @@ std::optional<ImportResult> import_u8_idx_streamed(Store& store, const ImportReq
   reporter.note("writing objects");
   std::vector<VersionStream> streams;
   std::uint64_t bytes_added = 0, test_rows_in_split = 0;
-  struct Tensor {
-    std::string role;
-    std::string dtype;
-    std::vector<std::int64_t> shape;
-    StreamBuilder builder;
-  };
-  std::vector<Tensor> tensors;
+  std::vector<BuiltTensor> tensors;
   for (std::size_t part = 0; part < parts; ++part) {
     IdxFile& images = files[2 * part];
     IdxFile& labels = files[2 * part + 1];
@@ -1095,11 +1098,7 @@ std::optional<ImportResult> import_u8_idx_streamed(Store& store, const ImportReq
       tensors.push_back({"split", "u8", {static_cast<std::int64_t>(mask.size())}, std::move(mask_stream)});
     }
   }
-  for (Tensor& t : tensors) {
-    StreamChunks chunks = t.builder.finish();
-    bytes_added += t.builder.bytes_added();
-    streams.push_back({t.role, std::move(chunks), std::nullopt, t.dtype, t.shape});
-  }
+  finish_tensors(tensors, streams, bytes_added);
   result.bytes_added = bytes_added;
   fault_point("import.objects-written");
 

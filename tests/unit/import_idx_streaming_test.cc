@@ -5,8 +5,6 @@
 // with the whole-file parse's messages leaving the store as it was, and
 // tells a u8 version from an older f32 one.
 #include <gtest/gtest.h>
-#include <zlib.h>
-#include <zstd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -66,25 +64,16 @@ std::string u8_labels(std::uint32_t rows, std::uint64_t seed) {
   return out;
 }
 
-std::string gzip(const std::string& bytes) {
-  z_stream stream{};
-  EXPECT_EQ(deflateInit2(&stream, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&stream, static_cast<uLong>(bytes.size())), '\0');
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
-  stream.avail_in = static_cast<uInt>(bytes.size());
-  stream.next_out = reinterpret_cast<Bytef*>(out.data());
-  stream.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&stream, Z_FINISH), Z_STREAM_END);
-  out.resize(stream.total_out);
-  deflateEnd(&stream);
-  return out;
-}
+std::string gzip(const std::string& bytes) { return test::gzip(bytes); }
+std::string zstd(const std::string& bytes) { return test::zstd_with_size(bytes); }
 
-std::string zstd(const std::string& bytes) {
-  std::string out(ZSTD_compressBound(bytes.size()), '\0');
-  const std::size_t n = ZSTD_compress(out.data(), out.size(), bytes.data(), bytes.size(), 3);
-  EXPECT_FALSE(ZSTD_isError(n));
-  out.resize(n);
+// The store's objects and versions, to compare before and after.
+std::string store_state(const fs::path& root) {
+  Store store = Store::open(root);
+  std::string out;
+  for (const std::string& id : store.objects().list()) out += id + "\n";
+  auto rows = store.db().prepare("SELECT v.version, v.fingerprint FROM dataset_versions v ORDER BY v.id");
+  while (rows.step()) out += rows.text(0) + " " + rows.text(1) + "\n";
   return out;
 }
 
@@ -122,6 +111,21 @@ class IdxImport : public ::testing::Test {
     out += columns_to_json(v.columns).dump() + "\n";
     out += "rows " + std::to_string(v.train_rows) + " " + std::to_string(v.test_rows) + "\n";
     return out;
+  }
+  // Importing `image_path` and `labels_path` (holding `images` and
+  // `labels`, maybe compressed) fails with `expected`, kBadData, and leaves
+  // the store as it was.
+  void expect_refused(const fs::path& image_path, const fs::path& labels_path, const std::string& expected) {
+    const std::string before = store_state(root());
+    ASSERT_NE(expected, "no error");
+    try {
+      import(request(image_path, labels_path));
+      ADD_FAILURE() << "imported";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kBadData);
+      EXPECT_EQ(std::string(e.what()), expected);
+    }
+    EXPECT_EQ(store_state(root()), before) << "the store changed";
   }
   test::TempDir dir_;
   NullReporter reporter_;
@@ -287,14 +291,6 @@ TEST_F(IdxImport, RecordsTheVersionTheWholeFileImportRecorded) {
 }
 
 // Every object file and catalog row, for "the store exactly as it was".
-std::string store_state(const fs::path& root) {
-  Store store = Store::open(root);
-  std::string out;
-  for (const std::string& id : store.objects().list()) out += id + "\n";
-  auto rows = store.db().prepare("SELECT v.version, v.fingerprint FROM dataset_versions v ORDER BY v.id");
-  while (rows.step()) out += rows.text(0) + " " + rows.text(1) + "\n";
-  return out;
-}
 
 // Hostile files: the import refuses each with the whole-file parse's
 // message, one line, kBadData, before anything is written: the store is as
@@ -329,16 +325,7 @@ TEST_F(IdxImport, HostileFilesAreRefusedWithTheParsersMessageAndWriteNothing) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
     const fs::path image_path = write("bad.idx", c.images), labels_path = write("bad-labels.idx", c.labels);
-    const std::string expected = parse_error(c.images, c.labels, named(image_path), labels_path.string());
-    ASSERT_NE(expected, "no error");
-    try {
-      import(request(image_path, labels_path));
-      ADD_FAILURE() << "imported";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kBadData);
-      EXPECT_EQ(std::string(e.what()), expected);
-    }
-    EXPECT_EQ(store_state(root()), before) << "the store changed";
+    expect_refused(image_path, labels_path, parse_error(c.images, c.labels, named(image_path), labels_path.string()));
   }
   // The test part must have the train part's image shape.
   ImportRequest mismatch = request(write("train.idx", images), write("train-labels.idx", labels));
@@ -480,18 +467,8 @@ TEST_F(IdxImport, HostileCompressedFilesAreRefusedWithTheParsersMessage) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
-    const std::string before = store_state(root());
     const fs::path image_path = write("bad.idx.gz", gzip(c.images)), labels_path = write("bad-labels.idx.gz", gzip(c.labels));
-    const std::string expected = parse_error(c.images, c.labels, named(image_path), labels_path.string());
-    ASSERT_NE(expected, "no error");
-    try {
-      import(request(image_path, labels_path));
-      ADD_FAILURE() << "imported";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kBadData);
-      EXPECT_EQ(std::string(e.what()), expected);
-    }
-    EXPECT_EQ(store_state(root()), before) << "the store changed";
+    expect_refused(image_path, labels_path, parse_error(c.images, c.labels, named(image_path), labels_path.string()));
   }
 }
 
