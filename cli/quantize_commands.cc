@@ -72,7 +72,9 @@ int run_quantize(const Invocation& inv) {
   request.qat_epochs = a["qat-epochs"].as<std::int64_t>();
   Store store = Store::open(inv.global.store);
   TerminalReporter reporter(inv.global.log_format);
-  print_compressed(inv, quantize_model(store, request, reporter));
+  const auto result = quantize_model(store, request, reporter);
+  note_auto_device(compute);
+  print_compressed(inv, result);
   return kExitOk;
 }
 
@@ -95,7 +97,9 @@ int run_prune(const Invocation& inv) {
   request.threads = compute.threads;
   Store store = Store::open(inv.global.store);
   TerminalReporter reporter(inv.global.log_format);
-  print_compressed(inv, prune_model(store, request, reporter));
+  const auto result = prune_model(store, request, reporter);
+  note_auto_device(compute);
+  print_compressed(inv, result);
   return kExitOk;
 }
 
@@ -111,6 +115,7 @@ int run_bench(const Invocation& inv) {
   request.threads = compute.threads;
   Store store = Store::open(inv.global.store);
   BenchResult r = bench_model(store, request);
+  note_auto_device(compute);
   if (inv.global.json) {
     json layers = json::array();
     for (const auto& l : r.layers) layers.push_back({{"layer", l.layer}, {"kernel", l.kernel}, {"sparsity", l.sparsity}});

@@ -284,7 +284,9 @@ int run_eval(const Invocation& inv) {
   ModelRef model = parse_model_ref(inv.args["MODEL"].as<std::string>(), "MODEL");
   DatasetRef data = parse_dataset_ref(inv.args["DATA"].as<std::string>(), "DATA");
   EvalSplit split = inv.args.count("split") ? parse_eval_split(inv.args["split"].as<std::string>()) : EvalSplit::kDefault;
-  EvalResult r = evaluate_model(store, model, data, split, compute_options_of(inv));
+  const BackendOptions compute = compute_options_of(inv);
+  EvalResult r = evaluate_model(store, model, data, split, compute);
+  note_auto_device(compute);
   if (inv.global.json) {
     json j = {{"model", r.model.ref()}, {"dataset", r.dataset}, {"split", r.split},
               {"missing_values", r.missing}, {"unseen_categories", r.unseen}};
@@ -336,9 +338,10 @@ int run_predict(const Invocation& inv) {
   if (!inv.args.count("output")) throw usage_error("-o: predict needs an output file (-o OUT.csv)");
   Store store = Store::open(inv.global.store);
   ModelRef model = parse_model_ref(inv.args["MODEL"].as<std::string>(), "MODEL");
+  const BackendOptions compute = compute_options_of(inv);
   PredictResult r = predict_file(store, model, inv.args["input"].as<std::string>(),
-                                 inv.args["output"].as<std::string>(), inv.args["force"].as<bool>(),
-                                 compute_options_of(inv));
+                                 inv.args["output"].as<std::string>(), inv.args["force"].as<bool>(), compute);
+  note_auto_device(compute);
   if (inv.global.json) {
     print_json({{"model", r.model.ref()}, {"rows", r.rows}, {"output", inv.args["output"].as<std::string>()},
                 {"missing_values", r.missing}, {"unseen_categories", r.unseen}});

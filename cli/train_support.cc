@@ -176,4 +176,10 @@ BackendOptions compute_options_of(const Invocation& inv) {
   return options;
 }
 
+void note_auto_device(const BackendOptions& options) {
+  if (options.device != Device::kAuto) return;
+  for (const std::string& why : passed_over_by_auto())
+    std::cerr << "device auto: running on the cpu (" << why << ")\n";
+}
+
 }  // namespace anneal::cli

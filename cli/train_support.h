@@ -53,5 +53,8 @@ void add_compute_options(po::options_description& o, bool threads);
 // The backend the flags ask for: --device (default auto), --threads (default:
 // every core). kUsage naming the flag for a bad value.
 BackendOptions compute_options_of(const Invocation& inv);
+// Says on stderr, one line per device, why `auto` runs on the CPU here
+// (nothing when options name a device, or auto gets a GPU).
+void note_auto_device(const BackendOptions& options);
 
 }  // namespace anneal::cli

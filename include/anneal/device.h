@@ -53,14 +53,16 @@ struct BackendAvailability {
 // whether it is usable here.
 std::vector<BackendAvailability> available_backends();
 
+// For `auto`: one entry per device it prefers to the one it picks here and
+// finds unusable, saying why ("cuda: no usable CUDA device: ..."); empty
+// when it gets its first choice.
+std::vector<std::string> passed_over_by_auto();
+
 // Makes the backend for options.device (kAuto resolved as above). Throws
 // anneal::Error kUsage, one line, when the named device is not usable here
 // ("device cuda: no usable CUDA device: ...; use device cpu or auto"), and
 // kFailure when a usable one fails to start. `options.threads` must be in
-// 1..1024 (kUsage otherwise). With `passed_over`, an `auto` that did not
-// get its first choice appends why, one entry per device it passed over
-// ("cuda: the CUDA backend is not installed (...)"), for the caller to say.
-std::unique_ptr<Backend> make_backend(const BackendOptions& options,
-                                      std::vector<std::string>* passed_over = nullptr);
+// 1..1024 (kUsage otherwise).
+std::unique_ptr<Backend> make_backend(const BackendOptions& options);
 
 }  // namespace anneal

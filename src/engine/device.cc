@@ -100,17 +100,23 @@ std::vector<BackendAvailability> available_backends() {
   return out;
 }
 
-std::unique_ptr<Backend> make_backend(const BackendOptions& options, std::vector<std::string>* passed_over) {
+std::vector<std::string> passed_over_by_auto() {
+  std::vector<std::string> passed;
+  for (const BackendAvailability& a : available_backends()) {
+    if (a.usable) break;
+    passed.push_back(std::string(device_name(a.device)) + ": " + a.reason);
+  }
+  return passed;
+}
+
+std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
   const Device device = options.device;
   if (options.threads < 1 || options.threads > 1024)
     throw usage_error("threads must be in 1..1024, not " + std::to_string(options.threads));
   for (const BackendAvailability& a : available_backends()) {
     if (device != Device::kAuto && a.device != device) continue;
     if (!a.usable) {
-      if (device == Device::kAuto) {
-        if (passed_over) passed_over->push_back(std::string(device_name(a.device)) + ": " + a.reason);
-        continue;
-      }
+      if (device == Device::kAuto) continue;
       throw usage_error(std::string("device ") + device_name(device) + ": " + a.reason +
                         "; use device cpu or auto");
     }

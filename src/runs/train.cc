@@ -238,17 +238,17 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
     throw Error(ErrorKind::kBusy, Subject::kResumedRun,
                 setup.resumed->label() + ": another anneal process is training this run");
   std::unique_ptr<Backend> backend;
-  std::vector<std::string> passed_over;  // what `auto` found unusable
   try {
-    backend = make_backend({.device = config.device, .threads = config.threads}, &passed_over);
+    backend = make_backend({.device = config.device, .threads = config.threads});
   } catch (const Error& e) {
     // Name where the device was asked for: "fm.ini:7" or "--set device".
     auto where = config.sources.find("device");
     if (e.kind() != ErrorKind::kUsage || where == config.sources.end()) throw;
     throw usage_error(where->second + ": " + e.what());
   }
-  for (const std::string& why : passed_over)
-    reporter.note("device auto: training on the " + backend->capabilities().device + " (" + why + ")");
+  if (config.device == Device::kAuto)
+    for (const std::string& why : passed_over_by_auto())
+      reporter.note("device auto: training on the " + backend->capabilities().device + " (" + why + ")");
   reporter.note("loading " + setup.dataset.to_string());
   const auto load_start = Clock::now();
   const std::uint64_t budget = config.memory_budget.value_or(runs::default_memory_budget());

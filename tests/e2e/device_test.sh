@@ -66,6 +66,9 @@ refused "resume --device" "--device: a resumed run keeps its recorded device" tr
 
 # eval and predict take --device too.
 expect_rc 0 eval iris-mlp iris --device cpu
+expect_eq "$(printf '%s' "$ERR" | grep -c 'device auto')" "0" "a named device: no note"
+expect_rc 0 eval iris-mlp iris
+expect_contains "$ERR" "device auto: running on the cpu (cuda: $cuda_reason)" "eval on auto says why it is on the CPU"
 refused "eval --device cuda" "device cuda: $cuda_reason" eval iris-mlp iris --device cuda
 refused "eval --device tpu" "--device: unknown device 'tpu'" eval iris-mlp iris --device tpu
 head -n 5 "$TEST_DATA/iris.csv" > "$WORK/rows.csv"
