@@ -668,28 +668,27 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
     return options;
   };
 
-  // The source stream's bytes: what the scan reads of a plain file, or
-  // the compressed file read on its own.
+  // The source stream is the file as it is: for a plain file the bytes the
+  // scan reads; for a compressed one, the compressed bytes, fed while it
+  // is decompressed (pass 1) or read again (pass 2).
   auto scan_callbacks = [](const Part& part, StreamBuilder& source, std::function<void(Table&)> on_rows) {
     DelimitedScanCallbacks callbacks{nullptr, std::move(on_rows), nullptr};
-    if (part.decompressed)
-      read_pieces(part.file, [&](std::string_view bytes) { source.append(bytes); });
-    else
-      callbacks.on_bytes = [&source](std::string_view bytes) { source.append(bytes); };
+    if (!part.decompressed) callbacks.on_bytes = [&source](std::string_view bytes) { source.append(bytes); };
     return callbacks;
   };
 
   // Pass 1: read and check everything, hash the sources; write nothing.
   for (std::size_t i = 0; i < parts.size(); ++i) {
     Part& part = parts[i];
+    StreamBuilder source(objects, kSourceChunking, /*write=*/false);
     if (compressed_file(part.file)) {
       part.scratch = std::make_unique<ScratchFile>(store.root() / "tmp");
-      DecompressingReader text(part.file, display_name(part.path), request.decompress_limits);
+      DecompressingReader text(part.file, display_name(part.path), request.decompress_limits,
+                               [&](std::string_view bytes) { source.append(bytes); });
       std::string piece(std::size_t{1} << 20, '\0');
       for (std::size_t n; (n = text.read(piece)) > 0;) part.scratch->append(std::string_view(piece.data(), n));
       part.decompressed.emplace(part.scratch->reader(part.path));
     }
-    StreamBuilder source(objects, kSourceChunking, /*write=*/false);
     const Table* reference = i == 0 ? nullptr : &parts[0].schema;
     part.schema = scan_delimited(part.text(), delimiter, parse_options(part, reference, i == 0 ? &result.date_format_hints : nullptr),
                                  scan_callbacks(part, source, nullptr), window_bytes);
@@ -750,6 +749,7 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
       test_rows_in_split += static_cast<std::uint64_t>(std::count(mask.begin(), mask.end(), 1));
       tensors[*split].builder.append(as_bytes(mask));
     };
+    if (part.decompressed) read_pieces(part.file, [&](std::string_view bytes) { source.append(bytes); });
     const Table* reference = i == 0 ? nullptr : &parts[0].schema;
     Table again = scan_delimited(part.text(), delimiter, parse_options(part, reference, nullptr),
                                  scan_callbacks(part, source, on_rows), window_bytes);
