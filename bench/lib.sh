@@ -1,8 +1,9 @@
 # Shared by the benchmarks: sourced after `set -euo pipefail` with $ANNEAL set.
-# Gives PYTHON (Debian's, where python3-torch lives), FMNIST, a throwaway
+# Gives PYTHON (Debian's, where python3-torch lives, unless set), FMNIST
+# (or $FMNIST_DIR), a throwaway
 # WORK directory removed on exit, and a fresh store in it (ANNEAL_HOME).
-PYTHON=/usr/bin/python3
-FMNIST=/usr/share/datasets/fashion-mnist
+PYTHON=${PYTHON:-/usr/bin/python3}
+FMNIST=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/anneal-bench-XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 export ANNEAL_HOME="$WORK/store"

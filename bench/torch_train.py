@@ -1,8 +1,11 @@
 """The PyTorch peer of the training benchmark: the same models, data,
 standardization, optimizer and batch size as anneal's, timed the same way.
 
-  python3 bench/torch_train.py MODEL THREADS EPOCHS  ->  one JSON line
-MODEL is mlp or cnn. Reads Fashion-MNIST from Debian's dataset-fashion-mnist.
+  python3 bench/torch_train.py MODEL THREADS EPOCHS [DEVICE [BATCH]]  ->  one JSON line
+MODEL is mlp or cnn; DEVICE cpu (the default) or cuda; BATCH 128 unless
+given. Reads Fashion-MNIST from Debian's dataset-fashion-mnist, or from
+$FMNIST_DIR. On cuda the data stays in host memory and each batch is copied
+to the GPU, as anneal's batch pipeline does.
 Besides samples/s over the training loop, the line holds first_step_s: the
 seconds from the process's start (the interpreter's own start and the torch
 import included) to the end of the first optimizer step, measured as anneal
@@ -19,7 +22,7 @@ import time
 import numpy as np
 import torch
 
-DATA = "/usr/share/datasets/fashion-mnist"
+DATA = os.environ.get("FMNIST_DIR", "/usr/share/datasets/fashion-mnist")
 
 
 def process_uptime_seconds():
@@ -50,6 +53,12 @@ def model_for(kind):
 
 def main():
     kind, threads, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    device = torch.device(sys.argv[4] if len(sys.argv) > 4 else "cpu")
+    batch = int(sys.argv[5]) if len(sys.argv) > 5 else 128
+    if device.type == "cuda":
+        # fp32 as anneal computes it: no TF32 in matrix products or convolutions.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     x_train = read_idx("train-images-idx3-ubyte.gz").astype(np.float32)
@@ -62,10 +71,9 @@ def main():
     x_test = torch.from_numpy((x_test - mean) / std).reshape(-1, 1, 28, 28)
     y_train, y_test = torch.from_numpy(y_train), torch.from_numpy(y_test)
 
-    model = model_for(kind)
+    model = model_for(kind).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = torch.nn.CrossEntropyLoss()
-    batch = 128
     generator = torch.Generator().manual_seed(1)
     samples = 0
     first_step_s = None
@@ -76,16 +84,19 @@ def main():
         for i in range(0, len(order), batch):
             idx = order[i:i + batch]
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x_train[idx]), y_train[idx])
+            xb, yb = x_train[idx].to(device), y_train[idx].to(device)
+            loss = loss_fn(model(xb), yb)
             loss.backward()
             optimizer.step()
             if first_step_s is None:
                 first_step_s = process_uptime_seconds()
             samples += len(idx)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     model.eval()
     with torch.no_grad():
-        correct = sum(int((model(x_test[i:i + 1000]).argmax(1) == y_test[i:i + 1000]).sum())
+        correct = sum(int((model(x_test[i:i + 1000].to(device)).argmax(1).cpu() == y_test[i:i + 1000]).sum())
                       for i in range(0, len(x_test), 1000))
     print(json.dumps({
         "samples_per_s": samples / seconds,

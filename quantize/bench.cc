@@ -42,7 +42,7 @@ BenchResult bench_model(Store& store, const BenchRequest& request) {
     return x;
   };
 
-  const std::unique_ptr<Backend> backend = make_backend({.device = request.device, .threads = request.threads});
+  const std::unique_ptr<Backend> backend = make_backend({.device = request.device, .threads = request.threads, .int8 = model.int8});
   runs::Predictor predictor(model, *backend, request.batch);
   result.engine = model.linear ? "linear"
                   : !predictor.inference_only() ? "network"

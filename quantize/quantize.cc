@@ -243,7 +243,9 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
   if (!(request.qat_lr > 0)) throw usage_error(Subject::kQatLearningRate, "must be > 0");
   if (request.qat_batch < 1) throw usage_error(Subject::kQatBatch, "must be >= 1");
   DatasetRef calib = parse_dataset_ref(request.calib, "--calib");
-  const std::unique_ptr<Backend> backend = make_backend({.device = request.device, .threads = request.threads});
+  // It also scores the int8 child (derived_model.cc).
+  const std::unique_ptr<Backend> backend =
+      make_backend({.device = request.device, .threads = request.threads, .int8 = true});
   // Unsupported layers (batchnorm, layernorm) fail here, before any run.
   const std::vector<WeightedLayer> layers =
       weighted_layers(parent.model.layers, Dims(parent.model.input_shape), *backend);

@@ -40,6 +40,10 @@ const char* device_name(Device device);
 struct BackendOptions {
   Device device = Device::kAuto;
   int threads = 1;  // compute threads (the CPU backend's team; host-side work of a GPU backend)
+  // The network has int8 layers: `auto` passes over a backend without int8
+  // ops (BackendCapabilities::int8), and a device named here that has none
+  // is refused (kUsage).
+  bool int8 = false;
 };
 
 // What the registry knows about one backend on this machine.
@@ -60,8 +64,9 @@ std::vector<std::string> passed_over_by_auto();
 
 // Makes the backend for options.device (kAuto resolved as above). Throws
 // anneal::Error kUsage, one line, when the named device is not usable here
-// ("device cuda: no usable CUDA device: ...; use device cpu or auto"), and
-// kFailure when a usable one fails to start. `options.threads` must be in
+// ("device cuda: no usable CUDA device: ...; use device cpu or auto") or
+// has no int8 ops when options.int8 asks for them, and kFailure when a
+// usable one fails to start. `options.threads` must be in
 // 1..1024 (kUsage otherwise).
 std::unique_ptr<Backend> make_backend(const BackendOptions& options);
 

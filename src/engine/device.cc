@@ -125,7 +125,13 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
     if (!plugin.plugin) throw failure(std::string("device ") + device_name(a.device) + ": " + plugin.reason);
     BackendOptions for_plugin = options;
     for_plugin.device = a.device;
-    return plugin.plugin->make(for_plugin);
+    std::unique_ptr<Backend> backend = plugin.plugin->make(for_plugin);
+    if (options.int8 && !backend->capabilities().int8) {
+      if (device == Device::kAuto) continue;
+      throw usage_error(std::string("device ") + device_name(a.device) + ": int8 models run on the CPU backend (the " +
+                        device_name(a.device) + " backend has no int8 ops); use device cpu or auto");
+    }
+    return backend;
   }
   throw failure("no usable backend");
 }

@@ -42,7 +42,9 @@ void score_inputs(const runs::ModelFile& model, const runs::ModelInputs& inputs,
   result.split = inputs.split;
   result.missing = inputs.counts.missing;
   result.unseen = inputs.counts.unseen;
-  const std::unique_ptr<Backend> backend = make_backend(compute);
+  BackendOptions options = compute;
+  options.int8 = model.int8;
+  const std::unique_ptr<Backend> backend = make_backend(options);
   runs::Predictor predictor(model, *backend);
   score_predictions(model, predictor.predict(inputs.x), inputs.y, result);
 }
@@ -62,7 +64,9 @@ EvalResult evaluate_model(Store& store, const ModelRef& ref, const DatasetRef& d
   runs::ModelFile model = runs::load_model(store, result.model);
   // A piece of the version at a time: the predictions and labels grow with
   // the rows, the features do not.
-  const std::unique_ptr<Backend> backend = make_backend(compute);
+  BackendOptions options = compute;
+  options.int8 = model.int8;
+  const std::unique_ptr<Backend> backend = make_backend(options);
   runs::Predictor predictor(model, *backend);
   std::vector<float> predictions, y;
   result.split = runs::for_each_input_piece(store, model, result.model.ref(), data, split, kEvalPieceBytes,

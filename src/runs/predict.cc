@@ -271,7 +271,9 @@ PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesys
   for (const auto& c : model.dataset_columns)
     if (c.type == ColumnType::kDatetime) options.date_formats.push_back({c.name, c.datetime_format, true});
 
-  const std::unique_ptr<Backend> backend = make_backend(compute);
+  BackendOptions device = compute;
+  device.int8 = model.int8;
+  const std::unique_ptr<Backend> backend = make_backend(device);
   // Removed, with whatever was written, if anything below throws.
   AtomicFileWriter writer(out, dir);
   BatchPredictor predictor(model, *backend, writer, input.string());

@@ -8,12 +8,19 @@
 # CUDA library; a plugin that is not one, or is damaged, is refused by name.
 . "$E2E_LIB"
 
-# What the registry says of cuda on this machine (no GPU here: never usable).
+# What the registry says of cuda on this machine. Where it is usable (a GPU
+# and the plugin), this test hides the plugin, so that what it checks (the
+# CPU fallback and the refusals) holds; cuda_training_test.sh covers the GPU.
 expect_rc 0 --json devices
+if [ "$(json_get '[d for d in j["devices"] if d["device"] == "cuda"][0]["usable"]')" = "True" ]; then
+  mkdir -p "$WORK/no-plugins"
+  export ANNEAL_PLUGIN_DIR="$WORK/no-plugins"
+  expect_rc 0 --json devices
+fi
 cuda_usable=$(json_get '[d for d in j["devices"] if d["device"] == "cuda"][0]["usable"]')
 cuda_reason=$(json_get '[d for d in j["devices"] if d["device"] == "cuda"][0]["reason"]')
 expect_eq "$(json_get '[d["device"] for d in j["devices"] if d["auto"]]')" "['cpu']" "auto picks the CPU here"
-expect_eq "$cuda_usable" "False" "cuda is not usable on a machine without a GPU"
+expect_eq "$cuda_usable" "False" "cuda is not usable without a GPU or without the plugin"
 expect_rc 0 devices
 expect_contains "$OUT" "auto picks this" "devices says what auto picks"
 if readelf -d "$ANNEAL" | grep NEEDED | grep -qiE 'cuda|cublas|cudnn|nccl'; then

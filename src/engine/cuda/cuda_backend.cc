@@ -1,0 +1,374 @@
+// The CUDA backend and libanneal-cuda.so's entry point (anneal/backend_plugin.h).
+// Built only where CMake finds the CUDA toolkit (-DANNEAL_CUDA=auto|on|off);
+// the anneal executable never links it.
+//
+// One device (the first), one stream, one cuBLASLt and one cuDNN handle per
+// backend. Tensors are plain row-major fp32 in device memory; the host sees
+// values only through copy_to_host, the loss op's totals()/predict() and
+// the running totals, each of which synchronizes the stream. Everything
+// else is issued asynchronously in order on the stream.
+//
+// What is not here yet: bf16/fp16 compute (capabilities().bf16 is false, so
+// precision = bf16 is refused on this backend as on a CPU without it) and
+// int8 inference (int8 models run on the CPU backend).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "anneal/backend_plugin.h"
+#include "anneal/build_info.h"
+#include "anneal/error.h"
+#include "engine/cuda/cuda_common.h"
+#include "engine/cuda/cuda_kernels.h"
+#include "engine/cuda/cuda_ops.h"
+
+namespace anneal::cuda {
+namespace {
+
+// "no CUDA-capable device is detected (cudaErrorNoDevice)".
+std::string runtime_error_text(cudaError_t status) {
+  return std::string(cudaGetErrorString(status)) + " (" + cudaGetErrorName(status) + ")";
+}
+
+// The oldest GPU the kernels are built for (CMAKE_CUDA_ARCHITECTURES).
+constexpr int kMinComputeCapability = 75;
+
+// Whether device 0 is usable, and why not.
+BackendAvailability probe() noexcept {
+  BackendAvailability a{Device::kCuda, false, ""};
+  try {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+      a.reason = "no usable CUDA device: " + runtime_error_text(status);
+      return a;
+    }
+    if (count == 0) {
+      a.reason = "no usable CUDA device: the CUDA runtime found none";
+      return a;
+    }
+    cudaDeviceProp p{};
+    const cudaError_t props = cudaGetDeviceProperties(&p, 0);
+    if (props != cudaSuccess) {
+      a.reason = "no usable CUDA device: " + runtime_error_text(props);
+      return a;
+    }
+    if (p.major * 10 + p.minor < kMinComputeCapability) {
+      a.reason = std::string(p.name) + " has compute capability " + std::to_string(p.major) + "." +
+                 std::to_string(p.minor) + "; the CUDA backend needs 7.5 (Turing) or newer";
+      return a;
+    }
+    a.usable = true;
+  } catch (...) {  // a probe must not throw: std::bad_alloc building the text
+    a.usable = false;
+    a.reason = "no usable CUDA device: the probe failed";
+  }
+  return a;
+}
+
+// The CPU backend's dropout key (splitmix64 of the seed and stream), so a
+// mask is the same function of its key on either device.
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Binds the calling thread to the backend's device, restoring the previous
+// binding when it ends.
+class DeviceScope final : public ExecutionScope {
+ public:
+  explicit DeviceScope(int device) {
+    check(cudaGetDevice(&previous_), "reading the current device");
+    check(cudaSetDevice(device), "selecting the device");
+  }
+  ~DeviceScope() override { cudaSetDevice(previous_); }  // a device set before cannot fail to be set again
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+void check_same_size(const Tensor& a, const Tensor& b, const char* what) {
+  if (a.dtype() != DType::kF32 || b.dtype() != DType::kF32 || a.bytes() != b.bytes())
+    throw failure(std::string(what) + ": tensors differ in size or type");
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& options) : partials_(*this) {
+    ctx_.device = 0;
+    ctx_.allocator = this;
+    ctx_.deterministic = true;
+    cudaDeviceProp p{};
+    check(cudaGetDeviceProperties(&p, ctx_.device), "reading the device's properties");
+    capabilities_.bf16 = false;
+    capabilities_.int8 = false;
+    // Every kernel reduces in a fixed order and the library algorithms are
+    // chosen deterministic (cuda_ops.cc).
+    capabilities_.deterministic = true;
+    capabilities_.threads = options.threads;
+    capabilities_.device = "cuda";
+    capabilities_.isa = "sm_" + std::to_string(p.major) + std::to_string(p.minor);
+    device_name_ = p.name;
+    DeviceScope scope(ctx_.device);
+    try {
+      check(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking), "creating a stream");
+      check(cublasLtCreate(&ctx_.blas), "creating a handle");
+      check(cudnnCreate(&ctx_.dnn), "creating a handle");
+      check(cudnnSetStream(ctx_.dnn, ctx_.stream), "binding the stream");
+    } catch (...) {
+      release();
+      throw;
+    }
+    ctx_.workspace = std::make_unique<DeviceBuffer>(*this);
+  }
+
+  // Storage (the workspace, partials_) is freed after the handles; cudaFree
+  // needs neither.
+  ~CudaBackend() override { release(); }
+
+  const char* name() const override { return "cuda"; }
+  const BackendCapabilities& capabilities() const override { return capabilities_; }
+  std::unique_ptr<ExecutionScope> enter() override { return std::make_unique<DeviceScope>(ctx_.device); }
+
+  void* allocate(std::size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t status = cudaMalloc(&p, std::max<std::size_t>(bytes, 256));
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      throw failure("cuda backend: out of device memory allocating " + std::to_string(bytes) + " bytes on " +
+                    device_name_ + " (" + cudaGetErrorName(status) + ")");
+    }
+    return p;
+  }
+  // cudaFree waits for the work issued before it, so storage is never freed
+  // under a kernel still using it. Its only failures are a bad pointer
+  // (impossible: it came from allocate) or an earlier asynchronous fault,
+  // which the next checked call reports.
+  void deallocate(void* data) noexcept override { cudaFree(data); }
+
+  void shape_plain(Tensor& t, const Dims& dims, DType dtype) override {
+    cuda::shape_plain(t, dims, dtype, *this);
+  }
+  void shape_like(Tensor& t, const Tensor& like, DType dtype) override {
+    cuda::shape_plain(t, like.dims(), dtype, *this);
+  }
+
+  void copy_from_host(const float* host, Tensor& t) override {
+    // From pageable memory the call returns once it has read `host`.
+    check(cudaMemcpyAsync(f32(t, "copy_from_host"), host, t.bytes(), cudaMemcpyHostToDevice, ctx_.stream),
+          "copy to the device");
+    t.mark_modified();
+  }
+  void copy_to_host(const Tensor& t, float* host) override {
+    check(cudaMemcpyAsync(host, f32(t, "copy_to_host"), t.bytes(), cudaMemcpyDeviceToHost, ctx_.stream),
+          "copy to the host");
+    check(cudaStreamSynchronize(ctx_.stream), "copy to the host");
+  }
+  float* host_view(Tensor&) override { return nullptr; }
+
+  void flatten(const Tensor& src, Tensor& dst) override {
+    const Dims flat{src.batch(), src.elements() / std::max<std::int64_t>(src.batch(), 1)};
+    dst.view_of(src, flat, std::make_shared<const CudaLayout>(src.bytes()));
+  }
+  void unflatten(const Tensor& src, const Tensor& like, Tensor& dst) override {
+    if (src.bytes() != like.bytes() || src.dtype() != like.dtype())
+      throw failure("unflatten: gradient does not match the flattened tensor");
+    shape_like(dst, like, like.dtype());
+    if (dst.data() != src.data())
+      check(cudaMemcpyAsync(dst.data(), src.data(), src.bytes(), cudaMemcpyDeviceToDevice, ctx_.stream),
+            "unflatten");
+  }
+
+  void fill_zero(Tensor& t) override {
+    check(cudaMemsetAsync(t.data(), 0, t.bytes(), ctx_.stream), "fill_zero");
+    t.mark_modified();
+  }
+
+  void clip_scale(const std::vector<const Tensor*>& grads, float max_norm, Tensor& scale) override {
+    const std::size_t per = kernels::kSquareBlocks;
+    auto* partials =
+        static_cast<double*>(partials_.ensure(sizeof(double) * per * std::max<std::size_t>(grads.size(), 1)));
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      kernels::sum_squares(f32(*grads[i], "clip_scale"), count(*grads[i]), partials + i * per, ctx_.stream);
+    shape_plain(scale, Dims{1}, DType::kF32);
+    kernels::clip_scale(partials, int(grads.size()), max_norm, f32(scale, "clip_scale"), ctx_.stream);
+    scale.mark_modified();
+  }
+
+  void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float scale) override {
+    check_same_size(running, batch, "update_running_stat");
+    kernels::running_stat(f32(running, "running"), f32(batch, "batch"), count(running), momentum, scale,
+                          ctx_.stream);
+    running.mark_modified();
+  }
+
+  void multiply(Tensor& t, const Tensor& mask) override {
+    check_same_size(t, mask, "multiply");
+    kernels::multiply(f32(t, "multiply"), f32(mask, "mask"), count(t), ctx_.stream);
+    t.mark_modified();
+  }
+
+  void fake_quantize(const Tensor& x, Tensor& y, float scale, float lo, float hi) override {
+    if (!(scale > 0)) throw usage_error("fake_quantize: the scale must be > 0");
+    check_f32_usage(x, "fake_quantize");
+    shape_like(y, x, DType::kF32);
+    kernels::fake_quantize(f32(x, "fake_quantize"), f32(y, "fake_quantize"), count(x), scale, lo, hi,
+                           ctx_.stream);
+    y.mark_modified();
+  }
+
+  void fake_quantize_channels(const Tensor& w, Tensor& y) override {
+    check_f32_usage(w, "fake_quantize_channels");
+    shape_like(y, w, DType::kF32);
+    const std::int64_t channels = w.dims().rank() > 0 ? w.dims()[0] : 0;
+    kernels::fake_quantize_channels(f32(w, "fake_quantize_channels"), f32(y, "fake_quantize_channels"),
+                                    int(channels), channels > 0 ? count(w) / int(channels) : 0, ctx_.stream);
+    y.mark_modified();
+  }
+
+  void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed, std::uint64_t stream) override {
+    shape_like(y, x, x.dtype());
+    dropout(x, y, p, seed, stream);
+  }
+  void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed,
+                        std::uint64_t stream) override {
+    shape_like(dx, dy, dy.dtype());
+    dropout(dy, dx, p, seed, stream);
+  }
+
+  void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, const AdamUpdate& u) override {
+    check_same_size(w, g, "adam");
+    check_same_size(w, m, "adam");
+    check_same_size(w, v, "adam");
+    kernels::AdamArgs a{};
+    a.step_size = u.lr / (1.0f - std::pow(u.beta1, float(u.step)));
+    a.inv_sqrt_bc2 = 1.0f / std::sqrt(1.0f - std::pow(u.beta2, float(u.step)));
+    a.beta1 = u.beta1;
+    a.beta2 = u.beta2;
+    a.epsilon = u.epsilon;
+    a.l2 = u.decoupled_weight_decay ? 0.0f : u.weight_decay;
+    a.decay = u.decoupled_weight_decay ? 1.0f - u.lr * u.weight_decay : 1.0f;
+    kernels::adam(f32(w, "adam"), f32(g, "adam"), f32(m, "adam"), f32(v, "adam"), count(w), a,
+                  scale_of(u.grad_scale), ctx_.stream);
+    w.mark_modified();
+  }
+
+  void sgd_update(Tensor& w, const Tensor& g, Tensor& velocity, const SgdUpdate& u) override {
+    check_same_size(w, g, "sgd");
+    float* v = nullptr;
+    if (u.momentum != 0.0f) {
+      check_same_size(w, velocity, "sgd");
+      v = f32(velocity, "sgd");
+    }
+    kernels::sgd(f32(w, "sgd"), f32(g, "sgd"), v, count(w), {u.lr, u.momentum, u.weight_decay, u.nesterov},
+                 scale_of(u.grad_scale), ctx_.stream);
+    w.mark_modified();
+  }
+
+  std::unique_ptr<EltwiseOp> eltwise(const EltwiseSpec& spec) override {
+    check_precision(spec.compute);
+    return make_eltwise_op(ctx_, spec);
+  }
+  std::unique_ptr<DenseOp> dense(const DenseSpec& spec) override {
+    check_precision(spec.compute);
+    return make_dense_op(ctx_, spec);
+  }
+  std::unique_ptr<ConvOp> conv(const ConvSpec& spec) override {
+    check_precision(spec.compute);
+    return make_conv_op(ctx_, spec);
+  }
+  std::unique_ptr<PoolOp> pool(const PoolSpec& spec) override {
+    check_precision(spec.compute);
+    return make_pool_op(ctx_, spec);
+  }
+  std::unique_ptr<NormOp> batch_norm(const NormSpec& spec) override {
+    check_precision(spec.compute);
+    return make_norm_op(ctx_, spec, false);
+  }
+  std::unique_ptr<NormOp> layer_norm(const NormSpec& spec) override {
+    check_precision(spec.compute);
+    return make_norm_op(ctx_, spec, true);
+  }
+  std::unique_ptr<LossOp> loss(LossKind kind, std::int64_t outputs, std::span<const float> class_weights) override {
+    return make_loss_op(ctx_, kind, outputs, class_weights);
+  }
+
+  std::unique_ptr<InferenceOp> inference_dense(InferenceDenseSpec spec) override {
+    return make_inference_dense_op(ctx_, std::move(spec));
+  }
+  std::unique_ptr<InferenceConvOp> inference_conv(InferenceConvSpec spec) override {
+    return make_inference_conv_op(ctx_, std::move(spec));
+  }
+  std::unique_ptr<InferenceOp> inference_pool(const InferencePoolSpec& spec) override {
+    return make_inference_pool_op(ctx_, spec);
+  }
+
+  void dequantize(const Tensor& x, float scale, Tensor& y) override {
+    if (x.dtype() != DType::kF32) throw usage_error("int8 models run on the CPU backend; use device cpu");
+    if (scale == 1.0f) {
+      y.view_of(x, x.dims(), std::make_shared<const CudaLayout>(x.bytes()));
+      return;
+    }
+    shape_plain(y, x.dims(), DType::kF32);
+    kernels::scale(f32(x, "dequantize"), f32(y, "dequantize"), count(x), scale, ctx_.stream);
+  }
+
+  bool view_host(const float*, const Dims&, Tensor&) override { return false; }
+
+ private:
+  static int count(const Tensor& t) { return kernel_count(t.elements(), "tensor"); }
+
+  static void check_f32_usage(const Tensor& t, const char* what) {
+    if (t.dtype() != DType::kF32)
+      throw usage_error(std::string(what) + ": expects an f32 tensor, not " + dtype_name(t.dtype()));
+  }
+  static void check_precision(DType compute) {
+    if (compute != DType::kF32)
+      throw usage_error(std::string("the CUDA backend computes in f32 only, not ") + dtype_name(compute));
+  }
+  static const float* scale_of(const Tensor* t) { return t ? f32(*t, "grad_scale") : nullptr; }
+
+  void dropout(const Tensor& in, Tensor& out, float p, std::uint64_t seed, std::uint64_t stream) {
+    const std::uint64_t key = splitmix64(seed ^ splitmix64(stream));
+    const auto threshold = static_cast<std::uint32_t>(std::min(double(p) * 4294967296.0, 4294967295.0));
+    const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    kernels::dropout(f32(in, "dropout"), f32(out, "dropout"), count(in), key, threshold, scale, ctx_.stream);
+  }
+
+  void release() noexcept {
+    if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
+    if (ctx_.dnn) cudnnDestroy(ctx_.dnn);
+    if (ctx_.blas) cublasLtDestroy(ctx_.blas);
+    if (ctx_.stream) cudaStreamDestroy(ctx_.stream);
+    ctx_.dnn = nullptr;
+    ctx_.blas = nullptr;
+    ctx_.stream = nullptr;
+  }
+
+  BackendCapabilities capabilities_;
+  std::string device_name_;
+  CudaContext ctx_;
+  DeviceBuffer partials_;  // clip_scale's per-block sums
+};
+
+std::unique_ptr<Backend> make(const BackendOptions& options) {
+  const BackendAvailability a = probe();
+  if (!a.usable) throw usage_error(std::string("device cuda: ") + a.reason + "; use device cpu or auto");
+  return std::make_unique<CudaBackend>(options);
+}
+
+constexpr BackendPlugin kPlugin{kBackendPluginAbi, build::kPluginBuild, Device::kCuda, &probe, &make};
+
+}  // namespace
+}  // namespace anneal::cuda
+
+extern "C" __attribute__((visibility("default"))) const anneal::BackendPlugin* anneal_backend_plugin_v1() {
+  return &anneal::cuda::kPlugin;
+}

@@ -1,0 +1,579 @@
+// The CUDA backend's own kernels; contracts in cuda_kernels.h.
+//
+// Elementwise kernels are grid-stride loops. Reductions give every block a
+// fixed share of the elements, sum each thread's share in order (in double
+// where the CPU backend sums in double), then add a block's threads in a
+// fixed tree: no atomics anywhere, so the same inputs give the same bits.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "engine/cuda/cuda_common.h"
+#include "engine/cuda/cuda_kernels.h"
+
+namespace anneal::cuda::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+int blocks_for(int n) {
+  const int blocks = (n + kThreads - 1) / kThreads;
+  return blocks < 1 ? 1 : (blocks > 65535 ? 65535 : blocks);
+}
+
+#define ANNEAL_GRID_STRIDE(i, n) \
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += gridDim.x * blockDim.x)
+
+// Sums v over the block's kThreads threads in a fixed tree; the result is
+// valid in thread 0. `shared` holds kThreads values.
+template <typename T>
+__device__ T block_sum(T v, T* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+    __syncthreads();
+  }
+  const T total = shared[0];
+  __syncthreads();  // shared may be reused right after
+  return total;
+}
+
+__device__ float block_max(float v, float* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) shared[threadIdx.x] = fmaxf(shared[threadIdx.x], shared[threadIdx.x + half]);
+    __syncthreads();
+  }
+  const float m = shared[0];
+  __syncthreads();
+  return m;
+}
+
+// ---- Elementwise ----
+
+__global__ void multiply_kernel(float* x, const float* m, int n) {
+  ANNEAL_GRID_STRIDE(i, n) x[i] *= m[i];
+}
+
+__global__ void scale_kernel(const float* x, float* y, int n, float s) {
+  ANNEAL_GRID_STRIDE(i, n) y[i] = x[i] * s;
+}
+
+__global__ void running_stat_kernel(float* r, const float* b, int n, float momentum, float scale) {
+  ANNEAL_GRID_STRIDE(i, n) r[i] = (1.0f - momentum) * r[i] + momentum * scale * b[i];
+}
+
+__global__ void fake_quantize_kernel(const float* x, float* y, int n, float scale, float lo, float hi) {
+  // Division, not multiplication by 1/scale: the formula's own rounding.
+  ANNEAL_GRID_STRIDE(i, n) y[i] = fminf(fmaxf(rintf(__fdiv_rn(x[i], scale)), lo), hi) * scale;
+}
+
+__global__ void fake_quantize_channels_kernel(const float* w, float* y, int per) {
+  __shared__ float shared[kThreads];
+  const float* row = w + static_cast<std::int64_t>(blockIdx.x) * per;
+  float* out = y + static_cast<std::int64_t>(blockIdx.x) * per;
+  float m = 0.0f;
+  for (int i = threadIdx.x; i < per; i += kThreads) m = fmaxf(m, fabsf(row[i]));
+  m = block_max(m, shared);
+  const float scale = m > 0.0f ? __fdiv_rn(m, 127.0f) : 1.0f;
+  for (int i = threadIdx.x; i < per; i += kThreads) {
+    const float q = fminf(fmaxf(rintf(__fdiv_rn(row[i], scale)), -127.0f), 127.0f);
+    out[i] = q * scale;
+  }
+}
+
+__device__ std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+__global__ void dropout_kernel(const float* x, float* y, int n, std::uint64_t key, std::uint32_t threshold,
+                               float scale) {
+  ANNEAL_GRID_STRIDE(i, n) {
+    const auto u = static_cast<std::uint32_t>(splitmix64(key + static_cast<std::uint64_t>(i)) >> 32);
+    y[i] = x[i] * (u >= threshold ? scale : 0.0f);
+  }
+}
+
+// ---- Activations ----
+
+__device__ float activate(Activation f, float x) {
+  switch (f) {
+    case Activation::kRelu: return x > 0.0f ? x : 0.0f;
+    case Activation::kGelu: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case Activation::kTanh: return tanhf(x);
+    case Activation::kSigmoid: return 1.0f / (1.0f + expf(-x));
+    case Activation::kNone: break;
+  }
+  return x;
+}
+
+// f'(x).
+__device__ float derivative(Activation f, float x) {
+  switch (f) {
+    case Activation::kRelu: return x > 0.0f ? 1.0f : 0.0f;
+    case Activation::kGelu:
+      return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
+    case Activation::kTanh: {
+      const float t = tanhf(x);
+      return 1.0f - t * t;
+    }
+    case Activation::kSigmoid: {
+      const float s = 1.0f / (1.0f + expf(-x));
+      return s * (1.0f - s);
+    }
+    case Activation::kNone: break;
+  }
+  return 1.0f;
+}
+
+// f'(x) written with y = f(x).
+__device__ float derivative_from_output(Activation f, float y) {
+  switch (f) {
+    case Activation::kRelu: return y > 0.0f ? 1.0f : 0.0f;
+    case Activation::kTanh: return 1.0f - y * y;
+    case Activation::kSigmoid: return y * (1.0f - y);
+    default: break;
+  }
+  return 1.0f;
+}
+
+__global__ void activation_forward_kernel(Activation f, const float* x, float* y, int n) {
+  ANNEAL_GRID_STRIDE(i, n) y[i] = activate(f, x[i]);
+}
+__global__ void activation_backward_kernel(Activation f, const float* x, const float* dy, float* dx, int n) {
+  ANNEAL_GRID_STRIDE(i, n) dx[i] = dy[i] * derivative(f, x[i]);
+}
+__global__ void activation_backward_from_output_kernel(Activation f, const float* y, const float* dy, float* dx,
+                                                       int n) {
+  ANNEAL_GRID_STRIDE(i, n) dx[i] = dy[i] * derivative_from_output(f, y[i]);
+}
+
+// ---- Bias ----
+
+__global__ void bias_activation_kernel(float* y, const float* b, int total, int channels, int spatial,
+                                       Activation f) {
+  ANNEAL_GRID_STRIDE(i, total) {
+    const int c = (i / spatial) % channels;
+    y[i] = activate(f, y[i] + b[c]);
+  }
+}
+
+// One block per channel: its N·S values summed per thread in order, then
+// the tree.
+__global__ void bias_grad_kernel(const float* dy, float* db, int n, int channels, int spatial, bool accumulate) {
+  __shared__ float shared[kThreads];
+  const int c = blockIdx.x;
+  const int per = n * spatial;
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < per; j += kThreads) {
+    const int sample = j / spatial, s = j % spatial;
+    sum += dy[(static_cast<std::int64_t>(sample) * channels + c) * spatial + s];
+  }
+  sum = block_sum(sum, shared);
+  if (threadIdx.x == 0) db[c] = accumulate ? db[c] + sum : sum;
+}
+
+// ---- Optimizers ----
+
+__global__ void adam_kernel(float* w, const float* g, float* m, float* v, int n, AdamArgs a, const float* scale) {
+  const float gs = scale ? *scale : 1.0f;
+  ANNEAL_GRID_STRIDE(i, n) {
+    const float grad = g[i] * gs + a.l2 * w[i];
+    const float mi = a.beta1 * m[i] + (1.0f - a.beta1) * grad;
+    const float vi = a.beta2 * v[i] + (1.0f - a.beta2) * grad * grad;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = w[i] * a.decay - a.step_size * mi / (sqrtf(vi) * a.inv_sqrt_bc2 + a.epsilon);
+  }
+}
+
+__global__ void sgd_kernel(float* w, const float* g, float* velocity, int n, SgdArgs a, const float* scale) {
+  const float gs = scale ? *scale : 1.0f;
+  ANNEAL_GRID_STRIDE(i, n) {
+    const float grad = g[i] * gs + a.weight_decay * w[i];
+    if (velocity == nullptr) {
+      w[i] -= a.lr * grad;
+    } else if (a.nesterov) {
+      const float vi = a.momentum * velocity[i] + grad;
+      velocity[i] = vi;
+      w[i] -= a.lr * (grad + a.momentum * vi);
+    } else {
+      const float vi = a.momentum * velocity[i] + grad;
+      velocity[i] = vi;
+      w[i] -= a.lr * vi;
+    }
+  }
+}
+
+// kSquareBlocks blocks, each over a fixed contiguous share of x.
+__global__ void sum_squares_kernel(const float* x, int n, double* partials) {
+  __shared__ double shared[kThreads];
+  const int share = (n + kSquareBlocks - 1) / kSquareBlocks;
+  const int begin = blockIdx.x * share;
+  const int end = min(n, begin + share);
+  double sum = 0;
+  for (int i = begin + threadIdx.x; i < end; i += kThreads) sum += double(x[i]) * double(x[i]);
+  sum = block_sum(sum, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+__global__ void clip_scale_kernel(const double* partials, int tensors, float max_norm, float* scale) {
+  // One thread: a few hundred additions, in the documented order.
+  if (threadIdx.x != 0) return;
+  double total = 0;
+  for (int t = 0; t < tensors; ++t) {
+    double tensor = 0;
+    for (int b = 0; b < kSquareBlocks; ++b) tensor += partials[t * kSquareBlocks + b];
+    total += tensor;
+  }
+  const double norm = sqrt(total);
+  *scale = norm > max_norm ? float(max_norm / (norm + 1e-6)) : 1.0f;
+}
+
+// ---- Normalization ----
+
+__device__ std::int64_t norm_index(const NormShape& s, int g, int j) {
+  // j-th element of group g, j in [0, A·B).
+  const int a = j / s.b, b = j % s.b;
+  return (static_cast<std::int64_t>(a) * s.g + g) * s.b + b;
+}
+
+// Mean and biased variance of group blockIdx.x (two passes, in double).
+__device__ void group_statistics(const NormShape& s, const float* x, int g, double* shared, float& mean,
+                                 float& variance) {
+  const int count = s.a * s.b;
+  double sum = 0;
+  for (int j = threadIdx.x; j < count; j += kThreads) sum += x[norm_index(s, g, j)];
+  const double mu = block_sum(sum, shared) / count;
+  double squares = 0;
+  for (int j = threadIdx.x; j < count; j += kThreads) {
+    const double d = x[norm_index(s, g, j)] - mu;
+    squares += d * d;
+  }
+  mean = float(mu);
+  variance = float(block_sum(squares, shared) / count);
+}
+
+__global__ void norm_forward_training_kernel(NormShape s, const float* x, const float* gamma, const float* beta,
+                                             float* y, float* mean, float* variance) {
+  __shared__ double shared[kThreads];
+  const int g = blockIdx.x;
+  float mu, var;
+  group_statistics(s, x, g, shared, mu, var);
+  if (threadIdx.x == 0) {
+    mean[g] = mu;
+    variance[g] = var;
+  }
+  const float inv = 1.0f / sqrtf(var + s.epsilon);
+  const int count = s.a * s.b;
+  for (int j = threadIdx.x; j < count; j += kThreads) {
+    const std::int64_t i = norm_index(s, g, j);
+    const int p = s.params_per_group ? g : j % s.b;
+    y[i] = gamma[p] * ((x[i] - mu) * inv) + beta[p];
+  }
+}
+
+__global__ void norm_forward_inference_kernel(NormShape s, const float* x, const float* gamma, const float* beta,
+                                              const float* mean, const float* variance, float* y, int total) {
+  ANNEAL_GRID_STRIDE(i, total) {
+    const int g = (i / s.b) % s.g;
+    const int p = s.params_per_group ? g : i % s.b;
+    const float inv = 1.0f / sqrtf(variance[g] + s.epsilon);
+    y[i] = gamma[p] * ((x[i] - mean[g]) * inv) + beta[p];
+  }
+}
+
+// Per group: dx = inv·(dy·γ − mean(dy·γ) − x̂·mean(dy·γ·x̂)), where the
+// means run over the group; with per-group γ, also dγ_g = Σ dy·x̂ and
+// dβ_g = Σ dy.
+__global__ void norm_backward_kernel(NormShape s, const float* x, const float* dy, const float* gamma,
+                                     const float* mean, const float* variance, float* dx, float* dgamma,
+                                     float* dbeta, bool accumulate) {
+  __shared__ double shared[kThreads];
+  const int g = blockIdx.x;
+  const int count = s.a * s.b;
+  const float mu = mean[g];
+  const float inv = 1.0f / sqrtf(variance[g] + s.epsilon);
+  double sum_dyg = 0, sum_dyg_xhat = 0;
+  for (int j = threadIdx.x; j < count; j += kThreads) {
+    const std::int64_t i = norm_index(s, g, j);
+    const float gm = gamma[s.params_per_group ? g : j % s.b];
+    const float xhat = (x[i] - mu) * inv;
+    sum_dyg += double(dy[i]) * gm;
+    sum_dyg_xhat += double(dy[i]) * gm * xhat;
+  }
+  const double a = block_sum(sum_dyg, shared);
+  const double b = block_sum(sum_dyg_xhat, shared);
+  const float mean_dyg = float(a / count), mean_dyg_xhat = float(b / count);
+  for (int j = threadIdx.x; j < count; j += kThreads) {
+    const std::int64_t i = norm_index(s, g, j);
+    const float gm = gamma[s.params_per_group ? g : j % s.b];
+    const float xhat = (x[i] - mu) * inv;
+    dx[i] = inv * (dy[i] * gm - mean_dyg - xhat * mean_dyg_xhat);
+  }
+  if (s.params_per_group) {
+    // dγ and dβ summed again without γ: dividing Σ dy·γ by γ would lose
+    // bits, and fail at γ = 0.
+    double sum_dy = 0, sum_dy_xhat = 0;
+    for (int j = threadIdx.x; j < count; j += kThreads) {
+      const std::int64_t i = norm_index(s, g, j);
+      sum_dy += dy[i];
+      sum_dy_xhat += double(dy[i]) * ((x[i] - mu) * inv);
+    }
+    const double db = block_sum(sum_dy, shared);
+    const double dg = block_sum(sum_dy_xhat, shared);
+    if (threadIdx.x == 0) {
+      dbeta[g] = accumulate ? dbeta[g] + float(db) : float(db);
+      dgamma[g] = accumulate ? dgamma[g] + float(dg) : float(dg);
+    }
+  }
+}
+
+// Per-position γ (layer norm): dγ_b = Σ_groups dy·x̂, dβ_b = Σ dy, one thread
+// per position summing the groups in order.
+__global__ void norm_param_grad_kernel(NormShape s, const float* x, const float* dy, const float* mean,
+                                       const float* variance, float* dgamma, float* dbeta, bool accumulate) {
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= s.b) return;
+  double dg = 0, db = 0;
+  for (int g = 0; g < s.g; ++g) {
+    const float inv = 1.0f / sqrtf(variance[g] + s.epsilon);
+    for (int a = 0; a < s.a; ++a) {
+      const std::int64_t i = (static_cast<std::int64_t>(a) * s.g + g) * s.b + b;
+      db += dy[i];
+      dg += double(dy[i]) * ((x[i] - mean[g]) * inv);
+    }
+  }
+  dbeta[b] = accumulate ? dbeta[b] + float(db) : float(db);
+  dgamma[b] = accumulate ? dgamma[b] + float(dg) : float(dg);
+}
+
+// ---- Losses ----
+
+__device__ float class_weight(const float* weights, int label) { return weights ? weights[label] : 1.0f; }
+
+// One thread per sample.
+__global__ void loss_rows_kernel(LossKind kind, const float* pred, const float* labels, const float* weights,
+                                 int n, int k, float* dpred, float grad_scale, double* sample_loss,
+                                 int* sample_correct) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float y = labels[i];
+  switch (kind) {
+    case LossKind::kSoftmaxCrossEntropy: {
+      const float* z = pred + static_cast<std::int64_t>(i) * k;
+      const float label_f = floorf(y);
+      if (!(label_f >= 0.0f && label_f < float(k))) {
+        // Not a class index: counted as bad and left out of the batch.
+        sample_loss[i] = 0;
+        sample_correct[i] = -1;
+        if (dpred)
+          for (int j = 0; j < k; ++j) dpred[static_cast<std::int64_t>(i) * k + j] = 0.0f;
+        return;
+      }
+      const int label = int(label_f);
+      float m = z[0];
+      for (int j = 1; j < k; ++j) m = fmaxf(m, z[j]);
+      float sum = 0.0f;
+      for (int j = 0; j < k; ++j) sum += expf(z[j] - m);
+      const float lse = m + logf(sum);
+      int best = 0;
+      for (int j = 1; j < k; ++j)
+        if (z[j] - lse > z[best] - lse) best = j;
+      const float w = class_weight(weights, label);
+      sample_loss[i] = -double(w) * double(z[label] - lse);
+      sample_correct[i] = best == label;
+      if (dpred)
+        for (int j = 0; j < k; ++j)
+          dpred[static_cast<std::int64_t>(i) * k + j] = (expf(z[j] - lse) - (j == label ? 1.0f : 0.0f)) * w * grad_scale;
+      break;
+    }
+    case LossKind::kBinaryCrossEntropy: {
+      const float z = pred[i];
+      const float w = class_weight(weights, y > 0.5f ? 1 : 0);
+      sample_loss[i] = double(w) * double(fmaxf(z, 0.0f) - z * y + log1pf(expf(-fabsf(z))));
+      sample_correct[i] = (z > 0.0f) == (y > 0.5f);
+      if (dpred) dpred[i] = (1.0f / (1.0f + expf(-z)) - y) * w * grad_scale;
+      break;
+    }
+    case LossKind::kMeanSquaredError: {
+      const float d = pred[i] - y;
+      sample_loss[i] = double(d) * double(d);
+      sample_correct[i] = 0;
+      if (dpred) dpred[i] = 2.0f * d * grad_scale;
+      break;
+    }
+    case LossKind::kMeanAbsoluteError: {
+      const float d = pred[i] - y;
+      sample_loss[i] = fabs(double(d));
+      sample_correct[i] = 0;
+      if (dpred) dpred[i] = (d > 0.0f ? 1.0f : d < 0.0f ? -1.0f : 0.0f) * grad_scale;
+      break;
+    }
+  }
+}
+
+// One block: the batch's loss summed on its own in a fixed order, then
+// added to the running totals.
+__global__ void loss_totals_kernel(const double* sample_loss, const int* sample_correct, int n,
+                                   DeviceTotals* totals) {
+  __shared__ double shared[kThreads];
+  __shared__ long long counts[kThreads];
+  double sum = 0;
+  long long correct = 0, bad = 0;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    sum += sample_loss[i];
+    correct += sample_correct[i] > 0;
+    bad += sample_correct[i] < 0;
+  }
+  sum = block_sum(sum, shared);
+  correct = block_sum(correct, counts);
+  bad = block_sum(bad, counts);
+  if (threadIdx.x == 0) {
+    totals->loss_sum += sum;
+    totals->correct += correct;
+    totals->count += n - bad;
+    totals->bad_labels += bad;
+  }
+}
+
+__global__ void loss_predict_kernel(LossKind kind, const float* pred, float* out, int n, int k) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  if (kind == LossKind::kSoftmaxCrossEntropy) {
+    const float* z = pred + static_cast<std::int64_t>(i) * k;
+    float m = z[0];
+    for (int j = 1; j < k; ++j) m = fmaxf(m, z[j]);
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) sum += expf(z[j] - m);
+    const float lse = m + logf(sum);
+    for (int j = 0; j < k; ++j) out[static_cast<std::int64_t>(i) * k + j] = expf(z[j] - lse);
+  } else if (kind == LossKind::kBinaryCrossEntropy) {
+    out[i] = 1.0f / (1.0f + expf(-pred[i]));
+  } else {
+    for (int j = 0; j < k; ++j) out[static_cast<std::int64_t>(i) * k + j] = pred[static_cast<std::int64_t>(i) * k + j];
+  }
+}
+
+}  // namespace
+
+// ---- Launchers ----
+
+void multiply(float* x, const float* m, int n, cudaStream_t stream) {
+  multiply_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, m, n);
+  check_launch("multiply");
+}
+void scale(const float* x, float* y, int n, float s, cudaStream_t stream) {
+  scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n, s);
+  check_launch("scale");
+}
+void running_stat(float* r, const float* b, int n, float momentum, float scale, cudaStream_t stream) {
+  running_stat_kernel<<<blocks_for(n), kThreads, 0, stream>>>(r, b, n, momentum, scale);
+  check_launch("running_stat");
+}
+void fake_quantize(const float* x, float* y, int n, float scale, float lo, float hi, cudaStream_t stream) {
+  fake_quantize_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n, scale, lo, hi);
+  check_launch("fake_quantize");
+}
+void fake_quantize_channels(const float* w, float* y, int channels, int per, cudaStream_t stream) {
+  if (channels == 0) return;
+  fake_quantize_channels_kernel<<<channels, kThreads, 0, stream>>>(w, y, per);
+  check_launch("fake_quantize_channels");
+}
+void dropout(const float* x, float* y, int n, std::uint64_t key, std::uint32_t threshold, float scale,
+             cudaStream_t stream) {
+  dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n, key, threshold, scale);
+  check_launch("dropout");
+}
+void activation_forward(Activation f, const float* x, float* y, int n, cudaStream_t stream) {
+  activation_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, x, y, n);
+  check_launch("activation_forward");
+}
+void activation_backward(Activation f, const float* x, const float* dy, float* dx, int n, cudaStream_t stream) {
+  activation_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, x, dy, dx, n);
+  check_launch("activation_backward");
+}
+void activation_backward_from_output(Activation f, const float* y, const float* dy, float* dx, int n,
+                                     cudaStream_t stream) {
+  activation_backward_from_output_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, y, dy, dx, n);
+  check_launch("activation_backward_from_output");
+}
+void bias_activation(float* y, const float* b, int n, int channels, int spatial, Activation f,
+                     cudaStream_t stream) {
+  const int total = n * channels * spatial;
+  if (total == 0) return;
+  bias_activation_kernel<<<blocks_for(total), kThreads, 0, stream>>>(y, b, total, channels, spatial, f);
+  check_launch("bias_activation");
+}
+void bias_grad(const float* dy, float* db, int n, int channels, int spatial, bool accumulate,
+               cudaStream_t stream) {
+  if (channels == 0) return;
+  bias_grad_kernel<<<channels, kThreads, 0, stream>>>(dy, db, n, channels, spatial, accumulate);
+  check_launch("bias_grad");
+}
+void adam(float* w, const float* g, float* m, float* v, int n, const AdamArgs& a, const float* grad_scale,
+          cudaStream_t stream) {
+  adam_kernel<<<blocks_for(n), kThreads, 0, stream>>>(w, g, m, v, n, a, grad_scale);
+  check_launch("adam");
+}
+void sgd(float* w, const float* g, float* velocity, int n, const SgdArgs& a, const float* grad_scale,
+         cudaStream_t stream) {
+  sgd_kernel<<<blocks_for(n), kThreads, 0, stream>>>(w, g, velocity, n, a, grad_scale);
+  check_launch("sgd");
+}
+void sum_squares(const float* x, int n, double* partials, cudaStream_t stream) {
+  sum_squares_kernel<<<kSquareBlocks, kThreads, 0, stream>>>(x, n, partials);
+  check_launch("sum_squares");
+}
+void clip_scale(const double* partials, int tensors, float max_norm, float* scale, cudaStream_t stream) {
+  clip_scale_kernel<<<1, 32, 0, stream>>>(partials, tensors, max_norm, scale);
+  check_launch("clip_scale");
+}
+void norm_forward_training(const NormShape& s, const float* x, const float* gamma, const float* beta, float* y,
+                           float* mean, float* variance, cudaStream_t stream) {
+  norm_forward_training_kernel<<<s.g, kThreads, 0, stream>>>(s, x, gamma, beta, y, mean, variance);
+  check_launch("norm_forward_training");
+}
+void norm_forward_inference(const NormShape& s, const float* x, const float* gamma, const float* beta,
+                            const float* mean, const float* variance, float* y, cudaStream_t stream) {
+  const int total = s.a * s.g * s.b;
+  norm_forward_inference_kernel<<<blocks_for(total), kThreads, 0, stream>>>(s, x, gamma, beta, mean, variance,
+                                                                            y, total);
+  check_launch("norm_forward_inference");
+}
+void norm_backward(const NormShape& s, const float* x, const float* dy, const float* gamma, const float* mean,
+                   const float* variance, float* dx, float* dgamma, float* dbeta, bool accumulate,
+                   cudaStream_t stream) {
+  norm_backward_kernel<<<s.g, kThreads, 0, stream>>>(s, x, dy, gamma, mean, variance, dx, dgamma, dbeta,
+                                                     accumulate);
+  check_launch("norm_backward");
+  if (!s.params_per_group) {
+    norm_param_grad_kernel<<<(s.b + kThreads - 1) / kThreads, kThreads, 0, stream>>>(s, x, dy, mean, variance,
+                                                                                       dgamma, dbeta, accumulate);
+    check_launch("norm_param_grad");
+  }
+}
+void loss_forward_backward(LossKind kind, const float* pred, const float* labels, const float* class_weights,
+                           int n, int k, float* dpred, float grad_scale, double* sample_loss, int* sample_correct,
+                           DeviceTotals* totals, cudaStream_t stream) {
+  if (n > 0) {
+    loss_rows_kernel<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+        kind, pred, labels, class_weights, n, k, dpred, grad_scale, sample_loss, sample_correct);
+    check_launch("loss_rows");
+  }
+  loss_totals_kernel<<<1, kThreads, 0, stream>>>(sample_loss, sample_correct, n, totals);
+  check_launch("loss_totals");
+}
+void loss_predict(LossKind kind, const float* pred, float* out, int n, int k, cudaStream_t stream) {
+  if (n == 0) return;
+  loss_predict_kernel<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(kind, pred, out, n, k);
+  check_launch("loss_predict");
+}
+
+}  // namespace anneal::cuda::kernels

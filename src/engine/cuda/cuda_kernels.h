@@ -1,0 +1,126 @@
+// The CUDA backend's own kernels (cuda_kernels.cu): everything that is not
+// a matrix product or a convolution. Each function launches on `stream` and
+// returns without waiting; pointers are device memory, fp32, plain
+// row-major. Every reduction runs in a fixed order (a fixed grid, a fixed
+// tree inside a block, no atomics), so results are the same bits run after
+// run: the backend's `deterministic` holds for all of them.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "anneal/backend.h"
+#include "anneal/loss.h"
+
+namespace anneal::cuda::kernels {
+
+// ---- Elementwise ----------------------------------------------------------
+
+// x ⊙= m.
+void multiply(float* x, const float* m, int n, cudaStream_t stream);
+// y = x · s.
+void scale(const float* x, float* y, int n, float s, cudaStream_t stream);
+// r = (1 − momentum)·r + momentum·scale·b.
+void running_stat(float* r, const float* b, int n, float momentum, float scale, cudaStream_t stream);
+// y = clamp(rint(x / scale), lo, hi) · scale.
+void fake_quantize(const float* x, float* y, int n, float scale, float lo, float hi, cudaStream_t stream);
+// Per row o of w (channels rows of `per` values): s = max|w[o]| / 127 (1 for
+// an all-zero row), y = clamp(rint(w / s), −127, 127) · s.
+void fake_quantize_channels(const float* w, float* y, int channels, int per, cudaStream_t stream);
+// y = x · mask(i), mask(i) = scale when the keyed hash of i is ≥ threshold,
+// else 0: the CPU backend's DropoutMask, bit for bit.
+void dropout(const float* x, float* y, int n, std::uint64_t key, std::uint32_t threshold, float scale,
+             cudaStream_t stream);
+
+// ---- Activations ------------------------------------------------------------
+
+// y = f(x); may run in place (y == x).
+void activation_forward(Activation f, const float* x, float* y, int n, cudaStream_t stream);
+// dx = dy ⊙ f'(x).
+void activation_backward(Activation f, const float* x, const float* dy, float* dx, int n, cudaStream_t stream);
+// dx = dy ⊙ f'(x) from y = f(x) (relu, tanh, sigmoid, none).
+void activation_backward_from_output(Activation f, const float* y, const float* dy, float* dx, int n,
+                                     cudaStream_t stream);
+
+// ---- Bias -------------------------------------------------------------------
+
+// y(N, C, S) = f(y + b(C)), in place: a dense (S = 1) or conv output.
+void bias_activation(float* y, const float* b, int n, int channels, int spatial, Activation f,
+                     cudaStream_t stream);
+// db(C) = Σ_{n,s} dy(N, C, S), or db += that sum when `accumulate`.
+void bias_grad(const float* dy, float* db, int n, int channels, int spatial, bool accumulate,
+               cudaStream_t stream);
+
+// ---- Optimizers and clipping --------------------------------------------------
+
+struct AdamArgs {
+  float step_size;     // lr / (1 − β1^t)
+  float inv_sqrt_bc2;  // 1 / √(1 − β2^t)
+  float beta1, beta2, epsilon;
+  float l2;            // coupled weight decay (adam), 0 for adamw
+  float decay;         // 1 − lr·wd for adamw, 1 otherwise
+};
+// The CPU backend's update; `grad_scale` is a device scalar or null (1).
+void adam(float* w, const float* g, float* m, float* v, int n, const AdamArgs& a, const float* grad_scale,
+          cudaStream_t stream);
+
+struct SgdArgs {
+  float lr, momentum, weight_decay;
+  bool nesterov;
+};
+// `velocity` may be null when momentum is 0.
+void sgd(float* w, const float* g, float* velocity, int n, const SgdArgs& a, const float* grad_scale,
+         cudaStream_t stream);
+
+// Partial sums of squares per tensor: kSquareBlocks doubles per tensor.
+inline constexpr int kSquareBlocks = 64;
+void sum_squares(const float* x, int n, double* partials, cudaStream_t stream);
+// From `tensors` runs of kSquareBlocks partials: norm = √Σ, each tensor's
+// partials summed first, then the tensors in order; writes max_norm /
+// (norm + 1e-6) into *scale when norm > max_norm, else 1.
+void clip_scale(const double* partials, int tensors, float max_norm, float* scale, cudaStream_t stream);
+
+// ---- Normalization --------------------------------------------------------------
+// x viewed as (A, G, B): element (a, g, b) at (a·G + g)·B + b, statistics per
+// group g over its A·B elements. Batch norm of (N, C, S): A = N, G = C,
+// B = S, one γ/β per group. Layer norm of (N, F): A = 1, G = N, B = F, one
+// γ/β per position b.
+struct NormShape {
+  int a = 1, g = 1, b = 1;
+  bool params_per_group = true;  // batch norm: γ[g]; layer norm: γ[b]
+  float epsilon = 1e-5f;
+};
+// y = γ·(x − μ_g)/√(σ²_g + ε) + β with each group's biased statistics,
+// written to mean(G) and variance(G).
+void norm_forward_training(const NormShape& s, const float* x, const float* gamma, const float* beta,
+                           float* y, float* mean, float* variance, cudaStream_t stream);
+// The same with given statistics (batch norm's running ones).
+void norm_forward_inference(const NormShape& s, const float* x, const float* gamma, const float* beta,
+                            const float* mean, const float* variance, float* y, cudaStream_t stream);
+// dx, dγ, dβ (dγ/dβ added to when `accumulate`).
+void norm_backward(const NormShape& s, const float* x, const float* dy, const float* gamma, const float* mean,
+                   const float* variance, float* dx, float* dgamma, float* dbeta, bool accumulate,
+                   cudaStream_t stream);
+
+// ---- Losses -----------------------------------------------------------------
+
+// Running totals on the device. bad_labels counts softmax_ce labels that
+// are not a class index (the batch is scored without them).
+struct DeviceTotals {
+  double loss_sum;
+  long long correct;
+  long long count;
+  long long bad_labels;
+};
+// Scores pred(N, K) against labels(N): per-sample losses into sample_loss(N)
+// and hits into sample_correct(N), the gradient · w[label] · grad_scale into
+// dpred when non-null, then the batch's sum (in a fixed order) added to
+// *totals. class_weights: K (bce: 2) values, or null for all 1.
+void loss_forward_backward(LossKind kind, const float* pred, const float* labels, const float* class_weights,
+                           int n, int k, float* dpred, float grad_scale, double* sample_loss,
+                           int* sample_correct, DeviceTotals* totals, cudaStream_t stream);
+// out(N, K): softmax_ce probabilities, bce P(1), or the value.
+void loss_predict(LossKind kind, const float* pred, float* out, int n, int k, cudaStream_t stream);
+
+}  // namespace anneal::cuda::kernels

@@ -1,0 +1,740 @@
+// The CUDA backend's ops. Every tensor is plain row-major (NCHW for images),
+// which is what cuBLASLt and cuDNN take, so no op reorders anything.
+//
+//   dense    cuBLASLt matrix products in fp32 (CUBLAS_COMPUTE_32F: no TF32),
+//            bias and activation in one kernel after the product
+//   conv     cuDNN's convolution forward/backward, FMA math only (no TF32),
+//            deterministic algorithms when the context asks for them
+//   pool     cuDNN pooling (max: its deterministic mode)
+//   norm, eltwise, loss   the backend's own kernels (cuda_kernels.cu)
+//
+// Row-major on a column-major library: a row-major (R, C) matrix is a
+// column-major (C, R) one, so y(N,O) = x(N,I)·W(O,I)ᵀ is computed as the
+// column-major yᵀ(O,N) = Wᵀ·xᵀ, and so on for the backward products.
+#include "engine/cuda/cuda_ops.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "anneal/error.h"
+#include "engine/cuda/cuda_kernels.h"
+
+namespace anneal::cuda {
+namespace {
+
+// cuBLASLt and cuDNN may use up to this much scratch memory per call.
+constexpr std::size_t kWorkspaceBytes = std::size_t{64} << 20;
+
+void* workspace(CudaContext& ctx, std::size_t bytes) {
+  return bytes == 0 ? nullptr : ctx.workspace->ensure(bytes);
+}
+
+// ---- Matrix products on cuBLASLt ----------------------------------------
+
+// C(m, n) = op(A)·op(B) + beta·C, column-major, fp32 in and out with fp32
+// accumulation. One plan (descriptors and the heuristic's algorithm) per
+// shape, made on first use: the same shape always runs the same algorithm.
+class Gemm {
+ public:
+  explicit Gemm(CudaContext& ctx) : ctx_(ctx) {}
+  ~Gemm() {
+    for (Plan& p : plans_) p.destroy();
+  }
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  void run(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+           float* c, int ldc, float beta) {
+    if (m == 0 || n == 0) return;
+    if (k == 0) {  // an empty sum: C = beta·C
+      if (beta == 0.0f) check(cudaMemset2DAsync(c, sizeof(float) * ldc, 0, sizeof(float) * m, n, ctx_.stream),
+                              "zeroing an empty product");
+      return;
+    }
+    const Plan& plan = plan_for({trans_a, trans_b, m, n, k, lda, ldb, ldc});
+    const float alpha = 1.0f;
+    check(cublasLtMatmul(ctx_.blas, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, c, plan.c, c, plan.c,
+                         &plan.algo, workspace(ctx_, plan.workspace), plan.workspace, ctx_.stream),
+          "matmul");
+  }
+
+ private:
+  struct Key {
+    bool trans_a, trans_b;
+    int m, n, k, lda, ldb, ldc;
+    bool operator==(const Key&) const = default;
+  };
+  struct Plan {
+    Key key{};
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    std::size_t workspace = 0;
+    void destroy() noexcept {
+      if (a) cublasLtMatrixLayoutDestroy(a);
+      if (b) cublasLtMatrixLayoutDestroy(b);
+      if (c) cublasLtMatrixLayoutDestroy(c);
+      if (desc) cublasLtMatmulDescDestroy(desc);
+    }
+  };
+
+  const Plan& plan_for(const Key& key) {
+    for (const Plan& p : plans_)
+      if (p.key == key) return p;
+    Plan plan;
+    plan.key = key;
+    try {
+      check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
+      const cublasOperation_t ta = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+      const cublasOperation_t tb = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+      check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
+      check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
+      // Stored shapes: op(A) is m×k, so A is k×m when transposed.
+      check(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, key.trans_a ? key.k : key.m,
+                                       key.trans_a ? key.m : key.k, key.lda), "layout of A");
+      check(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_32F, key.trans_b ? key.n : key.k,
+                                       key.trans_b ? key.k : key.n, key.ldb), "layout of B");
+      check(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, key.m, key.n, key.ldc), "layout of C");
+      cublasLtMatmulPreference_t preference = nullptr;
+      check(cublasLtMatmulPreferenceCreate(&preference), "matmul preference");
+      const std::uint64_t limit = kWorkspaceBytes;
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      const cublasStatus_t set = cublasLtMatmulPreferenceSetAttribute(
+          preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit, sizeof limit);
+      const cublasStatus_t asked =
+          set == CUBLAS_STATUS_SUCCESS
+              ? cublasLtMatmulAlgoGetHeuristic(ctx_.blas, plan.desc, plan.a, plan.b, plan.c, plan.c, preference, 1,
+                                               &result, &found)
+              : set;
+      cublasLtMatmulPreferenceDestroy(preference);
+      check(asked, "choosing a matmul algorithm");
+      if (found == 0)
+        throw failure("cublasLt: no algorithm for a " + std::to_string(key.m) + "x" + std::to_string(key.n) + "x" +
+                      std::to_string(key.k) + " fp32 product");
+      plan.algo = result.algo;
+      plan.workspace = result.workspaceSize;
+    } catch (...) {
+      plan.destroy();
+      throw;
+    }
+    plans_.push_back(plan);
+    return plans_.back();
+  }
+
+  CudaContext& ctx_;
+  std::vector<Plan> plans_;
+};
+
+std::int64_t flat_features(const Dims& in) { return in.product(); }
+
+// ---- Dense ------------------------------------------------------------------
+
+class CudaDenseOp final : public DenseOp {
+ public:
+  CudaDenseOp(CudaContext& ctx, const DenseSpec& spec)
+      : ctx_(ctx), spec_(spec), in_(kernel_count(flat_features(spec.in), "dense input")),
+        out_(kernel_count(spec.out, "dense output")), gemm_(ctx) {}
+
+  void shape_parameters(Tensor& weights, Tensor& bias) override {
+    std::vector<std::int64_t> w{spec_.out};
+    for (int i = 0; i < spec_.in.rank(); ++i) w.push_back(spec_.in[i]);
+    shape_plain(weights, Dims(w), DType::kF32, *ctx_.allocator);
+    shape_plain(bias, Dims{spec_.out}, DType::kF32, *ctx_.allocator);
+  }
+
+  void forward(const Tensor& x, const Tensor& weights, const Tensor& bias, Tensor& y) override {
+    const int n = batch_of(x);
+    shape_plain(y, Dims{n, spec_.out}, DType::kF32, *ctx_.allocator);
+    // yᵀ(O, N) = Wᵀ(O, I)·xᵀ(I, N), column-major.
+    gemm_.run(true, false, out_, n, in_, f32(weights, "dense weights"), in_, f32(x, "dense input"), in_,
+              f32(y, "dense output"), out_, 0.0f);
+    kernels::bias_activation(f32(y, "dense output"), f32(bias, "dense bias"), n, out_, 1, spec_.fused,
+                             ctx_.stream);
+  }
+
+  void backward_data(const Tensor& dy, const Tensor& weights, Tensor& dx) override {
+    const int n = kernel_count(dy.batch(), "dense batch");
+    shape_plain(dx, spec_.in.with_batch(n), DType::kF32, *ctx_.allocator);
+    // dxᵀ(I, N) = W(I, O)·dyᵀ(O, N), column-major.
+    gemm_.run(false, false, in_, n, out_, f32(weights, "dense weights"), in_, f32(dy, "dense gradient"), out_,
+              f32(dx, "dense input gradient"), in_, 0.0f);
+  }
+
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweights, Tensor& dbias,
+                        bool accumulate) override {
+    const int n = batch_of(x);
+    shape_parameters(dweights, dbias);
+    // dWᵀ(I, O) = xᵀ(I, N)·dy(N, O), column-major.
+    gemm_.run(false, true, in_, out_, n, f32(x, "dense input"), in_, f32(dy, "dense gradient"), out_,
+              f32(dweights, "dense weight gradient"), in_, accumulate ? 1.0f : 0.0f);
+    kernels::bias_grad(f32(dy, "dense gradient"), f32(dbias, "dense bias gradient"), n, out_, 1, accumulate,
+                       ctx_.stream);
+  }
+
+ private:
+  int batch_of(const Tensor& x) const {
+    if (x.dims().rank() < 1 || x.elements() != x.batch() * flat_features(spec_.in))
+      throw failure("dense: input " + x.dims().str() + " does not match " + spec_.in.str());
+    return kernel_count(x.batch(), "dense batch");
+  }
+
+  CudaContext& ctx_;
+  DenseSpec spec_;
+  int in_, out_;
+  Gemm gemm_;
+};
+
+// ---- cuDNN descriptors ----------------------------------------------------------
+
+class TensorDesc {
+ public:
+  TensorDesc() { check(cudnnCreateTensorDescriptor(&d_), "tensor descriptor"); }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d_); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+  void set(int n, int c, int h, int w) {
+    check(cudnnSetTensor4dDescriptor(d_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w), "tensor shape");
+  }
+  cudnnTensorDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnTensorDescriptor_t d_ = nullptr;
+};
+
+// (C, H, W) of a per-sample image spec, each within int.
+std::array<int, 3> image_dims(const Dims& in, const char* what) {
+  if (in.rank() != 3) throw usage_error(std::string(what) + ": expects a (C, H, W) input, not " + in.str());
+  return {kernel_count(in[0], what), kernel_count(in[1], what), kernel_count(in[2], what)};
+}
+
+// ---- Convolution ------------------------------------------------------------------
+
+class CudaConvOp final : public ConvOp {
+ public:
+  CudaConvOp(CudaContext& ctx, const ConvSpec& spec) : ctx_(ctx), spec_(spec) {
+    const auto [c, h, w] = image_dims(spec.in, "conv");
+    c_ = c, h_ = h, w_ = w;
+    o_ = kernel_count(spec.out_channels, "conv channels");
+    const int k = kernel_count(spec.kernel, "conv kernel"), s = kernel_count(spec.stride, "conv stride"),
+              p = kernel_count(spec.pad, "conv padding");
+    if (k < 1 || s < 1 || p < 0 || h + 2 * p < k || w + 2 * p < k)
+      throw usage_error("conv: a " + std::to_string(k) + "x" + std::to_string(k) + " kernel with stride " +
+                        std::to_string(s) + " and padding " + std::to_string(p) + " does not fit a " +
+                        std::to_string(h) + "x" + std::to_string(w) + " image");
+    ho_ = (h + 2 * p - k) / s + 1;
+    wo_ = (w + 2 * p - k) / s + 1;
+    check(cudnnCreateFilterDescriptor(&filter_), "filter descriptor");
+    check(cudnnSetFilter4dDescriptor(filter_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, o_, c_, k, k), "filter shape");
+    check(cudnnCreateConvolutionDescriptor(&conv_), "convolution descriptor");
+    check(cudnnSetConvolution2dDescriptor(conv_, p, p, s, s, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+          "convolution shape");
+    // FMA math only: TF32 tensor cores would round the inputs to 10 bits.
+    check(cudnnSetConvolutionMathType(conv_, CUDNN_FMA_MATH), "convolution math type");
+  }
+  ~CudaConvOp() override {
+    cudnnDestroyConvolutionDescriptor(conv_);
+    cudnnDestroyFilterDescriptor(filter_);
+  }
+  CudaConvOp(const CudaConvOp&) = delete;
+  CudaConvOp& operator=(const CudaConvOp&) = delete;
+
+  void shape_parameters(Tensor& weights, Tensor& bias) override {
+    shape_plain(weights, Dims{spec_.out_channels, spec_.in[0], spec_.kernel, spec_.kernel}, DType::kF32,
+                *ctx_.allocator);
+    shape_plain(bias, Dims{spec_.out_channels}, DType::kF32, *ctx_.allocator);
+  }
+
+  void forward(const Tensor& x, const Tensor& weights, const Tensor& bias, Tensor& y) override {
+    Plan& plan = plan_for(x);
+    shape_plain(y, Dims{plan.n, o_, ho_, wo_}, DType::kF32, *ctx_.allocator);
+    const float one = 1.0f, zero = 0.0f;
+    check(cudnnConvolutionForward(ctx_.dnn, &one, plan.x.get(), f32(x, "conv input"), filter_,
+                                  f32(weights, "conv weights"), conv_, plan.forward,
+                                  workspace(ctx_, plan.forward_bytes), plan.forward_bytes, &zero, plan.y.get(),
+                                  f32(y, "conv output")),
+          "convolution forward");
+    kernels::bias_activation(f32(y, "conv output"), f32(bias, "conv bias"), plan.n, o_, ho_ * wo_, spec_.fused,
+                             ctx_.stream);
+  }
+
+  void backward_data(const Tensor& dy, const Tensor& weights, Tensor& dx) override {
+    Plan& plan = plan_for_batch(dy.batch());
+    shape_plain(dx, spec_.in.with_batch(plan.n), DType::kF32, *ctx_.allocator);
+    const float one = 1.0f, zero = 0.0f;
+    check(cudnnConvolutionBackwardData(ctx_.dnn, &one, filter_, f32(weights, "conv weights"), plan.y.get(),
+                                       f32(dy, "conv gradient"), conv_, plan.backward_data,
+                                       workspace(ctx_, plan.backward_data_bytes), plan.backward_data_bytes, &zero,
+                                       plan.x.get(), f32(dx, "conv input gradient")),
+          "convolution backward data");
+  }
+
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweights, Tensor& dbias,
+                        bool accumulate) override {
+    Plan& plan = plan_for(x);
+    shape_parameters(dweights, dbias);
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    check(cudnnConvolutionBackwardFilter(ctx_.dnn, &one, plan.x.get(), f32(x, "conv input"), plan.y.get(),
+                                         f32(dy, "conv gradient"), conv_, plan.backward_filter,
+                                         workspace(ctx_, plan.backward_filter_bytes), plan.backward_filter_bytes,
+                                         &beta, filter_, f32(dweights, "conv weight gradient")),
+          "convolution backward filter");
+    kernels::bias_grad(f32(dy, "conv gradient"), f32(dbias, "conv bias gradient"), plan.n, o_, ho_ * wo_,
+                       accumulate, ctx_.stream);
+  }
+
+ private:
+  // Descriptors and algorithms for one batch size.
+  struct Plan {
+    int n = 0;
+    TensorDesc x, y;
+    cudnnConvolutionFwdAlgo_t forward{};
+    cudnnConvolutionBwdDataAlgo_t backward_data{};
+    cudnnConvolutionBwdFilterAlgo_t backward_filter{};
+    std::size_t forward_bytes = 0, backward_data_bytes = 0, backward_filter_bytes = 0;
+  };
+
+  Plan& plan_for(const Tensor& x) {
+    if (x.dims().rank() != 4 || x.dims().without_batch() != spec_.in)
+      throw failure("conv: input " + x.dims().str() + " does not match " + spec_.in.str());
+    return plan_for_batch(x.batch());
+  }
+
+  // The first algorithm of cuDNN's heuristic ranking that runs in FMA math,
+  // fits the workspace and, when the context is deterministic, is.
+  template <typename Perf>
+  static bool acceptable(const Perf& p, bool deterministic) {
+    return p.status == CUDNN_STATUS_SUCCESS && p.mathType == CUDNN_FMA_MATH && p.memory <= kWorkspaceBytes &&
+           (!deterministic || p.determinism == CUDNN_DETERMINISTIC);
+  }
+
+  Plan& plan_for_batch(std::int64_t batch) {
+    const int n = kernel_count(batch, "conv batch");
+    for (auto& p : plans_)
+      if (p->n == n) return *p;
+    auto plan = std::make_unique<Plan>();
+    plan->n = n;
+    plan->x.set(n, c_, h_, w_);
+    plan->y.set(n, o_, ho_, wo_);
+    constexpr int kAsk = 16;
+    int found = 0;
+    bool chosen = false;
+    std::array<cudnnConvolutionFwdAlgoPerf_t, kAsk> fwd{};
+    check(cudnnGetConvolutionForwardAlgorithm_v7(ctx_.dnn, plan->x.get(), filter_, conv_, plan->y.get(), kAsk,
+                                                 &found, fwd.data()),
+          "choosing a forward convolution algorithm");
+    for (int i = 0; i < found && !chosen; ++i)
+      if (acceptable(fwd[i], ctx_.deterministic)) {
+        plan->forward = fwd[i].algo, plan->forward_bytes = fwd[i].memory, chosen = true;
+      }
+    if (!chosen) throw failure("cudnn: no fp32 forward convolution algorithm for " + describe(n));
+    std::array<cudnnConvolutionBwdDataAlgoPerf_t, kAsk> data{};
+    check(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx_.dnn, filter_, plan->y.get(), conv_, plan->x.get(), kAsk,
+                                                      &found, data.data()),
+          "choosing a backward-data convolution algorithm");
+    chosen = false;
+    for (int i = 0; i < found && !chosen; ++i)
+      if (acceptable(data[i], ctx_.deterministic)) {
+        plan->backward_data = data[i].algo, plan->backward_data_bytes = data[i].memory, chosen = true;
+      }
+    if (!chosen) throw failure("cudnn: no deterministic fp32 backward-data algorithm for " + describe(n));
+    std::array<cudnnConvolutionBwdFilterAlgoPerf_t, kAsk> filter{};
+    check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx_.dnn, plan->x.get(), plan->y.get(), conv_, filter_,
+                                                        kAsk, &found, filter.data()),
+          "choosing a backward-filter convolution algorithm");
+    chosen = false;
+    for (int i = 0; i < found && !chosen; ++i)
+      if (acceptable(filter[i], ctx_.deterministic)) {
+        plan->backward_filter = filter[i].algo, plan->backward_filter_bytes = filter[i].memory, chosen = true;
+      }
+    if (!chosen) throw failure("cudnn: no deterministic fp32 backward-filter algorithm for " + describe(n));
+    plans_.push_back(std::move(plan));
+    return *plans_.back();
+  }
+
+  std::string describe(int n) const {
+    return "a " + std::to_string(spec_.kernel) + "x" + std::to_string(spec_.kernel) + " convolution of " +
+           spec_.in.with_batch(n).str();
+  }
+
+  CudaContext& ctx_;
+  ConvSpec spec_;
+  int c_ = 0, h_ = 0, w_ = 0, o_ = 0, ho_ = 0, wo_ = 0;
+  cudnnFilterDescriptor_t filter_ = nullptr;
+  cudnnConvolutionDescriptor_t conv_ = nullptr;
+  std::vector<std::unique_ptr<Plan>> plans_;
+};
+
+// ---- Pooling ----------------------------------------------------------------------
+
+class CudaPoolOp final : public PoolOp {
+ public:
+  CudaPoolOp(CudaContext& ctx, const PoolSpec& spec) : ctx_(ctx), spec_(spec), kept_(*ctx.allocator) {
+    const auto [c, h, w] = image_dims(spec.in, "pool");
+    c_ = c, h_ = h, w_ = w;
+    const int k = kernel_count(spec.kernel, "pool window"), s = kernel_count(spec.stride, "pool stride");
+    if (k < 1 || s < 1 || k > h || k > w)
+      throw usage_error("pool: a " + std::to_string(k) + "x" + std::to_string(k) + " window does not fit a " +
+                        std::to_string(h) + "x" + std::to_string(w) + " image");
+    ho_ = (h - k) / s + 1;
+    wo_ = (w - k) / s + 1;
+    check(cudnnCreatePoolingDescriptor(&pool_), "pooling descriptor");
+    // Average pooling has no padding here, so "including padding" divides
+    // by K·K, the same as the CPU backend.
+    check(cudnnSetPooling2dDescriptor(pool_,
+                                      spec.max ? CUDNN_POOLING_MAX_DETERMINISTIC
+                                               : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
+                                      CUDNN_NOT_PROPAGATE_NAN, k, k, 0, 0, s, s),
+          "pooling shape");
+  }
+  ~CudaPoolOp() override { cudnnDestroyPoolingDescriptor(pool_); }
+  CudaPoolOp(const CudaPoolOp&) = delete;
+  CudaPoolOp& operator=(const CudaPoolOp&) = delete;
+
+  void forward(const Tensor& x, Tensor& y) override {
+    if (x.dims().rank() != 4 || x.dims().without_batch() != spec_.in)
+      throw failure("pool: input " + x.dims().str() + " does not match " + spec_.in.str());
+    const int n = kernel_count(x.batch(), "pool batch");
+    set_batch(n);
+    shape_plain(y, Dims{n, c_, ho_, wo_}, DType::kF32, *ctx_.allocator);
+    const float one = 1.0f, zero = 0.0f;
+    check(cudnnPoolingForward(ctx_.dnn, pool_, &one, x_.get(), f32(x, "pool input"), &zero, y_.get(),
+                              f32(y, "pool output")),
+          "pooling forward");
+    // cuDNN's backward reads the forward output; keep a copy, since the
+    // caller may reuse y before backward runs.
+    check(cudaMemcpyAsync(kept_.ensure(y.bytes()), y.data(), y.bytes(), cudaMemcpyDeviceToDevice, ctx_.stream),
+          "keeping the pooling output");
+  }
+
+  void backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
+    const int n = kernel_count(x.batch(), "pool batch");
+    if (n != batch_ || kept_.data() == nullptr) throw failure("pool: backward without a forward of this batch");
+    shape_plain(dx, x.dims(), DType::kF32, *ctx_.allocator);
+    const float one = 1.0f, zero = 0.0f;
+    check(cudnnPoolingBackward(ctx_.dnn, pool_, &one, y_.get(), kept_.data(), y_.get(), f32(dy, "pool gradient"),
+                               x_.get(), f32(x, "pool input"), &zero, x_.get(), f32(dx, "pool input gradient")),
+          "pooling backward");
+  }
+
+ private:
+  void set_batch(int n) {
+    if (n == batch_) return;
+    x_.set(n, c_, h_, w_);
+    y_.set(n, c_, ho_, wo_);
+    batch_ = n;
+  }
+
+  CudaContext& ctx_;
+  PoolSpec spec_;
+  int c_ = 0, h_ = 0, w_ = 0, ho_ = 0, wo_ = 0, batch_ = -1;
+  cudnnPoolingDescriptor_t pool_ = nullptr;
+  TensorDesc x_, y_;
+  DeviceBuffer kept_;
+};
+
+// ---- Eltwise --------------------------------------------------------------------------
+
+class CudaEltwiseOp final : public EltwiseOp {
+ public:
+  CudaEltwiseOp(CudaContext& ctx, const EltwiseSpec& spec) : ctx_(ctx), spec_(spec) {}
+
+  void forward(const Tensor& x, Tensor& y) override {
+    shape_plain(y, x.dims(), DType::kF32, *ctx_.allocator);
+    kernels::activation_forward(spec_.kind, f32(x, "activation input"), f32(y, "activation output"),
+                                kernel_count(x.elements(), "activation"), ctx_.stream);
+  }
+  void backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
+    shape_plain(dx, x.dims(), DType::kF32, *ctx_.allocator);
+    kernels::activation_backward(spec_.kind, f32(x, "activation input"), f32(dy, "activation gradient"),
+                                 f32(dx, "activation input gradient"), kernel_count(x.elements(), "activation"),
+                                 ctx_.stream);
+  }
+  void backward_from_output(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    if (spec_.kind == Activation::kGelu)
+      throw usage_error("gelu's derivative is not a function of its output; differentiate it from its input");
+    shape_plain(dx, y.dims(), DType::kF32, *ctx_.allocator);
+    kernels::activation_backward_from_output(spec_.kind, f32(y, "activation output"), f32(dy, "activation gradient"),
+                                             f32(dx, "activation input gradient"),
+                                             kernel_count(y.elements(), "activation"), ctx_.stream);
+  }
+
+ private:
+  CudaContext& ctx_;
+  EltwiseSpec spec_;
+};
+
+// ---- Normalization ----------------------------------------------------------------------
+
+class CudaNormOp final : public NormOp {
+ public:
+  CudaNormOp(CudaContext& ctx, const NormSpec& spec, bool layer_norm)
+      : ctx_(ctx), spec_(spec), layer_norm_(layer_norm), mean_(*ctx.allocator), variance_(*ctx.allocator) {
+    if (layer_norm && spec.in.rank() != 1)
+      throw usage_error("layer norm: expects flat (F) input, not " + spec.in.str());
+    if (spec.in.rank() != 1 && spec.in.rank() != 3)
+      throw usage_error("batch norm: expects (F) or (C, H, W) input, not " + spec.in.str());
+  }
+
+  void shape_parameters(Tensor& scale, Tensor& shift) override {
+    shape_plain(scale, Dims{spec_.in[0]}, DType::kF32, *ctx_.allocator);
+    shape_plain(shift, Dims{spec_.in[0]}, DType::kF32, *ctx_.allocator);
+  }
+
+  void forward_training(const Tensor& x, const Tensor& scale, const Tensor& shift, Tensor& y, Tensor& mean,
+                        Tensor& variance) override {
+    const kernels::NormShape s = shape_of(x);
+    shape_plain(y, x.dims(), DType::kF32, *ctx_.allocator);
+    shape_plain(mean, Dims{s.g}, DType::kF32, *ctx_.allocator);
+    shape_plain(variance, Dims{s.g}, DType::kF32, *ctx_.allocator);
+    kernels::norm_forward_training(s, f32(x, "norm input"), f32(scale, "norm scale"), f32(shift, "norm shift"),
+                                   f32(y, "norm output"), f32(mean, "norm mean"), f32(variance, "norm variance"),
+                                   ctx_.stream);
+  }
+
+  void forward_inference(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean,
+                         const Tensor& variance, Tensor& y) override {
+    const kernels::NormShape s = shape_of(x);
+    shape_plain(y, x.dims(), DType::kF32, *ctx_.allocator);
+    if (layer_norm_) {
+      // Each sample's own statistics, into scratch.
+      const std::size_t bytes = sizeof(float) * std::size_t(std::max(s.g, 1));
+      kernels::norm_forward_training(s, f32(x, "norm input"), f32(scale, "norm scale"), f32(shift, "norm shift"),
+                                     f32(y, "norm output"), static_cast<float*>(mean_.ensure(bytes)),
+                                     static_cast<float*>(variance_.ensure(bytes)), ctx_.stream);
+      return;
+    }
+    kernels::norm_forward_inference(s, f32(x, "norm input"), f32(scale, "norm scale"), f32(shift, "norm shift"),
+                                    f32(mean, "norm mean"), f32(variance, "norm variance"), f32(y, "norm output"),
+                                    ctx_.stream);
+  }
+
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& scale, const Tensor& /*shift*/,
+                const Tensor& mean, const Tensor& variance, Tensor& dx, Tensor& dscale, Tensor& dshift,
+                bool accumulate) override {
+    const kernels::NormShape s = shape_of(x);
+    shape_plain(dx, x.dims(), DType::kF32, *ctx_.allocator);
+    shape_parameters(dscale, dshift);
+    kernels::norm_backward(s, f32(x, "norm input"), f32(dy, "norm gradient"), f32(scale, "norm scale"),
+                           f32(mean, "norm mean"), f32(variance, "norm variance"), f32(dx, "norm input gradient"),
+                           f32(dscale, "norm scale gradient"), f32(dshift, "norm shift gradient"), accumulate,
+                           ctx_.stream);
+  }
+
+ private:
+  kernels::NormShape shape_of(const Tensor& x) const {
+    if (x.dims().rank() < 1 || x.dims().without_batch() != spec_.in)
+      throw failure("norm: input " + x.dims().str() + " does not match " + spec_.in.str());
+    kernels::NormShape s;
+    s.epsilon = spec_.epsilon;
+    const int n = kernel_count(x.batch(), "norm batch");
+    const int f = kernel_count(spec_.in[0], "norm features");
+    if (layer_norm_) {
+      s.a = 1, s.g = n, s.b = f, s.params_per_group = false;
+    } else {
+      s.a = n, s.g = f;
+      s.b = spec_.in.rank() == 3 ? kernel_count(spec_.in[1] * spec_.in[2], "norm image") : 1;
+      s.params_per_group = true;
+    }
+    kernel_count(std::int64_t(s.a) * s.g * s.b, "norm input");
+    return s;
+  }
+
+  CudaContext& ctx_;
+  NormSpec spec_;
+  bool layer_norm_;
+  DeviceBuffer mean_, variance_;  // layer norm's inference statistics
+};
+
+// ---- Losses --------------------------------------------------------------------------------
+
+class CudaLossOp final : public LossOp {
+ public:
+  CudaLossOp(CudaContext& ctx, LossKind kind, std::int64_t outputs, std::span<const float> class_weights)
+      : ctx_(ctx), kind_(kind), outputs_(kernel_count(outputs, "loss outputs")), weights_(*ctx.allocator),
+        sample_loss_(*ctx.allocator), sample_correct_(*ctx.allocator), totals_(*ctx.allocator),
+        predicted_(*ctx.allocator) {
+    if (!class_weights.empty()) {
+      void* w = weights_.ensure(class_weights.size_bytes());
+      check(cudaMemcpyAsync(w, class_weights.data(), class_weights.size_bytes(), cudaMemcpyHostToDevice,
+                            ctx.stream),
+            "uploading class weights");
+    }
+    totals_.ensure(sizeof(kernels::DeviceTotals));
+    set_totals(LossTotals{});
+  }
+
+  void forward_backward(const Tensor& pred, const Tensor& labels, Tensor* dpred, float grad_scale) override {
+    const int n = check_pred(pred);
+    if (labels.elements() != n || labels.dtype() != DType::kF32)
+      throw failure("loss: labels must be N plain floats");
+    float* g = nullptr;
+    if (dpred != nullptr) {
+      shape_plain(*dpred, pred.dims(), DType::kF32, *ctx_.allocator);
+      g = f32(*dpred, "loss gradient");
+    }
+    const auto count = static_cast<std::size_t>(std::max(n, 1));
+    kernels::loss_forward_backward(
+        kind_, f32(pred, "loss prediction"), f32(labels, "loss labels"),
+        static_cast<const float*>(weights_.data()), n, outputs_, g, grad_scale,
+        static_cast<double*>(sample_loss_.ensure(count * sizeof(double))),
+        static_cast<int*>(sample_correct_.ensure(count * sizeof(int))),
+        static_cast<kernels::DeviceTotals*>(totals_.data()), ctx_.stream);
+  }
+
+  LossTotals totals() override {
+    kernels::DeviceTotals t{};
+    check(cudaMemcpyAsync(&t, totals_.data(), sizeof t, cudaMemcpyDeviceToHost, ctx_.stream), "reading loss totals");
+    check(cudaStreamSynchronize(ctx_.stream), "reading loss totals");
+    if (t.bad_labels > 0)
+      throw data_error(std::to_string(t.bad_labels) + " label(s) are not a class index 0.." +
+                       std::to_string(outputs_ - 1));
+    LossTotals out;
+    out.loss_sum = t.loss_sum;
+    out.correct = t.correct;
+    out.count = t.count;
+    return out;
+  }
+
+  void set_totals(const LossTotals& totals) override {
+    const kernels::DeviceTotals t{totals.loss_sum, totals.correct, totals.count, 0};
+    // A pageable source: the copy has read it when the call returns.
+    check(cudaMemcpyAsync(totals_.data(), &t, sizeof t, cudaMemcpyHostToDevice, ctx_.stream), "setting loss totals");
+    check(cudaStreamSynchronize(ctx_.stream), "setting loss totals");
+  }
+
+  void predict(const Tensor& pred, float* out) override {
+    const int n = check_pred(pred);
+    const std::size_t bytes = sizeof(float) * std::size_t(n) * std::size_t(outputs_);
+    if (bytes == 0) return;
+    auto* device = static_cast<float*>(predicted_.ensure(bytes));
+    kernels::loss_predict(kind_, f32(pred, "loss prediction"), device, n, outputs_, ctx_.stream);
+    check(cudaMemcpyAsync(out, device, bytes, cudaMemcpyDeviceToHost, ctx_.stream), "reading predictions");
+    check(cudaStreamSynchronize(ctx_.stream), "reading predictions");
+  }
+
+ private:
+  int check_pred(const Tensor& pred) const {
+    if (pred.dims().rank() != 2 || pred.dims()[1] != outputs_)
+      throw failure("loss: prediction " + pred.dims().str() + " is not {N, " + std::to_string(outputs_) + "}");
+    return kernel_count(pred.batch(), "loss batch");
+  }
+
+  CudaContext& ctx_;
+  LossKind kind_;
+  int outputs_;
+  DeviceBuffer weights_, sample_loss_, sample_correct_, totals_, predicted_;
+};
+
+// ---- Inference-only ops ---------------------------------------------------------------------
+
+[[noreturn]] void refuse_int8() {
+  throw usage_error("int8 models run on the CPU backend; use device cpu");
+}
+
+// Uploads a layer's host weights into the parameters `shape` shaped, after
+// checking their sizes.
+template <typename Op>
+void upload_weights(CudaContext& ctx, Op& op, const InferenceWeights& w, Tensor& weights, Tensor& bias) {
+  op.shape_parameters(weights, bias);
+  if (w.weight.size() != std::size_t(weights.elements()) || w.bias.size() != std::size_t(bias.elements()))
+    throw corrupt("a layer's weights (" + std::to_string(w.weight.size()) + " values, bias " +
+                  std::to_string(w.bias.size()) + ") do not match its shape " + weights.dims().str());
+  check(cudaMemcpyAsync(weights.data(), w.weight.data(), weights.bytes(), cudaMemcpyHostToDevice, ctx.stream),
+        "uploading weights");
+  check(cudaMemcpyAsync(bias.data(), w.bias.data(), bias.bytes(), cudaMemcpyHostToDevice, ctx.stream),
+        "uploading a bias");
+}
+
+class CudaInferenceDenseOp final : public InferenceOp {
+ public:
+  CudaInferenceDenseOp(CudaContext& ctx, const InferenceDenseSpec& spec)
+      : dense_(ctx, DenseSpec{spec.in, spec.out, DType::kF32, spec.fused, 128}) {
+    upload_weights(ctx, dense_, spec.weights, weights_, bias_);
+  }
+  void forward(const Tensor& x, Tensor& y) override {
+    dense_.forward(x, weights_, bias_, y);
+    ran_ = true;
+  }
+  std::string kernel() const override { return ran_ ? "fp32 inner product (cublasLt)" : ""; }
+
+ private:
+  CudaDenseOp dense_;
+  Tensor weights_, bias_;
+  bool ran_ = false;
+};
+
+class CudaInferenceConvOp final : public InferenceConvOp {
+ public:
+  CudaInferenceConvOp(CudaContext& ctx, const InferenceConvSpec& spec)
+      : conv_(ctx, ConvSpec{spec.in, spec.out_channels, spec.kernel, spec.stride, spec.pad, DType::kF32,
+                            spec.fused, 128}) {
+    upload_weights(ctx, conv_, spec.weights, weights_, bias_);
+  }
+  void forward(const Tensor& x, Tensor& y) override {
+    conv_.forward(x, weights_, bias_, y);
+    ran_ = true;
+  }
+  std::string kernel() const override { return ran_ ? "fp32 convolution (cudnn)" : ""; }
+  bool runs_pool() const override { return false; }
+
+ private:
+  CudaConvOp conv_;
+  Tensor weights_, bias_;
+  bool ran_ = false;
+};
+
+class CudaInferencePoolOp final : public InferenceOp {
+ public:
+  CudaInferencePoolOp(CudaContext& ctx, const InferencePoolSpec& spec)
+      : pool_(ctx, PoolSpec{spec.in, spec.kernel, spec.stride, spec.max, DType::kF32}) {}
+  void forward(const Tensor& x, Tensor& y) override {
+    if (x.dtype() != DType::kF32) refuse_int8();
+    pool_.forward(x, y);
+    ran_ = true;
+  }
+  std::string kernel() const override { return ran_ ? "fp32 pooling (cudnn)" : ""; }
+
+ private:
+  CudaPoolOp pool_;
+  bool ran_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<EltwiseOp> make_eltwise_op(CudaContext& ctx, const EltwiseSpec& spec) {
+  return std::make_unique<CudaEltwiseOp>(ctx, spec);
+}
+std::unique_ptr<DenseOp> make_dense_op(CudaContext& ctx, const DenseSpec& spec) {
+  return std::make_unique<CudaDenseOp>(ctx, spec);
+}
+std::unique_ptr<ConvOp> make_conv_op(CudaContext& ctx, const ConvSpec& spec) {
+  return std::make_unique<CudaConvOp>(ctx, spec);
+}
+std::unique_ptr<PoolOp> make_pool_op(CudaContext& ctx, const PoolSpec& spec) {
+  return std::make_unique<CudaPoolOp>(ctx, spec);
+}
+std::unique_ptr<NormOp> make_norm_op(CudaContext& ctx, const NormSpec& spec, bool layer_norm) {
+  return std::make_unique<CudaNormOp>(ctx, spec, layer_norm);
+}
+std::unique_ptr<LossOp> make_loss_op(CudaContext& ctx, LossKind kind, std::int64_t outputs,
+                                     std::span<const float> class_weights) {
+  check_class_weights(kind, outputs, class_weights);
+  return std::make_unique<CudaLossOp>(ctx, kind, outputs, class_weights);
+}
+std::unique_ptr<InferenceOp> make_inference_dense_op(CudaContext& ctx, InferenceDenseSpec spec) {
+  if (spec.int8) refuse_int8();
+  return std::make_unique<CudaInferenceDenseOp>(ctx, spec);
+}
+std::unique_ptr<InferenceConvOp> make_inference_conv_op(CudaContext& ctx, InferenceConvSpec spec) {
+  if (spec.int8) refuse_int8();
+  return std::make_unique<CudaInferenceConvOp>(ctx, spec);
+}
+std::unique_ptr<InferenceOp> make_inference_pool_op(CudaContext& ctx, const InferencePoolSpec& spec) {
+  return std::make_unique<CudaInferencePoolOp>(ctx, spec);
+}
+
+}  // namespace anneal::cuda

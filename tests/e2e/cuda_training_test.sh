@@ -1,0 +1,110 @@
+#!/bin/bash
+# device = cuda end to end, where the CUDA backend is usable (a GPU, the
+# plugin and its libraries); elsewhere the test is reported skipped (exit
+# 77), saying why, and device_test.sh covers the refusal.
+#
+#   * kill -9 at a checkpoint of a cuda run, then --resume: the weights end
+#     bitwise identical to the uninterrupted cuda run (which itself gives
+#     the same weights twice: deterministic algorithms);
+#   * a GPU-trained model evaluates on the CPU with the same predictions
+#     (its confusion matrix is the CPU's, the differences counted) and
+#     quantizes there;
+#   * Fashion-MNIST (when installed, or FMNIST_DIR): the MLP and the CNN of
+#     docs/examples reach the CPU's test accuracy within 0.5 point after the
+#     same epochs (MLP_EPOCHS, CNN_EPOCHS).
+. "$E2E_LIB"
+
+expect_rc 0 --json devices
+usable=$(json_get '[d for d in j["devices"] if d["device"] == "cuda"][0]["usable"]')
+if [ "$usable" != "True" ]; then
+  echo "SKIP: cuda is not usable here: $(json_get '[d for d in j["devices"] if d["device"] == "cuda"][0]["reason"]')"
+  exit 77
+fi
+expect_eq "$(json_get '[d["device"] for d in j["devices"] if d["auto"]]')" "['cuda']" "auto picks the GPU"
+
+expect_rc 0 init
+expect_rc 0 data import digits "$TEST_DATA/digits.csv"
+cat >"$WORK/r.ini" <<'INI'
+name             = digits-gpu
+dataset          = digits
+layers           = dense(128) relu dropout(0.1) dense(64) relu dense(10)
+lr               = 0.002
+batch            = 16
+epochs           = 12
+seed             = 5
+validation       = 0.1
+device           = cuda
+checkpoint_every = 50
+INI
+
+expect_rc 0 --json train "$WORK/r.ini"
+want=$(json_get 'j["weights_hash"]')
+expect_rc 0 --json train "$WORK/r.ini"
+expect_eq "$(json_get 'j["weights_hash"]')" "$want" "two cuda runs give the same weights"
+expect_rc 0 --json model show digits-gpu@v1
+expect_eq "$(json_get 'j["lineage"]["device"]')" "cuda" "lineage records the GPU"
+
+# kill -9 at the 6th checkpoint's commit, then resume on the GPU.
+ANNEAL_FAULT="checkpoint.committed@6=crash" "$ANNEAL_FAULTS_BIN" train "$WORK/r.ini" > /dev/null 2>&1
+expect_eq "$?" "137" "the run was killed"
+run_id=$(latest_run)
+expect_rc 0 --json train --resume "$run_id"
+expect_eq "$(json_get 'j["weights_hash"]')" "$want" "kill -9 and --resume give the uninterrupted weights"
+
+# The GPU-trained model on the CPU: the same predictions.
+# confusion CM_JSON_A CM_JSON_B: how many predictions at least differ.
+confusion_diff() {
+  python3 -c "
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+print(sum(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)) // 2)" "$1" "$2"
+}
+eval_on() {  # MODEL DATA DEVICE: the confusion matrix (JSON) into $CM, the accuracy into $ACC
+  expect_rc 0 --json eval "$1" "$2" --device "$3"
+  ACC=$(json_get 'j["metrics"]["accuracy"]')
+  CM=$(json_get 'json.dumps(j["metrics"]["confusion"])')
+}
+eval_on digits-gpu@v1 digits cuda
+cm_gpu=$CM acc_gpu=$ACC
+eval_on digits-gpu@v1 digits cpu
+cm_cpu=$CM
+expect_eq "$ACC" "$acc_gpu" "the GPU-trained model scores the same on the CPU"
+expect_eq "$(confusion_diff "$cm_gpu" "$cm_cpu")" "0" "predictions that differ between the CPU and the GPU"
+# int8 runs on the CPU backend: auto goes there, cuda is refused.
+expect_rc 0 --json quantize digits-gpu@v1 --int8 --calib digits
+expect_rc 0 --json model show digits-gpu@latest
+int8_model=$(json_get 'j["ref"]')
+expect_rc 0 --json eval "$int8_model" digits
+expect_rc 2 eval "$int8_model" digits --device cuda
+expect_contains "$ERR" "int8 models run on the CPU backend" "cuda refuses an int8 model, saying why"
+
+fm=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
+if [ ! -e "$fm/train-images-idx3-ubyte.gz" ]; then
+  echo "note: no Fashion-MNIST at $fm; the accuracy comparison is skipped"
+  finish
+fi
+expect_rc 0 data import fmnist "$fm/train-images-idx3-ubyte.gz" --labels "$fm/train-labels-idx1-ubyte.gz" \
+  --test "$fm/t10k-images-idx3-ubyte.gz" --test-labels "$fm/t10k-labels-idx1-ubyte.gz"
+ROOT=$(cd "$(dirname "$E2E_LIB")/../.." && pwd)
+for model in mlp cnn; do
+  if [ "$model" = mlp ]; then epochs=${MLP_EPOCHS:-3}; else epochs=${CNN_EPOCHS:-2}; fi
+  declare -A acc=()
+  for device in cuda cpu; do
+    expect_rc 0 --json train "$ROOT/docs/examples/fmnist-$model.ini" --device "$device" --set epochs="$epochs" \
+      --set name="fm-$model-$device" --set checkpoint_every=0
+    acc[$device]=$(json_get 'j["metrics"]["test_accuracy"]')
+    echo "fmnist $model, $epochs epoch(s), $device: test accuracy ${acc[$device]}, $(json_get 'j["samples_per_s"]') samples/s"
+  done
+  gap=$(python3 -c "print(abs(${acc[cuda]} - ${acc[cpu]}) * 100)")
+  if python3 -c "import sys; sys.exit(0 if $gap <= 0.5 else 1)"; then pass; else
+    fail "fmnist $model: cuda ${acc[cuda]} vs cpu ${acc[cpu]}: $gap points apart"
+  fi
+  eval_on "fm-$model-cuda@v1" fmnist cuda
+  cm_gpu=$CM
+  eval_on "fm-$model-cuda@v1" fmnist cpu
+  cm_cpu=$CM
+  diff=$(confusion_diff "$cm_gpu" "$cm_cpu")
+  echo "fmnist $model trained on the GPU: at least $diff of 10000 test predictions differ on the CPU"
+  if [ "$diff" -le 5 ]; then pass; else fail "fmnist $model: $diff predictions differ between cuda and cpu"; fi
+done
+finish
