@@ -47,6 +47,8 @@ struct TrainConfig {
   double linear_l2 = 1.0;      // L2 strength of the linear baseline
   bool linear_only = false;    // layers = linear: the linear model is the model
   Device device = Device::kAuto;  // which backend trains (anneal/device.h)
+  bool deterministic = true;   // BackendOptions::deterministic
+  bool tf32 = false;           // BackendOptions::tf32
   int threads = 1;             // the backend's compute threads; part of determinism
   // The model whose weights and fitted preprocessing the run starts from,
   // "" for none: an ALIAS of `name` (production), NAME@ALIAS, or an exact

@@ -44,6 +44,14 @@ struct BackendOptions {
   // ops (BackendCapabilities::int8), and a device named here that has none
   // is refused (kUsage).
   bool int8 = false;
+  // false lets a backend pick faster algorithms whose results vary run to
+  // run (a GPU's atomics-based convolution gradients); the CPU backend is
+  // deterministic either way. BackendCapabilities::deterministic says what
+  // the backend made of it.
+  bool deterministic = true;
+  // true lets a GPU run fp32 matrix products and convolutions on TF32
+  // tensor cores (10-bit mantissa inputs); false keeps full fp32.
+  bool tf32 = false;
 };
 
 // What the registry knows about one backend on this machine.

@@ -44,6 +44,8 @@ const std::vector<ConfigKey>& known_config_keys() {
       {"threads", "", "compute threads (default: the CPU count); part of determinism"},
       {"device", "auto", "auto | cpu | cuda: auto takes a usable GPU, else the CPU"},
       {"precision", "fp32", "fp32 | bf16"},
+      {"deterministic", "true", "false lets a GPU pick faster algorithms whose weights vary run to run (recorded)"},
+      {"tf32", "false", "true lets a GPU run fp32 products and convolutions on TF32 tensor cores"},
       {"early_stop", "none", "METRIC:PATIENCE, METRIC = val_loss | val_accuracy | train_loss"},
       {"validation", "0", "fraction of the train split held out for validation"},
       {"checkpoint_every", "60s", "N steps or a duration (30s, 5m, 1h); 0: only at the end"},
@@ -365,6 +367,8 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
     c.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
   c.device = v.named("device", [](const std::string& s) { return parse_device(s); });
+  c.deterministic = v.boolean("deterministic");
+  c.tf32 = v.boolean("tf32");
   t.precision = v.named("precision", [](const std::string& s) { return parse_precision(s); });
   std::string early = v.text("early_stop");
   if (early != "none" && !early.empty()) {
@@ -483,6 +487,8 @@ std::string TrainConfig::to_text() const {
       {"seed", std::to_string(t.seed)},
       {"threads", std::to_string(threads)},
       {"device", device_name(device)},
+      {"deterministic", deterministic ? "true" : "false"},
+      {"tf32", tf32 ? "true" : "false"},
       {"precision", precision_name(t.precision)},
       {"early_stop", t.early_stop == EarlyStopMetric::kNone
                          ? std::string("none")

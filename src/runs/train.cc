@@ -94,6 +94,7 @@ json lineage_json(const TrainConfig& config, const PreparedData& data, const Run
           {"seed", config.trainer.seed},
           {"threads", config.threads},
           {"device", backend.device},
+          {"deterministic", backend.deterministic},
           {"precision", precision_name(config.trainer.precision)},
           {"anneal_version", version()},
           {"anneal_commit", git_commit()},
@@ -167,9 +168,6 @@ Setup resolve(Store& store, const TrainRequest& request) {
   if (request.resume) {
     if (!request.overrides.empty())
       throw usage_error(Subject::kConfigOverrides, ": a resumed run keeps its recorded config; start a new run to change it");
-    if (request.device)
-      throw usage_error(Subject::kDevice, ": a resumed run keeps its recorded device (the weights depend on it); "
-                                          "start a new run to change it");
     if (request.warm_start)
       throw usage_error(Subject::kResumedRun, ": a resumed run keeps the parent it started from; start a new run "
                                               "to warm-start");
@@ -181,6 +179,13 @@ Setup resolve(Store& store, const TrainRequest& request) {
       throw usage_error(Subject::kResumedRun, run.label() + ": the run already succeeded" +
                         (run.model.empty() ? std::string() : " and registered " + run.model));
     s.config = parse_train_config(run.config_text, run.label() + " config", {});
+    // A checkpoint is plain fp32 values on any device, so a run may go on
+    // elsewhere (the GPU is gone, or was added). Only on the device it
+    // started on does it end at an uninterrupted run's exact bits.
+    if (request.device) {
+      s.config.device = *request.device;
+      s.config.sources["device"] = "--device";
+    }
     s.dataset = parse_dataset_ref(run.dataset, "dataset");
     s.resumed = std::move(run);
     return s;
@@ -239,7 +244,10 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
                 setup.resumed->label() + ": another anneal process is training this run");
   std::unique_ptr<Backend> backend;
   try {
-    backend = make_backend({.device = config.device, .threads = config.threads});
+    backend = make_backend({.device = config.device,
+                            .threads = config.threads,
+                            .deterministic = config.deterministic,
+                            .tf32 = config.tf32});
   } catch (const Error& e) {
     // Name where the device was asked for: "fm.ini:7" or "--set device".
     auto where = config.sources.find("device");
@@ -249,6 +257,9 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
   if (config.device == Device::kAuto)
     for (const std::string& why : passed_over_by_auto())
       reporter.note("device auto: training on the " + backend->capabilities().device + " (" + why + ")");
+  if (!backend->capabilities().deterministic)
+    reporter.note("deterministic = false: the " + backend->capabilities().device +
+                  " backend may use algorithms whose results vary, so this run's weights will not repeat bit for bit");
   reporter.note("loading " + setup.dataset.to_string());
   const auto load_start = Clock::now();
   const std::uint64_t budget = config.memory_budget.value_or(runs::default_memory_budget());

@@ -8,7 +8,7 @@
 #     the same weights twice: deterministic algorithms);
 #   * a GPU-trained model evaluates on the CPU with the same predictions
 #     (its confusion matrix is the CPU's, the differences counted) and
-#     quantizes there;
+#     quantizes there; a killed GPU run resumes on the CPU and the reverse;
 #   * Fashion-MNIST (when installed, or FMNIST_DIR): the MLP and the CNN of
 #     docs/examples reach the CPU's test accuracy within 0.5 point after the
 #     same epochs (MLP_EPOCHS, CNN_EPOCHS).
@@ -77,6 +77,17 @@ int8_model=$(json_get 'j["ref"]')
 expect_rc 0 --json eval "$int8_model" digits
 expect_rc 2 eval "$int8_model" digits --device cuda
 expect_contains "$ERR" "int8 models run on the CPU backend" "cuda refuses an int8 model, saying why"
+
+# A checkpoint does not depend on the device: a killed GPU run goes on on
+# the CPU, and a killed CPU run on the GPU; each records where it finished.
+for pair in "cuda cpu" "cpu cuda"; do
+  set -- $pair
+  ANNEAL_FAULT="checkpoint.committed@4=crash" "$ANNEAL_FAULTS_BIN" train "$WORK/r.ini" --device "$1" > /dev/null 2>&1
+  expect_eq "$?" "137" "a $1 run was killed"
+  expect_rc 0 --json train --resume "$(latest_run)" --device "$2"
+  expect_rc 0 --json model show digits-gpu@latest
+  expect_eq "$(json_get 'j["lineage"]["device"]')" "$2" "a $1 run resumed on the $2"
+done
 
 fm=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
 if [ ! -e "$fm/train-images-idx3-ubyte.gz" ]; then

@@ -68,8 +68,21 @@ expect_eq "$(json_get 'j["lineage"]["device"]')" "cpu" "lineage records the devi
 json_get 'len(j["lineage"]["isa"]) > 0' | grep -q True && pass || fail "lineage records the ISA"
 expect_contains "$(json_get 'j["lineage"]["config"]')" "device = auto" "the resolved config records device"
 
-# A resumed run keeps the device it recorded, like the rest of its config.
-refused "resume --device" "--device: a resumed run keeps its recorded device" train --resume run-1 --device cpu
+# A run may go on on another device (a checkpoint is plain values): a
+# killed run resumes with --device, which is recorded. Where cuda is not
+# usable it is refused before anything changes; cpu resumes it, and on the
+# device it started on the weights are the uninterrupted run's.
+iris_config "$WORK/ck.ini" iris-ck "epochs = 40" "checkpoint_every = 20"
+expect_rc 0 --json train "$WORK/ck.ini"
+uninterrupted=$(json_get 'j["weights_hash"]')
+ANNEAL_FAULT="checkpoint.committed@3=crash" "$ANNEAL_FAULTS_BIN" train "$WORK/ck.ini" > /dev/null 2>&1
+expect_eq "$?" "137" "the run was killed at its third checkpoint"
+killed=$(latest_run)
+refused "resume --device cuda" "--device: device cuda: $cuda_reason" train --resume "$killed" --device cuda
+expect_rc 0 --json train --resume "$killed" --device cpu
+expect_eq "$(json_get 'j["weights_hash"]')" "$uninterrupted" "resumed with --device cpu: the uninterrupted weights"
+expect_rc 0 --json model show iris-ck@latest
+expect_contains "$(json_get 'j["lineage"]["config"]')" "device = cpu" "the resumed run records the device it finished on"
 
 # eval and predict take --device too.
 expect_rc 0 eval iris-mlp iris --device cpu

@@ -14,7 +14,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -104,14 +106,16 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(const BackendOptions& options) : partials_(*this) {
     ctx_.device = 0;
     ctx_.allocator = this;
-    ctx_.deterministic = true;
+    ctx_.deterministic = options.deterministic;
+    ctx_.tf32 = options.tf32;
     cudaDeviceProp p{};
     check(cudaGetDeviceProperties(&p, ctx_.device), "reading the device's properties");
     capabilities_.bf16 = false;
     capabilities_.int8 = false;
-    // Every kernel reduces in a fixed order and the library algorithms are
-    // chosen deterministic (cuda_ops.cc).
-    capabilities_.deterministic = true;
+    // Every kernel reduces in a fixed order and, unless the options allow
+    // otherwise, the library algorithms are chosen deterministic
+    // (cuda_ops.cc).
+    capabilities_.deterministic = options.deterministic;
     capabilities_.threads = options.threads;
     capabilities_.device = "cuda";
     capabilities_.isa = "sm_" + std::to_string(p.major) + std::to_string(p.minor);
@@ -160,10 +164,36 @@ class CudaBackend final : public Backend {
     cuda::shape_plain(t, like.dims(), dtype, *this);
   }
 
+  // Through a pinned staging buffer, so the copy is asynchronous: from
+  // pageable memory the runtime would first wait for the stream to drain,
+  // and the host could not gather the next batch while the GPU trains on
+  // this one. The copy is ordered on the stream after every op issued
+  // before, so it never overwrites a tensor an earlier op still reads.
   void copy_from_host(const float* host, Tensor& t) override {
-    // From pageable memory the call returns once it has read `host`.
-    check(cudaMemcpyAsync(f32(t, "copy_from_host"), host, t.bytes(), cudaMemcpyHostToDevice, ctx_.stream),
-          "copy to the device");
+    float* device = f32(t, "copy_from_host");
+    const std::size_t bytes = t.bytes();
+    if (bytes > kStagingLimit) {
+      // A large upload (a big layer's weights at load): the runtime stages
+      // it, and the call returns once it has read `host`.
+      check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, ctx_.stream), "copy to the device");
+    } else if (bytes > 0) {
+      Staging& s = staging_[next_staging_];
+      next_staging_ = (next_staging_ + 1) % staging_.size();
+      if (s.pending) check(cudaEventSynchronize(s.done), "waiting for a staging buffer");
+      s.pending = false;
+      if (s.bytes < bytes) {
+        if (s.host) check(cudaFreeHost(s.host), "freeing a staging buffer");
+        s.host = nullptr;
+        s.bytes = 0;
+        check(cudaHostAlloc(&s.host, bytes, cudaHostAllocDefault), "allocating a staging buffer");
+        s.bytes = bytes;
+      }
+      if (!s.done) check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "creating an event");
+      std::memcpy(s.host, host, bytes);
+      check(cudaMemcpyAsync(device, s.host, bytes, cudaMemcpyHostToDevice, ctx_.stream), "copy to the device");
+      check(cudaEventRecord(s.done, ctx_.stream), "recording a copy");
+      s.pending = true;
+    }
     t.mark_modified();
   }
   void copy_to_host(const Tensor& t, float* host) override {
@@ -344,6 +374,11 @@ class CudaBackend final : public Backend {
 
   void release() noexcept {
     if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
+    for (Staging& st : staging_) {
+      if (st.host) cudaFreeHost(st.host);
+      if (st.done) cudaEventDestroy(st.done);
+      st = Staging{};
+    }
     if (ctx_.dnn) cudnnDestroy(ctx_.dnn);
     if (ctx_.blas) cublasLtDestroy(ctx_.blas);
     if (ctx_.stream) cudaStreamDestroy(ctx_.stream);
@@ -352,8 +387,20 @@ class CudaBackend final : public Backend {
     ctx_.stream = nullptr;
   }
 
+  // copy_from_host's pinned buffers, used in turn: a batch's features and
+  // labels, and the next batch's, can be in flight at once.
+  struct Staging {
+    void* host = nullptr;
+    std::size_t bytes = 0;
+    cudaEvent_t done = nullptr;  // recorded after the copy out of `host`
+    bool pending = false;
+  };
+  static constexpr std::size_t kStagingLimit = std::size_t{64} << 20;
+
   BackendCapabilities capabilities_;
   std::string device_name_;
+  std::array<Staging, 4> staging_{};
+  std::size_t next_staging_ = 0;
   CudaContext ctx_;
   DeviceBuffer partials_;  // clip_scale's per-block sums
 };

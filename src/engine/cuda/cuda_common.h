@@ -83,6 +83,8 @@ struct CudaContext {
   std::unique_ptr<DeviceBuffer> workspace;
   // deterministic: only algorithms that give the same bits run after run.
   bool deterministic = true;
+  // tf32: fp32 products and convolutions may run on TF32 tensor cores.
+  bool tf32 = false;
 };
 
 // Elements per fp32 device pointer, as an int for kernel arguments; kUsage

@@ -35,7 +35,7 @@ void* workspace(CudaContext& ctx, std::size_t bytes) {
 // ---- Matrix products on cuBLASLt ----------------------------------------
 
 // C(m, n) = op(A)·op(B) + beta·C, column-major, fp32 in and out with fp32
-// accumulation. One plan (descriptors and the heuristic's algorithm) per
+// accumulation (TF32 products only when the context allows them). One plan (descriptors and the heuristic's algorithm) per
 // shape, made on first use: the same shape always runs the same algorithm.
 class Gemm {
  public:
@@ -87,7 +87,9 @@ class Gemm {
     Plan plan;
     plan.key = key;
     try {
-      check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
+      check(cublasLtMatmulDescCreate(&plan.desc, ctx_.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                     CUDA_R_32F),
+            "matmul descriptor");
       const cublasOperation_t ta = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
       const cublasOperation_t tb = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
       check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
@@ -232,8 +234,9 @@ class CudaConvOp final : public ConvOp {
     check(cudnnCreateConvolutionDescriptor(&conv_), "convolution descriptor");
     check(cudnnSetConvolution2dDescriptor(conv_, p, p, s, s, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
           "convolution shape");
-    // FMA math only: TF32 tensor cores would round the inputs to 10 bits.
-    check(cudnnSetConvolutionMathType(conv_, CUDNN_FMA_MATH), "convolution math type");
+    // FMA math only unless TF32 is allowed: TF32 tensor cores round the
+    // inputs to 10 bits.
+    check(cudnnSetConvolutionMathType(conv_, math()), "convolution math type");
   }
   ~CudaConvOp() override {
     cudnnDestroyConvolutionDescriptor(conv_);
@@ -303,12 +306,18 @@ class CudaConvOp final : public ConvOp {
     return plan_for_batch(x.batch());
   }
 
-  // The first algorithm of cuDNN's heuristic ranking that runs in FMA math,
-  // fits the workspace and, when the context is deterministic, is.
+  // CUDNN_DEFAULT_MATH permits TF32 on GPUs that have it; FMA math is
+  // plain fp32.
+  cudnnMathType_t math() const { return ctx_.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH; }
+
+  // The first algorithm of cuDNN's heuristic ranking that runs in the
+  // context's math, fits the workspace and, when the context is
+  // deterministic, is.
   template <typename Perf>
-  static bool acceptable(const Perf& p, bool deterministic) {
-    return p.status == CUDNN_STATUS_SUCCESS && p.mathType == CUDNN_FMA_MATH && p.memory <= kWorkspaceBytes &&
-           (!deterministic || p.determinism == CUDNN_DETERMINISTIC);
+  bool acceptable(const Perf& p) const {
+    return p.status == CUDNN_STATUS_SUCCESS && p.memory <= kWorkspaceBytes &&
+           (p.mathType == CUDNN_FMA_MATH || (ctx_.tf32 && p.mathType == CUDNN_DEFAULT_MATH)) &&
+           (!ctx_.deterministic || p.determinism == CUDNN_DETERMINISTIC);
   }
 
   Plan& plan_for_batch(std::int64_t batch) {
@@ -327,7 +336,7 @@ class CudaConvOp final : public ConvOp {
                                                  &found, fwd.data()),
           "choosing a forward convolution algorithm");
     for (int i = 0; i < found && !chosen; ++i)
-      if (acceptable(fwd[i], ctx_.deterministic)) {
+      if (acceptable(fwd[i])) {
         plan->forward = fwd[i].algo, plan->forward_bytes = fwd[i].memory, chosen = true;
       }
     if (!chosen) throw failure("cudnn: no fp32 forward convolution algorithm for " + describe(n));
@@ -337,20 +346,20 @@ class CudaConvOp final : public ConvOp {
           "choosing a backward-data convolution algorithm");
     chosen = false;
     for (int i = 0; i < found && !chosen; ++i)
-      if (acceptable(data[i], ctx_.deterministic)) {
+      if (acceptable(data[i])) {
         plan->backward_data = data[i].algo, plan->backward_data_bytes = data[i].memory, chosen = true;
       }
-    if (!chosen) throw failure("cudnn: no deterministic fp32 backward-data algorithm for " + describe(n));
+    if (!chosen) throw failure("cudnn: no fp32 backward-data algorithm for " + describe(n));
     std::array<cudnnConvolutionBwdFilterAlgoPerf_t, kAsk> filter{};
     check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx_.dnn, plan->x.get(), plan->y.get(), conv_, filter_,
                                                         kAsk, &found, filter.data()),
           "choosing a backward-filter convolution algorithm");
     chosen = false;
     for (int i = 0; i < found && !chosen; ++i)
-      if (acceptable(filter[i], ctx_.deterministic)) {
+      if (acceptable(filter[i])) {
         plan->backward_filter = filter[i].algo, plan->backward_filter_bytes = filter[i].memory, chosen = true;
       }
-    if (!chosen) throw failure("cudnn: no deterministic fp32 backward-filter algorithm for " + describe(n));
+    if (!chosen) throw failure("cudnn: no fp32 backward-filter algorithm for " + describe(n));
     plans_.push_back(std::move(plan));
     return *plans_.back();
   }
