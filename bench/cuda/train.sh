@@ -7,7 +7,26 @@
 #     both measured on a 10,000-sample training set (the CPU would take
 #     minutes over all 60,000);
 #   * achieved TFLOP/s against the cuBLAS fp32 GEMM peak measured in the
-#     same run on the same GPU (bench/cuda/cublas_peak.cc).
+#     same run on the same GPU (bench/cuda/cublas_peak.cc);
+#   * the fraction of a training step spent outside kernels (launch and sync
+#     overhead, host work between kernels) at batch 128 and 512; goal: under
+#     20% at batch 512. CUPTI records each kernel's start and end on the GPU
+#     inside an unmodified `anneal train`: the driver loads
+#     libanneal-kernel-time.so (bench/cuda/kernel_time.cc) where
+#     CUDA_INJECTION64_PATH names it, and at exit it writes the union of the
+#     kernels' intervals (concurrent kernels count once). Every configuration
+#     trains twice, for 1 and for 2 epochs, otherwise identically (same seed,
+#     so the same kernels): the difference of the two kernel busy times is
+#     the second epoch's alone, since start-up, data loading, the first
+#     epoch's one-off work (library set-up, module loading) and the final
+#     test evaluation appear in both runs and cancel. Divided by the second
+#     epoch's wall time as anneal records it (`runs show`, epochs[1].seconds;
+#     the epoch ends on a read-back, so its kernels lie inside it), it is the
+#     share of the average step the GPU spent in kernels; the rest is outside
+#     kernels. "outside GPU work" counts memcpys and memsets as busy too.
+#     Tracing adds host time per launch, so if anything the fraction is
+#     overstated. When CUPTI cannot give complete records the row says why
+#     and shows no number.
 # Elsewhere it prints why it is skipped.
 set -euo pipefail
 : "${ANNEAL:?}" "${BUILD:?}"
@@ -50,6 +69,58 @@ j = json.load(sys.stdin)
 print(j['samples_per_s'], j['test_accuracy'])"
 }
 
+KERNEL_TIME_LIB="$BUILD/bench/libanneal-kernel-time.so"
+# traced_run MODEL BATCH EPOCHS: anneal on the GPU with CUPTI injected; the
+# run's JSON, stderr and the library's line go to $WORK/kt-MODEL-BATCH-EPOCHS.*
+traced_run() {
+  local base="$WORK/kt-$1-$2-$3"
+  rm -f "$base.out"  # what is there afterwards is this run's
+  CUDA_INJECTION64_PATH="$KERNEL_TIME_LIB" ANNEAL_KERNEL_TIME_OUT="$base.out" \
+    "$ANNEAL" --json train "$ROOT/docs/examples/fmnist-$1.ini" --device cuda --set batch="$2" --set dataset=fmnist \
+    --set epochs="$3" --set validation=0 --set checkpoint_every=0 > "$base.json" 2> "$base.err"
+}
+# outside_kernels MODEL BATCH -> one row of the outside-kernels table, or why
+# there is none.
+outside_kernels() {
+  local why="" missing base e
+  if [ ! -e "$KERNEL_TIME_LIB" ]; then
+    why="$KERNEL_TIME_LIB is not built"
+  else
+    missing=$(ldd "$KERNEL_TIME_LIB" | awk '/not found/ {print $1}')
+    [ -n "$missing" ] && why="libanneal-kernel-time.so needs $missing, not found"
+  fi
+  for e in 1 2; do
+    [ -n "$why" ] && break
+    base="$WORK/kt-$1-$2-$e"
+    if ! traced_run "$1" "$2" "$e"; then
+      why="anneal train with CUPTI failed: $(tail -n1 "$base.err")"
+    elif [ ! -s "$base.out" ]; then
+      why=$(grep -m1 '^libanneal-kernel-time:' "$base.err" ||
+            echo "libanneal-kernel-time.so wrote nothing: the driver did not call its InitializeInjection")
+    fi
+  done
+  if [ -n "$why" ]; then
+    printf '%-5s %5d  unavailable (%s)\n' "$1" "$2" "$why"
+    return
+  fi
+  base="$WORK/kt-$1-$2"
+  "$ANNEAL" --json runs show "$("$PYTHON" -c "import json; print(json.load(open('$base-2.json'))['run'])")" \
+    > "$base-show.json"
+  "$PYTHON" -c "
+import json
+def totals(path):
+    return {k: int(v) for k, v in (kv.split('=') for kv in open(path).read().split())}
+one, two = totals('$base-1.out'), totals('$base-2.out')
+first, second = json.load(open('$base-show.json'))['epochs']
+seconds = second['seconds']
+steps = second['steps'] - first['steps']
+kernels = (two['kernel_busy_ns'] - one['kernel_busy_ns']) / 1e9
+gpu = (two['gpu_busy_ns'] - one['gpu_busy_ns']) / 1e9
+print('%-5s %5d %12.1f %10.3f %10.3f %16.1f%% %16.1f%%' % ('$1', $2, (two['kernels'] - one['kernels']) / steps,
+      seconds, kernels, 100 * (1 - kernels / seconds), 100 * (1 - gpu / seconds)))"
+}
+outside_rows=""
+
 echo "== cuBLAS 8192^3 on $gpu: fp32 $peak TFLOP/s (TF32 $tf32)"
 printf '%-5s %5s %16s %16s %8s %10s %9s\n' model batch "anneal samples/s" "pytorch samples/s" ratio "TFLOP/s" "of peak"
 for model in mlp cnn; do
@@ -62,9 +133,15 @@ for model in mlp cnn; do
 a, t, f, peak = $a_sps, $t_sps, $flops, $peak
 print('%-5s %5d %16.0f %16.0f %7.2fx %10.3f %8.1f%%   (test accuracy anneal %.4f, pytorch %.4f)'
       % ('$model', $batch, a, t, a / t, a * f / 1e12, 100 * a * f / 1e12 / peak, $a_acc, $t_acc))"
+    outside_rows+=$(outside_kernels "$model" "$batch")$'\n'
   done
   read -r g_sps _ < <(anneal_run "$model" cuda 128 fmnist10k 1)
   read -r c_sps _ < <(anneal_run "$model" cpu 128 fmnist10k 1 --set threads=2)
   "$PYTHON" -c "print('%s: cuda %.0f samples/s vs the CPU backend on 2 threads %.0f: %.1fx (batch 128, 10,000 samples)'
       % ('$model', $g_sps, $c_sps, $g_sps / $c_sps))"
 done
+
+echo "== time outside kernels in the second epoch (CUPTI kernel intervals; goal: under 20% at batch 512)"
+printf '%-5s %5s %12s %10s %10s %17s %17s\n' model batch "kernels/step" "epoch 2 s" "kernels s" "outside kernels" \
+  "outside GPU work"
+printf '%s' "$outside_rows"
