@@ -1,15 +1,60 @@
-# Read by cpack once per generator (CPACK_PROJECT_CONFIG_FILE): each package
-# installs the shared component plus its own (packaging/CMakeLists.txt says
-# which files differ). Installing components one by one, rather than
-# CPACK_COMPONENTS_ALL, is what keeps a single, monolithic package.
+# Read by cpack once per generator (CPACK_PROJECT_CONFIG_FILE): which
+# components make which package. Each package is a component group: anneal
+# is the shared component plus the generator's own (packaging/CMakeLists.txt
+# says which files differ); anneal-cuda, where the plugin was built, is the
+# plugin plus, for the .deb, its copyright and changelog.
 list(GET CPACK_INSTALL_CMAKE_PROJECTS 0 _anneal_build_dir)
 if(CPACK_GENERATOR STREQUAL "DEB")
   set(_anneal_own deb)
+  set(_anneal_cuda_own cuda_deb)
+  set(CPACK_DEB_COMPONENT_INSTALL ON)
 elseif(CPACK_GENERATOR STREQUAL "RPM")
   set(_anneal_own rpm)
+  set(_anneal_cuda_own "")
+  set(CPACK_RPM_COMPONENT_INSTALL ON)
 else()
   message(FATAL_ERROR "anneal is packaged as DEB and RPM only, not ${CPACK_GENERATOR}")
 endif()
-set(CPACK_INSTALL_CMAKE_PROJECTS
-    "${_anneal_build_dir};anneal;main;/"
-    "${_anneal_build_dir};anneal;${_anneal_own};/")
+set(CPACK_INSTALL_CMAKE_PROJECTS "${_anneal_build_dir};anneal;ALL;/")
+set(CPACK_COMPONENTS_GROUPING ONE_PER_GROUP)
+set(CPACK_COMPONENTS_ALL main ${_anneal_own})
+foreach(_c IN LISTS CPACK_COMPONENTS_ALL)
+  string(TOUPPER ${_c} _c)
+  set(CPACK_COMPONENT_${_c}_GROUP anneal)
+endforeach()
+if(CPACK_ANNEAL_CUDA_BUILT)
+  foreach(_c cuda ${_anneal_cuda_own})
+    list(APPEND CPACK_COMPONENTS_ALL ${_c})
+    string(TOUPPER ${_c} _c)
+    set(CPACK_COMPONENT_${_c}_GROUP cuda)
+  endforeach()
+endif()
+
+if(CPACK_GENERATOR STREQUAL "DEB")
+  # CPackDeb puts this line before every package's description; each group
+  # has its own first line in CPACK_DEBIAN_<GROUP>_DESCRIPTION instead.
+  unset(CPACK_PACKAGE_DESCRIPTION_SUMMARY)
+  if(CPACK_ANNEAL_CUDA_BUILT)
+    # libc6, libstdc++6 and libgcc-s1 of the plugin, as dpkg-shlibdeps
+    # computes them for anneal. It finds no package for the CUDA libraries
+    # (they come from outside Debian's archive: --ignore-missing-info, as
+    # CPack passes it), whose packages packaging/CMakeLists.txt names.
+    file(READ ${CPACK_ANNEAL_CUDA_PLUGIN_FILE} _plugin)
+    set(_work ${_anneal_build_dir}/packaging/cuda/shlibdeps)
+    file(REMOVE_RECURSE ${_work})
+    file(WRITE ${_work}/debian/control "")
+    set(_dirs "")
+    foreach(_d IN LISTS CPACK_ANNEAL_CUDA_LIBRARY_DIRS)
+      list(APPEND _dirs -l${_d})
+    endforeach()
+    execute_process(COMMAND dpkg-shlibdeps --ignore-missing-info ${_dirs} -O ${_plugin}
+                    WORKING_DIRECTORY ${_work}
+                    OUTPUT_VARIABLE _out ERROR_VARIABLE _err RESULT_VARIABLE _rc
+                    OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(NOT _rc EQUAL 0 OR NOT _out MATCHES "^shlibs:Depends=(.+)$")
+      message(FATAL_ERROR "cpack-generators.cmake: dpkg-shlibdeps on ${_plugin} failed (${_rc}): ${_err}${_out}")
+    endif()
+    string(APPEND CPACK_DEBIAN_CUDA_PACKAGE_DEPENDS ", ${CMAKE_MATCH_1}")
+    file(REMOVE_RECURSE ${_work})
+  endif()
+endif()

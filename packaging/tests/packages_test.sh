@@ -1,12 +1,29 @@
 #!/bin/bash
-# Checks of the .deb and .rpm that `cpack` built (test packaging.cpack).
-#   packages_test.sh lintian|rpmlint|contents PACKAGE_DIR VERSION
+# Checks of the .deb and .rpm packages that `cpack` built (test packaging.cpack):
+# anneal's, and with `cuda` (the CUDA plugin was built) anneal-cuda's.
+#   packages_test.sh lintian|rpmlint|contents PACKAGE_DIR VERSION cuda|no-cuda
 set -u
-check=$1 dir=$2 version=$3
+[ $# -eq 4 ] || { echo "usage: packages_test.sh lintian|rpmlint|contents PACKAGE_DIR VERSION cuda|no-cuda" >&2; exit 2; }
+check=$1 dir=$2 version=$3 cuda=$4
+case $cuda in
+  cuda | no-cuda) ;;
+  *) echo "packages_test.sh: expected cuda or no-cuda, got '$cuda'" >&2; exit 2 ;;
+esac
 deb=$dir/anneal_${version}_$(dpkg --print-architecture).deb
 rpm=$dir/anneal-${version}.$(uname -m).rpm
+cuda_deb=$dir/anneal-cuda_${version}_$(dpkg --print-architecture).deb
+cuda_rpm=$dir/anneal-cuda-${version}.$(uname -m).rpm
 here=$(cd "$(dirname "$0")" && pwd)
-for f in "$deb" "$rpm"; do
+debs=$deb rpms=$rpm
+if [ "$cuda" = cuda ]; then
+  debs="$deb $cuda_deb" rpms="$rpm $cuda_rpm"
+else
+  # Without the plugin, cpack builds anneal's packages and nothing else.
+  for f in "$cuda_deb" "$cuda_rpm"; do
+    [ -e "$f" ] && { echo "FAIL: $f was built, but the CUDA plugin was not" >&2; exit 1; }
+  done
+fi
+for f in $debs $rpms; do
   [ -f "$f" ] || { echo "FAIL: $f was not built" >&2; exit 1; }
 done
 need() {
@@ -17,7 +34,8 @@ case $check in
   lintian)
     # Errors fail; warnings and infos are printed for the record.
     need lintian
-    lintian --fail-on error --info --display-level ">=info" "$deb" 2>&1 | grep -v "^N:"
+    # shellcheck disable=SC2086
+    lintian --fail-on error --info --display-level ">=info" $debs 2>&1 | grep -v "^N:"
     rc=${PIPESTATUS[0]}
     [ "$rc" -eq 0 ] && echo "lintian: no errors"
     exit "$rc"
@@ -26,7 +44,8 @@ case $check in
     # rpmlint exits non-zero on any error; packaging/rpmlint.toml says what
     # it is told and why.
     need rpmlint
-    rpmlint -c "$here/../rpmlint.toml" "$rpm"
+    # shellcheck disable=SC2086
+    rpmlint -c "$here/../rpmlint.toml" $rpms
     exit $?
     ;;
   contents) ;;
@@ -35,8 +54,10 @@ esac
 
 need dpkg-deb
 need rpm
+need readelf
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+oneline() { tr '\n' ' ' <<<"$1"; }
 
 # What the issue asks each package to install.
 common="/usr/bin/anneal /usr/share/man/man1/anneal.1.gz /usr/share/bash-completion/completions/anneal
@@ -83,6 +104,63 @@ grep -q "install -d -m 0750 -o anneal" <<<"$scripts" || fail "rpm %post does not
 # The packaged man page is the one the binary prints.
 "$work/deb/usr/bin/anneal" --help-man | cmp -s - <(gzip -dc "$work/deb/usr/share/man/man1/anneal.1.gz") ||
   fail "packaged man page differs from the packaged binary's --help-man"
+
+# Nothing of CUDA in anneal's packages: they install and run without it.
+cuda_re='cuda|cudnn|cublas|nvidia'
+grep -Ei "$cuda_re|/usr/lib/anneal" <<<"$deb_files" && fail "deb holds a CUDA file"
+grep -Ei "$cuda_re|/usr/lib/anneal" <<<"$rpm_files" && fail "rpm holds a CUDA file"
+grep -Eiq "$cuda_re" <<<"$depends" && fail "deb depends on CUDA: $depends"
+grep -Ei "$cuda_re" <<<"$requires" && fail "rpm requires CUDA"
+
+if [ "$cuda" = cuda ]; then
+  plugin=/usr/lib/anneal/libanneal-cuda.so
+  # Exactly the plugin, and for Debian its copyright and changelog.
+  cuda_deb_files=$(dpkg-deb -c "$cuda_deb" | awk '$1 !~ /^d/ {print $6}' | sed 's|^\.||' | sort)
+  expected=$(printf '%s\n' "$plugin" /usr/share/doc/anneal-cuda/changelog.gz /usr/share/doc/anneal-cuda/copyright | sort)
+  [ "$cuda_deb_files" = "$expected" ] || fail "anneal-cuda deb holds $(oneline "$cuda_deb_files"), not $(oneline "$expected")"
+  cuda_rpm_files=$(rpm -qlp "$cuda_rpm" 2>/dev/null | sort)
+  expected=$(printf '%s\n' /usr/lib/anneal "$plugin" | sort)
+  [ "$cuda_rpm_files" = "$expected" ] || fail "anneal-cuda rpm holds $(oneline "$cuda_rpm_files"), not $(oneline "$expected")"
+
+  [ "$(dpkg-deb -f "$cuda_deb" Version)" = "$version" ] || fail "anneal-cuda deb version is not $version"
+  [ "$(rpm -qp --qf '%{VERSION}' "$cuda_rpm" 2>/dev/null)" = "$version" ] || fail "anneal-cuda rpm version is not $version"
+  [ -z "$(rpm -qp --scripts "$cuda_rpm" 2>/dev/null)" ] || fail "anneal-cuda rpm has scriptlets"
+  dpkg-deb -e "$cuda_deb" "$work/cuda-control"
+  for s in preinst postinst prerm postrm; do
+    [ -e "$work/cuda-control/$s" ] && fail "anneal-cuda deb has a $s (the plugin needs no ldconfig, no user)"
+  done
+
+  # The plugin is stripped, carries no build-tree RUNPATH, and is anneal's.
+  dpkg-deb -x "$cuda_deb" "$work/cuda"
+  so=$work/cuda$plugin
+  file "$so" | grep -q ", stripped" || fail "anneal-cuda deb's plugin is not stripped"
+  readelf -d "$so" | grep -Eq "\((RPATH|RUNPATH)\)" && fail "anneal-cuda deb's plugin has an RPATH or RUNPATH"
+  cuda_depends=$(dpkg-deb -f "$cuda_deb" Depends)
+  cuda_requires=$(rpm -qpR "$cuda_rpm" 2>/dev/null)
+  grep -qF "anneal (= $version)" <<<"$cuda_depends" || fail "anneal-cuda deb does not depend on anneal (= $version): $cuda_depends"
+  grep -qx "anneal = $version-[0-9]*" <<<"$cuda_requires" || fail "anneal-cuda rpm does not require anneal = $version"
+
+  # Every library the plugin links is a dependency of both packages: by
+  # soname for rpm (its automatic requires), by the package that provides
+  # it for Debian (see packaging/CMakeLists.txt).
+  needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  for lib in libcudart.so. libcublasLt.so. libcudnn.so.; do
+    grep -q "^$lib" <<<"$needed" || fail "the plugin does not link $lib* (needed: $(oneline "$needed"))"
+  done
+  for lib in $needed; do
+    grep -qxF "$lib()(64bit)" <<<"$cuda_requires" || fail "anneal-cuda rpm does not require $lib()(64bit)"
+    case $lib in
+      libcudart.so.*) pkg="cuda-cudart-${lib#libcudart.so.}-" ;;
+      libcublasLt.so.*) pkg="libcublas-${lib#libcublasLt.so.}-" ;;
+      libcudnn.so.*) pkg="libcudnn${lib#libcudnn.so.}-cuda-" ;;
+      libc.so.6 | libm.so.6) pkg=libc6 ;;
+      libstdc++.so.6) pkg=libstdc++6 ;;
+      libgcc_s.so.1) pkg=libgcc-s1 ;;
+      *) fail "the plugin links $lib, which no Depends of anneal-cuda deb stands for"; continue ;;
+    esac
+    grep -qF "$pkg" <<<"$cuda_depends" || fail "anneal-cuda deb has no Depends for $lib ($pkg...): $cuda_depends"
+  done
+fi
 
 if [ "$failures" -ne 0 ]; then exit 1; fi
 echo "package contents: all checks passed"
