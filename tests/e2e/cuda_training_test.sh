@@ -89,6 +89,34 @@ for pair in "cuda cpu" "cpu cuda"; do
   expect_eq "$(json_get 'j["lineage"]["device"]')" "$2" "a $1 run resumed on the $2"
 done
 
+# deterministic = false and tf32 = true: faster algorithms allowed, and the
+# run says so and records both.
+expect_rc 0 --json train "$WORK/r.ini" --set tf32=true --set deterministic=false --set name=digits-fast \
+  --set checkpoint_every=0
+expect_contains "$ERR" "deterministic = false: the cuda backend may use algorithms whose results vary" \
+  "the run says its weights may not repeat"
+expect_rc 0 --json model show digits-fast@v1
+expect_eq "$(json_get 'j["lineage"]["deterministic"]')" "False" "the lineage records deterministic: false"
+expect_contains "$(json_get 'j["lineage"]["config"]')" "tf32 = true" "the lineage records tf32"
+
+# precision = bf16 on the GPU (fp32 master weights, bf16 activations):
+# deterministic too, and its model evaluates on the CPU as on the GPU.
+# A GPU older than Ampere refuses bf16 in one line (exit 2).
+run --json train "$WORK/r.ini" --set precision=bf16 --set name=digits-bf16 --set checkpoint_every=0
+if [ "$RC" = 2 ] && [[ "$ERR" == *"has no native bf16"* ]]; then
+  echo "note: this GPU has no bf16: $ERR"
+else
+  expect_eq "$RC" "0" "train precision=bf16 on the GPU: $ERR"
+  bf16_hash=$(json_get 'j["weights_hash"]')
+  expect_rc 0 --json train "$WORK/r.ini" --set precision=bf16 --set name=digits-bf16 --set checkpoint_every=0
+  expect_eq "$(json_get 'j["weights_hash"]')" "$bf16_hash" "two bf16 cuda runs give the same weights"
+  eval_on digits-bf16@v1 digits cuda
+  acc_gpu=$ACC
+  eval_on digits-bf16@v1 digits cpu
+  echo "digits bf16 on the GPU: accuracy $acc_gpu (on the CPU: $ACC)"
+  python3 -c "import sys; sys.exit(0 if $acc_gpu > 0.9 else 1)" && pass || fail "bf16 on the GPU trained to $acc_gpu"
+fi
+
 fm=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
 if [ ! -e "$fm/train-images-idx3-ubyte.gz" ]; then
   echo "note: no Fashion-MNIST at $fm; the accuracy comparison is skipped"

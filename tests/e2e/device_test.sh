@@ -84,6 +84,14 @@ expect_eq "$(json_get 'j["weights_hash"]')" "$uninterrupted" "resumed with --dev
 expect_rc 0 --json model show iris-ck@latest
 expect_contains "$(json_get 'j["lineage"]["config"]')" "device = cpu" "the resumed run records the device it finished on"
 
+# deterministic = false changes nothing on the CPU, which is deterministic
+# anyway: no note, and the lineage says so.
+expect_rc 0 --json train "$WORK/iris.ini" --device cpu --set deterministic=false
+expect_eq "$(json_get 'j["weights_hash"]')" "$cpu_hash" "deterministic = false on the CPU: the same weights"
+expect_eq "$(printf '%s' "$ERR" | grep -c 'deterministic = false')" "0" "no note on the CPU"
+expect_rc 0 --json model show iris-mlp@latest
+expect_eq "$(json_get 'j["lineage"]["deterministic"]')" "True" "the CPU records deterministic: true"
+
 # eval and predict take --device too.
 expect_rc 0 eval iris-mlp iris --device cpu
 expect_eq "$(printf '%s' "$ERR" | grep -c 'device auto')" "0" "a named device: no note"

@@ -8,9 +8,10 @@
 // the running totals, each of which synchronizes the stream. Everything
 // else is issued asynchronously in order on the stream.
 //
-// What is not here yet: bf16/fp16 compute (capabilities().bf16 is false, so
-// precision = bf16 is refused on this backend as on a CPU without it) and
-// int8 inference (int8 models run on the CPU backend).
+// Activations are fp32 or, under precision = bf16 (Ampere and newer), bf16
+// with fp32 master weights, a bf16 working copy of them per op, and fp32
+// accumulation. What is not here yet: fp16 with loss scaling, and int8
+// inference (int8 models run on the CPU backend).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -110,7 +111,8 @@ class CudaBackend final : public Backend {
     ctx_.tf32 = options.tf32;
     cudaDeviceProp p{};
     check(cudaGetDeviceProperties(&p, ctx_.device), "reading the device's properties");
-    capabilities_.bf16 = false;
+    // bf16 tensor-core products and convolutions from Ampere (8.0) on.
+    capabilities_.bf16 = p.major >= 8;
     capabilities_.int8 = false;
     // Every kernel reduces in a fixed order and, unless the options allow
     // otherwise, the library algorithms are chosen deterministic
@@ -170,6 +172,15 @@ class CudaBackend final : public Backend {
   // this one. The copy is ordered on the stream after every op issued
   // before, so it never overwrites a tensor an earlier op still reads.
   void copy_from_host(const float* host, Tensor& t) override {
+    if (t.dtype() == DType::kBF16) {
+      // fp32 values up, then rounded on the device (to nearest even).
+      Tensor& f = upload_;
+      cuda::shape_plain(f, t.dims(), DType::kF32, *this);
+      copy_from_host(host, f);
+      kernels::convert(kernels::activations(f), kernels::activations(t), count(t), ctx_.stream);
+      t.mark_modified();
+      return;
+    }
     float* device = f32(t, "copy_from_host");
     const std::size_t bytes = t.bytes();
     if (bytes > kStagingLimit) {
@@ -197,7 +208,13 @@ class CudaBackend final : public Backend {
     t.mark_modified();
   }
   void copy_to_host(const Tensor& t, float* host) override {
-    check(cudaMemcpyAsync(host, f32(t, "copy_to_host"), t.bytes(), cudaMemcpyDeviceToHost, ctx_.stream),
+    const Tensor* from = &t;
+    if (t.dtype() == DType::kBF16) {
+      cuda::shape_plain(download_, t.dims(), DType::kF32, *this);
+      kernels::convert(kernels::activations(t), kernels::activations(download_), count(t), ctx_.stream);
+      from = &download_;
+    }
+    check(cudaMemcpyAsync(host, f32(*from, "copy_to_host"), from->bytes(), cudaMemcpyDeviceToHost, ctx_.stream),
           "copy to the host");
     check(cudaStreamSynchronize(ctx_.stream), "copy to the host");
   }
@@ -359,9 +376,10 @@ class CudaBackend final : public Backend {
     if (t.dtype() != DType::kF32)
       throw usage_error(std::string(what) + ": expects an f32 tensor, not " + dtype_name(t.dtype()));
   }
-  static void check_precision(DType compute) {
-    if (compute != DType::kF32)
-      throw usage_error(std::string("the CUDA backend computes in f32 only, not ") + dtype_name(compute));
+  void check_precision(DType compute) const {
+    if (compute == DType::kF32 || (compute == DType::kBF16 && capabilities_.bf16)) return;
+    throw usage_error(std::string("the CUDA backend on ") + device_name_ + " computes in f32" +
+                      (capabilities_.bf16 ? " or bf16" : "") + ", not " + dtype_name(compute));
   }
   static const float* scale_of(const Tensor* t) { return t ? f32(*t, "grad_scale") : nullptr; }
 
@@ -369,7 +387,8 @@ class CudaBackend final : public Backend {
     const std::uint64_t key = splitmix64(seed ^ splitmix64(stream));
     const auto threshold = static_cast<std::uint32_t>(std::min(double(p) * 4294967296.0, 4294967295.0));
     const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    kernels::dropout(f32(in, "dropout"), f32(out, "dropout"), count(in), key, threshold, scale, ctx_.stream);
+    kernels::dropout(kernels::activations(in), kernels::activations(out), count(in), key, threshold, scale,
+                     ctx_.stream);
   }
 
   void release() noexcept {
@@ -403,6 +422,7 @@ class CudaBackend final : public Backend {
   std::size_t next_staging_ = 0;
   CudaContext ctx_;
   DeviceBuffer partials_;  // clip_scale's per-block sums
+  Tensor upload_, download_;  // fp32 values of a bf16 tensor on their way in and out
 };
 
 std::unique_ptr<Backend> make(const BackendOptions& options) {

@@ -4,10 +4,12 @@
 // fixed share of the elements, sum each thread's share in order (in double
 // where the CPU backend sums in double), then add a block's threads in a
 // fixed tree: no atomics anywhere, so the same inputs give the same bits.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "engine/cuda/cuda_common.h"
 #include "engine/cuda/cuda_kernels.h"
@@ -20,6 +22,40 @@ constexpr int kThreads = 256;
 int blocks_for(int n) {
   const int blocks = (n + kThreads - 1) / kThreads;
   return blocks < 1 ? 1 : (blocks > 65535 ? 65535 : blocks);
+}
+
+// fp32 arithmetic on either storage type; bf16 stores round to nearest even.
+__device__ float ld(float v) { return v; }
+__device__ float ld(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ T st(float v);
+template <>
+__device__ float st<float>(float v) { return v; }
+template <>
+__device__ __nv_bfloat16 st<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+template <typename T>
+struct Type {
+  using type = T;
+};
+// Calls f(Type<T>{}) with T the storage type of `dtype`.
+template <typename F>
+void with_type(DType dtype, const char* what, F&& f) {
+  if (dtype == DType::kF32) {
+    f(Type<float>{});
+  } else if (dtype == DType::kBF16) {
+    f(Type<__nv_bfloat16>{});
+  } else {
+    throw failure(std::string(what) + ": expects f32 or bf16, not " + dtype_name(dtype));
+  }
+}
+template <typename T>
+const T* as(ConstActivations a) {
+  return static_cast<const T*>(a.data);
+}
+template <typename T>
+T* as(Activations a) {
+  return static_cast<T*>(a.data);
 }
 
 #define ANNEAL_GRID_STRIDE(i, n) \
@@ -50,6 +86,18 @@ __device__ float block_max(float v, float* shared) {
   const float m = shared[0];
   __syncthreads();
   return m;
+}
+
+// ---- Conversion ----
+
+template <typename In, typename Out>
+__global__ void convert_kernel(const In* x, Out* y, int n) {
+  ANNEAL_GRID_STRIDE(i, n) y[i] = st<Out>(ld(x[i]));
+}
+
+template <typename In>
+__global__ void add_to_f32_kernel(const In* x, float* y, int n, bool accumulate) {
+  ANNEAL_GRID_STRIDE(i, n) y[i] = accumulate ? y[i] + ld(x[i]) : ld(x[i]);
 }
 
 // ---- Elementwise ----
@@ -92,11 +140,11 @@ __device__ std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-__global__ void dropout_kernel(const float* x, float* y, int n, std::uint64_t key, std::uint32_t threshold,
-                               float scale) {
+template <typename T>
+__global__ void dropout_kernel(const T* x, T* y, int n, std::uint64_t key, std::uint32_t threshold, float scale) {
   ANNEAL_GRID_STRIDE(i, n) {
     const auto u = static_cast<std::uint32_t>(splitmix64(key + static_cast<std::uint64_t>(i)) >> 32);
-    y[i] = x[i] * (u >= threshold ? scale : 0.0f);
+    y[i] = st<T>(ld(x[i]) * (u >= threshold ? scale : 0.0f));
   }
 }
 
@@ -143,37 +191,41 @@ __device__ float derivative_from_output(Activation f, float y) {
   return 1.0f;
 }
 
-__global__ void activation_forward_kernel(Activation f, const float* x, float* y, int n) {
-  ANNEAL_GRID_STRIDE(i, n) y[i] = activate(f, x[i]);
+template <typename T>
+__global__ void activation_forward_kernel(Activation f, const T* x, T* y, int n) {
+  ANNEAL_GRID_STRIDE(i, n) y[i] = st<T>(activate(f, ld(x[i])));
 }
-__global__ void activation_backward_kernel(Activation f, const float* x, const float* dy, float* dx, int n) {
-  ANNEAL_GRID_STRIDE(i, n) dx[i] = dy[i] * derivative(f, x[i]);
+template <typename T>
+__global__ void activation_backward_kernel(Activation f, const T* x, const T* dy, T* dx, int n) {
+  ANNEAL_GRID_STRIDE(i, n) dx[i] = st<T>(ld(dy[i]) * derivative(f, ld(x[i])));
 }
-__global__ void activation_backward_from_output_kernel(Activation f, const float* y, const float* dy, float* dx,
-                                                       int n) {
-  ANNEAL_GRID_STRIDE(i, n) dx[i] = dy[i] * derivative_from_output(f, y[i]);
+template <typename T>
+__global__ void activation_backward_from_output_kernel(Activation f, const T* y, const T* dy, T* dx, int n) {
+  ANNEAL_GRID_STRIDE(i, n) dx[i] = st<T>(ld(dy[i]) * derivative_from_output(f, ld(y[i])));
 }
 
 // ---- Bias ----
 
-__global__ void bias_activation_kernel(float* y, const float* b, int total, int channels, int spatial,
+template <typename In, typename Out>
+__global__ void bias_activation_kernel(const In* z, Out* y, const float* b, int total, int channels, int spatial,
                                        Activation f) {
   ANNEAL_GRID_STRIDE(i, total) {
     const int c = (i / spatial) % channels;
-    y[i] = activate(f, y[i] + b[c]);
+    y[i] = st<Out>(activate(f, ld(z[i]) + b[c]));
   }
 }
 
 // One block per channel: its N·S values summed per thread in order, then
 // the tree.
-__global__ void bias_grad_kernel(const float* dy, float* db, int n, int channels, int spatial, bool accumulate) {
+template <typename T>
+__global__ void bias_grad_kernel(const T* dy, float* db, int n, int channels, int spatial, bool accumulate) {
   __shared__ float shared[kThreads];
   const int c = blockIdx.x;
   const int per = n * spatial;
   float sum = 0.0f;
   for (int j = threadIdx.x; j < per; j += kThreads) {
     const int sample = j / spatial, s = j % spatial;
-    sum += dy[(static_cast<std::int64_t>(sample) * channels + c) * spatial + s];
+    sum += ld(dy[(static_cast<std::int64_t>(sample) * channels + c) * spatial + s]);
   }
   sum = block_sum(sum, shared);
   if (threadIdx.x == 0) db[c] = accumulate ? db[c] + sum : sum;
@@ -245,23 +297,25 @@ __device__ std::int64_t norm_index(const NormShape& s, int g, int j) {
 }
 
 // Mean and biased variance of group blockIdx.x (two passes, in double).
-__device__ void group_statistics(const NormShape& s, const float* x, int g, double* shared, float& mean,
+template <typename T>
+__device__ void group_statistics(const NormShape& s, const T* x, int g, double* shared, float& mean,
                                  float& variance) {
   const int count = s.a * s.b;
   double sum = 0;
-  for (int j = threadIdx.x; j < count; j += kThreads) sum += x[norm_index(s, g, j)];
+  for (int j = threadIdx.x; j < count; j += kThreads) sum += ld(x[norm_index(s, g, j)]);
   const double mu = block_sum(sum, shared) / count;
   double squares = 0;
   for (int j = threadIdx.x; j < count; j += kThreads) {
-    const double d = x[norm_index(s, g, j)] - mu;
+    const double d = ld(x[norm_index(s, g, j)]) - mu;
     squares += d * d;
   }
   mean = float(mu);
   variance = float(block_sum(squares, shared) / count);
 }
 
-__global__ void norm_forward_training_kernel(NormShape s, const float* x, const float* gamma, const float* beta,
-                                             float* y, float* mean, float* variance) {
+template <typename T>
+__global__ void norm_forward_training_kernel(NormShape s, const T* x, const float* gamma, const float* beta, T* y,
+                                             float* mean, float* variance) {
   __shared__ double shared[kThreads];
   const int g = blockIdx.x;
   float mu, var;
@@ -275,26 +329,27 @@ __global__ void norm_forward_training_kernel(NormShape s, const float* x, const 
   for (int j = threadIdx.x; j < count; j += kThreads) {
     const std::int64_t i = norm_index(s, g, j);
     const int p = s.params_per_group ? g : j % s.b;
-    y[i] = gamma[p] * ((x[i] - mu) * inv) + beta[p];
+    y[i] = st<T>(gamma[p] * ((ld(x[i]) - mu) * inv) + beta[p]);
   }
 }
 
-__global__ void norm_forward_inference_kernel(NormShape s, const float* x, const float* gamma, const float* beta,
-                                              const float* mean, const float* variance, float* y, int total) {
+template <typename T>
+__global__ void norm_forward_inference_kernel(NormShape s, const T* x, const float* gamma, const float* beta,
+                                              const float* mean, const float* variance, T* y, int total) {
   ANNEAL_GRID_STRIDE(i, total) {
     const int g = (i / s.b) % s.g;
     const int p = s.params_per_group ? g : i % s.b;
     const float inv = 1.0f / sqrtf(variance[g] + s.epsilon);
-    y[i] = gamma[p] * ((x[i] - mean[g]) * inv) + beta[p];
+    y[i] = st<T>(gamma[p] * ((ld(x[i]) - mean[g]) * inv) + beta[p]);
   }
 }
 
 // Per group: dx = inv·(dy·γ − mean(dy·γ) − x̂·mean(dy·γ·x̂)), where the
 // means run over the group; with per-group γ, also dγ_g = Σ dy·x̂ and
 // dβ_g = Σ dy.
-__global__ void norm_backward_kernel(NormShape s, const float* x, const float* dy, const float* gamma,
-                                     const float* mean, const float* variance, float* dx, float* dgamma,
-                                     float* dbeta, bool accumulate) {
+template <typename T>
+__global__ void norm_backward_kernel(NormShape s, const T* x, const T* dy, const float* gamma, const float* mean,
+                                     const float* variance, T* dx, float* dgamma, float* dbeta, bool accumulate) {
   __shared__ double shared[kThreads];
   const int g = blockIdx.x;
   const int count = s.a * s.b;
@@ -304,9 +359,9 @@ __global__ void norm_backward_kernel(NormShape s, const float* x, const float* d
   for (int j = threadIdx.x; j < count; j += kThreads) {
     const std::int64_t i = norm_index(s, g, j);
     const float gm = gamma[s.params_per_group ? g : j % s.b];
-    const float xhat = (x[i] - mu) * inv;
-    sum_dyg += double(dy[i]) * gm;
-    sum_dyg_xhat += double(dy[i]) * gm * xhat;
+    const float xhat = (ld(x[i]) - mu) * inv;
+    sum_dyg += double(ld(dy[i])) * gm;
+    sum_dyg_xhat += double(ld(dy[i])) * gm * xhat;
   }
   const double a = block_sum(sum_dyg, shared);
   const double b = block_sum(sum_dyg_xhat, shared);
@@ -314,8 +369,8 @@ __global__ void norm_backward_kernel(NormShape s, const float* x, const float* d
   for (int j = threadIdx.x; j < count; j += kThreads) {
     const std::int64_t i = norm_index(s, g, j);
     const float gm = gamma[s.params_per_group ? g : j % s.b];
-    const float xhat = (x[i] - mu) * inv;
-    dx[i] = inv * (dy[i] * gm - mean_dyg - xhat * mean_dyg_xhat);
+    const float xhat = (ld(x[i]) - mu) * inv;
+    dx[i] = st<T>(inv * (ld(dy[i]) * gm - mean_dyg - xhat * mean_dyg_xhat));
   }
   if (s.params_per_group) {
     // dγ and dβ summed again without γ: dividing Σ dy·γ by γ would lose
@@ -323,8 +378,8 @@ __global__ void norm_backward_kernel(NormShape s, const float* x, const float* d
     double sum_dy = 0, sum_dy_xhat = 0;
     for (int j = threadIdx.x; j < count; j += kThreads) {
       const std::int64_t i = norm_index(s, g, j);
-      sum_dy += dy[i];
-      sum_dy_xhat += double(dy[i]) * ((x[i] - mu) * inv);
+      sum_dy += ld(dy[i]);
+      sum_dy_xhat += double(ld(dy[i])) * ((ld(x[i]) - mu) * inv);
     }
     const double db = block_sum(sum_dy, shared);
     const double dg = block_sum(sum_dy_xhat, shared);
@@ -337,8 +392,9 @@ __global__ void norm_backward_kernel(NormShape s, const float* x, const float* d
 
 // Per-position γ (layer norm): dγ_b = Σ_groups dy·x̂, dβ_b = Σ dy, one thread
 // per position summing the groups in order.
-__global__ void norm_param_grad_kernel(NormShape s, const float* x, const float* dy, const float* mean,
-                                       const float* variance, float* dgamma, float* dbeta, bool accumulate) {
+template <typename T>
+__global__ void norm_param_grad_kernel(NormShape s, const T* x, const T* dy, const float* mean, const float* variance,
+                                       float* dgamma, float* dbeta, bool accumulate) {
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= s.b) return;
   double dg = 0, db = 0;
@@ -346,8 +402,8 @@ __global__ void norm_param_grad_kernel(NormShape s, const float* x, const float*
     const float inv = 1.0f / sqrtf(variance[g] + s.epsilon);
     for (int a = 0; a < s.a; ++a) {
       const std::int64_t i = (static_cast<std::int64_t>(a) * s.g + g) * s.b + b;
-      db += dy[i];
-      dg += double(dy[i]) * ((x[i] - mean[g]) * inv);
+      db += ld(dy[i]);
+      dg += double(ld(dy[i])) * ((ld(x[i]) - mean[g]) * inv);
     }
   }
   dbeta[b] = accumulate ? dbeta[b] + float(db) : float(db);
@@ -359,61 +415,62 @@ __global__ void norm_param_grad_kernel(NormShape s, const float* x, const float*
 __device__ float class_weight(const float* weights, int label) { return weights ? weights[label] : 1.0f; }
 
 // One thread per sample.
-__global__ void loss_rows_kernel(LossKind kind, const float* pred, const float* labels, const float* weights,
-                                 int n, int k, float* dpred, float grad_scale, double* sample_loss,
-                                 int* sample_correct) {
+template <typename T>
+__global__ void loss_rows_kernel(LossKind kind, const T* pred, const float* labels, const float* weights, int n,
+                                 int k, T* dpred, float grad_scale, double* sample_loss, int* sample_correct) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float y = labels[i];
   switch (kind) {
     case LossKind::kSoftmaxCrossEntropy: {
-      const float* z = pred + static_cast<std::int64_t>(i) * k;
+      const T* z = pred + static_cast<std::int64_t>(i) * k;
       const float label_f = floorf(y);
       if (!(label_f >= 0.0f && label_f < float(k))) {
         // Not a class index: counted as bad and left out of the batch.
         sample_loss[i] = 0;
         sample_correct[i] = -1;
         if (dpred)
-          for (int j = 0; j < k; ++j) dpred[static_cast<std::int64_t>(i) * k + j] = 0.0f;
+          for (int j = 0; j < k; ++j) dpred[static_cast<std::int64_t>(i) * k + j] = st<T>(0.0f);
         return;
       }
       const int label = int(label_f);
-      float m = z[0];
-      for (int j = 1; j < k; ++j) m = fmaxf(m, z[j]);
+      float m = ld(z[0]);
+      for (int j = 1; j < k; ++j) m = fmaxf(m, ld(z[j]));
       float sum = 0.0f;
-      for (int j = 0; j < k; ++j) sum += expf(z[j] - m);
+      for (int j = 0; j < k; ++j) sum += expf(ld(z[j]) - m);
       const float lse = m + logf(sum);
       int best = 0;
       for (int j = 1; j < k; ++j)
-        if (z[j] - lse > z[best] - lse) best = j;
+        if (ld(z[j]) - lse > ld(z[best]) - lse) best = j;
       const float w = class_weight(weights, label);
-      sample_loss[i] = -double(w) * double(z[label] - lse);
+      sample_loss[i] = -double(w) * double(ld(z[label]) - lse);
       sample_correct[i] = best == label;
       if (dpred)
         for (int j = 0; j < k; ++j)
-          dpred[static_cast<std::int64_t>(i) * k + j] = (expf(z[j] - lse) - (j == label ? 1.0f : 0.0f)) * w * grad_scale;
+          dpred[static_cast<std::int64_t>(i) * k + j] =
+              st<T>((expf(ld(z[j]) - lse) - (j == label ? 1.0f : 0.0f)) * w * grad_scale);
       break;
     }
     case LossKind::kBinaryCrossEntropy: {
-      const float z = pred[i];
+      const float z = ld(pred[i]);
       const float w = class_weight(weights, y > 0.5f ? 1 : 0);
       sample_loss[i] = double(w) * double(fmaxf(z, 0.0f) - z * y + log1pf(expf(-fabsf(z))));
       sample_correct[i] = (z > 0.0f) == (y > 0.5f);
-      if (dpred) dpred[i] = (1.0f / (1.0f + expf(-z)) - y) * w * grad_scale;
+      if (dpred) dpred[i] = st<T>((1.0f / (1.0f + expf(-z)) - y) * w * grad_scale);
       break;
     }
     case LossKind::kMeanSquaredError: {
-      const float d = pred[i] - y;
+      const float d = ld(pred[i]) - y;
       sample_loss[i] = double(d) * double(d);
       sample_correct[i] = 0;
-      if (dpred) dpred[i] = 2.0f * d * grad_scale;
+      if (dpred) dpred[i] = st<T>(2.0f * d * grad_scale);
       break;
     }
     case LossKind::kMeanAbsoluteError: {
-      const float d = pred[i] - y;
+      const float d = ld(pred[i]) - y;
       sample_loss[i] = fabs(double(d));
       sample_correct[i] = 0;
-      if (dpred) dpred[i] = (d > 0.0f ? 1.0f : d < 0.0f ? -1.0f : 0.0f) * grad_scale;
+      if (dpred) dpred[i] = st<T>((d > 0.0f ? 1.0f : d < 0.0f ? -1.0f : 0.0f) * grad_scale);
       break;
     }
   }
@@ -443,21 +500,23 @@ __global__ void loss_totals_kernel(const double* sample_loss, const int* sample_
   }
 }
 
-__global__ void loss_predict_kernel(LossKind kind, const float* pred, float* out, int n, int k) {
+template <typename T>
+__global__ void loss_predict_kernel(LossKind kind, const T* pred, float* out, int n, int k) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
+  const T* z = pred + static_cast<std::int64_t>(i) * k;
+  float* o = out + static_cast<std::int64_t>(i) * k;
   if (kind == LossKind::kSoftmaxCrossEntropy) {
-    const float* z = pred + static_cast<std::int64_t>(i) * k;
-    float m = z[0];
-    for (int j = 1; j < k; ++j) m = fmaxf(m, z[j]);
+    float m = ld(z[0]);
+    for (int j = 1; j < k; ++j) m = fmaxf(m, ld(z[j]));
     float sum = 0.0f;
-    for (int j = 0; j < k; ++j) sum += expf(z[j] - m);
+    for (int j = 0; j < k; ++j) sum += expf(ld(z[j]) - m);
     const float lse = m + logf(sum);
-    for (int j = 0; j < k; ++j) out[static_cast<std::int64_t>(i) * k + j] = expf(z[j] - lse);
+    for (int j = 0; j < k; ++j) o[j] = expf(ld(z[j]) - lse);
   } else if (kind == LossKind::kBinaryCrossEntropy) {
-    out[i] = 1.0f / (1.0f + expf(-pred[i]));
+    o[0] = 1.0f / (1.0f + expf(-ld(z[0])));
   } else {
-    for (int j = 0; j < k; ++j) out[static_cast<std::int64_t>(i) * k + j] = pred[static_cast<std::int64_t>(i) * k + j];
+    for (int j = 0; j < k; ++j) o[j] = ld(z[j]);
   }
 }
 
@@ -465,6 +524,23 @@ __global__ void loss_predict_kernel(LossKind kind, const float* pred, float* out
 
 // ---- Launchers ----
 
+void convert(ConstActivations x, Activations y, int n, cudaStream_t stream) {
+  with_type(x.dtype, "convert", [&](auto in) {
+    with_type(y.dtype, "convert", [&](auto out) {
+      using In = typename decltype(in)::type;
+      using Out = typename decltype(out)::type;
+      convert_kernel<In, Out><<<blocks_for(n), kThreads, 0, stream>>>(as<In>(x), as<Out>(y), n);
+    });
+  });
+  check_launch("convert");
+}
+void add_to_f32(ConstActivations x, float* y, int n, bool accumulate, cudaStream_t stream) {
+  with_type(x.dtype, "add_to_f32", [&](auto in) {
+    using In = typename decltype(in)::type;
+    add_to_f32_kernel<In><<<blocks_for(n), kThreads, 0, stream>>>(as<In>(x), y, n, accumulate);
+  });
+  check_launch("add_to_f32");
+}
 void multiply(float* x, const float* m, int n, cudaStream_t stream) {
   multiply_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, m, n);
   check_launch("multiply");
@@ -486,35 +562,59 @@ void fake_quantize_channels(const float* w, float* y, int channels, int per, cud
   fake_quantize_channels_kernel<<<channels, kThreads, 0, stream>>>(w, y, per);
   check_launch("fake_quantize_channels");
 }
-void dropout(const float* x, float* y, int n, std::uint64_t key, std::uint32_t threshold, float scale,
+void dropout(ConstActivations x, Activations y, int n, std::uint64_t key, std::uint32_t threshold, float scale,
              cudaStream_t stream) {
-  dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n, key, threshold, scale);
+  with_type(x.dtype, "dropout", [&](auto t) {
+    using T = typename decltype(t)::type;
+    dropout_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(as<T>(x), as<T>(y), n, key, threshold, scale);
+  });
   check_launch("dropout");
 }
-void activation_forward(Activation f, const float* x, float* y, int n, cudaStream_t stream) {
-  activation_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, x, y, n);
+void activation_forward(Activation f, ConstActivations x, Activations y, int n, cudaStream_t stream) {
+  with_type(x.dtype, "activation", [&](auto t) {
+    using T = typename decltype(t)::type;
+    activation_forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(f, as<T>(x), as<T>(y), n);
+  });
   check_launch("activation_forward");
 }
-void activation_backward(Activation f, const float* x, const float* dy, float* dx, int n, cudaStream_t stream) {
-  activation_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, x, dy, dx, n);
+void activation_backward(Activation f, ConstActivations x, ConstActivations dy, Activations dx, int n,
+                         cudaStream_t stream) {
+  with_type(x.dtype, "activation", [&](auto t) {
+    using T = typename decltype(t)::type;
+    activation_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(f, as<T>(x), as<T>(dy), as<T>(dx), n);
+  });
   check_launch("activation_backward");
 }
-void activation_backward_from_output(Activation f, const float* y, const float* dy, float* dx, int n,
+void activation_backward_from_output(Activation f, ConstActivations y, ConstActivations dy, Activations dx, int n,
                                      cudaStream_t stream) {
-  activation_backward_from_output_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, y, dy, dx, n);
+  with_type(y.dtype, "activation", [&](auto t) {
+    using T = typename decltype(t)::type;
+    activation_backward_from_output_kernel<T>
+        <<<blocks_for(n), kThreads, 0, stream>>>(f, as<T>(y), as<T>(dy), as<T>(dx), n);
+  });
   check_launch("activation_backward_from_output");
 }
-void bias_activation(float* y, const float* b, int n, int channels, int spatial, Activation f,
-                     cudaStream_t stream) {
+void bias_activation(ConstActivations z, Activations y, const float* b, int n, int channels, int spatial,
+                     Activation f, cudaStream_t stream) {
   const int total = n * channels * spatial;
   if (total == 0) return;
-  bias_activation_kernel<<<blocks_for(total), kThreads, 0, stream>>>(y, b, total, channels, spatial, f);
+  with_type(z.dtype, "bias", [&](auto in) {
+    with_type(y.dtype, "bias", [&](auto out) {
+      using In = typename decltype(in)::type;
+      using Out = typename decltype(out)::type;
+      bias_activation_kernel<In, Out>
+          <<<blocks_for(total), kThreads, 0, stream>>>(as<In>(z), as<Out>(y), b, total, channels, spatial, f);
+    });
+  });
   check_launch("bias_activation");
 }
-void bias_grad(const float* dy, float* db, int n, int channels, int spatial, bool accumulate,
+void bias_grad(ConstActivations dy, float* db, int n, int channels, int spatial, bool accumulate,
                cudaStream_t stream) {
   if (channels == 0) return;
-  bias_grad_kernel<<<channels, kThreads, 0, stream>>>(dy, db, n, channels, spatial, accumulate);
+  with_type(dy.dtype, "bias gradient", [&](auto t) {
+    using T = typename decltype(t)::type;
+    bias_grad_kernel<T><<<channels, kThreads, 0, stream>>>(as<T>(dy), db, n, channels, spatial, accumulate);
+  });
   check_launch("bias_grad");
 }
 void adam(float* w, const float* g, float* m, float* v, int n, const AdamArgs& a, const float* grad_scale,
@@ -535,44 +635,59 @@ void clip_scale(const double* partials, int tensors, float max_norm, float* scal
   clip_scale_kernel<<<1, 32, 0, stream>>>(partials, tensors, max_norm, scale);
   check_launch("clip_scale");
 }
-void norm_forward_training(const NormShape& s, const float* x, const float* gamma, const float* beta, float* y,
-                           float* mean, float* variance, cudaStream_t stream) {
-  norm_forward_training_kernel<<<s.g, kThreads, 0, stream>>>(s, x, gamma, beta, y, mean, variance);
+void norm_forward_training(const NormShape& s, ConstActivations x, const float* gamma, const float* beta,
+                           Activations y, float* mean, float* variance, cudaStream_t stream) {
+  with_type(x.dtype, "norm", [&](auto t) {
+    using T = typename decltype(t)::type;
+    norm_forward_training_kernel<T><<<s.g, kThreads, 0, stream>>>(s, as<T>(x), gamma, beta, as<T>(y), mean, variance);
+  });
   check_launch("norm_forward_training");
 }
-void norm_forward_inference(const NormShape& s, const float* x, const float* gamma, const float* beta,
-                            const float* mean, const float* variance, float* y, cudaStream_t stream) {
+void norm_forward_inference(const NormShape& s, ConstActivations x, const float* gamma, const float* beta,
+                            const float* mean, const float* variance, Activations y, cudaStream_t stream) {
   const int total = s.a * s.g * s.b;
-  norm_forward_inference_kernel<<<blocks_for(total), kThreads, 0, stream>>>(s, x, gamma, beta, mean, variance,
-                                                                            y, total);
+  with_type(x.dtype, "norm", [&](auto t) {
+    using T = typename decltype(t)::type;
+    norm_forward_inference_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(s, as<T>(x), gamma, beta, mean,
+                                                                               variance, as<T>(y), total);
+  });
   check_launch("norm_forward_inference");
 }
-void norm_backward(const NormShape& s, const float* x, const float* dy, const float* gamma, const float* mean,
-                   const float* variance, float* dx, float* dgamma, float* dbeta, bool accumulate,
-                   cudaStream_t stream) {
-  norm_backward_kernel<<<s.g, kThreads, 0, stream>>>(s, x, dy, gamma, mean, variance, dx, dgamma, dbeta,
-                                                     accumulate);
-  check_launch("norm_backward");
-  if (!s.params_per_group) {
-    norm_param_grad_kernel<<<(s.b + kThreads - 1) / kThreads, kThreads, 0, stream>>>(s, x, dy, mean, variance,
-                                                                                       dgamma, dbeta, accumulate);
-    check_launch("norm_param_grad");
-  }
+void norm_backward(const NormShape& s, ConstActivations x, ConstActivations dy, const float* gamma,
+                   const float* mean, const float* variance, Activations dx, float* dgamma, float* dbeta,
+                   bool accumulate, cudaStream_t stream) {
+  with_type(x.dtype, "norm", [&](auto t) {
+    using T = typename decltype(t)::type;
+    norm_backward_kernel<T><<<s.g, kThreads, 0, stream>>>(s, as<T>(x), as<T>(dy), gamma, mean, variance, as<T>(dx),
+                                                          dgamma, dbeta, accumulate);
+    check_launch("norm_backward");
+    if (!s.params_per_group) {
+      norm_param_grad_kernel<T><<<(s.b + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+          s, as<T>(x), as<T>(dy), mean, variance, dgamma, dbeta, accumulate);
+      check_launch("norm_param_grad");
+    }
+  });
 }
-void loss_forward_backward(LossKind kind, const float* pred, const float* labels, const float* class_weights,
-                           int n, int k, float* dpred, float grad_scale, double* sample_loss, int* sample_correct,
+void loss_forward_backward(LossKind kind, ConstActivations pred, const float* labels, const float* class_weights,
+                           int n, int k, Activations dpred, float grad_scale, double* sample_loss, int* sample_correct,
                            DeviceTotals* totals, cudaStream_t stream) {
   if (n > 0) {
-    loss_rows_kernel<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
-        kind, pred, labels, class_weights, n, k, dpred, grad_scale, sample_loss, sample_correct);
+    with_type(pred.dtype, "loss", [&](auto t) {
+      using T = typename decltype(t)::type;
+      loss_rows_kernel<T><<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+          kind, as<T>(pred), labels, class_weights, n, k, as<T>(dpred), grad_scale, sample_loss, sample_correct);
+    });
     check_launch("loss_rows");
   }
   loss_totals_kernel<<<1, kThreads, 0, stream>>>(sample_loss, sample_correct, n, totals);
   check_launch("loss_totals");
 }
-void loss_predict(LossKind kind, const float* pred, float* out, int n, int k, cudaStream_t stream) {
+void loss_predict(LossKind kind, ConstActivations pred, float* out, int n, int k, cudaStream_t stream) {
   if (n == 0) return;
-  loss_predict_kernel<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(kind, pred, out, n, k);
+  with_type(pred.dtype, "loss", [&](auto t) {
+    using T = typename decltype(t)::type;
+    loss_predict_kernel<T><<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(kind, as<T>(pred), out, n, k);
+  });
   check_launch("loss_predict");
 }
 

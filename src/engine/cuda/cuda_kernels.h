@@ -1,7 +1,10 @@
 // The CUDA backend's own kernels (cuda_kernels.cu): everything that is not
 // a matrix product or a convolution. Each function launches on `stream` and
-// returns without waiting; pointers are device memory, fp32, plain
-// row-major. Every reduction runs in a fixed order (a fixed grid, a fixed
+// returns without waiting; pointers are device memory, plain row-major.
+// Parameters, statistics and optimizer state are fp32 (float*); activations
+// and their gradients are fp32 or bf16 (Activations: a pointer and its
+// dtype), converted to fp32 for the arithmetic and rounded to nearest even
+// once when stored. Every reduction runs in a fixed order (a fixed grid, a fixed
 // tree inside a block, no atomics), so results are the same bits run after
 // run: the backend's `deterministic` holds for all of them.
 #pragma once
@@ -14,6 +17,29 @@
 #include "anneal/loss.h"
 
 namespace anneal::cuda::kernels {
+
+// A device array of activations: DType::kF32 or DType::kBF16.
+struct Activations {
+  void* data;
+  DType dtype;
+};
+struct ConstActivations {
+  const void* data;
+  DType dtype;
+  ConstActivations(const void* d, DType t) : data(d), dtype(t) {}
+  ConstActivations(Activations a) : data(a.data), dtype(a.dtype) {}  // NOLINT: a view may be read
+};
+
+inline Activations activations(Tensor& t) { return {t.data(), t.dtype()}; }
+inline ConstActivations activations(const Tensor& t) { return {t.data(), t.dtype()}; }
+
+// ---- Conversion -------------------------------------------------------------
+
+// y = x, converting between fp32 and bf16 (round to nearest even); both may
+// be the same dtype (a copy).
+void convert(ConstActivations x, Activations y, int n, cudaStream_t stream);
+// y (fp32) = x (fp32 or bf16), or y += x when `accumulate`.
+void add_to_f32(ConstActivations x, float* y, int n, bool accumulate, cudaStream_t stream);
 
 // ---- Elementwise ----------------------------------------------------------
 
@@ -30,26 +56,29 @@ void fake_quantize(const float* x, float* y, int n, float scale, float lo, float
 void fake_quantize_channels(const float* w, float* y, int channels, int per, cudaStream_t stream);
 // y = x · mask(i), mask(i) = scale when the keyed hash of i is ≥ threshold,
 // else 0: the CPU backend's DropoutMask, bit for bit.
-void dropout(const float* x, float* y, int n, std::uint64_t key, std::uint32_t threshold, float scale,
+void dropout(ConstActivations x, Activations y, int n, std::uint64_t key, std::uint32_t threshold, float scale,
              cudaStream_t stream);
 
 // ---- Activations ------------------------------------------------------------
 
+// x, y, dy and dx of one dtype.
 // y = f(x); may run in place (y == x).
-void activation_forward(Activation f, const float* x, float* y, int n, cudaStream_t stream);
+void activation_forward(Activation f, ConstActivations x, Activations y, int n, cudaStream_t stream);
 // dx = dy ⊙ f'(x).
-void activation_backward(Activation f, const float* x, const float* dy, float* dx, int n, cudaStream_t stream);
+void activation_backward(Activation f, ConstActivations x, ConstActivations dy, Activations dx, int n,
+                         cudaStream_t stream);
 // dx = dy ⊙ f'(x) from y = f(x) (relu, tanh, sigmoid, none).
-void activation_backward_from_output(Activation f, const float* y, const float* dy, float* dx, int n,
+void activation_backward_from_output(Activation f, ConstActivations y, ConstActivations dy, Activations dx, int n,
                                      cudaStream_t stream);
 
 // ---- Bias -------------------------------------------------------------------
 
-// y(N, C, S) = f(y + b(C)), in place: a dense (S = 1) or conv output.
-void bias_activation(float* y, const float* b, int n, int channels, int spatial, Activation f,
-                     cudaStream_t stream);
+// y(N, C, S) = f(z + b(C)): a dense (S = 1) or conv output. z may be y
+// (in place) or an fp32 product that y, of another dtype, rounds once.
+void bias_activation(ConstActivations z, Activations y, const float* b, int n, int channels, int spatial,
+                     Activation f, cudaStream_t stream);
 // db(C) = Σ_{n,s} dy(N, C, S), or db += that sum when `accumulate`.
-void bias_grad(const float* dy, float* db, int n, int channels, int spatial, bool accumulate,
+void bias_grad(ConstActivations dy, float* db, int n, int channels, int spatial, bool accumulate,
                cudaStream_t stream);
 
 // ---- Optimizers and clipping --------------------------------------------------
@@ -93,15 +122,16 @@ struct NormShape {
 };
 // y = γ·(x − μ_g)/√(σ²_g + ε) + β with each group's biased statistics,
 // written to mean(G) and variance(G).
-void norm_forward_training(const NormShape& s, const float* x, const float* gamma, const float* beta,
-                           float* y, float* mean, float* variance, cudaStream_t stream);
+// x, y, dy and dx of one dtype.
+void norm_forward_training(const NormShape& s, ConstActivations x, const float* gamma, const float* beta,
+                           Activations y, float* mean, float* variance, cudaStream_t stream);
 // The same with given statistics (batch norm's running ones).
-void norm_forward_inference(const NormShape& s, const float* x, const float* gamma, const float* beta,
-                            const float* mean, const float* variance, float* y, cudaStream_t stream);
+void norm_forward_inference(const NormShape& s, ConstActivations x, const float* gamma, const float* beta,
+                            const float* mean, const float* variance, Activations y, cudaStream_t stream);
 // dx, dγ, dβ (dγ/dβ added to when `accumulate`).
-void norm_backward(const NormShape& s, const float* x, const float* dy, const float* gamma, const float* mean,
-                   const float* variance, float* dx, float* dgamma, float* dbeta, bool accumulate,
-                   cudaStream_t stream);
+void norm_backward(const NormShape& s, ConstActivations x, ConstActivations dy, const float* gamma,
+                   const float* mean, const float* variance, Activations dx, float* dgamma, float* dbeta,
+                   bool accumulate, cudaStream_t stream);
 
 // ---- Losses -----------------------------------------------------------------
 
@@ -116,11 +146,12 @@ struct DeviceTotals {
 // Scores pred(N, K) against labels(N): per-sample losses into sample_loss(N)
 // and hits into sample_correct(N), the gradient · w[label] · grad_scale into
 // dpred when non-null, then the batch's sum (in a fixed order) added to
-// *totals. class_weights: K (bce: 2) values, or null for all 1.
-void loss_forward_backward(LossKind kind, const float* pred, const float* labels, const float* class_weights,
-                           int n, int k, float* dpred, float grad_scale, double* sample_loss,
+// *totals. class_weights: K (bce: 2) values, or null for all 1. dpred, when
+// its data is non-null, has pred's dtype.
+void loss_forward_backward(LossKind kind, ConstActivations pred, const float* labels, const float* class_weights,
+                           int n, int k, Activations dpred, float grad_scale, double* sample_loss,
                            int* sample_correct, DeviceTotals* totals, cudaStream_t stream);
-// out(N, K): softmax_ce probabilities, bce P(1), or the value.
-void loss_predict(LossKind kind, const float* pred, float* out, int n, int k, cudaStream_t stream);
+// out(N, K) fp32: softmax_ce probabilities, bce P(1), or the value.
+void loss_predict(LossKind kind, ConstActivations pred, float* out, int n, int k, cudaStream_t stream);
 
 }  // namespace anneal::cuda::kernels

@@ -1,12 +1,17 @@
 // The CUDA backend's ops. Every tensor is plain row-major (NCHW for images),
 // which is what cuBLASLt and cuDNN take, so no op reorders anything.
 //
-//   dense    cuBLASLt matrix products in fp32 (CUBLAS_COMPUTE_32F: no TF32),
-//            bias and activation in one kernel after the product
+//   dense    cuBLASLt matrix products accumulating in fp32 (CUBLAS_COMPUTE_32F:
+//            no TF32 unless allowed), bias and activation in one kernel
+//            after the product
 //   conv     cuDNN's convolution forward/backward, FMA math only (no TF32),
 //            deterministic algorithms when the context asks for them
 //   pool     cuDNN pooling (max: its deterministic mode)
 //   norm, eltwise, loss   the backend's own kernels (cuda_kernels.cu)
+//
+// Under bf16 compute, activations and their gradients are bf16; weights stay
+// fp32 masters, and each op keeps a bf16 working copy, refreshed when the
+// master's version changes; weight gradients come out fp32.
 //
 // Row-major on a column-major library: a row-major (R, C) matrix is a
 // column-major (C, R) one, so y(N,O) = x(N,I)·W(O,I)ᵀ is computed as the
@@ -32,6 +37,42 @@ void* workspace(CudaContext& ctx, std::size_t bytes) {
   return bytes == 0 ? nullptr : ctx.workspace->ensure(bytes);
 }
 
+using kernels::activations;
+
+cudaDataType_t blas_type(DType dtype) { return dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+// A bf16 copy of an fp32 tensor (the weights' working copy), remade only
+// when the source's storage or version changes.
+class WorkingCopy {
+ public:
+  explicit WorkingCopy(MemoryAllocator& allocator) : buffer_(allocator) {}
+  const void* of(const Tensor& master, CudaContext& ctx) {
+    if (master.data() != source_ || master.version() != version_) {
+      const int n = kernel_count(master.elements(), "weights");
+      void* copy = buffer_.ensure(std::size_t(std::max(n, 1)) * dtype_size(DType::kBF16));
+      kernels::convert(activations(master), {copy, DType::kBF16}, n, ctx.stream);
+      source_ = master.data();
+      version_ = master.version();
+    }
+    return buffer_.data();
+  }
+
+ private:
+  DeviceBuffer buffer_;
+  const void* source_ = nullptr;
+  std::uint64_t version_ = 0;
+};
+
+// `x` in the op's compute dtype: itself, or converted into `scratch` (the
+// fp32 network input under bf16 compute).
+const void* in_dtype(const Tensor& x, DType dtype, DeviceBuffer& scratch, CudaContext& ctx) {
+  if (x.dtype() == dtype) return x.data();
+  const int n = kernel_count(x.elements(), "input");
+  void* out = scratch.ensure(std::size_t(std::max(n, 1)) * dtype_size(dtype));
+  kernels::convert(activations(x), {out, dtype}, n, ctx.stream);
+  return out;
+}
+
 // ---- Matrix products on cuBLASLt ----------------------------------------
 
 // C(m, n) = op(A)·op(B) + beta·C, column-major, fp32 in and out with fp32
@@ -46,7 +87,8 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  void run(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+  // A and B are `ab` (fp32 or bf16); C is fp32.
+  void run(bool trans_a, bool trans_b, int m, int n, int k, DType ab, const void* a, int lda, const void* b, int ldb,
            float* c, int ldc, float beta) {
     if (m == 0 || n == 0) return;
     if (k == 0) {  // an empty sum: C = beta·C
@@ -54,7 +96,7 @@ class Gemm {
                               "zeroing an empty product");
       return;
     }
-    const Plan& plan = plan_for({trans_a, trans_b, m, n, k, lda, ldb, ldc});
+    const Plan& plan = plan_for({trans_a, trans_b, m, n, k, lda, ldb, ldc, ab});
     const float alpha = 1.0f;
     check(cublasLtMatmul(ctx_.blas, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, c, plan.c, c, plan.c,
                          &plan.algo, workspace(ctx_, plan.workspace), plan.workspace, ctx_.stream),
@@ -65,6 +107,7 @@ class Gemm {
   struct Key {
     bool trans_a, trans_b;
     int m, n, k, lda, ldb, ldc;
+    DType ab;
     bool operator==(const Key&) const = default;
   };
   struct Plan {
@@ -87,7 +130,9 @@ class Gemm {
     Plan plan;
     plan.key = key;
     try {
-      check(cublasLtMatmulDescCreate(&plan.desc, ctx_.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+      // TF32 only for fp32 operands; bf16 ones are exact on the tensor cores.
+      const bool tf32 = ctx_.tf32 && key.ab == DType::kF32;
+      check(cublasLtMatmulDescCreate(&plan.desc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
                                      CUDA_R_32F),
             "matmul descriptor");
       const cublasOperation_t ta = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -95,9 +140,9 @@ class Gemm {
       check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
       check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
       // Stored shapes: op(A) is m×k, so A is k×m when transposed.
-      check(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, key.trans_a ? key.k : key.m,
+      check(cublasLtMatrixLayoutCreate(&plan.a, blas_type(key.ab), key.trans_a ? key.k : key.m,
                                        key.trans_a ? key.m : key.k, key.lda), "layout of A");
-      check(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_32F, key.trans_b ? key.n : key.k,
+      check(cublasLtMatrixLayoutCreate(&plan.b, blas_type(key.ab), key.trans_b ? key.n : key.k,
                                        key.trans_b ? key.k : key.n, key.ldb), "layout of B");
       check(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, key.m, key.n, key.ldc), "layout of C");
       cublasLtMatmulPreference_t preference = nullptr;
@@ -116,7 +161,7 @@ class Gemm {
       check(asked, "choosing a matmul algorithm");
       if (found == 0)
         throw failure("cublasLt: no algorithm for a " + std::to_string(key.m) + "x" + std::to_string(key.n) + "x" +
-                      std::to_string(key.k) + " fp32 product");
+                      std::to_string(key.k) + " " + dtype_name(key.ab) + " product");
       plan.algo = result.algo;
       plan.workspace = result.workspaceSize;
     } catch (...) {
@@ -139,7 +184,8 @@ class CudaDenseOp final : public DenseOp {
  public:
   CudaDenseOp(CudaContext& ctx, const DenseSpec& spec)
       : ctx_(ctx), spec_(spec), in_(kernel_count(flat_features(spec.in), "dense input")),
-        out_(kernel_count(spec.out, "dense output")), gemm_(ctx) {}
+        out_(kernel_count(spec.out, "dense output")), gemm_(ctx), weights16_(*ctx.allocator),
+        input_(*ctx.allocator), product_(*ctx.allocator) {}
 
   void shape_parameters(Tensor& weights, Tensor& bias) override {
     std::vector<std::int64_t> w{spec_.out};
@@ -150,31 +196,36 @@ class CudaDenseOp final : public DenseOp {
 
   void forward(const Tensor& x, const Tensor& weights, const Tensor& bias, Tensor& y) override {
     const int n = batch_of(x);
-    shape_plain(y, Dims{n, spec_.out}, DType::kF32, *ctx_.allocator);
-    // yᵀ(O, N) = Wᵀ(O, I)·xᵀ(I, N), column-major.
-    gemm_.run(true, false, out_, n, in_, f32(weights, "dense weights"), in_, f32(x, "dense input"), in_,
-              f32(y, "dense output"), out_, 0.0f);
-    kernels::bias_activation(f32(y, "dense output"), f32(bias, "dense bias"), n, out_, 1, spec_.fused,
+    shape_plain(y, Dims{n, spec_.out}, spec_.compute, *ctx_.allocator);
+    // yᵀ(O, N) = Wᵀ(O, I)·xᵀ(I, N), column-major, into y itself in fp32,
+    // else into an fp32 product that the bias kernel rounds once.
+    float* z = spec_.compute == DType::kF32 ? f32(y, "dense output") : product(n * out_);
+    gemm_.run(true, false, out_, n, in_, spec_.compute, working(weights), in_,
+              in_dtype(x, spec_.compute, input_, ctx_), in_, z, out_, 0.0f);
+    kernels::bias_activation({z, DType::kF32}, activations(y), f32(bias, "dense bias"), n, out_, 1, spec_.fused,
                              ctx_.stream);
   }
 
   void backward_data(const Tensor& dy, const Tensor& weights, Tensor& dx) override {
     const int n = kernel_count(dy.batch(), "dense batch");
-    shape_plain(dx, spec_.in.with_batch(n), DType::kF32, *ctx_.allocator);
+    check_compute(dy, "dense gradient");
+    shape_plain(dx, spec_.in.with_batch(n), spec_.compute, *ctx_.allocator);
     // dxᵀ(I, N) = W(I, O)·dyᵀ(O, N), column-major.
-    gemm_.run(false, false, in_, n, out_, f32(weights, "dense weights"), in_, f32(dy, "dense gradient"), out_,
-              f32(dx, "dense input gradient"), in_, 0.0f);
+    float* z = spec_.compute == DType::kF32 ? f32(dx, "dense input gradient") : product(n * in_);
+    gemm_.run(false, false, in_, n, out_, spec_.compute, working(weights), in_, dy.data(), out_, z, in_, 0.0f);
+    if (spec_.compute != DType::kF32)
+      kernels::convert({z, DType::kF32}, activations(dx), n * in_, ctx_.stream);
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweights, Tensor& dbias,
                         bool accumulate) override {
     const int n = batch_of(x);
+    check_compute(dy, "dense gradient");
     shape_parameters(dweights, dbias);
-    // dWᵀ(I, O) = xᵀ(I, N)·dy(N, O), column-major.
-    gemm_.run(false, true, in_, out_, n, f32(x, "dense input"), in_, f32(dy, "dense gradient"), out_,
-              f32(dweights, "dense weight gradient"), in_, accumulate ? 1.0f : 0.0f);
-    kernels::bias_grad(f32(dy, "dense gradient"), f32(dbias, "dense bias gradient"), n, out_, 1, accumulate,
-                       ctx_.stream);
+    // dWᵀ(I, O) = xᵀ(I, N)·dy(N, O), column-major, fp32 whatever the compute.
+    gemm_.run(false, true, in_, out_, n, spec_.compute, in_dtype(x, spec_.compute, input_, ctx_), in_, dy.data(),
+              out_, f32(dweights, "dense weight gradient"), in_, accumulate ? 1.0f : 0.0f);
+    kernels::bias_grad(activations(dy), f32(dbias, "dense bias gradient"), n, out_, 1, accumulate, ctx_.stream);
   }
 
  private:
@@ -183,14 +234,31 @@ class CudaDenseOp final : public DenseOp {
       throw failure("dense: input " + x.dims().str() + " does not match " + spec_.in.str());
     return kernel_count(x.batch(), "dense batch");
   }
+  void check_compute(const Tensor& t, const char* what) const {
+    if (t.dtype() != spec_.compute)
+      throw failure(std::string(what) + ": " + dtype_name(t.dtype()) + ", not the op's " +
+                    dtype_name(spec_.compute));
+  }
+  // The weights in the compute dtype.
+  const void* working(const Tensor& weights) {
+    if (weights.dtype() != DType::kF32) throw failure("dense: the weights must be fp32 masters");
+    return spec_.compute == DType::kF32 ? weights.data() : weights16_.of(weights, ctx_);
+  }
+  float* product(int elements) {
+    return static_cast<float*>(product_.ensure(sizeof(float) * std::size_t(std::max(elements, 1))));
+  }
 
   CudaContext& ctx_;
   DenseSpec spec_;
   int in_, out_;
   Gemm gemm_;
+  WorkingCopy weights16_;
+  DeviceBuffer input_, product_;  // x converted to the compute dtype; an fp32 product before rounding
 };
 
 // ---- cuDNN descriptors ----------------------------------------------------------
+
+cudnnDataType_t dnn_type(DType dtype) { return dtype == DType::kBF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT; }
 
 class TensorDesc {
  public:
@@ -198,8 +266,8 @@ class TensorDesc {
   ~TensorDesc() { cudnnDestroyTensorDescriptor(d_); }
   TensorDesc(const TensorDesc&) = delete;
   TensorDesc& operator=(const TensorDesc&) = delete;
-  void set(int n, int c, int h, int w) {
-    check(cudnnSetTensor4dDescriptor(d_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w), "tensor shape");
+  void set(int n, int c, int h, int w, DType dtype) {
+    check(cudnnSetTensor4dDescriptor(d_, CUDNN_TENSOR_NCHW, dnn_type(dtype), n, c, h, w), "tensor shape");
   }
   cudnnTensorDescriptor_t get() const { return d_; }
 
@@ -217,7 +285,9 @@ std::array<int, 3> image_dims(const Dims& in, const char* what) {
 
 class CudaConvOp final : public ConvOp {
  public:
-  CudaConvOp(CudaContext& ctx, const ConvSpec& spec) : ctx_(ctx), spec_(spec) {
+  CudaConvOp(CudaContext& ctx, const ConvSpec& spec)
+      : ctx_(ctx), spec_(spec), dt_(spec.compute), weights16_(*ctx.allocator), input_(*ctx.allocator),
+        dweights16_(*ctx.allocator) {
     const auto [c, h, w] = image_dims(spec.in, "conv");
     c_ = c, h_ = h, w_ = w;
     o_ = kernel_count(spec.out_channels, "conv channels");
@@ -230,12 +300,13 @@ class CudaConvOp final : public ConvOp {
     ho_ = (h + 2 * p - k) / s + 1;
     wo_ = (w + 2 * p - k) / s + 1;
     check(cudnnCreateFilterDescriptor(&filter_), "filter descriptor");
-    check(cudnnSetFilter4dDescriptor(filter_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, o_, c_, k, k), "filter shape");
+    check(cudnnSetFilter4dDescriptor(filter_, dnn_type(dt_), CUDNN_TENSOR_NCHW, o_, c_, k, k), "filter shape");
     check(cudnnCreateConvolutionDescriptor(&conv_), "convolution descriptor");
     check(cudnnSetConvolution2dDescriptor(conv_, p, p, s, s, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
           "convolution shape");
-    // FMA math only unless TF32 is allowed: TF32 tensor cores round the
-    // inputs to 10 bits.
+    // Accumulation in fp32 whatever the dtype; FMA math only for fp32
+    // unless TF32 is allowed (TF32 tensor cores round the inputs to 10
+    // bits); bf16 products are exact on the tensor cores.
     check(cudnnSetConvolutionMathType(conv_, math()), "convolution math type");
   }
   ~CudaConvOp() override {
@@ -253,40 +324,49 @@ class CudaConvOp final : public ConvOp {
 
   void forward(const Tensor& x, const Tensor& weights, const Tensor& bias, Tensor& y) override {
     Plan& plan = plan_for(x);
-    shape_plain(y, Dims{plan.n, o_, ho_, wo_}, DType::kF32, *ctx_.allocator);
+    shape_plain(y, Dims{plan.n, o_, ho_, wo_}, dt_, *ctx_.allocator);
     const float one = 1.0f, zero = 0.0f;
-    check(cudnnConvolutionForward(ctx_.dnn, &one, plan.x.get(), f32(x, "conv input"), filter_,
-                                  f32(weights, "conv weights"), conv_, plan.forward,
-                                  workspace(ctx_, plan.forward_bytes), plan.forward_bytes, &zero, plan.y.get(),
-                                  f32(y, "conv output")),
+    check(cudnnConvolutionForward(ctx_.dnn, &one, plan.x.get(), in_dtype(x, dt_, input_, ctx_), filter_,
+                                  working(weights), conv_, plan.forward, workspace(ctx_, plan.forward_bytes),
+                                  plan.forward_bytes, &zero, plan.y.get(), y.data()),
           "convolution forward");
-    kernels::bias_activation(f32(y, "conv output"), f32(bias, "conv bias"), plan.n, o_, ho_ * wo_, spec_.fused,
-                             ctx_.stream);
+    kernels::bias_activation(activations(y), activations(y), f32(bias, "conv bias"), plan.n, o_, ho_ * wo_,
+                             spec_.fused, ctx_.stream);
   }
 
   void backward_data(const Tensor& dy, const Tensor& weights, Tensor& dx) override {
     Plan& plan = plan_for_batch(dy.batch());
-    shape_plain(dx, spec_.in.with_batch(plan.n), DType::kF32, *ctx_.allocator);
+    check_compute(dy, "conv gradient");
+    shape_plain(dx, spec_.in.with_batch(plan.n), dt_, *ctx_.allocator);
     const float one = 1.0f, zero = 0.0f;
-    check(cudnnConvolutionBackwardData(ctx_.dnn, &one, filter_, f32(weights, "conv weights"), plan.y.get(),
-                                       f32(dy, "conv gradient"), conv_, plan.backward_data,
-                                       workspace(ctx_, plan.backward_data_bytes), plan.backward_data_bytes, &zero,
-                                       plan.x.get(), f32(dx, "conv input gradient")),
+    check(cudnnConvolutionBackwardData(ctx_.dnn, &one, filter_, working(weights), plan.y.get(), dy.data(), conv_,
+                                       plan.backward_data, workspace(ctx_, plan.backward_data_bytes),
+                                       plan.backward_data_bytes, &zero, plan.x.get(), dx.data()),
           "convolution backward data");
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweights, Tensor& dbias,
                         bool accumulate) override {
     Plan& plan = plan_for(x);
+    check_compute(dy, "conv gradient");
     shape_parameters(dweights, dbias);
-    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    check(cudnnConvolutionBackwardFilter(ctx_.dnn, &one, plan.x.get(), f32(x, "conv input"), plan.y.get(),
-                                         f32(dy, "conv gradient"), conv_, plan.backward_filter,
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f, zero = 0.0f;
+    // cuDNN writes the filter gradient in the filter's dtype: fp32 straight
+    // into dW; under bf16 into a bf16 scratch, then added to the fp32 dW.
+    const bool direct = dt_ == DType::kF32;
+    const int count = kernel_count(dweights.elements(), "conv weights");
+    void* dw = direct ? dweights.data()
+                      : dweights16_.ensure(std::size_t(std::max(count, 1)) * dtype_size(DType::kBF16));
+    check(cudnnConvolutionBackwardFilter(ctx_.dnn, &one, plan.x.get(), in_dtype(x, dt_, input_, ctx_), plan.y.get(),
+                                         dy.data(), conv_, plan.backward_filter,
                                          workspace(ctx_, plan.backward_filter_bytes), plan.backward_filter_bytes,
-                                         &beta, filter_, f32(dweights, "conv weight gradient")),
+                                         direct ? &beta : &zero, filter_, dw),
           "convolution backward filter");
-    kernels::bias_grad(f32(dy, "conv gradient"), f32(dbias, "conv bias gradient"), plan.n, o_, ho_ * wo_,
-                       accumulate, ctx_.stream);
+    if (!direct)
+      kernels::add_to_f32({dw, DType::kBF16}, f32(dweights, "conv weight gradient"), count, accumulate,
+                          ctx_.stream);
+    kernels::bias_grad(activations(dy), f32(dbias, "conv bias gradient"), plan.n, o_, ho_ * wo_, accumulate,
+                       ctx_.stream);
   }
 
  private:
@@ -308,15 +388,20 @@ class CudaConvOp final : public ConvOp {
 
   // CUDNN_DEFAULT_MATH permits TF32 on GPUs that have it; FMA math is
   // plain fp32.
-  cudnnMathType_t math() const { return ctx_.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH; }
+  cudnnMathType_t math() const {
+    if (dt_ == DType::kBF16) return CUDNN_TENSOR_OP_MATH;
+    return ctx_.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  }
 
   // The first algorithm of cuDNN's heuristic ranking that runs in the
   // context's math, fits the workspace and, when the context is
   // deterministic, is.
   template <typename Perf>
   bool acceptable(const Perf& p) const {
-    return p.status == CUDNN_STATUS_SUCCESS && p.memory <= kWorkspaceBytes &&
-           (p.mathType == CUDNN_FMA_MATH || (ctx_.tf32 && p.mathType == CUDNN_DEFAULT_MATH)) &&
+    const bool math_ok = p.mathType == CUDNN_FMA_MATH ||
+                         ((ctx_.tf32 || dt_ == DType::kBF16) && p.mathType == CUDNN_DEFAULT_MATH) ||
+                         (dt_ == DType::kBF16 && p.mathType == CUDNN_TENSOR_OP_MATH);
+    return p.status == CUDNN_STATUS_SUCCESS && p.memory <= kWorkspaceBytes && math_ok &&
            (!ctx_.deterministic || p.determinism == CUDNN_DETERMINISTIC);
   }
 
@@ -326,8 +411,8 @@ class CudaConvOp final : public ConvOp {
       if (p->n == n) return *p;
     auto plan = std::make_unique<Plan>();
     plan->n = n;
-    plan->x.set(n, c_, h_, w_);
-    plan->y.set(n, o_, ho_, wo_);
+    plan->x.set(n, c_, h_, w_, dt_);
+    plan->y.set(n, o_, ho_, wo_, dt_);
     constexpr int kAsk = 16;
     int found = 0;
     bool chosen = false;
@@ -339,7 +424,7 @@ class CudaConvOp final : public ConvOp {
       if (acceptable(fwd[i])) {
         plan->forward = fwd[i].algo, plan->forward_bytes = fwd[i].memory, chosen = true;
       }
-    if (!chosen) throw failure("cudnn: no fp32 forward convolution algorithm for " + describe(n));
+    if (!chosen) throw failure("cudnn: no forward algorithm for " + describe(n));
     std::array<cudnnConvolutionBwdDataAlgoPerf_t, kAsk> data{};
     check(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx_.dnn, filter_, plan->y.get(), conv_, plan->x.get(), kAsk,
                                                       &found, data.data()),
@@ -349,7 +434,7 @@ class CudaConvOp final : public ConvOp {
       if (acceptable(data[i])) {
         plan->backward_data = data[i].algo, plan->backward_data_bytes = data[i].memory, chosen = true;
       }
-    if (!chosen) throw failure("cudnn: no fp32 backward-data algorithm for " + describe(n));
+    if (!chosen) throw failure("cudnn: no backward-data algorithm for " + describe(n));
     std::array<cudnnConvolutionBwdFilterAlgoPerf_t, kAsk> filter{};
     check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx_.dnn, plan->x.get(), plan->y.get(), conv_, filter_,
                                                         kAsk, &found, filter.data()),
@@ -359,18 +444,29 @@ class CudaConvOp final : public ConvOp {
       if (acceptable(filter[i])) {
         plan->backward_filter = filter[i].algo, plan->backward_filter_bytes = filter[i].memory, chosen = true;
       }
-    if (!chosen) throw failure("cudnn: no fp32 backward-filter algorithm for " + describe(n));
+    if (!chosen) throw failure("cudnn: no backward-filter algorithm for " + describe(n));
     plans_.push_back(std::move(plan));
     return *plans_.back();
   }
 
   std::string describe(int n) const {
-    return "a " + std::to_string(spec_.kernel) + "x" + std::to_string(spec_.kernel) + " convolution of " +
-           spec_.in.with_batch(n).str();
+    return "a " + std::to_string(spec_.kernel) + "x" + std::to_string(spec_.kernel) + " " + dtype_name(dt_) +
+           " convolution of " + spec_.in.with_batch(n).str();
+  }
+  void check_compute(const Tensor& t, const char* what) const {
+    if (t.dtype() != dt_)
+      throw failure(std::string(what) + ": " + dtype_name(t.dtype()) + ", not the op's " + dtype_name(dt_));
+  }
+  const void* working(const Tensor& weights) {
+    if (weights.dtype() != DType::kF32) throw failure("conv: the weights must be fp32 masters");
+    return dt_ == DType::kF32 ? weights.data() : weights16_.of(weights, ctx_);
   }
 
   CudaContext& ctx_;
   ConvSpec spec_;
+  DType dt_;
+  WorkingCopy weights16_;
+  DeviceBuffer input_, dweights16_;  // x in the compute dtype; a bf16 filter gradient
   int c_ = 0, h_ = 0, w_ = 0, o_ = 0, ho_ = 0, wo_ = 0;
   cudnnFilterDescriptor_t filter_ = nullptr;
   cudnnConvolutionDescriptor_t conv_ = nullptr;
@@ -407,11 +503,10 @@ class CudaPoolOp final : public PoolOp {
     if (x.dims().rank() != 4 || x.dims().without_batch() != spec_.in)
       throw failure("pool: input " + x.dims().str() + " does not match " + spec_.in.str());
     const int n = kernel_count(x.batch(), "pool batch");
-    set_batch(n);
-    shape_plain(y, Dims{n, c_, ho_, wo_}, DType::kF32, *ctx_.allocator);
+    set_batch(n, x.dtype());
+    shape_plain(y, Dims{n, c_, ho_, wo_}, x.dtype(), *ctx_.allocator);
     const float one = 1.0f, zero = 0.0f;
-    check(cudnnPoolingForward(ctx_.dnn, pool_, &one, x_.get(), f32(x, "pool input"), &zero, y_.get(),
-                              f32(y, "pool output")),
+    check(cudnnPoolingForward(ctx_.dnn, pool_, &one, x_.get(), x.data(), &zero, y_.get(), y.data()),
           "pooling forward");
     // cuDNN's backward reads the forward output; keep a copy, since the
     // caller may reuse y before backward runs.
@@ -421,25 +516,28 @@ class CudaPoolOp final : public PoolOp {
 
   void backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
     const int n = kernel_count(x.batch(), "pool batch");
-    if (n != batch_ || kept_.data() == nullptr) throw failure("pool: backward without a forward of this batch");
-    shape_plain(dx, x.dims(), DType::kF32, *ctx_.allocator);
+    if (n != batch_ || x.dtype() != dtype_ || dy.dtype() != dtype_ || kept_.data() == nullptr)
+      throw failure("pool: backward without a forward of this batch and dtype");
+    shape_plain(dx, x.dims(), x.dtype(), *ctx_.allocator);
     const float one = 1.0f, zero = 0.0f;
-    check(cudnnPoolingBackward(ctx_.dnn, pool_, &one, y_.get(), kept_.data(), y_.get(), f32(dy, "pool gradient"),
-                               x_.get(), f32(x, "pool input"), &zero, x_.get(), f32(dx, "pool input gradient")),
+    check(cudnnPoolingBackward(ctx_.dnn, pool_, &one, y_.get(), kept_.data(), y_.get(), dy.data(), x_.get(),
+                               x.data(), &zero, x_.get(), dx.data()),
           "pooling backward");
   }
 
  private:
-  void set_batch(int n) {
-    if (n == batch_) return;
-    x_.set(n, c_, h_, w_);
-    y_.set(n, c_, ho_, wo_);
+  void set_batch(int n, DType dtype) {
+    if (n == batch_ && dtype == dtype_) return;
+    x_.set(n, c_, h_, w_, dtype);
+    y_.set(n, c_, ho_, wo_, dtype);
     batch_ = n;
+    dtype_ = dtype;
   }
 
   CudaContext& ctx_;
   PoolSpec spec_;
   int c_ = 0, h_ = 0, w_ = 0, ho_ = 0, wo_ = 0, batch_ = -1;
+  DType dtype_ = DType::kF32;
   cudnnPoolingDescriptor_t pool_ = nullptr;
   TensorDesc x_, y_;
   DeviceBuffer kept_;
@@ -452,23 +550,28 @@ class CudaEltwiseOp final : public EltwiseOp {
   CudaEltwiseOp(CudaContext& ctx, const EltwiseSpec& spec) : ctx_(ctx), spec_(spec) {}
 
   void forward(const Tensor& x, Tensor& y) override {
-    shape_plain(y, x.dims(), DType::kF32, *ctx_.allocator);
-    kernels::activation_forward(spec_.kind, f32(x, "activation input"), f32(y, "activation output"),
-                                kernel_count(x.elements(), "activation"), ctx_.stream);
+    shape_plain(y, x.dims(), x.dtype(), *ctx_.allocator);
+    kernels::activation_forward(spec_.kind, activations(x), activations(y), kernel_count(x.elements(), "activation"),
+                                ctx_.stream);
   }
   void backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
-    shape_plain(dx, x.dims(), DType::kF32, *ctx_.allocator);
-    kernels::activation_backward(spec_.kind, f32(x, "activation input"), f32(dy, "activation gradient"),
-                                 f32(dx, "activation input gradient"), kernel_count(x.elements(), "activation"),
-                                 ctx_.stream);
+    same_dtype(x, dy);
+    shape_plain(dx, x.dims(), x.dtype(), *ctx_.allocator);
+    kernels::activation_backward(spec_.kind, activations(x), activations(dy), activations(dx),
+                                 kernel_count(x.elements(), "activation"), ctx_.stream);
   }
   void backward_from_output(const Tensor& y, const Tensor& dy, Tensor& dx) override {
     if (spec_.kind == Activation::kGelu)
       throw usage_error("gelu's derivative is not a function of its output; differentiate it from its input");
-    shape_plain(dx, y.dims(), DType::kF32, *ctx_.allocator);
-    kernels::activation_backward_from_output(spec_.kind, f32(y, "activation output"), f32(dy, "activation gradient"),
-                                             f32(dx, "activation input gradient"),
+    same_dtype(y, dy);
+    shape_plain(dx, y.dims(), y.dtype(), *ctx_.allocator);
+    kernels::activation_backward_from_output(spec_.kind, activations(y), activations(dy), activations(dx),
                                              kernel_count(y.elements(), "activation"), ctx_.stream);
+  }
+  static void same_dtype(const Tensor& a, const Tensor& gradient) {
+    if (a.dtype() != gradient.dtype())
+      throw failure(std::string("activation: a ") + dtype_name(gradient.dtype()) + " gradient of a " +
+                    dtype_name(a.dtype()) + " tensor");
   }
 
  private:
@@ -496,28 +599,28 @@ class CudaNormOp final : public NormOp {
   void forward_training(const Tensor& x, const Tensor& scale, const Tensor& shift, Tensor& y, Tensor& mean,
                         Tensor& variance) override {
     const kernels::NormShape s = shape_of(x);
-    shape_plain(y, x.dims(), DType::kF32, *ctx_.allocator);
+    shape_plain(y, x.dims(), x.dtype(), *ctx_.allocator);
     shape_plain(mean, Dims{s.g}, DType::kF32, *ctx_.allocator);
     shape_plain(variance, Dims{s.g}, DType::kF32, *ctx_.allocator);
-    kernels::norm_forward_training(s, f32(x, "norm input"), f32(scale, "norm scale"), f32(shift, "norm shift"),
-                                   f32(y, "norm output"), f32(mean, "norm mean"), f32(variance, "norm variance"),
+    kernels::norm_forward_training(s, activations(x), f32(scale, "norm scale"), f32(shift, "norm shift"),
+                                   activations(y), f32(mean, "norm mean"), f32(variance, "norm variance"),
                                    ctx_.stream);
   }
 
   void forward_inference(const Tensor& x, const Tensor& scale, const Tensor& shift, const Tensor& mean,
                          const Tensor& variance, Tensor& y) override {
     const kernels::NormShape s = shape_of(x);
-    shape_plain(y, x.dims(), DType::kF32, *ctx_.allocator);
+    shape_plain(y, x.dims(), x.dtype(), *ctx_.allocator);
     if (layer_norm_) {
       // Each sample's own statistics, into scratch.
       const std::size_t bytes = sizeof(float) * std::size_t(std::max(s.g, 1));
-      kernels::norm_forward_training(s, f32(x, "norm input"), f32(scale, "norm scale"), f32(shift, "norm shift"),
-                                     f32(y, "norm output"), static_cast<float*>(mean_.ensure(bytes)),
+      kernels::norm_forward_training(s, activations(x), f32(scale, "norm scale"), f32(shift, "norm shift"),
+                                     activations(y), static_cast<float*>(mean_.ensure(bytes)),
                                      static_cast<float*>(variance_.ensure(bytes)), ctx_.stream);
       return;
     }
-    kernels::norm_forward_inference(s, f32(x, "norm input"), f32(scale, "norm scale"), f32(shift, "norm shift"),
-                                    f32(mean, "norm mean"), f32(variance, "norm variance"), f32(y, "norm output"),
+    kernels::norm_forward_inference(s, activations(x), f32(scale, "norm scale"), f32(shift, "norm shift"),
+                                    f32(mean, "norm mean"), f32(variance, "norm variance"), activations(y),
                                     ctx_.stream);
   }
 
@@ -525,12 +628,12 @@ class CudaNormOp final : public NormOp {
                 const Tensor& mean, const Tensor& variance, Tensor& dx, Tensor& dscale, Tensor& dshift,
                 bool accumulate) override {
     const kernels::NormShape s = shape_of(x);
-    shape_plain(dx, x.dims(), DType::kF32, *ctx_.allocator);
+    if (dy.dtype() != x.dtype()) throw failure("norm: the gradient's dtype is not the input's");
+    shape_plain(dx, x.dims(), x.dtype(), *ctx_.allocator);
     shape_parameters(dscale, dshift);
-    kernels::norm_backward(s, f32(x, "norm input"), f32(dy, "norm gradient"), f32(scale, "norm scale"),
-                           f32(mean, "norm mean"), f32(variance, "norm variance"), f32(dx, "norm input gradient"),
-                           f32(dscale, "norm scale gradient"), f32(dshift, "norm shift gradient"), accumulate,
-                           ctx_.stream);
+    kernels::norm_backward(s, activations(x), activations(dy), f32(scale, "norm scale"), f32(mean, "norm mean"),
+                           f32(variance, "norm variance"), activations(dx), f32(dscale, "norm scale gradient"),
+                           f32(dshift, "norm shift gradient"), accumulate, ctx_.stream);
   }
 
  private:
@@ -580,14 +683,14 @@ class CudaLossOp final : public LossOp {
     const int n = check_pred(pred);
     if (labels.elements() != n || labels.dtype() != DType::kF32)
       throw failure("loss: labels must be N plain floats");
-    float* g = nullptr;
+    kernels::Activations g{nullptr, pred.dtype()};
     if (dpred != nullptr) {
-      shape_plain(*dpred, pred.dims(), DType::kF32, *ctx_.allocator);
-      g = f32(*dpred, "loss gradient");
+      shape_plain(*dpred, pred.dims(), pred.dtype(), *ctx_.allocator);
+      g = activations(*dpred);
     }
     const auto count = static_cast<std::size_t>(std::max(n, 1));
     kernels::loss_forward_backward(
-        kind_, f32(pred, "loss prediction"), f32(labels, "loss labels"),
+        kind_, activations(pred), f32(labels, "loss labels"),
         static_cast<const float*>(weights_.data()), n, outputs_, g, grad_scale,
         static_cast<double*>(sample_loss_.ensure(count * sizeof(double))),
         static_cast<int*>(sample_correct_.ensure(count * sizeof(int))),
@@ -620,7 +723,7 @@ class CudaLossOp final : public LossOp {
     const std::size_t bytes = sizeof(float) * std::size_t(n) * std::size_t(outputs_);
     if (bytes == 0) return;
     auto* device = static_cast<float*>(predicted_.ensure(bytes));
-    kernels::loss_predict(kind_, f32(pred, "loss prediction"), device, n, outputs_, ctx_.stream);
+    kernels::loss_predict(kind_, activations(pred), device, n, outputs_, ctx_.stream);
     check(cudaMemcpyAsync(out, device, bytes, cudaMemcpyDeviceToHost, ctx_.stream), "reading predictions");
     check(cudaStreamSynchronize(ctx_.stream), "reading predictions");
   }
