@@ -215,8 +215,34 @@ __global__ void bias_activation_kernel(const In* z, Out* y, const float* b, int 
   }
 }
 
-// One block per channel: its N·S values summed per thread in order, then
-// the tree.
+// Conv outputs: block (c, slice) sums channel c over its slice of the
+// batch, each sample's S values read contiguously (coalesced); then one
+// thread per channel adds its slices in order.
+template <typename T>
+__global__ void bias_grad_slices_kernel(const T* dy, float* partials, int n, int channels, int spatial) {
+  __shared__ float shared[kThreads];
+  const int c = blockIdx.x, slice = blockIdx.y;
+  const int per = (n + kBiasSlices - 1) / kBiasSlices;
+  const int begin = slice * per, end = min(n, begin + per);
+  float sum = 0.0f;
+  for (int sample = begin; sample < end; ++sample) {
+    const T* row = dy + (static_cast<std::int64_t>(sample) * channels + c) * spatial;
+    for (int s = threadIdx.x; s < spatial; s += kThreads) sum += ld(row[s]);
+  }
+  sum = block_sum(sum, shared);
+  if (threadIdx.x == 0) partials[c * kBiasSlices + slice] = sum;
+}
+
+__global__ void bias_grad_total_kernel(const float* partials, float* db, int channels, bool accumulate) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  float sum = 0.0f;
+  for (int slice = 0; slice < kBiasSlices; ++slice) sum += partials[c * kBiasSlices + slice];
+  db[c] = accumulate ? db[c] + sum : sum;
+}
+
+// Dense outputs (S = 1): one block per column, its N values summed per
+// thread in order, then the tree.
 template <typename T>
 __global__ void bias_grad_kernel(const T* dy, float* db, int n, int channels, int spatial, bool accumulate) {
   __shared__ float shared[kThreads];
@@ -608,12 +634,20 @@ void bias_activation(ConstActivations z, Activations y, const float* b, int n, i
   });
   check_launch("bias_activation");
 }
-void bias_grad(ConstActivations dy, float* db, int n, int channels, int spatial, bool accumulate,
+void bias_grad(ConstActivations dy, float* db, int n, int channels, int spatial, bool accumulate, float* partials,
                cudaStream_t stream) {
   if (channels == 0) return;
   with_type(dy.dtype, "bias gradient", [&](auto t) {
     using T = typename decltype(t)::type;
-    bias_grad_kernel<T><<<channels, kThreads, 0, stream>>>(as<T>(dy), db, n, channels, spatial, accumulate);
+    if (spatial == 1) {
+      bias_grad_kernel<T><<<channels, kThreads, 0, stream>>>(as<T>(dy), db, n, channels, spatial, accumulate);
+      return;
+    }
+    bias_grad_slices_kernel<T><<<dim3(channels, kBiasSlices), kThreads, 0, stream>>>(as<T>(dy), partials, n,
+                                                                                     channels, spatial);
+    check_launch("bias_grad_slices");
+    bias_grad_total_kernel<<<(channels + kThreads - 1) / kThreads, kThreads, 0, stream>>>(partials, db, channels,
+                                                                                        accumulate);
   });
   check_launch("bias_grad");
 }

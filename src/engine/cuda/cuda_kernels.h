@@ -11,6 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "anneal/backend.h"
@@ -78,8 +79,13 @@ void activation_backward_from_output(Activation f, ConstActivations y, ConstActi
 void bias_activation(ConstActivations z, Activations y, const float* b, int n, int channels, int spatial,
                      Activation f, cudaStream_t stream);
 // db(C) = Σ_{n,s} dy(N, C, S), or db += that sum when `accumulate`.
-void bias_grad(ConstActivations dy, float* db, int n, int channels, int spatial, bool accumulate,
+// `partials` holds bias_grad_partials(channels) floats of scratch.
+void bias_grad(ConstActivations dy, float* db, int n, int channels, int spatial, bool accumulate, float* partials,
                cudaStream_t stream);
+// Spatial outputs (conv) are summed in this many slices of the batch per
+// channel, then the slices in order.
+inline constexpr int kBiasSlices = 32;
+inline std::size_t bias_grad_partials(int channels) { return std::size_t(channels) * kBiasSlices; }
 
 // ---- Optimizers and clipping --------------------------------------------------
 

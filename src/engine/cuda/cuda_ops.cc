@@ -225,7 +225,8 @@ class CudaDenseOp final : public DenseOp {
     // dWᵀ(I, O) = xᵀ(I, N)·dy(N, O), column-major, fp32 whatever the compute.
     gemm_.run(false, true, in_, out_, n, spec_.compute, in_dtype(x, spec_.compute, input_, ctx_), in_, dy.data(),
               out_, f32(dweights, "dense weight gradient"), in_, accumulate ? 1.0f : 0.0f);
-    kernels::bias_grad(activations(dy), f32(dbias, "dense bias gradient"), n, out_, 1, accumulate, ctx_.stream);
+    kernels::bias_grad(activations(dy), f32(dbias, "dense bias gradient"), n, out_, 1, accumulate, nullptr,
+                       ctx_.stream);
   }
 
  private:
@@ -287,7 +288,7 @@ class CudaConvOp final : public ConvOp {
  public:
   CudaConvOp(CudaContext& ctx, const ConvSpec& spec)
       : ctx_(ctx), spec_(spec), dt_(spec.compute), weights16_(*ctx.allocator), input_(*ctx.allocator),
-        dweights16_(*ctx.allocator) {
+        dweights16_(*ctx.allocator), bias_partials_(*ctx.allocator) {
     const auto [c, h, w] = image_dims(spec.in, "conv");
     c_ = c, h_ = h, w_ = w;
     o_ = kernel_count(spec.out_channels, "conv channels");
@@ -365,8 +366,9 @@ class CudaConvOp final : public ConvOp {
     if (!direct)
       kernels::add_to_f32({dw, DType::kBF16}, f32(dweights, "conv weight gradient"), count, accumulate,
                           ctx_.stream);
+    auto* partials = static_cast<float*>(bias_partials_.ensure(sizeof(float) * kernels::bias_grad_partials(o_)));
     kernels::bias_grad(activations(dy), f32(dbias, "conv bias gradient"), plan.n, o_, ho_ * wo_, accumulate,
-                       ctx_.stream);
+                       partials, ctx_.stream);
   }
 
  private:
@@ -467,6 +469,7 @@ class CudaConvOp final : public ConvOp {
   DType dt_;
   WorkingCopy weights16_;
   DeviceBuffer input_, dweights16_;  // x in the compute dtype; a bf16 filter gradient
+  DeviceBuffer bias_partials_;        // the bias gradient's per-slice sums
   int c_ = 0, h_ = 0, w_ = 0, o_ = 0, ho_ = 0, wo_ = 0;
   cudnnFilterDescriptor_t filter_ = nullptr;
   cudnnConvolutionDescriptor_t conv_ = nullptr;
