@@ -362,13 +362,7 @@ class CpuBackend final : public Backend {
     float* vp = f32_data(v, "adam");
     const std::int64_t n = stored_elements(w);
     AdamKernelArgs args;
-    args.step_size = u.lr / (1.0f - std::pow(u.beta1, float(u.step)));
-    args.inv_sqrt_bc2 = 1.0f / std::sqrt(1.0f - std::pow(u.beta2, float(u.step)));
-    args.beta1 = u.beta1;
-    args.beta2 = u.beta2;
-    args.epsilon = u.epsilon;
-    args.l2 = u.decoupled_weight_decay ? 0.0f : u.weight_decay;
-    args.decay = u.decoupled_weight_decay ? 1.0f - u.lr * u.weight_decay : 1.0f;
+    static_cast<engine::AdamScalars&>(args) = engine::adam_scalars(u);
     args.grad_scale = scale_of(u.grad_scale);
     for_chunks(n, [&](std::int64_t begin, std::int64_t count) {
       adam_kernel(wp + begin, gp + begin, mp + begin, vp + begin, count, args);

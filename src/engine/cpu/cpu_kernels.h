@@ -7,14 +7,11 @@
 
 #include <cstdint>
 
+#include "engine/adam_scalars.h"
+
 namespace anneal::cpu {
 
-struct AdamKernelArgs {
-  float step_size;     // lr / (1 − β1^t)
-  float inv_sqrt_bc2;  // 1 / √(1 − β2^t)
-  float beta1, beta2, epsilon;
-  float l2;            // coupled weight decay (adam), 0 for adamw
-  float decay;         // 1 − lr·wd for adamw, 1 otherwise
+struct AdamKernelArgs : engine::AdamScalars {
   float grad_scale;
 };
 

@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -294,15 +293,7 @@ class CudaBackend final : public Backend {
     check_same_size(w, g, "adam");
     check_same_size(w, m, "adam");
     check_same_size(w, v, "adam");
-    kernels::AdamArgs a{};
-    a.step_size = u.lr / (1.0f - std::pow(u.beta1, float(u.step)));
-    a.inv_sqrt_bc2 = 1.0f / std::sqrt(1.0f - std::pow(u.beta2, float(u.step)));
-    a.beta1 = u.beta1;
-    a.beta2 = u.beta2;
-    a.epsilon = u.epsilon;
-    a.l2 = u.decoupled_weight_decay ? 0.0f : u.weight_decay;
-    a.decay = u.decoupled_weight_decay ? 1.0f - u.lr * u.weight_decay : 1.0f;
-    kernels::adam(f32(w, "adam"), f32(g, "adam"), f32(m, "adam"), f32(v, "adam"), count(w), a,
+    kernels::adam(f32(w, "adam"), f32(g, "adam"), f32(m, "adam"), f32(v, "adam"), count(w), engine::adam_scalars(u),
                   scale_of(u.grad_scale), ctx_.stream);
     w.mark_modified();
   }

@@ -16,6 +16,7 @@
 
 #include "anneal/backend.h"
 #include "anneal/loss.h"
+#include "engine/adam_scalars.h"
 
 namespace anneal::cuda::kernels {
 
@@ -89,13 +90,7 @@ inline std::size_t bias_grad_partials(int channels) { return std::size_t(channel
 
 // ---- Optimizers and clipping --------------------------------------------------
 
-struct AdamArgs {
-  float step_size;     // lr / (1 − β1^t)
-  float inv_sqrt_bc2;  // 1 / √(1 − β2^t)
-  float beta1, beta2, epsilon;
-  float l2;            // coupled weight decay (adam), 0 for adamw
-  float decay;         // 1 − lr·wd for adamw, 1 otherwise
-};
+using AdamArgs = engine::AdamScalars;
 // The CPU backend's update; `grad_scale` is a device scalar or null (1).
 void adam(float* w, const float* g, float* m, float* v, int n, const AdamArgs& a, const float* grad_scale,
           cudaStream_t stream);
