@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -43,6 +44,8 @@ struct State {
   std::string out_path;
   std::vector<Interval> kernels;
   std::vector<Interval> transfers;  // memcpys and memsets
+  // Per kernel name: summed durations (ns) and launches, for the hot list.
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_name;
   std::string failure;              // the first reason the totals are incomplete
 };
 
@@ -92,6 +95,7 @@ bool add(const CUpti_Activity* activity, std::vector<Interval>& to, const char* 
 void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid_size) {
   std::vector<Interval> kernels;
   std::vector<Interval> transfers;
+  std::vector<std::pair<std::string, std::uint64_t>> named;  // kernel name, duration
   CUpti_Activity* record = nullptr;
   bool complete = true;
   for (;;) {
@@ -102,9 +106,12 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* b
       break;
     }
     switch (record->kind) {
-      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         complete &= add<CUpti_ActivityKernel10>(record, kernels, "kernel");
+        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+        named.emplace_back(k->name ? k->name : "?", k->end > k->start ? k->end - k->start : 0);
         break;
+      }
       case CUPTI_ACTIVITY_KIND_MEMCPY:
         complete &= add<CUpti_ActivityMemcpy6>(record, transfers, "memcpy");
         break;
@@ -125,6 +132,32 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* b
   std::lock_guard lock(s.mutex);
   s.kernels.insert(s.kernels.end(), kernels.begin(), kernels.end());
   s.transfers.insert(s.transfers.end(), transfers.begin(), transfers.end());
+  for (const auto& [name, ns] : named) {
+    auto& [total, launches] = s.by_name[name];
+    total += ns;
+    ++launches;
+  }
+}
+
+// OUT.kernels: "NS LAUNCHES NAME" per kernel name, the most time first.
+void write_hot_list(const State& s) {
+  std::vector<std::pair<std::uint64_t, const std::string*>> order;
+  for (const auto& [name, totals] : s.by_name) order.emplace_back(totals.first, &name);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  const std::string path = s.out_path + ".kernels";
+  std::FILE* out = std::fopen(path.c_str(), "w");
+  if (out == nullptr) {
+    std::fprintf(stderr, "libanneal-kernel-time: cannot create %s: %s\n", path.c_str(), std::strerror(errno));
+    return;
+  }
+  bool written = true;
+  for (const auto& [ns, name] : order)
+    written &= std::fprintf(out, "%llu %llu %s\n", static_cast<unsigned long long>(ns),
+                            static_cast<unsigned long long>(s.by_name.at(*name).second), name->c_str()) > 0;
+  if (std::fclose(out) != 0 || !written) {
+    std::fprintf(stderr, "libanneal-kernel-time: cannot write %s\n", path.c_str());
+    std::remove(path.c_str());
+  }
 }
 
 void write_totals() {
@@ -157,7 +190,9 @@ void write_totals() {
   if (std::fclose(out) != 0 || !written) {
     std::fprintf(stderr, "libanneal-kernel-time: cannot write %s: %s\n", s.out_path.c_str(), std::strerror(errno));
     std::remove(s.out_path.c_str());
+    return;
   }
+  write_hot_list(s);
 }
 
 // Turns tracing on; false (having said why on stderr) when it cannot.

@@ -153,6 +153,16 @@ for model in mlp cnn; do
     echo "$model 512 bf16: not run (the GPU or backend refused bf16)"
   fi
 done
+# Where the CNN's kernel time goes (batch 512, the whole 2-epoch traced run).
+hot="$WORK/kt-cnn-512-2.out.kernels"
+if [ -s "$hot" ]; then
+  echo "== the CNN's 8 costliest kernels, batch 512, 2 epochs (seconds, launches, name)"
+  head -n 8 "$hot" | "$PYTHON" -c "
+import sys
+for line in sys.stdin:
+    ns, n, name = line.split(' ', 2)
+    print('%8.3f %7d  %s' % (int(ns) / 1e9, int(n), name.strip()[:110]))"
+fi
 echo "== the GPU against anneal's CPU backend on 2 threads (same model and batch; goal for the CNN: 20x)"
 printf '%-5s %5s %12s %12s %9s\n' model batch "cuda samp/s" "cpu samp/s" speedup
 printf '%s' "$cpu_rows"
