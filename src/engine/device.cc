@@ -2,10 +2,6 @@
 // `auto` picks. See include/anneal/device.h.
 #include "anneal/device.h"
 
-#include <dlfcn.h>
-
-#include <cstdlib>
-#include <filesystem>
 #include <string>
 
 #include "anneal/backend_plugin.h"
@@ -13,6 +9,7 @@
 #include "anneal/error.h"
 #include "anneal/spelling.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/plugin_library.h"
 
 namespace anneal {
 
@@ -34,58 +31,33 @@ const char* device_name(Device device) {
 
 namespace {
 
-namespace fs = std::filesystem;
-
 // The file a device's plugin is built as, and what its backend is called.
 const char* plugin_file(Device device) { return device == Device::kCuda ? "libanneal-cuda.so" : "?"; }
 const char* plugin_backend_name(Device device) { return device == Device::kCuda ? "CUDA" : "?"; }
 
-// Where plugins are looked for (backend_plugin.h), in order.
-std::vector<fs::path> plugin_dirs() {
-  if (const char* dir = std::getenv("ANNEAL_PLUGIN_DIR"); dir && *dir) return {dir};
-  std::error_code error;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", error);
-  if (error) return {};
-  return {exe.parent_path(), exe.parent_path().parent_path() / "lib" / "anneal"};
-}
-
-// A device's plugin, loaded, or why it is not there. The library stays
-// loaded for the life of the process (RTLD_NODELETE): backends it made may
-// outlive any handle, and loading it again is only a lookup.
+// A device's plugin, loaded, or why it is not there.
 struct LoadedPlugin {
   const BackendPlugin* plugin = nullptr;
   std::string reason;  // when plugin is null
 };
 
 LoadedPlugin load_plugin(Device device) {
-  const std::string file = plugin_file(device);
-  std::string searched;
-  for (const fs::path& dir : plugin_dirs()) {
-    const fs::path path = dir / file;
-    searched += (searched.empty() ? "" : ", ") + dir.string();
-    if (!fs::exists(path)) continue;
-    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-    if (!handle) {
-      const char* why = ::dlerror();
-      return {nullptr, file + " cannot be loaded: " + (why ? why : "dlopen failed") +
-                           " (are its CUDA libraries installed?)"};
-    }
-    auto entry = reinterpret_cast<BackendPluginEntry>(::dlsym(handle, kBackendPluginEntry));
-    const BackendPlugin* plugin = entry ? entry() : nullptr;
-    ::dlclose(handle);  // RTLD_NODELETE: stays mapped
-    if (!plugin) return {nullptr, path.string() + " is not an anneal backend plugin"};
-    // The ABI first: the rest of the struct is only read when it matches.
-    if (plugin->abi != kBackendPluginAbi)
-      return {nullptr, path.string() + " is a plugin of ABI " + std::to_string(plugin->abi) + ", not " +
-                           std::to_string(kBackendPluginAbi) + "; install the package matching this anneal"};
-    if (std::string_view(plugin->build) != build::kPluginBuild || plugin->device != device || !plugin->probe ||
-        !plugin->make)
-      return {nullptr, path.string() + " was built for anneal " + std::string(plugin->build) + ", not this " +
-                           build::kPluginBuild + "; install the package matching this anneal"};
-    return {plugin, ""};
-  }
-  return {nullptr, std::string("the ") + plugin_backend_name(device) + " backend is not installed (no " + file + " in " +
-                       (searched.empty() ? std::string("any plugin directory") : searched) + ")"};
+  const engine::PluginEntry found =
+      engine::find_plugin_entry(plugin_file(device), kBackendPluginEntry,
+                                std::string("the ") + plugin_backend_name(device) + " backend",
+                                std::string("its ") + plugin_backend_name(device) + " libraries", "backend");
+  if (!found.address) return {nullptr, found.reason};
+  const BackendPlugin* plugin = reinterpret_cast<BackendPluginEntry>(found.address)();
+  if (!plugin) return {nullptr, found.path + " is not an anneal backend plugin"};
+  // The ABI first: the rest of the struct is only read when it matches.
+  if (plugin->abi != kBackendPluginAbi)
+    return {nullptr, found.path + " is a plugin of ABI " + std::to_string(plugin->abi) + ", not " +
+                         std::to_string(kBackendPluginAbi) + "; install the package matching this anneal"};
+  if (std::string_view(plugin->build) != build::kPluginBuild || plugin->device != device || !plugin->probe ||
+      !plugin->make)
+    return {nullptr, found.path + " was built for anneal " + std::string(plugin->build) + ", not this " +
+                         build::kPluginBuild + "; install the package matching this anneal"};
+  return {plugin, ""};
 }
 
 }  // namespace

@@ -1,0 +1,61 @@
+// Communicator: the processes of one data-parallel run, or just this one.
+//
+//   std::unique_ptr<anneal::Communicator> comm = anneal::make_communicator();
+//   comm->allreduce_sum(gradients);   // the same bits on every rank
+//
+// A process started by Open MPI's mpirun gets an MPI communicator from the
+// plugin libanneal-mpi.so (built where Open MPI's development files are
+// found), so the anneal executable links no MPI library and a
+// single-server install needs none; any other process is a communicator
+// of one (rank 0, size 1), on which every operation is a no-op.
+//
+// Determinism: allreduce_sum adds the ranks' values in rank order, so the
+// result is the same bits on every rank and run after run for a fixed
+// number of ranks, whatever algorithm MPI picks for its collectives: the
+// plugin moves the data with MPI (a reduce-scatter by MPI_Alltoall, then
+// MPI_Allgather) and does every addition itself.
+//
+// Thread-safety: a Communicator is used by one thread at a time. Every rank
+// must make the same calls in the same order (the MPI rule). Errors:
+// anneal::Error kFailure naming the MPI call and MPI's message; a rank that
+// dies makes mpirun stop the job.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace anneal {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;  // 0 .. size() − 1
+  virtual int size() const = 0;
+  // Every rank's host name, in rank order (the same list on every rank).
+  virtual std::vector<std::string> hosts() = 0;
+
+  // values = Σ over ranks of each rank's values, added in rank order; every
+  // rank passes the same count.
+  virtual void allreduce_sum(std::span<float> values) = 0;
+  virtual void allreduce_sum(std::span<double> values) = 0;
+  // Copies `root`'s bytes to every rank (each passes a span of that size).
+  virtual void broadcast(std::span<std::byte> bytes, int root) = 0;
+  virtual void barrier() = 0;
+};
+
+// True when this process was started by Open MPI's launcher (mpirun or
+// mpiexec set OMPI_COMM_WORLD_SIZE).
+bool launched_by_mpi();
+
+// The MPI communicator when launched_by_mpi(), else a communicator of one.
+// Throws kUsage, one line, when launched by mpirun but the MPI plugin is
+// missing or cannot be loaded ("... libanneal-mpi.so is not installed ..."),
+// and kFailure when MPI fails to start.
+std::unique_ptr<Communicator> make_communicator();
+
+}  // namespace anneal
