@@ -38,6 +38,8 @@
 
 namespace anneal {
 
+class Communicator;
+
 enum class Precision : std::uint8_t {
   kFp32,  // fp32 everywhere
   kBf16,  // bf16 activations and working weights; fp32 master weights, gradients, optimizer
@@ -107,8 +109,20 @@ class Trainer {
   // checked as it is read (kBadData naming the source row for a label
   // outside 0..classes-1 or a feature that is not finite). `train_data` and
   // `validation` (may be null) must outlive the Trainer.
+  //
+  // Data parallelism: with a `communicator` of N > 1 ranks (communicator.h;
+  // it must outlive the Trainer), every rank builds the same Trainer over
+  // the same rows and trains the one run together: each reads only its
+  // share of every global batch (rows n·r/N to n·(r+1)/N of it), the
+  // gradients are summed across ranks before every optimizer step (so all
+  // ranks keep the same weights), and the epoch's training totals are the
+  // ranks' summed. Every rank must then call train(), save_state() and
+  // load_state() at the same points. With one rank (or none) nothing
+  // changes, bit for bit. Dropout masks are drawn per rank's share, so a
+  // run with dropout differs from the single-process one by more than
+  // rounding; validation and evaluate() run whole on every rank.
   Trainer(TrainerConfig config, Backend& backend, SampleSource& train_data, SampleSource* validation,
-          Reporter& reporter);
+          Reporter& reporter, Communicator* communicator = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -142,8 +156,8 @@ class Trainer {
   std::string weights_hash();
 
   // Everything needed to resume exactly: weights, optimizer state, batch-norm
-  // statistics, data order position, step, epoch, partial-epoch metric sums,
-  // early-stopping state and metric history.
+  // statistics, data order position, step, epoch, partial-epoch metric sums
+  // (every rank's, summed), early-stopping state and metric history.
   std::vector<std::uint8_t> save_state();
   // Restores save_state() output into this Trainer, which must have been
   // built with the same layers, loss, optimizer kind, precision, batch, grad

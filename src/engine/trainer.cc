@@ -5,12 +5,14 @@
 
 #include <sodium.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
 
+#include "anneal/communicator.h"
 #include "anneal/error.h"
 #include "anneal/spelling.h"
 #include "engine/data_order.h"
@@ -157,12 +159,13 @@ class Trainer::Impl {
   }
 
   Impl(TrainerConfig config, Backend& backend, SampleSource& train_data, SampleSource* validation,
-       Reporter& reporter)
+       Reporter& reporter, Communicator* communicator = nullptr)
       : config_(std::move(config)),
         train_(&train_data),
         validation_(validation),
         reporter_(reporter),
-        backend_(&backend) {
+        backend_(&backend),
+        comm_(communicator && communicator->size() > 1 ? communicator : nullptr) {
     validate_config(config_, backend_->capabilities(), validation_ != nullptr);
     const Dims sample_shape(train_->sample_shape());
     validate_source(*train_, "training", sample_shape);
@@ -285,7 +288,9 @@ class Trainer::Impl {
     w.i64(micro_index_);
     w.i64(step_);
     w.u64(micro_step_);
-    const LossTotals epoch_totals = train_loss_->totals();
+    // Every rank's share of the epoch so far, summed: the checkpoint holds
+    // the run's totals, whatever the number of ranks.
+    const LossTotals epoch_totals = across_ranks(train_loss_->totals());
     w.f64(epoch_totals.loss_sum);
     w.i64(epoch_totals.correct);
     w.i64(epoch_totals.count);
@@ -383,7 +388,8 @@ class Trainer::Impl {
     micro_index_ = micro_index;
     step_ = step;
     micro_step_ = micro_step;
-    train_loss_->set_totals(totals);
+    // The run's totals go to one rank: the epoch's end sums the ranks'.
+    train_loss_->set_totals(rank() == 0 ? totals : LossTotals{});
     best_metric_ = best;
     bad_epochs_ = bad;
     finished_ = finished || epoch_ >= config_.epochs;
@@ -570,17 +576,61 @@ class Trainer::Impl {
 
   // The batch buffer holding micro-batch `micro` of the current epoch,
   // read now from the training source.
+  // With several ranks, this rank's share of it: rows [n·r/N, n·(r+1)/N)
+  // of the global micro-batch, possibly none when n < N.
   Slot& batch(std::int64_t micro) {
     const std::int64_t n = micro_rows(micro);
-    const Dims sample(train_->sample_shape());
-    backend_->shape_plain(slot_.x, sample.with_batch(n), DType::kF32);
-    backend_->shape_plain(slot_.y, Dims{n}, DType::kF32);
     const std::int64_t first = micro * config_.batch;
     announce_window(first);
     batch_rows_.resize(std::size_t(n));
     order(epoch_).rows(first, n, batch_rows_.data());
-    read_batch(*train_, "training", batch_rows_, slot_.x, slot_.y, /*labels=*/true);
+    const std::int64_t lo = n * rank() / ranks(), hi = n * (rank() + 1) / ranks();
+    const Dims sample(train_->sample_shape());
+    backend_->shape_plain(slot_.x, sample.with_batch(hi - lo), DType::kF32);
+    backend_->shape_plain(slot_.y, Dims{hi - lo}, DType::kF32);
+    read_batch(*train_, "training", std::span<const std::uint32_t>(batch_rows_).subspan(std::size_t(lo), std::size_t(hi - lo)),
+               slot_.x, slot_.y, /*labels=*/true);
     return slot_;
+  }
+
+  int rank() const { return comm_ ? comm_->rank() : 0; }
+  int ranks() const { return comm_ ? comm_->size() : 1; }
+
+  // The ranks' totals summed (in rank order); this rank's alone without a
+  // communicator. Every rank must call it at the same point.
+  LossTotals across_ranks(const LossTotals& t) {
+    if (!comm_) return t;
+    std::array<double, 3> v{t.loss_sum, double(t.correct), double(t.count)};
+    comm_->allreduce_sum(std::span<double>(v));
+    LossTotals out;
+    out.loss_sum = v[0];
+    out.correct = std::int64_t(v[1]);
+    out.count = std::int64_t(v[2]);
+    return out;
+  }
+
+  // Data parallelism: every rank's gradients summed into every rank's, so
+  // all apply the same step. Each rank's loss gradient was already scaled
+  // by 1/(the global step's samples), so the sum is the global mean's.
+  // One host buffer and one all-reduce for all parameters, in parameter
+  // order.
+  void reduce_gradients() {
+    if (!comm_) return;
+    const auto& params = network_->parameters();
+    std::size_t total = 0;
+    for (const Parameter* p : params) total += std::size_t(p->grad.elements());
+    grad_host_.resize(total);
+    std::size_t at = 0;
+    for (const Parameter* p : params) {
+      backend_->copy_to_host(p->grad, grad_host_.data() + at);
+      at += std::size_t(p->grad.elements());
+    }
+    comm_->allreduce_sum(std::span<float>(grad_host_));
+    at = 0;
+    for (Parameter* p : params) {
+      backend_->copy_from_host(grad_host_.data() + at, p->grad);
+      at += std::size_t(p->grad.elements());
+    }
   }
 
   void run_step() {
@@ -589,18 +639,24 @@ class Trainer::Impl {
     std::int64_t samples = 0;
     for (std::int64_t m = first; m < last; ++m) samples += micro_rows(m);
     const float grad_scale = 1.0f / float(samples);
+    bool any_rows = false;  // this rank's: gradients hold something
     for (std::int64_t m = first; m < last; ++m) {
       Slot& slot = batch(m);
+      ++micro_step_;
+      if (slot.x.batch() == 0) continue;  // a global batch smaller than the ranks
       PassContext ctx;
       ctx.training = true;
-      ctx.accumulate = m > first;
+      ctx.accumulate = any_rows;
       ctx.seed = config_.seed;
-      ctx.micro_step = micro_step_;
+      ctx.micro_step = micro_step_ - 1;
       const Tensor& out = network_->forward(slot.x, ctx);
       train_loss_->forward_backward(out, slot.y, &dloss_, grad_scale);
       network_->backward(dloss_, ctx);
-      ++micro_step_;
+      any_rows = true;
     }
+    if (!any_rows)
+      for (Parameter* p : network_->parameters()) backend_->fill_zero(p->grad);
+    reduce_gradients();
     micro_index_ = last;
     last_lr_ = scheduled_lr(config_.optimizer, step_, total_steps());
     optimizer_->step(step_, total_steps());
@@ -615,8 +671,8 @@ class Trainer::Impl {
     EpochMetrics m;
     m.epoch = epoch_ + 1;
     m.steps = step_;
-    // The one read-back of the epoch's training totals.
-    const LossTotals epoch_totals = train_loss_->totals();
+    // The one read-back of the epoch's training totals (every rank's).
+    const LossTotals epoch_totals = across_ranks(train_loss_->totals());
     m.train_loss = epoch_totals.mean_loss();
     m.train_accuracy = is_classification(config_.loss) ? epoch_totals.accuracy() : 0.0;
     m.lr = float(last_lr_);
@@ -722,6 +778,8 @@ class Trainer::Impl {
   std::pair<std::int64_t, std::int64_t> announced_{-1, -1};  // (epoch, window) told to the source
   std::vector<std::uint32_t> batch_rows_;
   std::vector<float> stage_x_, stage_y_;  // batches for a backend the host cannot write
+  Communicator* comm_ = nullptr;          // null: this process alone (or a communicator of one)
+  std::vector<float> grad_host_;          // every gradient, for the all-reduce
   Tensor dloss_, eval_x_, eval_y_;
   Clock::time_point epoch_start_ = Clock::now();
 
@@ -733,8 +791,8 @@ Trainer::Trainer(TrainerConfig config, Backend& backend, DataView train_data,
                  std::optional<DataView> validation, Reporter& reporter)
     : impl_(std::make_unique<Impl>(std::move(config), backend, train_data, validation, reporter)) {}
 Trainer::Trainer(TrainerConfig config, Backend& backend, SampleSource& train_data, SampleSource* validation,
-                 Reporter& reporter)
-    : impl_(std::make_unique<Impl>(std::move(config), backend, train_data, validation, reporter)) {}
+                 Reporter& reporter, Communicator* communicator)
+    : impl_(std::make_unique<Impl>(std::move(config), backend, train_data, validation, reporter, communicator)) {}
 Trainer::~Trainer() = default;
 
 bool Trainer::train(std::uint64_t max_steps) { return impl_->train(max_steps); }
