@@ -76,8 +76,9 @@ void expect_rank_order_sums(Communicator& comm) {
     }
     comm.allreduce_sum(std::span<T>(values));
     ASSERT_EQ(values.size(), n);
-    if (n > 0)  // memcmp of an empty vector's null data() is undefined
+    if (n > 0) {  // memcmp of an empty vector's null data() is undefined
       EXPECT_EQ(std::memcmp(values.data(), want.data(), n * sizeof(T)), 0) << "not the rank-order sum, bit for bit";
+    }
   }
 }
 
