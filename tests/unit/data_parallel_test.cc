@@ -8,7 +8,8 @@
 //     rounding (the ranks' gradient sums are added in another order than
 //     one batch's), and the epoch metrics are the whole batch's;
 //   * a checkpoint taken mid-epoch by N ranks resumes to the same weights,
-//     and holds every rank's share of the epoch's totals.
+//     and holds every rank's share of the epoch's totals, so it also goes
+//     on in a single process (N changed on resume).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -134,6 +135,37 @@ TEST_F(DataParallel, AMidEpochCheckpointResumesToTheUninterruptedWeights) {
   ASSERT_EQ(resumed.history().size(), uninterrupted.history().size());
   for (std::size_t e = 0; e < resumed.history().size(); ++e)
     EXPECT_EQ(resumed.history()[e].train_loss, uninterrupted.history()[e].train_loss) << "epoch " << e + 1;
+}
+
+// A checkpoint of N ranks goes on in one process (N changed on resume): the
+// same position and totals, so it ends within rounding of the N-rank run.
+TEST_F(DataParallel, ACheckpointOfNRanksResumesInOneProcess) {
+  Trainer uninterrupted(config(), *backend_, source_, nullptr, reporter_, comm_.get());
+  uninterrupted.train();
+  Trainer first(config(), *backend_, source_, nullptr, reporter_, comm_.get());
+  first.train(30);
+  const std::vector<std::uint8_t> state = first.save_state();  // every rank calls it
+
+  Trainer alone(config(), *backend_, source_, nullptr, reporter_);  // no communicator
+  alone.load_state(state);
+  EXPECT_EQ(alone.step(), 30);
+  alone.train();
+  const std::vector<float> got = all_weights(alone), want = all_weights(uninterrupted);
+  ASSERT_EQ(got.size(), want.size());
+  double max_error = 0, max_weight = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    max_error = std::max(max_error, double(std::fabs(got[i] - want[i])));
+    max_weight = std::max(max_weight, double(std::fabs(want[i])));
+  }
+  if (comm_->size() == 1) {
+    EXPECT_EQ(alone.weights_hash(), uninterrupted.weights_hash());
+  } else {
+    EXPECT_LT(max_error, 1e-3 * max_weight);
+  }
+  // The epoch the checkpoint cut through counts every rank's rows once.
+  ASSERT_EQ(alone.history().size(), uninterrupted.history().size());
+  for (std::size_t e = 0; e < alone.history().size(); ++e)
+    EXPECT_NEAR(alone.history()[e].train_loss, uninterrupted.history()[e].train_loss, 1e-4) << "epoch " << e + 1;
 }
 
 }  // namespace
