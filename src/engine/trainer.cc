@@ -588,8 +588,8 @@ class Trainer::Impl {
     const Dims sample(train_->sample_shape());
     backend_->shape_plain(slot_.x, sample.with_batch(hi - lo), DType::kF32);
     backend_->shape_plain(slot_.y, Dims{hi - lo}, DType::kF32);
-    read_batch(*train_, "training", std::span<const std::uint32_t>(batch_rows_).subspan(std::size_t(lo), std::size_t(hi - lo)),
-               slot_.x, slot_.y, /*labels=*/true);
+    const auto share = std::span<const std::uint32_t>(batch_rows_).subspan(std::size_t(lo), std::size_t(hi - lo));
+    read_batch(*train_, "training", share, slot_.x, slot_.y, /*labels=*/true);
     return slot_;
   }
 

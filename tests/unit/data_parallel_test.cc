@@ -137,6 +137,26 @@ TEST_F(DataParallel, AMidEpochCheckpointResumesToTheUninterruptedWeights) {
     EXPECT_EQ(resumed.history()[e].train_loss, uninterrupted.history()[e].train_loss) << "epoch " << e + 1;
 }
 
+// 289 rows in batches of 16: the last batch has one row, so every rank
+// but one has none of it and contributes zero gradients to that step.
+TEST_F(DataParallel, ARankWithNoRowsOfABatchContributesNothing) {
+  const Blobs small = blobs(289);
+  ArraySource source(small.x, small.y, {8});
+  Trainer parallel(config(), *backend_, source, nullptr, reporter_, comm_.get());
+  parallel.train();
+  EXPECT_EQ(from_rank0(parallel.weights_hash()), parallel.weights_hash());
+  Trainer single(config(), *backend_, source, nullptr, reporter_);
+  single.train();
+  const std::vector<float> got = all_weights(parallel), want = all_weights(single);
+  double max_error = 0, max_weight = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    max_error = std::max(max_error, double(std::fabs(got[i] - want[i])));
+    max_weight = std::max(max_weight, double(std::fabs(want[i])));
+  }
+  EXPECT_LT(max_error, 1e-3 * max_weight);
+  EXPECT_NEAR(parallel.history().back().train_loss, single.history().back().train_loss, 1e-4);
+}
+
 // A checkpoint of N ranks goes on in one process (N changed on resume): the
 // same position and totals, so it ends within rounding of the N-rank run.
 TEST_F(DataParallel, ACheckpointOfNRanksResumesInOneProcess) {
