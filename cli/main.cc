@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "anneal/communicator.h"
 #include "anneal/error.h"
 #include "anneal/spelling.h"
 #include "anneal/version.h"
@@ -215,6 +216,12 @@ int run(int argc, char** argv) {
   if (invocation.args.count("store")) invocation.global.store = invocation.args["store"].as<std::string>();
   else if (global.count("store")) invocation.global.store = global["store"].as<std::string>();
   else invocation.global.store = default_store();
+  // Under mpirun every rank would run the command on the store at once (N
+  // runs training side by side, N imports): refused, before anything is
+  // touched, until training across ranks exists.
+  if (const int ranks = mpi_world_size(); ranks > 1)
+    throw usage_error("anneal " + command->name + " under mpirun with " + std::to_string(ranks) +
+                      " ranks: anneal does not run across ranks yet; run it without mpirun (or with -np 1)");
   return command->run(invocation);
 }
 

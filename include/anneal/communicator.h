@@ -51,6 +51,9 @@ class Communicator {
 // True when this process was started by Open MPI's launcher (mpirun or
 // mpiexec set OMPI_COMM_WORLD_SIZE).
 bool launched_by_mpi();
+// How many processes that launcher started (OMPI_COMM_WORLD_SIZE), read
+// without starting MPI; 1 when not launched by it.
+int mpi_world_size();
 
 // The MPI communicator when launched_by_mpi(), else a communicator of one.
 // Throws kUsage, one line, when launched by mpirun but the MPI plugin is

@@ -38,6 +38,12 @@ bool launched_by_mpi() {
   return size != nullptr && *size != '\0';
 }
 
+int mpi_world_size() {
+  if (!launched_by_mpi()) return 1;
+  const int size = std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE"));
+  return size > 0 ? size : 1;
+}
+
 std::unique_ptr<Communicator> make_communicator() {
   if (!launched_by_mpi()) return std::make_unique<SingleProcess>();
   const engine::PluginEntry found = engine::find_plugin_entry(
