@@ -114,12 +114,14 @@ grep -Ei "$cuda_re" <<<"$requires" && fail "rpm requires CUDA"
 
 if [ "$cuda" = cuda ]; then
   plugin=/usr/lib/anneal/libanneal-cuda.so
-  # Exactly the plugin, and for Debian its copyright and changelog.
+  ops=/usr/lib/anneal/libanneal-cuda-ops.so  # the backend the plugin loads
+  # Exactly the plugin and its backend, and for Debian its copyright and changelog.
   cuda_deb_files=$(dpkg-deb -c "$cuda_deb" | awk '$1 !~ /^d/ {print $6}' | sed 's|^\.||' | sort)
-  expected=$(printf '%s\n' "$plugin" /usr/share/doc/anneal-cuda/changelog.gz /usr/share/doc/anneal-cuda/copyright | sort)
+  expected=$(printf '%s\n' "$plugin" "$ops" /usr/share/doc/anneal-cuda/changelog.gz \
+    /usr/share/doc/anneal-cuda/copyright | sort)
   [ "$cuda_deb_files" = "$expected" ] || fail "anneal-cuda deb holds $(oneline "$cuda_deb_files"), not $(oneline "$expected")"
   cuda_rpm_files=$(rpm -qlp "$cuda_rpm" 2>/dev/null | sort)
-  expected=$(printf '%s\n' /usr/lib/anneal "$plugin" | sort)
+  expected=$(printf '%s\n' /usr/lib/anneal "$plugin" "$ops" | sort)
   [ "$cuda_rpm_files" = "$expected" ] || fail "anneal-cuda rpm holds $(oneline "$cuda_rpm_files"), not $(oneline "$expected")"
 
   [ "$(dpkg-deb -f "$cuda_deb" Version)" = "$version" ] || fail "anneal-cuda deb version is not $version"
@@ -130,11 +132,12 @@ if [ "$cuda" = cuda ]; then
     [ -e "$work/cuda-control/$s" ] && fail "anneal-cuda deb has a $s (the plugin needs no ldconfig, no user)"
   done
 
-  # The plugin is stripped, carries no build-tree RUNPATH, and is anneal's.
+  # Both libraries are stripped, carry no build-tree RUNPATH, and are anneal's.
   dpkg-deb -x "$cuda_deb" "$work/cuda"
-  so=$work/cuda$plugin
-  file "$so" | grep -q ", stripped" || fail "anneal-cuda deb's plugin is not stripped"
-  readelf -d "$so" | grep -Eq "\((RPATH|RUNPATH)\)" && fail "anneal-cuda deb's plugin has an RPATH or RUNPATH"
+  for so in "$work/cuda$plugin" "$work/cuda$ops"; do
+    file "$so" | grep -q ", stripped" || fail "anneal-cuda deb's ${so##*/} is not stripped"
+    readelf -d "$so" | grep -Eq "\((RPATH|RUNPATH)\)" && fail "anneal-cuda deb's ${so##*/} has an RPATH or RUNPATH"
+  done
   cuda_depends=$(dpkg-deb -f "$cuda_deb" Depends)
   cuda_requires=$(rpm -qpR "$cuda_rpm" 2>/dev/null)
   grep -qF "anneal (= $version)" <<<"$cuda_depends" || fail "anneal-cuda deb does not depend on anneal (= $version): $cuda_depends"
@@ -143,10 +146,15 @@ if [ "$cuda" = cuda ]; then
   # Every library the plugin links is a dependency of both packages: by
   # soname for rpm (its automatic requires), by the package that provides
   # it for Debian (see packaging/CMakeLists.txt).
-  needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  needed=$(for so in "$work/cuda$plugin" "$work/cuda$ops"; do
+    readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'
+  done | sort -u)
   for lib in libcudart.so. libcublasLt.so. libcudnn.so.; do
     grep -q "^$lib" <<<"$needed" || fail "the plugin does not link $lib* (needed: $(oneline "$needed"))"
   done
+  # The plugin itself maps the CUDA runtime alone: probing stays cheap.
+  readelf -d "$work/cuda$plugin" | grep -Eq "NEEDED.*(cublas|cudnn)" &&
+    fail "libanneal-cuda.so links cuBLAS or cuDNN (they belong to libanneal-cuda-ops.so)"
   for lib in $needed; do
     grep -qxF "$lib()(64bit)" <<<"$cuda_requires" || fail "anneal-cuda rpm does not require $lib()(64bit)"
     case $lib in

@@ -1,6 +1,9 @@
-// The CUDA backend and libanneal-cuda.so's entry point (anneal/backend_plugin.h).
-// Built only where CMake finds the CUDA toolkit (-DANNEAL_CUDA=auto|on|off);
-// the anneal executable never links it.
+// The CUDA backend: libanneal-cuda-ops.so, which libanneal-cuda.so (the
+// plugin, cuda_plugin.cc) loads only to make a backend, so that probing for
+// a GPU maps the CUDA runtime alone and not cuBLASLt and cuDNN (hundreds of
+// MB of address space in every command that asks `auto`). Built only where
+// CMake finds the CUDA toolkit (-DANNEAL_CUDA=auto|on|off); the anneal
+// executable never links it.
 //
 // One device (the first), one stream, one cuBLASLt and one cuDNN handle per
 // backend. Tensors are plain row-major fp32 in device memory; the host sees
@@ -20,8 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "anneal/backend_plugin.h"
-#include "anneal/build_info.h"
+#include "anneal/device.h"
 #include "anneal/error.h"
 #include "engine/cuda/cuda_common.h"
 #include "engine/cuda/cuda_kernels.h"
@@ -29,47 +31,6 @@
 
 namespace anneal::cuda {
 namespace {
-
-// "no CUDA-capable device is detected (cudaErrorNoDevice)".
-std::string runtime_error_text(cudaError_t status) {
-  return std::string(cudaGetErrorString(status)) + " (" + cudaGetErrorName(status) + ")";
-}
-
-// The oldest GPU the kernels are built for (CMAKE_CUDA_ARCHITECTURES).
-constexpr int kMinComputeCapability = 75;
-
-// Whether device 0 is usable, and why not.
-BackendAvailability probe() noexcept {
-  BackendAvailability a{Device::kCuda, false, ""};
-  try {
-    int count = 0;
-    const cudaError_t status = cudaGetDeviceCount(&count);
-    if (status != cudaSuccess) {
-      a.reason = "no usable CUDA device: " + runtime_error_text(status);
-      return a;
-    }
-    if (count == 0) {
-      a.reason = "no usable CUDA device: the CUDA runtime found none";
-      return a;
-    }
-    cudaDeviceProp p{};
-    const cudaError_t props = cudaGetDeviceProperties(&p, 0);
-    if (props != cudaSuccess) {
-      a.reason = "no usable CUDA device: " + runtime_error_text(props);
-      return a;
-    }
-    if (p.major * 10 + p.minor < kMinComputeCapability) {
-      a.reason = std::string(p.name) + " has compute capability " + std::to_string(p.major) + "." +
-                 std::to_string(p.minor) + "; the CUDA backend needs 7.5 (Turing) or newer";
-      return a;
-    }
-    a.usable = true;
-  } catch (...) {  // a probe must not throw: std::bad_alloc building the text
-    a.usable = false;
-    a.reason = "no usable CUDA device: the probe failed";
-  }
-  return a;
-}
 
 // The CPU backend's dropout key (splitmix64 of the seed and stream), so a
 // mask is the same function of its key on either device.
@@ -416,17 +377,12 @@ class CudaBackend final : public Backend {
   Tensor upload_, download_;  // fp32 values of a bf16 tensor on their way in and out
 };
 
-std::unique_ptr<Backend> make(const BackendOptions& options) {
-  const BackendAvailability a = probe();
-  if (!a.usable) throw usage_error(std::string("device cuda: ") + a.reason + "; use device cpu or auto");
-  return std::make_unique<CudaBackend>(options);
-}
-
-constexpr BackendPlugin kPlugin{kBackendPluginAbi, build::kPluginBuild, Device::kCuda, &probe, &make};
-
 }  // namespace
 }  // namespace anneal::cuda
 
-extern "C" __attribute__((visibility("default"))) const anneal::BackendPlugin* anneal_backend_plugin_v1() {
-  return &anneal::cuda::kPlugin;
+// What libanneal-cuda.so calls once its probe found a usable device
+// (cuda_plugin.cc): a new backend the caller owns. Throws anneal::Error.
+extern "C" __attribute__((visibility("default"))) anneal::Backend* anneal_cuda_make_backend(
+    const anneal::BackendOptions* options) {
+  return new anneal::cuda::CudaBackend(*options);
 }
