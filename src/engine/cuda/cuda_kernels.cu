@@ -257,6 +257,32 @@ __global__ void bias_grad_kernel(const T* dy, float* db, int n, int channels, in
   if (threadIdx.x == 0) db[c] = accumulate ? db[c] + sum : sum;
 }
 
+// ---- Convolution lowering ----
+
+// One thread per element of col, in col's order: consecutive threads write
+// consecutive output positions and read neighbouring input pixels.
+template <typename T>
+__global__ void im2col_kernel(const T* x, T* col, int total, int ns, ConvGeometry g) {
+  const int spatial = g.ho * g.wo, columns = ns * spatial;
+  ANNEAL_GRID_STRIDE(i, total) {
+    const int column = i % columns, row = i / columns;
+    const int j = row % g.k, ki = (row / g.k) % g.k, c = row / (g.k * g.k);
+    const int s = column / spatial, p = column % spatial;
+    const int ih = (p / g.wo) * g.stride - g.pad + ki, iw = (p % g.wo) * g.stride - g.pad + j;
+    col[i] = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w
+                 ? x[((std::int64_t(s) * g.c + c) * g.h + ih) * g.w + iw]
+                 : st<T>(0.0f);
+  }
+}
+
+template <typename T>
+__global__ void channels_first_kernel(const T* x, T* out, int total, int n, int channels, int spatial) {
+  ANNEAL_GRID_STRIDE(i, total) {
+    const int p = i % spatial, s = (i / spatial) % n, c = i / (spatial * n);
+    out[i] = x[(std::int64_t(s) * channels + c) * spatial + p];
+  }
+}
+
 // ---- Optimizers ----
 
 __global__ void adam_kernel(float* w, const float* g, float* m, float* v, int n, AdamArgs a, const float* scale) {
@@ -650,6 +676,29 @@ void bias_grad(ConstActivations dy, float* db, int n, int channels, int spatial,
                                                                                         accumulate);
   });
   check_launch("bias_grad");
+}
+void im2col(ConstActivations x, Activations col, int ns, const ConvGeometry& g, cudaStream_t stream) {
+  const std::int64_t total = std::int64_t(g.c) * g.k * g.k * ns * g.ho * g.wo;
+  if (total == 0) return;
+  // The grid-stride index must not overflow int on its last step.
+  if (total > INT32_MAX / 2) throw failure("im2col: " + std::to_string(total) + " elements do not fit one launch");
+  with_type(x.dtype, "im2col", [&](auto t) {
+    using T = typename decltype(t)::type;
+    im2col_kernel<T><<<blocks_for(int(total)), kThreads, 0, stream>>>(as<T>(x), as<T>(col), int(total), ns, g);
+  });
+  check_launch("im2col");
+}
+void channels_first(ConstActivations x, Activations out, int n, int channels, int spatial, cudaStream_t stream) {
+  const std::int64_t total = std::int64_t(n) * channels * spatial;
+  if (total == 0) return;
+  if (total > INT32_MAX / 2)
+    throw failure("channels_first: " + std::to_string(total) + " elements do not fit one launch");
+  with_type(x.dtype, "channels_first", [&](auto t) {
+    using T = typename decltype(t)::type;
+    channels_first_kernel<T>
+        <<<blocks_for(int(total)), kThreads, 0, stream>>>(as<T>(x), as<T>(out), int(total), n, channels, spatial);
+  });
+  check_launch("channels_first");
 }
 void adam(float* w, const float* g, float* m, float* v, int n, const AdamArgs& a, const float* grad_scale,
           cudaStream_t stream) {

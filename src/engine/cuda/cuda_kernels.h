@@ -88,6 +88,21 @@ void bias_grad(ConstActivations dy, float* db, int n, int channels, int spatial,
 inline constexpr int kBiasSlices = 32;
 inline std::size_t bias_grad_partials(int channels) { return std::size_t(channels) * kBiasSlices; }
 
+// ---- Convolution lowering ---------------------------------------------------------
+
+// A 2-D convolution's per-sample geometry: input (C, H, W), a k×k kernel,
+// output (Ho, Wo).
+struct ConvGeometry {
+  int c, h, w, k, stride, pad, ho, wo;
+};
+// For the `ns` samples at x (ns, C, H, W), the row-major matrix
+// col(C·k·k, ns·Ho·Wo) with col[(c·k + i)·k + j][s·Ho·Wo + oh·Wo + ow] =
+// x[s][c][oh·stride − pad + i][ow·stride − pad + j], 0 outside the image.
+// x and col of one dtype; col's element count must fit in int.
+void im2col(ConstActivations x, Activations col, int ns, const ConvGeometry& g, cudaStream_t stream);
+// out(C, N, S) = x(N, C, S): channels outermost. x and out of one dtype.
+void channels_first(ConstActivations x, Activations out, int n, int channels, int spatial, cudaStream_t stream);
+
 // ---- Optimizers and clipping --------------------------------------------------
 
 using AdamArgs = engine::AdamScalars;

@@ -5,7 +5,9 @@
 //            no TF32 unless allowed), bias and activation in one kernel
 //            after the product
 //   conv     cuDNN's convolution forward/backward, FMA math only (no TF32),
-//            deterministic algorithms when the context asks for them
+//            deterministic algorithms when the context asks for them; in
+//            deterministic contexts the weight gradient is a cuBLASLt
+//            product over the lowered (im2col) input instead
 //   pool     cuDNN pooling (max: its deterministic mode)
 //   norm, eltwise, loss   the backend's own kernels (cuda_kernels.cu)
 //
@@ -288,7 +290,8 @@ class CudaConvOp final : public ConvOp {
  public:
   CudaConvOp(CudaContext& ctx, const ConvSpec& spec)
       : ctx_(ctx), spec_(spec), dt_(spec.compute), weights16_(*ctx.allocator), input_(*ctx.allocator),
-        dweights16_(*ctx.allocator), bias_partials_(*ctx.allocator) {
+        dweights16_(*ctx.allocator), bias_partials_(*ctx.allocator), col_(*ctx.allocator),
+        dy_channels_first_(*ctx.allocator), gemm_(ctx) {
     const auto [c, h, w] = image_dims(spec.in, "conv");
     c_ = c, h_ = h, w_ = w;
     o_ = kernel_count(spec.out_channels, "conv channels");
@@ -298,6 +301,7 @@ class CudaConvOp final : public ConvOp {
       throw usage_error("conv: a " + std::to_string(k) + "x" + std::to_string(k) + " kernel with stride " +
                         std::to_string(s) + " and padding " + std::to_string(p) + " does not fit a " +
                         std::to_string(h) + "x" + std::to_string(w) + " image");
+    k_ = k, stride_ = s, pad_ = p;
     ho_ = (h + 2 * p - k) / s + 1;
     wo_ = (w + 2 * p - k) / s + 1;
     check(cudnnCreateFilterDescriptor(&filter_), "filter descriptor");
@@ -351,21 +355,26 @@ class CudaConvOp final : public ConvOp {
     Plan& plan = plan_for(x);
     check_compute(dy, "conv gradient");
     shape_parameters(dweights, dbias);
-    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f, zero = 0.0f;
-    // cuDNN writes the filter gradient in the filter's dtype: fp32 straight
-    // into dW; under bf16 into a bf16 scratch, then added to the fp32 dW.
-    const bool direct = dt_ == DType::kF32;
-    const int count = kernel_count(dweights.elements(), "conv weights");
-    void* dw = direct ? dweights.data()
-                      : dweights16_.ensure(std::size_t(std::max(count, 1)) * dtype_size(DType::kBF16));
-    check(cudnnConvolutionBackwardFilter(ctx_.dnn, &one, plan.x.get(), in_dtype(x, dt_, input_, ctx_), plan.y.get(),
-                                         dy.data(), conv_, plan.backward_filter,
-                                         workspace(ctx_, plan.backward_filter_bytes), plan.backward_filter_bytes,
-                                         direct ? &beta : &zero, filter_, dw),
-          "convolution backward filter");
-    if (!direct)
-      kernels::add_to_f32({dw, DType::kBF16}, f32(dweights, "conv weight gradient"), count, accumulate,
-                          ctx_.stream);
+    if (plan.lowered_slice > 0) {
+      lowered_weight_grad(in_dtype(x, dt_, input_, ctx_), dy, f32(dweights, "conv weight gradient"), plan.n,
+                          plan.lowered_slice, accumulate);
+    } else {
+      const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f, zero = 0.0f;
+      // cuDNN writes the filter gradient in the filter's dtype: fp32 straight
+      // into dW; under bf16 into a bf16 scratch, then added to the fp32 dW.
+      const bool direct = dt_ == DType::kF32;
+      const int count = kernel_count(dweights.elements(), "conv weights");
+      void* dw = direct ? dweights.data()
+                        : dweights16_.ensure(std::size_t(std::max(count, 1)) * dtype_size(DType::kBF16));
+      check(cudnnConvolutionBackwardFilter(ctx_.dnn, &one, plan.x.get(), in_dtype(x, dt_, input_, ctx_),
+                                           plan.y.get(), dy.data(), conv_, plan.backward_filter,
+                                           workspace(ctx_, plan.backward_filter_bytes), plan.backward_filter_bytes,
+                                           direct ? &beta : &zero, filter_, dw),
+            "convolution backward filter");
+      if (!direct)
+        kernels::add_to_f32({dw, DType::kBF16}, f32(dweights, "conv weight gradient"), count, accumulate,
+                            ctx_.stream);
+    }
     auto* partials = static_cast<float*>(bias_partials_.ensure(sizeof(float) * kernels::bias_grad_partials(o_)));
     kernels::bias_grad(activations(dy), f32(dbias, "conv bias gradient"), plan.n, o_, ho_ * wo_, accumulate,
                        partials, ctx_.stream);
@@ -380,6 +389,7 @@ class CudaConvOp final : public ConvOp {
     cudnnConvolutionBwdDataAlgo_t backward_data{};
     cudnnConvolutionBwdFilterAlgo_t backward_filter{};
     std::size_t forward_bytes = 0, backward_data_bytes = 0, backward_filter_bytes = 0;
+    int lowered_slice = 0;  // > 0: the weight gradient is lowered_weight_grad's, in slices of this many samples
   };
 
   Plan& plan_for(const Tensor& x) {
@@ -437,6 +447,11 @@ class CudaConvOp final : public ConvOp {
         plan->backward_data = data[i].algo, plan->backward_data_bytes = data[i].memory, chosen = true;
       }
     if (!chosen) throw failure("cudnn: no backward-data algorithm for " + describe(n));
+    plan->lowered_slice = lowered_slice(n);
+    if (plan->lowered_slice > 0) {
+      plans_.push_back(std::move(plan));
+      return *plans_.back();
+    }
     std::array<cudnnConvolutionBwdFilterAlgoPerf_t, kAsk> filter{};
     check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx_.dnn, plan->x.get(), plan->y.get(), conv_, filter_,
                                                         kAsk, &found, filter.data()),
@@ -450,6 +465,46 @@ class CudaConvOp final : public ConvOp {
     plans_.push_back(std::move(plan));
     return *plans_.back();
   }
+
+  // The weight gradient as matrix products, for deterministic contexts:
+  // cuDNN's deterministic filter-gradient algorithms are its slowest, while
+  // one cuBLASLt product over a lowered input is deterministic and fast.
+  // Per slice of `slice` samples (the last one shorter), with
+  // S = Ho·Wo and CKK = C·k·k:
+  //   col(CKK, ns·S)  = im2col(x[slice])
+  //   dyc(O, ns·S)    = dy[slice] with channels outermost
+  //   dW(O, CKK)     += dyc · colᵀ   (the first slice overwrites unless accumulating)
+  // Slices run in order, so the sum's order is fixed.
+  void lowered_weight_grad(const void* x, const Tensor& dy, float* dw, int n, int slice, bool accumulate) {
+    const kernels::ConvGeometry g{c_, h_, w_, k_, stride_, pad_, ho_, wo_};
+    const int spatial = ho_ * wo_, ckk = c_ * g.k * g.k;
+    const std::size_t size = dtype_size(dt_);
+    void* col = col_.ensure(std::size_t(ckk) * spatial * slice * size);
+    void* dyc = dy_channels_first_.ensure(std::size_t(o_) * spatial * slice * size);
+    const auto* x_bytes = static_cast<const std::byte*>(x);
+    const auto* dy_bytes = static_cast<const std::byte*>(dy.data());
+    for (int first = 0; first < n; first += slice) {
+      const int ns = std::min(slice, n - first);
+      kernels::im2col({x_bytes + std::size_t(first) * c_ * h_ * w_ * size, dt_}, {col, dt_}, ns, g, ctx_.stream);
+      kernels::channels_first({dy_bytes + std::size_t(first) * o_ * spatial * size, dt_}, {dyc, dt_}, ns, o_,
+                              spatial, ctx_.stream);
+      // Column-major: dWᵀ(CKK, O) = col'ᵀ·dyc' with col' = colᵀ (ns·S, CKK)
+      // and dyc' = dycᵀ (ns·S, O) as stored.
+      const int k = ns * spatial;
+      gemm_.run(true, false, ckk, o_, k, dt_, col, k, dyc, k, dw, ckk, first == 0 && !accumulate ? 0.0f : 1.0f);
+    }
+  }
+
+  // Samples per lowered slice, or 0 to leave the weight gradient to cuDNN:
+  // the lowering is for deterministic contexts (otherwise cuDNN may pick its
+  // fastest, atomic algorithms) and for samples whose lowered input fits
+  // kLoweredElements.
+  int lowered_slice(int n) const {
+    const std::int64_t per_sample = std::int64_t(c_) * k_ * k_ * ho_ * wo_;
+    if (!ctx_.deterministic || per_sample > kLoweredElements) return 0;
+    return int(std::min<std::int64_t>(n, kLoweredElements / per_sample));
+  }
+  static constexpr std::int64_t kLoweredElements = std::int64_t{32} << 20;
 
   std::string describe(int n) const {
     return "a " + std::to_string(spec_.kernel) + "x" + std::to_string(spec_.kernel) + " " + dtype_name(dt_) +
@@ -470,7 +525,9 @@ class CudaConvOp final : public ConvOp {
   WorkingCopy weights16_;
   DeviceBuffer input_, dweights16_;  // x in the compute dtype; a bf16 filter gradient
   DeviceBuffer bias_partials_;        // the bias gradient's per-slice sums
-  int c_ = 0, h_ = 0, w_ = 0, o_ = 0, ho_ = 0, wo_ = 0;
+  DeviceBuffer col_, dy_channels_first_;  // the lowered weight gradient's operands
+  Gemm gemm_;
+  int c_ = 0, h_ = 0, w_ = 0, o_ = 0, ho_ = 0, wo_ = 0, k_ = 0, stride_ = 0, pad_ = 0;
   cudnnFilterDescriptor_t filter_ = nullptr;
   cudnnConvolutionDescriptor_t conv_ = nullptr;
   std::vector<std::unique_ptr<Plan>> plans_;
