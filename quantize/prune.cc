@@ -184,6 +184,9 @@ CompressResult prune_model(Store& store, const PruneRequest& request, Reporter& 
   tc.batch = request.batch;
   tc.epochs = std::max<std::int64_t>(request.finetune_epochs, 1);
   tc.seed = request.seed;
+  // An fp16 parent fine-tunes in fp32 where fp16 cannot train (a CPU): its
+  // weights are fp32 masters, and the pruned model is then an fp32 one.
+  if (child.precision == Precision::kFp16 && !backend->capabilities().fp16) child.precision = Precision::kFp32;
   tc.precision = child.precision;
   const DataView view{in.x, in.y, child.input_shape};
   Trainer trainer(tc, *backend, view, std::nullopt, reporter);

@@ -142,16 +142,20 @@ print('%-5s %5d %16.0f %16.0f %7.2fx %10.3f %8.1f%%   (test accuracy anneal %.4f
     cpu_rows+=$("$PYTHON" -c "print('%-5s %5d %12.0f %12.0f %8.1fx' % ('$model', $batch, $a_sps, $c_sps, $a_sps / $c_sps))")$'\n'
   done
 done
-# precision = bf16 on the GPU (tensor-core products, fp32 accumulation and
-# master weights) at batch 512, beside fp32 above.
-for model in mlp cnn; do
-  flops=$mlp_flops
-  [ "$model" = cnn ] && flops=$cnn_flops
-  if read -r b_sps b_acc < <(anneal_run "$model" cuda 512 fmnist "$EPOCHS" --set precision=bf16) && [ -n "$b_sps" ]; then
-    "$PYTHON" -c "print('%-5s %5d bf16: %.0f samples/s, %.3f TFLOP/s (test accuracy %.4f)' % ('$model', 512, $b_sps, $b_sps * $flops / 1e12, $b_acc))"
-  else
-    echo "$model 512 bf16: not run (the GPU or backend refused bf16)"
-  fi
+# precision = bf16 and fp16 on the GPU (tensor-core products, fp32
+# accumulation and master weights; fp16 with its dynamic loss scale) at
+# batch 512, beside fp32 above.
+for precision in bf16 fp16; do
+  for model in mlp cnn; do
+    flops=$mlp_flops
+    [ "$model" = cnn ] && flops=$cnn_flops
+    if read -r b_sps b_acc < <(anneal_run "$model" cuda 512 fmnist "$EPOCHS" --set precision=$precision) \
+        && [ -n "$b_sps" ]; then
+      "$PYTHON" -c "print('%-5s %5d %s: %.0f samples/s, %.3f TFLOP/s (test accuracy %.4f)' % ('$model', 512, '$precision', $b_sps, $b_sps * $flops / 1e12, $b_acc))"
+    else
+      echo "$model 512 $precision: not run (the GPU or backend refused $precision)"
+    fi
+  done
 done
 # Where the CNN's kernel time goes (batch 512, the whole 2-epoch traced run).
 hot="$WORK/kt-cnn-512-2.out.kernels"

@@ -196,8 +196,11 @@ class LossOp {
   // (pred's dims and layout); grad_scale = 1/(samples in the optimizer step)
   // gives the mean's gradient.
   // softmax_ce: log-softmax then −log p[label]; bce: log(1+e^z) − y·z.
+  // `loss_scale`, when given (precision fp16), is Backend::unscale_gradients's
+  // state tensor: the gradient is also multiplied by its scale (element 0),
+  // before it is rounded to dpred's dtype.
   virtual void forward_backward(const Tensor& pred, const Tensor& labels, Tensor* dpred,
-                                float grad_scale) = 0;
+                                float grad_scale, const Tensor* loss_scale) = 0;
   // The running totals, read back to the host (waits for the ops issued
   // before it).
   virtual LossTotals totals() = 0;
@@ -213,8 +216,9 @@ class LossOp {
 // All apply to a parameter w, its gradient g and state tensors of w's
 // layout, elementwise, with the gradient first multiplied by *grad_scale
 // when it is given: a one-element fp32 device tensor that
-// Backend::clip_scale() wrote (global-norm clipping), so the scale never
-// visits the host.
+// Backend::clip_scale() (global-norm clipping) or unscale_gradients() (fp16
+// loss scaling) wrote, so the scale never visits the host. A scale of 0
+// skips the update: w and the state tensors stay as they are.
 
 struct AdamUpdate {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
@@ -350,6 +354,7 @@ class InferenceConvOp : public InferenceOp {
 // What a backend can do, asked instead of probing the hardware.
 struct BackendCapabilities {
   bool bf16 = false;           // bf16 compute at speed (Precision::kBf16)
+  bool fp16 = false;           // fp16 compute with loss scaling (Precision::kFp16)
   bool int8 = false;           // int8 inference ops
   bool deterministic = false;  // reproducible bits: see "Determinism" at the top
   int threads = 1;             // compute threads the backend uses
@@ -398,12 +403,26 @@ class Backend : public MemoryAllocator {
   virtual void unflatten(const Tensor& src, const Tensor& like, Tensor& dst) = 0;
 
   virtual void fill_zero(Tensor& t) = 0;
-  // Global-norm gradient clipping without a host round trip: with
-  // norm = √(Σ over `grads` of Σ g²), summed per tensor in a fixed order and
-  // then over tensors in the order given, writes into `scale` (shaped here,
-  // one fp32 value) max_norm / (norm + 1e-6) when norm > max_norm, else 1.
-  virtual void clip_scale(const std::vector<const Tensor*>& grads, float max_norm,
+  // Global-norm gradient clipping without a host round trip, of the
+  // gradients p·g where p is `pre_scale`'s one value (null: 1): with
+  // norm = p·√(Σ over `grads` of Σ g²), summed per tensor in a fixed order
+  // and then over tensors in the order given, writes into `scale` (shaped
+  // here, one fp32 value) p·c with c = max_norm / (norm + 1e-6) when
+  // norm > max_norm, else c = 1. So p = 0 (a skipped step) gives 0.
+  virtual void clip_scale(const std::vector<const Tensor*>& grads, float max_norm, const Tensor* pre_scale,
                           Tensor& scale) = 0;
+  // Dynamic loss scaling (precision fp16), on the device without a host
+  // round trip. `state` holds 4 fp32 values: [scale, good steps in a row,
+  // skipped steps in all, the caller's own (left alone)], counts exact
+  // below 2^24. `grads` were
+  // computed from a loss multiplied by the scale. When any of their values
+  // is not finite, writes 0 into `step_scale` (shaped here, one fp32 value:
+  // the optimizer then skips the step), halves the scale (not below 1),
+  // zeroes the good steps and counts a skipped step; else writes 1/scale
+  // into `step_scale`, counts a good step and, at `growth_interval` good
+  // steps in a row, doubles the scale (up to 2^24) and zeroes the count.
+  virtual void unscale_gradients(const std::vector<const Tensor*>& grads, Tensor& state, int growth_interval,
+                                 Tensor& step_scale) = 0;
   // running = (1 − momentum)·running + momentum·scale·batch (fp32 tensors of
   // one layout): the batch-norm running statistics.
   virtual void update_running_stat(Tensor& running, const Tensor& batch, float momentum,

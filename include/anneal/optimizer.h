@@ -57,8 +57,12 @@ class Optimizer {
 
   // Updates every parameter from its grad as optimizer step `step` (0-based)
   // of `total_steps`, clipping the gradients to config.grad_clip's global
-  // norm first when it is set. Nothing is read back to the host.
-  void step(std::int64_t step, std::int64_t total_steps);
+  // norm first when it is set. `grad_scale`, when given, is a one-value
+  // tensor from Backend::unscale_gradients: the gradients are taken times
+  // it (before clipping), and a 0 skips the step (weights and state
+  // unchanged; the schedule still counts it). Nothing is read back to the
+  // host.
+  void step(std::int64_t step, std::int64_t total_steps, const Tensor* grad_scale = nullptr);
 
   // The optimizer's state tensors in a fixed order, for checkpoints.
   const std::vector<StateBuffer>& state() const { return state_; }

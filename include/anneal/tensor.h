@@ -24,6 +24,7 @@ namespace anneal {
 enum class DType : std::uint8_t {
   kF32,   // IEEE float32: master weights, gradients, fp32 compute
   kBF16,  // bfloat16: activations and working weights under bf16 compute
+  kF16,   // IEEE binary16: activations and working weights under fp16 compute (loss-scaled)
   // Quantized activations of int8 inference (Backend's inference-only ops):
   // q with real value ≈ q · scale, the scale static per layer and known to
   // the ops (it is not part of the tensor).
@@ -32,7 +33,7 @@ enum class DType : std::uint8_t {
 };
 
 std::size_t dtype_size(DType dtype);  // bytes per element
-const char* dtype_name(DType dtype);  // "f32" / "bf16" / "s8" / "u8"
+const char* dtype_name(DType dtype);  // "f32" / "bf16" / "f16" / "s8" / "u8"
 
 // Dims: a tensor's logical extents, at most kMaxRank of them. Fixed capacity,
 // so building one in a training step allocates nothing.

@@ -43,10 +43,13 @@ class Communicator;
 enum class Precision : std::uint8_t {
   kFp32,  // fp32 everywhere
   kBf16,  // bf16 activations and working weights; fp32 master weights, gradients, optimizer
+  kFp16,  // fp16 activations and working weights, as kBf16, with dynamic loss scaling (GPU only)
 };
-// "fp32" | "bf16"; throws kUsage otherwise.
+// "fp32" | "bf16" | "fp16"; throws kUsage otherwise.
 Precision parse_precision(std::string_view name);
 const char* precision_name(Precision precision);
+// The activations' dtype of a precision.
+DType compute_dtype(Precision precision);
 
 enum class EarlyStopMetric : std::uint8_t { kNone, kValLoss, kValAccuracy, kTrainLoss };
 // "none" | "val_loss" | "val_accuracy" | "train_loss"; throws kUsage otherwise.
@@ -87,6 +90,10 @@ struct EpochMetrics {
   double val_loss = 0, val_accuracy = 0;
   float lr = 0;                       // learning rate of the epoch's last step
   double seconds = 0;                 // wall time of the epoch (not part of determinism)
+  // Precision fp16 only: optimizer steps skipped in the epoch because the
+  // scaled gradients overflowed, and the loss scale at its end.
+  std::int64_t skipped_steps = 0;
+  float loss_scale = 0;
 };
 
 struct Evaluation {

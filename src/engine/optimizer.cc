@@ -96,15 +96,14 @@ Optimizer::Optimizer(const OptimizerConfig& config, const std::vector<Parameter*
   }
 }
 
-void Optimizer::step(std::int64_t step, std::int64_t total_steps) {
+void Optimizer::step(std::int64_t step, std::int64_t total_steps, const Tensor* grad_scale) {
   // Clipping scales every gradient by one factor from their global norm;
   // the backend reduces and keeps the factor on its device.
-  const Tensor* grad_scale = nullptr;
   if (config_.grad_clip > 0) {
     std::vector<const Tensor*> grads;
     grads.reserve(parameters_.size());
     for (const Parameter* p : parameters_) grads.push_back(&p->grad);
-    backend_.clip_scale(grads, config_.grad_clip, clip_scale_);
+    backend_.clip_scale(grads, config_.grad_clip, grad_scale, clip_scale_);
     grad_scale = &clip_scale_;
   }
   const float lr = scheduled_lr(config_, step, total_steps);

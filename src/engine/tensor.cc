@@ -8,7 +8,8 @@ namespace anneal {
 std::size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kF32: return 4;
-    case DType::kBF16: return 2;
+    case DType::kBF16:
+    case DType::kF16: return 2;
     case DType::kS8:
     case DType::kU8: return 1;
   }
@@ -19,6 +20,7 @@ const char* dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kF32: return "f32";
     case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
     case DType::kS8: return "s8";
     case DType::kU8: return "u8";
   }

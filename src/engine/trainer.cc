@@ -23,11 +23,26 @@ namespace anneal {
 Precision parse_precision(std::string_view name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;
-  throw unknown_name_error("precision", name, {"fp32", "bf16"});
+  if (name == "fp16") return Precision::kFp16;
+  throw unknown_name_error("precision", name, {"fp32", "bf16", "fp16"});
 }
 
 const char* precision_name(Precision precision) {
-  return precision == Precision::kFp32 ? "fp32" : "bf16";
+  switch (precision) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+  }
+  return "fp32";
+}
+
+DType compute_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return DType::kF32;
+    case Precision::kBf16: return DType::kBF16;
+    case Precision::kFp16: return DType::kF16;
+  }
+  return DType::kF32;
 }
 
 EarlyStopMetric parse_early_stop_metric(std::string_view name) {
@@ -130,6 +145,9 @@ void validate_config(const TrainerConfig& c, const BackendCapabilities& backend,
   if (c.precision == Precision::kBf16 && !backend.bf16)
     throw usage_error("precision bf16: the " + backend.device +
                       " backend has no native bf16 (on a CPU: AVX512_BF16 or AMX); use fp32");
+  if (c.precision == Precision::kFp16 && !backend.fp16)
+    throw usage_error("precision fp16: the " + backend.device +
+                      " backend has no fp16 training (it needs a GPU: device = cuda); use fp32 or bf16");
   if (c.early_stop != EarlyStopMetric::kNone) {
     if (c.patience < 1) throw usage_error("early stopping needs patience >= 1");
     if (c.early_stop != EarlyStopMetric::kTrainLoss && !has_validation)
@@ -183,7 +201,7 @@ class Trainer::Impl {
     options.output_meaning = config_.loss == LossKind::kSoftmaxCrossEntropy
                                  ? std::to_string(config_.classes) + " classes"
                                  : std::string("1 output for ") + loss_name(config_.loss);
-    options.compute = config_.precision == Precision::kBf16 ? DType::kBF16 : DType::kF32;
+    options.compute = compute_dtype(config_.precision);
     options.seed = config_.seed;
     options.batch = config_.batch;
     network_ = std::make_unique<Network>(config_.layers, options, *backend_);
@@ -194,6 +212,11 @@ class Trainer::Impl {
     // Batch buffers sized for a full batch once, so steps never reallocate.
     backend_->shape_plain(slot_.x, sample_shape.with_batch(config_.batch), DType::kF32);
     backend_->shape_plain(slot_.y, Dims{config_.batch}, DType::kF32);
+    if (config_.precision == Precision::kFp16) {
+      backend_->shape_plain(loss_scale_, Dims{kLossScaleState}, DType::kF32);
+      const std::array<float, kLossScaleState> initial{kInitialLossScale, 0, 0, 0};
+      backend_->copy_from_host(initial.data(), loss_scale_);
+    }
   }
 
   bool train(std::uint64_t max_steps) {
@@ -520,7 +543,16 @@ class Trainer::Impl {
     for (Parameter* p : network_->parameters()) out.push_back({p->name, &p->value});
     for (const StateBuffer& b : network_->buffers()) out.push_back(b);
     for (const StateBuffer& s : optimizer_->state()) out.push_back(s);
+    // Const: a StateBuffer names a tensor for reading and, on load, writing.
+    if (loss_scaled()) out.push_back({"loss_scale", const_cast<Tensor*>(&loss_scale_)});
     return out;
+  }
+
+  bool loss_scaled() const { return config_.precision == Precision::kFp16; }
+  std::array<float, 4> loss_scale_state() {
+    std::array<float, kLossScaleState> s{};
+    backend_->copy_to_host(loss_scale_, s.data());
+    return s;
   }
 
   // The order of epoch `epoch` (see data_order.h), rebuilt when the epoch changes.
@@ -650,16 +682,24 @@ class Trainer::Impl {
       ctx.seed = config_.seed;
       ctx.micro_step = micro_step_ - 1;
       const Tensor& out = network_->forward(slot.x, ctx);
-      train_loss_->forward_backward(out, slot.y, &dloss_, grad_scale);
+      train_loss_->forward_backward(out, slot.y, &dloss_, grad_scale, loss_scaled() ? &loss_scale_ : nullptr);
       network_->backward(dloss_, ctx);
       any_rows = true;
     }
     if (!any_rows)
       for (Parameter* p : network_->parameters()) backend_->fill_zero(p->grad);
     reduce_gradients();
+    // fp16: the gradients came scaled by the loss scale; the optimizer
+    // takes them times step_scale_ (1/scale, or 0 to skip the step when
+    // they overflowed), and the scale adapts, all without a read-back.
+    if (loss_scaled()) {
+      std::vector<const Tensor*> grads;
+      for (const Parameter* p : network_->parameters()) grads.push_back(&p->grad);
+      backend_->unscale_gradients(grads, loss_scale_, kLossScaleGrowthInterval, step_scale_);
+    }
     micro_index_ = last;
     last_lr_ = scheduled_lr(config_.optimizer, step_, total_steps());
-    optimizer_->step(step_, total_steps());
+    optimizer_->step(step_, total_steps(), loss_scaled() ? &step_scale_ : nullptr);
     ++step_;
     if (step_ % 16 == 0 || micro_index_ >= micro_per_epoch_)
       reporter_.progress("epoch " + std::to_string(epoch_ + 1) + "/" + std::to_string(config_.epochs),
@@ -682,6 +722,15 @@ class Trainer::Impl {
       m.val_loss = v.mean_loss();
       m.val_accuracy = is_classification(config_.loss) ? v.accuracy() : 0.0;
     }
+    if (loss_scaled()) {
+      // The state's last value is the skipped count when the epoch began
+      // (the backend leaves it alone), so a resumed epoch counts right.
+      std::array<float, kLossScaleState> s = loss_scale_state();
+      m.loss_scale = s[0];
+      m.skipped_steps = std::int64_t(s[2]) - std::int64_t(s[3]);
+      s[3] = s[2];
+      backend_->copy_from_host(s.data(), loss_scale_);
+    }
     m.seconds = std::chrono::duration<double>(Clock::now() - epoch_start_).count();
     history_.push_back(m);
 
@@ -692,7 +741,9 @@ class Trainer::Impl {
       line += " val_loss=" + fmt(m.val_loss);
       if (is_classification(config_.loss)) line += " val_acc=" + fmt(m.val_accuracy);
     }
-    line += " lr=" + fmt(m.lr) + " time=" + fmt(m.seconds) + "s";
+    line += " lr=" + fmt(m.lr);
+    if (loss_scaled()) line += " loss_scale=" + fmt(m.loss_scale) + " skipped_steps=" + std::to_string(m.skipped_steps);
+    line += " time=" + fmt(m.seconds) + "s";
     reporter_.note(line);
 
     ++epoch_;
@@ -766,7 +817,7 @@ class Trainer::Impl {
       std::iota(indices.begin(), indices.end(), std::uint32_t(start));
       read_batch(source, which, indices, eval_x_, eval_y_, score);
       const Tensor& out = network_->forward(eval_x_, ctx);
-      if (score) eval_loss_->forward_backward(out, eval_y_, nullptr, 1.0f);
+      if (score) eval_loss_->forward_backward(out, eval_y_, nullptr, 1.0f, nullptr);
       if (predictions != nullptr) eval_loss_->predict(out, predictions + start * k);
     }
     source.will_read({}, {});  // done: the source may let every block go
@@ -781,6 +832,13 @@ class Trainer::Impl {
   Communicator* comm_ = nullptr;          // null: this process alone (or a communicator of one)
   std::vector<float> grad_host_;          // every gradient, for the all-reduce
   Tensor dloss_, eval_x_, eval_y_;
+  // fp16's dynamic loss scale: Backend::unscale_gradients's state
+  // [scale, good steps, skipped steps, skipped steps when the epoch began]
+  // and its per-step factor. Saved with the checkpoint as "loss_scale".
+  Tensor loss_scale_, step_scale_;
+  static constexpr int kLossScaleState = 4;
+  static constexpr float kInitialLossScale = 65536.0f;  // 2^16, as the common AMP implementations start
+  static constexpr int kLossScaleGrowthInterval = 2000;  // good steps in a row before the scale doubles
   Clock::time_point epoch_start_ = Clock::now();
 
  public:

@@ -43,7 +43,7 @@ const std::vector<ConfigKey>& known_config_keys() {
       {"seed", "0", "seed of initialisation, shuffling, dropout and the validation split"},
       {"threads", "", "compute threads (default: the CPU count); part of determinism"},
       {"device", "auto", "auto | cpu | cuda: auto takes a usable GPU, else the CPU"},
-      {"precision", "fp32", "fp32 | bf16"},
+      {"precision", "fp32", "fp32 | bf16 | fp16 (fp16: GPU only, with dynamic loss scaling)"},
       {"deterministic", "true", "false lets a GPU pick faster algorithms whose weights vary run to run (recorded)"},
       {"tf32", "false", "true lets a GPU run fp32 products and convolutions on TF32 tensor cores"},
       {"early_stop", "none", "METRIC:PATIENCE, METRIC = val_loss | val_accuracy | train_loss"},

@@ -315,7 +315,12 @@ Predictor::Predictor(const ModelFile& model, Backend& backend, std::int64_t batc
   NetworkOptions options;
   options.input_shape = Dims(model.input_shape);
   options.outputs = model.outputs;
-  options.compute = model.precision == Precision::kBf16 ? DType::kBF16 : DType::kF32;
+  // An fp16 model computes in fp16 where the backend can (a GPU) and in
+  // fp32 elsewhere: its weights are fp32 masters, and a CPU has no fp16
+  // arithmetic.
+  options.compute = model.precision == Precision::kFp16 && !backend.capabilities().fp16
+                        ? DType::kF32
+                        : compute_dtype(model.precision);
   options.batch = batch_;
   if (runs::inference_only(model)) {
     // int8 and pruned models: the ops own their weights, given here.

@@ -40,7 +40,7 @@ class EngineReporter final : public Reporter {
   TrainingReporter& out_;
 };
 
-EpochRecord epoch_record(const EpochMetrics& m, bool classification, std::uint64_t rows) {
+EpochRecord epoch_record(const EpochMetrics& m, bool classification, bool loss_scaled, std::uint64_t rows) {
   EpochRecord r;
   r.epoch = m.epoch;
   r.values.emplace_back("steps", static_cast<double>(m.steps));
@@ -53,6 +53,10 @@ EpochRecord epoch_record(const EpochMetrics& m, bool classification, std::uint64
   r.values.emplace_back("lr", m.lr);
   r.values.emplace_back("seconds", m.seconds);
   if (m.seconds > 0) r.values.emplace_back("samples_per_s", static_cast<double>(rows) / m.seconds);
+  if (loss_scaled) {
+    r.values.emplace_back("skipped_steps", static_cast<double>(m.skipped_steps));
+    r.values.emplace_back("loss_scale", m.loss_scale);
+  }
   return r;
 }
 
@@ -431,7 +435,8 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
         train_seconds += took;
         if (trainer->step() > step_before) step_seconds = took / static_cast<double>(trainer->step() - step_before);
         for (std::size_t i = static_cast<std::size_t>(recorded_epochs); i < trainer->history().size(); ++i)
-          record_epoch(store, run.id, epoch_record(trainer->history()[i], classification, rows));
+          record_epoch(store, run.id, epoch_record(trainer->history()[i], classification,
+                                                  config.trainer.precision == Precision::kFp16, rows));
         recorded_epochs = static_cast<std::int64_t>(trainer->history().size());
 
         TrainProgress p;

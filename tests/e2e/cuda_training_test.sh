@@ -117,6 +117,36 @@ else
   python3 -c "import sys; sys.exit(0 if $acc_gpu > 0.9 else 1)" && pass || fail "bf16 on the GPU trained to $acc_gpu"
 fi
 
+# precision = fp16 (fp32 master weights, fp16 activations, a dynamic loss
+# scale on the device): deterministic, every epoch records its skipped
+# steps and loss scale, kill -9 and --resume restore the scale with the
+# weights, and the model evaluates on the CPU (in fp32 there) about as on
+# the GPU.
+expect_rc 0 --json train "$WORK/r.ini" --set precision=fp16 --set name=digits-fp16
+fp16_hash=$(json_get 'j["weights_hash"]')
+expect_rc 0 --json train "$WORK/r.ini" --set precision=fp16 --set name=digits-fp16
+expect_eq "$(json_get 'j["weights_hash"]')" "$fp16_hash" "two fp16 cuda runs give the same weights"
+expect_rc 0 --json runs show "$(latest_run)"
+expect_eq "$(json_get 'all("skipped_steps" in e and e["loss_scale"] >= 1 for e in j["epochs"])')" "True" \
+  "every fp16 epoch records its skipped steps and loss scale"
+echo "fp16 epochs: $(json_get '[(e["skipped_steps"], e["loss_scale"]) for e in j["epochs"]]')"
+ANNEAL_FAULT="checkpoint.committed@6=crash" "$ANNEAL_FAULTS_BIN" train "$WORK/r.ini" --set precision=fp16 \
+  --set name=digits-fp16 > /dev/null 2>&1
+expect_eq "$?" "137" "the fp16 run was killed"
+expect_rc 2 train --resume "$(latest_run)" --device cpu
+expect_contains "$ERR" "has no fp16 training" "an fp16 run does not resume on the CPU, saying why"
+expect_rc 0 --json train --resume "$(latest_run)"
+expect_eq "$(json_get 'j["weights_hash"]')" "$fp16_hash" "fp16: kill -9 and --resume give the uninterrupted weights"
+expect_rc 0 --json model show digits-fp16@v1
+expect_eq "$(json_get 'j["lineage"]["precision"]')" "fp16" "the lineage records fp16"
+eval_on digits-fp16@v1 digits cuda
+acc_gpu=$ACC cm_gpu=$CM
+eval_on digits-fp16@v1 digits cpu
+echo "digits fp16 on the GPU: accuracy $acc_gpu (evaluated on the CPU: $ACC;" \
+  "$(confusion_diff "$cm_gpu" "$CM") predictions differ)"
+python3 -c "import sys; sys.exit(0 if $acc_gpu > 0.9 and abs($acc_gpu - $ACC) <= 0.01 else 1)" && pass \
+  || fail "fp16 on the GPU trained to $acc_gpu, $ACC on the CPU"
+
 fm=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
 if [ ! -e "$fm/train-images-idx3-ubyte.gz" ]; then
   echo "note: no Fashion-MNIST at $fm; the accuracy comparison is skipped"

@@ -1,6 +1,7 @@
 #!/bin/bash
 # precision = bf16 lands within 1 point of fp32 test accuracy on digits; on a
 # CPU without bf16 support it is refused up front with a clear error.
+# precision = fp16 needs a GPU: the CPU backend refuses it the same way.
 . "$E2E_LIB"
 
 expect_rc 0 init
@@ -35,4 +36,12 @@ else
   expect_rc 0 --json runs list
   expect_eq "$(json_get 'len(j["runs"])')" "1" "the refused run left nothing behind"
 fi
+expect_rc 0 --json runs list
+runs_before=$(json_get 'len(j["runs"])')
+expect_rc 2 train "$WORK/d.ini" --set precision=fp16 --device cpu
+expect_contains "$ERR" "precision fp16: the cpu backend has no fp16 training" "fp16 refused on the CPU, saying why"
+expect_rc 2 train "$WORK/d.ini" --set precision=fp17
+expect_contains "$ERR" "fp16" "an unknown precision lists fp16 among the choices"
+expect_rc 0 --json runs list
+expect_eq "$(json_get 'len(j["runs"])')" "$runs_before" "the refused runs left nothing behind"
 finish

@@ -54,6 +54,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <limits>
 #include <numeric>
 #include <ostream>
 #include <random>
@@ -93,6 +94,9 @@ constexpr double kF32Tolerance = 1e-5;
 // avx512_core_bf16 is 0.3 of this bound), and wrong math (a missing term, a
 // wrong index, a wrong formula) is still off by far more.
 constexpr double kBf16Tolerance = 1.0 / 32;
+// fp16 compute: 11 significant bits (u = 2^-11 ≈ 4.9e-4), the same three
+// roundings and cancellation as bf16: 8u = 2^-8.
+constexpr double kF16Tolerance = 1.0 / 256;
 // The backend's own forward differenced in fp32 (fp32 only): L carries an
 // fp32 rounding error of ~1e-6 of its terms, divided by 2h = 2e-2, so the
 // numeric derivative is good to ~1e-4 of the gradient's size; 2e-3 is a
@@ -103,7 +107,9 @@ constexpr double kFiniteDifferenceTolerance = 2e-3;
 // ≈ 1e-9 at h = 1e-4; two steps disagreeing by more than 1e-6 mean a kink.
 constexpr double kReferenceStep = 1e-4;
 
-double tolerance(DType dtype) { return dtype == DType::kF32 ? kF32Tolerance : kBf16Tolerance; }
+double tolerance(DType dtype) {
+  return dtype == DType::kF32 ? kF32Tolerance : dtype == DType::kF16 ? kF16Tolerance : kBf16Tolerance;
+}
 
 // ---- Host-side helpers ------------------------------------------------------------
 
@@ -250,10 +256,11 @@ class BackendConformance : public ::testing::TestWithParam<BackendCase> {
   Backend& be() { return *backend_; }
   const BackendCapabilities& caps() { return backend_->capabilities(); }
 
-  // fp32 always, bf16 where the backend computes in it.
+  // fp32 always, bf16 and fp16 where the backend computes in them.
   std::vector<DType> precisions() {
     std::vector<DType> p{DType::kF32};
     if (caps().bf16) p.push_back(DType::kBF16);
+    if (caps().fp16) p.push_back(DType::kF16);
     return p;
   }
 
@@ -497,6 +504,19 @@ TEST_P(BackendConformance, CopyRoundTripIsExactInF32AndRoundsToNearestInBf16) {
           << "bf16 of " << v[i] << " is " << got[i] << ": not the nearest";
     // Values bf16 holds exactly come back exactly; converting again changes nothing.
     expect_same_bits("bf16 round trip of bf16 values", read(plain(dims, got, DType::kBF16)), got);
+  }
+}
+
+TEST_P(BackendConformance, CopyRoundTripRoundsToNearestInF16) {
+  if (!caps().fp16) GTEST_SKIP() << "no fp16 on this backend";
+  for (const Dims& dims : odd_shapes()) {
+    SCOPED_TRACE(dims.str());
+    const HostTensor v = randn(std::size_t(dims.product()), 5, 3.0f);
+    const HostTensor got = read(plain(dims, v, DType::kF16));
+    for (std::size_t i = 0; i < v.size(); ++i)
+      EXPECT_LE(std::fabs(got[i] - v[i]), std::max(std::ldexp(std::fabs(v[i]), -11), std::ldexp(1.0f, -25)))
+          << "f16 of " << v[i] << " is " << got[i] << ": not the nearest";
+    expect_same_bits("f16 round trip of f16 values", read(plain(dims, got, DType::kF16)), got);
   }
 }
 
@@ -1255,7 +1275,7 @@ TEST_P(BackendConformance, LossesGradientTotalsAndPredict) {
         pv = stored(pv, dt);
         Tensor pred = plain(Dims{n, k}, pv, dt), labels = plain(Dims{n}, lv), dpred;
         const LossRef want = loss_ref(kind, pv, lv, k);
-        op->forward_backward(pred, labels, &dpred, scales[b]);
+        op->forward_backward(pred, labels, &dpred, scales[b], nullptr);
         EXPECT_EQ(dpred.dims(), pred.dims());
         EXPECT_EQ(dpred.dtype(), pred.dtype());
         RefTensor grad = want.grad;
@@ -1283,7 +1303,7 @@ TEST_P(BackendConformance, LossesGradientTotalsAndPredict) {
         // The same batch again on a fresh op gives the same gradient bits.
         auto fresh = be().loss(kind, k, {});
         Tensor dpred2;
-        fresh->forward_backward(pred, labels, &dpred2, scales[b]);
+        fresh->forward_backward(pred, labels, &dpred2, scales[b], nullptr);
         expect_same_bits("dpred run twice", read(dpred2), got_grad);
       }
 
@@ -1303,7 +1323,7 @@ TEST_P(BackendConformance, LossesGradientTotalsAndPredict) {
       loss_batch(kind, 5, k, 80, pv, lv);
       pv = stored(pv, dt);
       Tensor pred = plain(Dims{5, k}, pv, dt), labels = plain(Dims{5}, lv);
-      op->forward_backward(pred, labels, nullptr, 1.0f);  // totals only, no gradient
+      op->forward_backward(pred, labels, nullptr, 1.0f, nullptr);  // totals only, no gradient
       const LossRef want = loss_ref(kind, pv, lv, k);
       const LossTotals after = op->totals();
       double sum = saved.loss_sum, abs = saved.loss_sum;
@@ -1334,7 +1354,7 @@ TEST_P(BackendConformance, ClassWeightedLossesScaleEachSample) {
       pv = stored(pv, dt);
       Tensor pred = plain(Dims{n, k}, pv, dt), labels = plain(Dims{n}, lv), dpred;
       const LossRef want = loss_ref(kind, pv, lv, k);
-      op->forward_backward(pred, labels, &dpred, 0.5f);
+      op->forward_backward(pred, labels, &dpred, 0.5f, nullptr);
       RefTensor grad = want.grad;
       double sum = 0, abs = 0;
       for (std::int64_t i = 0; i < n; ++i) {
@@ -1368,7 +1388,7 @@ TEST_P(BackendConformance, LossTotalsAreTheSameBitsRunTwice) {
         HostTensor pv, lv;
         loss_batch(kind, 40, k, 90 + std::uint32_t(b), pv, lv);
         Tensor pred = plain(Dims{40, k}, pv), labels = plain(Dims{40}, lv), dpred;
-        op->forward_backward(pred, labels, &dpred, 1.0f / 40);
+        op->forward_backward(pred, labels, &dpred, 1.0f / 40, nullptr);
       }
       const LossTotals t = op->totals();
       if (run == 0) {
@@ -1405,7 +1425,7 @@ TEST_P(BackendConformance, ClipScaleAgainstTheGlobalNorm) {
   for (double max_norm : {norm / 3, norm / 1.01, norm * 1.01, norm * 4}) {
     SCOPED_TRACE("max_norm " + std::to_string(max_norm) + ", norm " + std::to_string(norm));
     Tensor scale;
-    be().clip_scale(ptrs, float(max_norm), scale);
+    be().clip_scale(ptrs, float(max_norm), nullptr, scale);
     EXPECT_EQ(scale.elements(), 1);
     EXPECT_EQ(scale.dtype(), DType::kF32);
     const float got = read(scale)[0];
@@ -1415,14 +1435,143 @@ TEST_P(BackendConformance, ClipScaleAgainstTheGlobalNorm) {
       EXPECT_EQ(got, 1.0f) << "below max_norm the scale is exactly 1";
     }
     Tensor again;
-    be().clip_scale(ptrs, float(max_norm), again);
+    be().clip_scale(ptrs, float(max_norm), nullptr, again);
     expect_same_bits("clip_scale run twice", read(again), read(scale));
+  }
+}
+
+TEST_P(BackendConformance, ClipScaleTakesAPreScaleAndAZeroPreScaleGivesZero) {
+  const HostTensor gh = randn(50, 77);
+  double squares = 0;
+  for (float e : gh) squares += double(e) * e;
+  const Tensor g = plain(Dims{50}, gh);
+  for (float pre : {0.25f, 1.0f / 65536, 0.0f}) {
+    SCOPED_TRACE("pre_scale " + std::to_string(pre));
+    const Tensor p = plain(Dims{1}, HostTensor{pre});
+    const double norm = pre * std::sqrt(squares);
+    for (double max_norm : {norm / 2 + 1e-12, norm * 2 + 1e-12}) {
+      Tensor scale;
+      be().clip_scale({&g}, float(max_norm), &p, scale);
+      const float got = read(scale)[0];
+      if (pre == 0.0f) {
+        EXPECT_EQ(got, 0.0f) << "a skipped step stays skipped";
+      } else if (norm > max_norm) {
+        EXPECT_NEAR(got, pre * max_norm / (norm + 1e-6), 1e-6 * got);
+      } else {
+        EXPECT_EQ(got, pre) << "below max_norm the scale is the pre-scale";
+      }
+    }
+  }
+}
+
+// Backend::unscale_gradients against the rule of its contract, step by step.
+TEST_P(BackendConformance, UnscaleGradientsSkipsOverflowsAndAdaptsTheScale) {
+  const auto layouts = parameter_layouts();
+  std::vector<Tensor> grads;
+  std::uint32_t seed = 300;
+  for (const auto& [name, like] : layouts) grads.push_back(shaped_like(like, randn(std::size_t(like.elements()), seed++)));
+  std::vector<const Tensor*> ptrs;
+  for (const Tensor& g : grads) ptrs.push_back(&g);
+  Tensor state = plain(Dims{4}, HostTensor{1024.0f, 0, 0, 0}), step_scale;
+  float scale = 1024, good = 0, skipped = 0;
+  constexpr int kInterval = 3;
+  // Finite steps, enough to double the scale twice; then an inf and a NaN
+  // in different tensors (each halves it); then the floor of 1.
+  auto expect_state = [&](const char* what) {
+    const HostTensor s = read(state);
+    EXPECT_EQ(s[0], scale) << what << ": scale";
+    EXPECT_EQ(s[1], good) << what << ": good steps";
+    EXPECT_EQ(s[2], skipped) << what << ": skipped steps";
+  };
+  for (int step = 0; step < 2 * kInterval; ++step) {
+    be().unscale_gradients(ptrs, state, kInterval, step_scale);
+    EXPECT_EQ(step_scale.elements(), 1);
+    EXPECT_EQ(read(step_scale)[0], 1.0f / scale) << "step " << step;
+    if (++good == kInterval) scale *= 2, good = 0;
+    expect_state("after a finite step");
+  }
+  good = 0;
+  be().unscale_gradients(ptrs, state, kInterval, step_scale);  // one good step before the overflow
+  ++good;
+  for (std::size_t bad : {std::size_t(0), grads.size() - 1}) {
+    HostTensor values = read(grads[bad]);
+    const HostTensor saved = values;
+    values[values.size() / 2] = bad == 0 ? std::numeric_limits<float>::infinity() : std::nanf("");
+    upload(grads[bad], values);
+    be().unscale_gradients(ptrs, state, kInterval, step_scale);
+    EXPECT_EQ(read(step_scale)[0], 0.0f) << "an overflow skips the step";
+    scale /= 2, good = 0, ++skipped;
+    expect_state("after an overflow");
+    upload(grads[bad], saved);
+  }
+  // The floor: from scale 2, two overflows leave 1.
+  upload(state, HostTensor{2.0f, 5, 7, 0});
+  HostTensor values = read(grads[0]);
+  values[0] = -std::numeric_limits<float>::infinity();
+  upload(grads[0], values);
+  be().unscale_gradients(ptrs, state, kInterval, step_scale);
+  be().unscale_gradients(ptrs, state, kInterval, step_scale);
+  scale = 1, good = 0, skipped = 9;
+  expect_state("at the floor");
+  // The ceiling: 2^24 stays 2^24.
+  values[0] = 0.5f;
+  upload(grads[0], values);
+  upload(state, HostTensor{16777216.0f, kInterval - 1, 0, 0});
+  be().unscale_gradients(ptrs, state, kInterval, step_scale);
+  scale = 16777216.0f, good = 0, skipped = 0;
+  expect_state("at the ceiling");
+}
+
+TEST_P(BackendConformance, OptimizerStepsWithAZeroGradScaleChangeNothing) {
+  const auto n = std::size_t{37};
+  const Tensor zero = plain(Dims{1}, HostTensor{0.0f});
+  const HostTensor w0 = randn(n, 11), m0 = randn(n, 12), v0 = randn(n, 13, 0.1f), g0 = randn(n, 14);
+  HostTensor v_pos = v0;
+  for (float& e : v_pos) e = std::fabs(e);
+  Tensor w = plain(Dims{std::int64_t(n)}, w0), m = plain(Dims{std::int64_t(n)}, m0),
+         v = plain(Dims{std::int64_t(n)}, v_pos), g = plain(Dims{std::int64_t(n)}, g0);
+  AdamUpdate a;
+  a.weight_decay = 0.1f;
+  a.decoupled_weight_decay = true;
+  a.step = 5;
+  a.grad_scale = &zero;
+  be().adam_update(w, g, m, v, a);
+  expect_same_bits("adam: w after a skipped step", read(w), w0);
+  expect_same_bits("adam: m after a skipped step", read(m), m0);
+  expect_same_bits("adam: v after a skipped step", read(v), v_pos);
+  SgdUpdate s;
+  s.momentum = 0.9f;
+  s.weight_decay = 0.01f;
+  s.grad_scale = &zero;
+  be().sgd_update(w, g, m, s);
+  expect_same_bits("sgd: w after a skipped step", read(w), w0);
+  expect_same_bits("sgd: velocity after a skipped step", read(m), m0);
+}
+
+TEST_P(BackendConformance, LossGradientIsMultipliedByTheLossScale) {
+  const std::int64_t rows = 6, classes = 4;
+  const HostTensor logits = randn(std::size_t(rows * classes), 21);
+  const HostTensor labels{0, 3, 1, 2, 2, 0};
+  for (DType dt : precisions()) {
+    SCOPED_TRACE(dtype_trace(dt));
+    const Tensor pred = plain(Dims{rows, classes}, logits, dt), y = plain(Dims{rows}, labels);
+    const Tensor state = plain(Dims{4}, HostTensor{1024.0f, 0, 0, 0});
+    auto plain_op = be().loss(LossKind::kSoftmaxCrossEntropy, classes, {});
+    auto scaled_op = be().loss(LossKind::kSoftmaxCrossEntropy, classes, {});
+    Tensor d1, d2;
+    plain_op->forward_backward(pred, y, &d1, 1.0f / float(rows), nullptr);
+    scaled_op->forward_backward(pred, y, &d2, 1.0f / float(rows), &state);
+    const HostTensor a = read(d1), b = read(d2);
+    for (std::size_t i = 0; i < a.size(); ++i)
+      EXPECT_NEAR(b[i], 1024.0 * a[i], 1024.0 * tolerance(dt) * std::fabs(a[i]) + 1e-3) << "element " << i;
+    // The totals are the loss's, not the scaled loss's.
+    EXPECT_DOUBLE_EQ(scaled_op->totals().loss_sum, plain_op->totals().loss_sum);
   }
 }
 
 // A one-element scale from clip_scale (< 1), and its value.
 float make_clip_scale(Backend& be, const Tensor& g, Tensor& scale) {
-  be.clip_scale({&g}, 0.5f, scale);
+  be.clip_scale({&g}, 0.5f, nullptr, scale);
   float s = 0;
   be.copy_to_host(scale, &s);
   return s;
@@ -2473,7 +2622,7 @@ std::vector<HostTensor> run_thread_sensitive_ops(Backend& be) {
   }
   // Reductions: clip_scale over several gradients, then the updates that use it.
   Tensor g1 = plain(Dims{n}, b), g2 = plain(Dims{333}, randn(333, 203)), scale;
-  be.clip_scale({&g1, &g2}, 1.0f, scale);
+  be.clip_scale({&g1, &g2}, 1.0f, nullptr, scale);
   read(scale);
   Tensor m, v, vel;
   be.shape_plain(m, Dims{n}, DType::kF32);
@@ -2510,8 +2659,8 @@ std::vector<HostTensor> run_thread_sensitive_ops(Backend& be) {
     loss_batch(kind, rows, k, 204, pv, lv);
     auto op = be.loss(kind, k, {});
     Tensor pred = plain(Dims{rows, k}, pv), labels = plain(Dims{rows}, lv), dpred;
-    op->forward_backward(pred, labels, &dpred, 1.0f / float(rows));
-    op->forward_backward(pred, labels, nullptr, 1.0f);
+    op->forward_backward(pred, labels, &dpred, 1.0f / float(rows), nullptr);
+    op->forward_backward(pred, labels, nullptr, 1.0f, nullptr);
     read(dpred);
     const LossTotals t = op->totals();
     float bits[2];

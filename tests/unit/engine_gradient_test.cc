@@ -263,11 +263,11 @@ TEST_P(LossGradient, MatchesFiniteDifferences) {
   auto total = [&] {
     backend->copy_from_host(pred.data(), p);
     loss->set_totals(LossTotals{});
-    loss->forward_backward(p, y, nullptr, 1.0f);
+    loss->forward_backward(p, y, nullptr, 1.0f, nullptr);
     return loss->totals().loss_sum;
   };
   backend->copy_from_host(pred.data(), p);
-  loss->forward_backward(p, y, &dp, 1.0f);
+  loss->forward_backward(p, y, &dp, 1.0f, nullptr);
   std::vector<float> analytic(pred.size());
   backend->copy_to_host(dp, analytic.data());
   for (std::size_t i = 0; i < pred.size(); ++i) {
@@ -308,7 +308,7 @@ TEST(LossClassWeights, ChangeTheGradientAsComputedByHand) {
     backend->shape_plain(y, Dims{1}, DType::kF32);
     backend->copy_from_host(pred.data(), p);
     backend->copy_from_host(label.data(), y);
-    loss->forward_backward(p, y, &dp, 1.0f);
+    loss->forward_backward(p, y, &dp, 1.0f, nullptr);
     std::vector<float> g(2);
     backend->copy_to_host(dp, g.data());
     // oneDNN's log-softmax is within a few ulps of the exact value.
@@ -325,7 +325,7 @@ TEST(LossClassWeights, ChangeTheGradientAsComputedByHand) {
     backend->shape_plain(y, Dims{2}, DType::kF32);
     backend->copy_from_host(pred.data(), p);
     backend->copy_from_host(label.data(), y);
-    loss->forward_backward(p, y, &dp, 1.0f);
+    loss->forward_backward(p, y, &dp, 1.0f, nullptr);
     std::vector<float> g(2);
     backend->copy_to_host(dp, g.data());
     EXPECT_FLOAT_EQ(g[0], -2.0f);

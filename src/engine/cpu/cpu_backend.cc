@@ -17,6 +17,7 @@
 #include "engine/cpu/cpu_common.h"
 #include "engine/cpu/cpu_kernels.h"
 #include "engine/cpu/cpu_ops.h"
+#include "engine/loss_scale.h"
 
 namespace anneal {
 
@@ -242,13 +243,32 @@ class CpuBackend final : public Backend {
     t.mark_modified();
   }
 
-  void clip_scale(const std::vector<const Tensor*>& grads, float max_norm, Tensor& scale) override {
+  void clip_scale(const std::vector<const Tensor*>& grads, float max_norm, const Tensor* pre_scale,
+                  Tensor& scale) override {
+    const float pre = scale_of(pre_scale);
     double squares = 0;
     for (const Tensor* g : grads) squares += sum_squares(*g);
-    const double norm = std::sqrt(squares);
+    const double norm = double(pre) * std::sqrt(squares);
     shape_plain(scale, Dims{1}, DType::kF32);
-    *static_cast<float*>(scale.data()) = norm > max_norm ? float(max_norm / (norm + 1e-6)) : 1.0f;
+    *static_cast<float*>(scale.data()) = pre * (norm > max_norm ? float(max_norm / (norm + 1e-6)) : 1.0f);
     scale.mark_modified();
+  }
+
+  void unscale_gradients(const std::vector<const Tensor*>& grads, Tensor& state, int growth_interval,
+                         Tensor& step_scale) override {
+    if (state.elements() != 4) throw failure("unscale_gradients: the state holds 4 values");
+    float* s = f32_data(state, "loss scale state");
+    bool finite = true;
+    for (const Tensor* g : grads) {
+      const float* x = f32_data(*g, "unscale_gradients");
+      const std::int64_t n = stored_elements(*g);
+      for (std::int64_t i = 0; i < n && finite; ++i) finite = std::isfinite(x[i]);
+    }
+    shape_plain(step_scale, Dims{1}, DType::kF32);
+    *static_cast<float*>(step_scale.data()) = finite ? 1.0f / s[0] : 0.0f;
+    step_scale.mark_modified();
+    engine::update_loss_scale(s, finite, growth_interval);
+    state.mark_modified();
   }
 
  private:
@@ -364,6 +384,7 @@ class CpuBackend final : public Backend {
     AdamKernelArgs args;
     static_cast<engine::AdamScalars&>(args) = engine::adam_scalars(u);
     args.grad_scale = scale_of(u.grad_scale);
+    if (args.grad_scale == 0.0f) return;  // a skipped step
     for_chunks(n, [&](std::int64_t begin, std::int64_t count) {
       adam_kernel(wp + begin, gp + begin, mp + begin, vp + begin, count, args);
     });
@@ -381,6 +402,7 @@ class CpuBackend final : public Backend {
       vp = f32_data(velocity, "sgd");
     }
     const SgdKernelArgs args{u.lr, u.momentum, u.weight_decay, scale_of(u.grad_scale), u.nesterov};
+    if (args.grad_scale == 0.0f) return;  // a skipped step
     for_chunks(n, [&](std::int64_t begin, std::int64_t count) {
       sgd_kernel(wp + begin, gp + begin, vp ? vp + begin : nullptr, count, args);
     });

@@ -10,6 +10,7 @@ memory::data_type to_dnnl(DType dtype) {
     case DType::kBF16: return memory::data_type::bf16;
     case DType::kS8: return memory::data_type::s8;
     case DType::kU8: return memory::data_type::u8;
+    case DType::kF16: break;  // the CPU backend has no fp16 (capabilities().fp16 is false)
   }
   throw failure("cpu backend: unexpected tensor data type");
 }

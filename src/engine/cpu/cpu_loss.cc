@@ -15,8 +15,10 @@ class CpuLossOp final : public LossOp {
   CpuLossOp(CpuContext& ctx, LossKind kind, std::int64_t outputs, std::span<const float> class_weights)
       : ctx_(ctx), kind_(kind), outputs_(outputs), weights_(class_weights.begin(), class_weights.end()) {}
 
-  void forward_backward(const Tensor& pred, const Tensor& labels, Tensor* dpred,
-                        float grad_scale) override {
+  void forward_backward(const Tensor& pred, const Tensor& labels, Tensor* dpred, float grad_scale,
+                        const Tensor* loss_scale) override {
+    // The state lives in host memory on this backend.
+    if (loss_scale != nullptr) grad_scale *= *static_cast<const float*>(loss_scale->data());
     Plan& plan = plan_for(pred);
     const std::int64_t n = pred.batch();
     const std::int64_t k = outputs_;

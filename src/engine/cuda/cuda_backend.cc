@@ -5,16 +5,17 @@
 // CMake finds the CUDA toolkit (-DANNEAL_CUDA=auto|on|off); the anneal
 // executable never links it.
 //
-// One device (the first), one stream, one cuBLASLt and one cuDNN handle per
-// backend. Tensors are plain row-major fp32 in device memory; the host sees
+// One device (the first), one compute stream (and one for uploads), one
+// cuBLASLt and one cuDNN handle per backend. Tensors are plain row-major fp32 in device memory; the host sees
 // values only through copy_to_host, the loss op's totals()/predict() and
 // the running totals, each of which synchronizes the stream. Everything
 // else is issued asynchronously in order on the stream.
 //
-// Activations are fp32 or, under precision = bf16 (Ampere and newer), bf16
-// with fp32 master weights, a bf16 working copy of them per op, and fp32
-// accumulation. What is not here yet: fp16 with loss scaling, and int8
-// inference (int8 models run on the CPU backend).
+// Activations are fp32 or, under precision = bf16 (Ampere and newer) or
+// fp16, 16-bit with fp32 master weights, a 16-bit working copy of them per
+// op, and fp32 accumulation; fp16 trains with a dynamic loss scale kept on
+// the device (unscale_gradients). What is not here yet: int8 inference
+// (int8 models run on the CPU backend).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -64,7 +65,7 @@ void check_same_size(const Tensor& a, const Tensor& b, const char* what) {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const BackendOptions& options) : partials_(*this) {
+  explicit CudaBackend(const BackendOptions& options) : partials_(*this), nonfinite_(*this) {
     ctx_.device = 0;
     ctx_.allocator = this;
     ctx_.deterministic = options.deterministic;
@@ -73,6 +74,8 @@ class CudaBackend final : public Backend {
     check(cudaGetDeviceProperties(&p, ctx_.device), "reading the device's properties");
     // bf16 tensor-core products and convolutions from Ampere (8.0) on.
     capabilities_.bf16 = p.major >= 8;
+    // fp16 tensor cores from Volta (7.0) on: every device the plugin takes.
+    capabilities_.fp16 = p.major >= 7;
     capabilities_.int8 = false;
     // Every kernel reduces in a fixed order and, unless the options allow
     // otherwise, the library algorithms are chosen deterministic
@@ -85,6 +88,7 @@ class CudaBackend final : public Backend {
     DeviceScope scope(ctx_.device);
     try {
       check(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking), "creating a stream");
+      check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "creating a stream");
       check(cublasLtCreate(&ctx_.blas), "creating a handle");
       check(cudnnCreate(&ctx_.dnn), "creating a handle");
       check(cudnnSetStream(ctx_.dnn, ctx_.stream), "binding the stream");
@@ -126,13 +130,17 @@ class CudaBackend final : public Backend {
     cuda::shape_plain(t, like.dims(), dtype, *this);
   }
 
-  // Through a pinned staging buffer, so the copy is asynchronous: from
-  // pageable memory the runtime would first wait for the stream to drain,
-  // and the host could not gather the next batch while the GPU trains on
-  // this one. The copy is ordered on the stream after every op issued
-  // before, so it never overwrites a tensor an earlier op still reads.
+  // Through a pinned staging buffer and a device one, on the copy stream:
+  // from pageable memory the runtime would first wait for the stream to
+  // drain, so the host could not gather the next batch while the GPU trains
+  // on this one; and on the compute stream the transfer would queue behind
+  // the current step's kernels. So the host-to-device transfer runs on its
+  // own stream, overlapping the step in flight, and the compute stream,
+  // after waiting for it, only copies device to device into `t`: ordered
+  // after every op issued before, so it never overwrites a tensor an
+  // earlier op still reads.
   void copy_from_host(const float* host, Tensor& t) override {
-    if (t.dtype() == DType::kBF16) {
+    if (t.dtype() != DType::kF32) {
       // fp32 values up, then rounded on the device (to nearest even).
       Tensor& f = upload_;
       cuda::shape_plain(f, t.dims(), DType::kF32, *this);
@@ -150,26 +158,35 @@ class CudaBackend final : public Backend {
     } else if (bytes > 0) {
       Staging& s = staging_[next_staging_];
       next_staging_ = (next_staging_ + 1) % staging_.size();
-      if (s.pending) check(cudaEventSynchronize(s.done), "waiting for a staging buffer");
+      // The compute stream's last read of this slot (its device to device
+      // copy) comes after the transfer into it, so once it is done both
+      // buffers are free.
+      if (s.pending) check(cudaEventSynchronize(s.consumed), "waiting for a staging buffer");
       s.pending = false;
       if (s.bytes < bytes) {
         if (s.host) check(cudaFreeHost(s.host), "freeing a staging buffer");
-        s.host = nullptr;
+        if (s.device) check(cudaFree(s.device), "freeing a staging buffer");
+        s.host = s.device = nullptr;
         s.bytes = 0;
         check(cudaHostAlloc(&s.host, bytes, cudaHostAllocDefault), "allocating a staging buffer");
+        s.device = allocate(bytes);
         s.bytes = bytes;
       }
-      if (!s.done) check(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "creating an event");
+      if (!s.uploaded) check(cudaEventCreateWithFlags(&s.uploaded, cudaEventDisableTiming), "creating an event");
+      if (!s.consumed) check(cudaEventCreateWithFlags(&s.consumed, cudaEventDisableTiming), "creating an event");
       std::memcpy(s.host, host, bytes);
-      check(cudaMemcpyAsync(device, s.host, bytes, cudaMemcpyHostToDevice, ctx_.stream), "copy to the device");
-      check(cudaEventRecord(s.done, ctx_.stream), "recording a copy");
+      check(cudaMemcpyAsync(s.device, s.host, bytes, cudaMemcpyHostToDevice, copy_stream_), "copy to the device");
+      check(cudaEventRecord(s.uploaded, copy_stream_), "recording a copy");
+      check(cudaStreamWaitEvent(ctx_.stream, s.uploaded, 0), "ordering a copy");
+      check(cudaMemcpyAsync(device, s.device, bytes, cudaMemcpyDeviceToDevice, ctx_.stream), "copy on the device");
+      check(cudaEventRecord(s.consumed, ctx_.stream), "recording a copy");
       s.pending = true;
     }
     t.mark_modified();
   }
   void copy_to_host(const Tensor& t, float* host) override {
     const Tensor* from = &t;
-    if (t.dtype() == DType::kBF16) {
+    if (t.dtype() != DType::kF32) {
       cuda::shape_plain(download_, t.dims(), DType::kF32, *this);
       kernels::convert(kernels::activations(t), kernels::activations(download_), count(t), ctx_.stream);
       from = &download_;
@@ -198,15 +215,30 @@ class CudaBackend final : public Backend {
     t.mark_modified();
   }
 
-  void clip_scale(const std::vector<const Tensor*>& grads, float max_norm, Tensor& scale) override {
+  void clip_scale(const std::vector<const Tensor*>& grads, float max_norm, const Tensor* pre_scale,
+                  Tensor& scale) override {
     const std::size_t per = kernels::kSquareBlocks;
     auto* partials =
         static_cast<double*>(partials_.ensure(sizeof(double) * per * std::max<std::size_t>(grads.size(), 1)));
     for (std::size_t i = 0; i < grads.size(); ++i)
       kernels::sum_squares(f32(*grads[i], "clip_scale"), count(*grads[i]), partials + i * per, ctx_.stream);
     shape_plain(scale, Dims{1}, DType::kF32);
-    kernels::clip_scale(partials, int(grads.size()), max_norm, f32(scale, "clip_scale"), ctx_.stream);
+    kernels::clip_scale(partials, int(grads.size()), max_norm, scale_of(pre_scale), f32(scale, "clip_scale"),
+                        ctx_.stream);
     scale.mark_modified();
+  }
+
+  void unscale_gradients(const std::vector<const Tensor*>& grads, Tensor& state, int growth_interval,
+                         Tensor& step_scale) override {
+    if (state.elements() != 4) throw failure("unscale_gradients: the state holds 4 values");
+    auto* flag = static_cast<int*>(nonfinite_.ensure(sizeof(int)));
+    check(cudaMemsetAsync(flag, 0, sizeof(int), ctx_.stream), "clearing a flag");
+    for (const Tensor* g : grads) kernels::flag_nonfinite(f32(*g, "unscale_gradients"), count(*g), flag, ctx_.stream);
+    shape_plain(step_scale, Dims{1}, DType::kF32);
+    kernels::loss_scale_update(flag, f32(state, "loss scale state"), growth_interval, f32(step_scale, "step scale"),
+                               ctx_.stream);
+    state.mark_modified();
+    step_scale.mark_modified();
   }
 
   void update_running_stat(Tensor& running, const Tensor& batch, float momentum, float scale) override {
@@ -329,9 +361,12 @@ class CudaBackend final : public Backend {
       throw usage_error(std::string(what) + ": expects an f32 tensor, not " + dtype_name(t.dtype()));
   }
   void check_precision(DType compute) const {
-    if (compute == DType::kF32 || (compute == DType::kBF16 && capabilities_.bf16)) return;
+    if (compute == DType::kF32 || (compute == DType::kBF16 && capabilities_.bf16) ||
+        (compute == DType::kF16 && capabilities_.fp16))
+      return;
     throw usage_error(std::string("the CUDA backend on ") + device_name_ + " computes in f32" +
-                      (capabilities_.bf16 ? " or bf16" : "") + ", not " + dtype_name(compute));
+                      (capabilities_.bf16 ? ", bf16" : "") + (capabilities_.fp16 ? " or f16" : "") + ", not " +
+                      dtype_name(compute));
   }
   static const float* scale_of(const Tensor* t) { return t ? f32(*t, "grad_scale") : nullptr; }
 
@@ -344,12 +379,17 @@ class CudaBackend final : public Backend {
   }
 
   void release() noexcept {
+    if (copy_stream_) cudaStreamSynchronize(copy_stream_);
     if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
     for (Staging& st : staging_) {
       if (st.host) cudaFreeHost(st.host);
-      if (st.done) cudaEventDestroy(st.done);
+      if (st.device) cudaFree(st.device);
+      if (st.uploaded) cudaEventDestroy(st.uploaded);
+      if (st.consumed) cudaEventDestroy(st.consumed);
       st = Staging{};
     }
+    if (copy_stream_) cudaStreamDestroy(copy_stream_);
+    copy_stream_ = nullptr;
     if (ctx_.dnn) cudnnDestroy(ctx_.dnn);
     if (ctx_.blas) cublasLtDestroy(ctx_.blas);
     if (ctx_.stream) cudaStreamDestroy(ctx_.stream);
@@ -358,12 +398,14 @@ class CudaBackend final : public Backend {
     ctx_.stream = nullptr;
   }
 
-  // copy_from_host's pinned buffers, used in turn: a batch's features and
-  // labels, and the next batch's, can be in flight at once.
+  // copy_from_host's buffers, used in turn: a batch's features and labels,
+  // and the next batch's, can be in flight at once.
   struct Staging {
-    void* host = nullptr;
-    std::size_t bytes = 0;
-    cudaEvent_t done = nullptr;  // recorded after the copy out of `host`
+    void* host = nullptr;    // pinned
+    void* device = nullptr;  // what the copy stream writes
+    std::size_t bytes = 0;   // of each
+    cudaEvent_t uploaded = nullptr;  // on the copy stream, after the transfer into `device`
+    cudaEvent_t consumed = nullptr;  // on the compute stream, after the copy out of `device`
     bool pending = false;
   };
   static constexpr std::size_t kStagingLimit = std::size_t{64} << 20;
@@ -371,10 +413,12 @@ class CudaBackend final : public Backend {
   BackendCapabilities capabilities_;
   std::string device_name_;
   std::array<Staging, 4> staging_{};
+  cudaStream_t copy_stream_ = nullptr;  // copy_from_host's transfers
   std::size_t next_staging_ = 0;
   CudaContext ctx_;
   DeviceBuffer partials_;  // clip_scale's per-block sums
-  Tensor upload_, download_;  // fp32 values of a bf16 tensor on their way in and out
+  DeviceBuffer nonfinite_;  // unscale_gradients's flag
+  Tensor upload_, download_;  // fp32 values of a bf16 or f16 tensor on their way in and out
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 // where the CPU backend sums in double), then add a block's threads in a
 // fixed tree: no atomics anywhere, so the same inputs give the same bits.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 
 #include "engine/cuda/cuda_common.h"
 #include "engine/cuda/cuda_kernels.h"
+#include "engine/loss_scale.h"
 
 namespace anneal::cuda::kernels {
 namespace {
@@ -27,12 +29,15 @@ int blocks_for(int n) {
 // fp32 arithmetic on either storage type; bf16 stores round to nearest even.
 __device__ float ld(float v) { return v; }
 __device__ float ld(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ float ld(__half v) { return __half2float(v); }
 template <typename T>
 __device__ T st(float v);
 template <>
 __device__ float st<float>(float v) { return v; }
 template <>
 __device__ __nv_bfloat16 st<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __half st<__half>(float v) { return __float2half_rn(v); }
 
 template <typename T>
 struct Type {
@@ -45,8 +50,10 @@ void with_type(DType dtype, const char* what, F&& f) {
     f(Type<float>{});
   } else if (dtype == DType::kBF16) {
     f(Type<__nv_bfloat16>{});
+  } else if (dtype == DType::kF16) {
+    f(Type<__half>{});
   } else {
-    throw failure(std::string(what) + ": expects f32 or bf16, not " + dtype_name(dtype));
+    throw failure(std::string(what) + ": expects f32, bf16 or f16, not " + dtype_name(dtype));
   }
 }
 template <typename T>
@@ -287,6 +294,7 @@ __global__ void channels_first_kernel(const T* x, T* out, int total, int n, int 
 
 __global__ void adam_kernel(float* w, const float* g, float* m, float* v, int n, AdamArgs a, const float* scale) {
   const float gs = scale ? *scale : 1.0f;
+  if (gs == 0.0f) return;  // a skipped step
   ANNEAL_GRID_STRIDE(i, n) {
     const float grad = g[i] * gs + a.l2 * w[i];
     const float mi = a.beta1 * m[i] + (1.0f - a.beta1) * grad;
@@ -299,6 +307,7 @@ __global__ void adam_kernel(float* w, const float* g, float* m, float* v, int n,
 
 __global__ void sgd_kernel(float* w, const float* g, float* velocity, int n, SgdArgs a, const float* scale) {
   const float gs = scale ? *scale : 1.0f;
+  if (gs == 0.0f) return;  // a skipped step
   ANNEAL_GRID_STRIDE(i, n) {
     const float grad = g[i] * gs + a.weight_decay * w[i];
     if (velocity == nullptr) {
@@ -327,7 +336,8 @@ __global__ void sum_squares_kernel(const float* x, int n, double* partials) {
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
-__global__ void clip_scale_kernel(const double* partials, int tensors, float max_norm, float* scale) {
+__global__ void clip_scale_kernel(const double* partials, int tensors, float max_norm, const float* pre_scale,
+                                  float* scale) {
   // One thread: a few hundred additions, in the documented order.
   if (threadIdx.x != 0) return;
   double total = 0;
@@ -336,8 +346,26 @@ __global__ void clip_scale_kernel(const double* partials, int tensors, float max
     for (int b = 0; b < kSquareBlocks; ++b) tensor += partials[t * kSquareBlocks + b];
     total += tensor;
   }
-  const double norm = sqrt(total);
-  *scale = norm > max_norm ? float(max_norm / (norm + 1e-6)) : 1.0f;
+  const float pre = pre_scale ? *pre_scale : 1.0f;
+  const double norm = double(pre) * sqrt(total);
+  *scale = pre * (norm > max_norm ? float(max_norm / (norm + 1e-6)) : 1.0f);
+}
+
+// ---- Loss scaling ----
+
+// Any thread that sees a value that is not finite stores 1: the flag's
+// final value does not depend on which, or on the order.
+__global__ void flag_nonfinite_kernel(const float* x, int n, int* flag) {
+  ANNEAL_GRID_STRIDE(i, n) {
+    if (!isfinite(x[i])) *flag = 1;
+  }
+}
+
+__global__ void loss_scale_update_kernel(const int* flag, float* state, int growth_interval, float* step_scale) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const bool finite = *flag == 0;
+  *step_scale = finite ? 1.0f / state[0] : 0.0f;
+  engine::update_loss_scale(state, finite, growth_interval);
 }
 
 // ---- Normalization ----
@@ -469,9 +497,12 @@ __device__ float class_weight(const float* weights, int label) { return weights 
 // One thread per sample.
 template <typename T>
 __global__ void loss_rows_kernel(LossKind kind, const T* pred, const float* labels, const float* weights, int n,
-                                 int k, T* dpred, float grad_scale, double* sample_loss, int* sample_correct) {
+                                 int k, T* dpred, float host_scale, const float* loss_scale, double* sample_loss,
+                                 int* sample_correct) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
+  // Scaled before the rounding to T, so that small gradients survive fp16.
+  const float grad_scale = loss_scale ? host_scale * loss_scale[0] : host_scale;
   const float y = labels[i];
   switch (kind) {
     case LossKind::kSoftmaxCrossEntropy: {
@@ -714,9 +745,19 @@ void sum_squares(const float* x, int n, double* partials, cudaStream_t stream) {
   sum_squares_kernel<<<kSquareBlocks, kThreads, 0, stream>>>(x, n, partials);
   check_launch("sum_squares");
 }
-void clip_scale(const double* partials, int tensors, float max_norm, float* scale, cudaStream_t stream) {
-  clip_scale_kernel<<<1, 32, 0, stream>>>(partials, tensors, max_norm, scale);
+void clip_scale(const double* partials, int tensors, float max_norm, const float* pre_scale, float* scale,
+                cudaStream_t stream) {
+  clip_scale_kernel<<<1, 32, 0, stream>>>(partials, tensors, max_norm, pre_scale, scale);
   check_launch("clip_scale");
+}
+void flag_nonfinite(const float* x, int n, int* flag, cudaStream_t stream) {
+  if (n == 0) return;
+  flag_nonfinite_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, flag);
+  check_launch("flag_nonfinite");
+}
+void loss_scale_update(const int* flag, float* state, int growth_interval, float* step_scale, cudaStream_t stream) {
+  loss_scale_update_kernel<<<1, 32, 0, stream>>>(flag, state, growth_interval, step_scale);
+  check_launch("loss_scale_update");
 }
 void norm_forward_training(const NormShape& s, ConstActivations x, const float* gamma, const float* beta,
                            Activations y, float* mean, float* variance, cudaStream_t stream) {
@@ -752,13 +793,14 @@ void norm_backward(const NormShape& s, ConstActivations x, ConstActivations dy, 
   });
 }
 void loss_forward_backward(LossKind kind, ConstActivations pred, const float* labels, const float* class_weights,
-                           int n, int k, Activations dpred, float grad_scale, double* sample_loss, int* sample_correct,
-                           DeviceTotals* totals, cudaStream_t stream) {
+                           int n, int k, Activations dpred, float grad_scale, const float* loss_scale,
+                           double* sample_loss, int* sample_correct, DeviceTotals* totals, cudaStream_t stream) {
   if (n > 0) {
     with_type(pred.dtype, "loss", [&](auto t) {
       using T = typename decltype(t)::type;
       loss_rows_kernel<T><<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
-          kind, as<T>(pred), labels, class_weights, n, k, as<T>(dpred), grad_scale, sample_loss, sample_correct);
+          kind, as<T>(pred), labels, class_weights, n, k, as<T>(dpred), grad_scale, loss_scale, sample_loss,
+          sample_correct);
     });
     check_launch("loss_rows");
   }

@@ -123,8 +123,18 @@ inline constexpr int kSquareBlocks = 64;
 void sum_squares(const float* x, int n, double* partials, cudaStream_t stream);
 // From `tensors` runs of kSquareBlocks partials: norm = √Σ, each tensor's
 // partials summed first, then the tensors in order; writes max_norm /
-// (norm + 1e-6) into *scale when norm > max_norm, else 1.
-void clip_scale(const double* partials, int tensors, float max_norm, float* scale, cudaStream_t stream);
+// (norm + 1e-6) into *scale when norm > max_norm, else 1; both the norm and
+// the result times *pre_scale when it is given (Backend::clip_scale).
+void clip_scale(const double* partials, int tensors, float max_norm, const float* pre_scale, float* scale,
+                cudaStream_t stream);
+
+// ---- Loss scaling (precision fp16) ------------------------------------------------
+
+// *flag = 1 when any of x's n values is not finite (else unchanged).
+void flag_nonfinite(const float* x, int n, int* flag, cudaStream_t stream);
+// Backend::unscale_gradients's step from the flag: *step_scale = 1/scale or
+// 0, then engine::update_loss_scale on state.
+void loss_scale_update(const int* flag, float* state, int growth_interval, float* step_scale, cudaStream_t stream);
 
 // ---- Normalization --------------------------------------------------------------
 // x viewed as (A, G, B): element (a, g, b) at (a·G + g)·B + b, statistics per
@@ -160,13 +170,14 @@ struct DeviceTotals {
   long long bad_labels;
 };
 // Scores pred(N, K) against labels(N): per-sample losses into sample_loss(N)
-// and hits into sample_correct(N), the gradient · w[label] · grad_scale into
-// dpred when non-null, then the batch's sum (in a fixed order) added to
-// *totals. class_weights: K (bce: 2) values, or null for all 1. dpred, when
-// its data is non-null, has pred's dtype.
+// and hits into sample_correct(N), the gradient · w[label] · grad_scale
+// (· *loss_scale when given: a device scalar) into dpred when non-null,
+// then the batch's sum (in a fixed order) added to *totals. class_weights:
+// K (bce: 2) values, or null for all 1. dpred, when its data is non-null,
+// has pred's dtype.
 void loss_forward_backward(LossKind kind, ConstActivations pred, const float* labels, const float* class_weights,
-                           int n, int k, Activations dpred, float grad_scale, double* sample_loss,
-                           int* sample_correct, DeviceTotals* totals, cudaStream_t stream);
+                           int n, int k, Activations dpred, float grad_scale, const float* loss_scale,
+                           double* sample_loss, int* sample_correct, DeviceTotals* totals, cudaStream_t stream);
 // out(N, K) fp32: softmax_ce probabilities, bce P(1), or the value.
 void loss_predict(LossKind kind, ConstActivations pred, float* out, int n, int k, cudaStream_t stream);
 

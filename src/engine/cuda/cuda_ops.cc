@@ -11,9 +11,10 @@
 //   pool     cuDNN pooling (max: its deterministic mode)
 //   norm, eltwise, loss   the backend's own kernels (cuda_kernels.cu)
 //
-// Under bf16 compute, activations and their gradients are bf16; weights stay
-// fp32 masters, and each op keeps a bf16 working copy, refreshed when the
-// master's version changes; weight gradients come out fp32.
+// Under bf16 (fp16) compute, activations and their gradients are bf16
+// (fp16); weights stay fp32 masters, and each op keeps a 16-bit working
+// copy, refreshed when the master's version changes; weight gradients come
+// out fp32.
 //
 // Row-major on a column-major library: a row-major (R, C) matrix is a
 // column-major (C, R) one, so y(N,O) = x(N,I)·W(O,I)ᵀ is computed as the
@@ -41,18 +42,20 @@ void* workspace(CudaContext& ctx, std::size_t bytes) {
 
 using kernels::activations;
 
-cudaDataType_t blas_type(DType dtype) { return dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t blas_type(DType dtype) {
+  return dtype == DType::kBF16 ? CUDA_R_16BF : dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
-// A bf16 copy of an fp32 tensor (the weights' working copy), remade only
-// when the source's storage or version changes.
+// A 16-bit (the compute dtype's) copy of an fp32 tensor (the weights'
+// working copy), remade only when the source's storage or version changes.
 class WorkingCopy {
  public:
-  explicit WorkingCopy(MemoryAllocator& allocator) : buffer_(allocator) {}
+  WorkingCopy(MemoryAllocator& allocator, DType dtype) : buffer_(allocator), dtype_(dtype) {}
   const void* of(const Tensor& master, CudaContext& ctx) {
     if (master.data() != source_ || master.version() != version_) {
       const int n = kernel_count(master.elements(), "weights");
-      void* copy = buffer_.ensure(std::size_t(std::max(n, 1)) * dtype_size(DType::kBF16));
-      kernels::convert(activations(master), {copy, DType::kBF16}, n, ctx.stream);
+      void* copy = buffer_.ensure(std::size_t(std::max(n, 1)) * dtype_size(dtype_));
+      kernels::convert(activations(master), {copy, dtype_}, n, ctx.stream);
       source_ = master.data();
       version_ = master.version();
     }
@@ -61,12 +64,13 @@ class WorkingCopy {
 
  private:
   DeviceBuffer buffer_;
+  DType dtype_;
   const void* source_ = nullptr;
   std::uint64_t version_ = 0;
 };
 
 // `x` in the op's compute dtype: itself, or converted into `scratch` (the
-// fp32 network input under bf16 compute).
+// fp32 network input under 16-bit compute).
 const void* in_dtype(const Tensor& x, DType dtype, DeviceBuffer& scratch, CudaContext& ctx) {
   if (x.dtype() == dtype) return x.data();
   const int n = kernel_count(x.elements(), "input");
@@ -89,7 +93,7 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  // A and B are `ab` (fp32 or bf16); C is fp32.
+  // A and B are `ab` (fp32, bf16 or f16); C is fp32.
   void run(bool trans_a, bool trans_b, int m, int n, int k, DType ab, const void* a, int lda, const void* b, int ldb,
            float* c, int ldc, float beta) {
     if (m == 0 || n == 0) return;
@@ -132,7 +136,7 @@ class Gemm {
     Plan plan;
     plan.key = key;
     try {
-      // TF32 only for fp32 operands; bf16 ones are exact on the tensor cores.
+      // TF32 only for fp32 operands; 16-bit ones are exact on the tensor cores.
       const bool tf32 = ctx_.tf32 && key.ab == DType::kF32;
       check(cublasLtMatmulDescCreate(&plan.desc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
                                      CUDA_R_32F),
@@ -186,7 +190,7 @@ class CudaDenseOp final : public DenseOp {
  public:
   CudaDenseOp(CudaContext& ctx, const DenseSpec& spec)
       : ctx_(ctx), spec_(spec), in_(kernel_count(flat_features(spec.in), "dense input")),
-        out_(kernel_count(spec.out, "dense output")), gemm_(ctx), weights16_(*ctx.allocator),
+        out_(kernel_count(spec.out, "dense output")), gemm_(ctx), weights16_(*ctx.allocator, spec.compute),
         input_(*ctx.allocator), product_(*ctx.allocator) {}
 
   void shape_parameters(Tensor& weights, Tensor& bias) override {
@@ -261,7 +265,9 @@ class CudaDenseOp final : public DenseOp {
 
 // ---- cuDNN descriptors ----------------------------------------------------------
 
-cudnnDataType_t dnn_type(DType dtype) { return dtype == DType::kBF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT; }
+cudnnDataType_t dnn_type(DType dtype) {
+  return dtype == DType::kBF16 ? CUDNN_DATA_BFLOAT16 : dtype == DType::kF16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
 
 class TensorDesc {
  public:
@@ -289,7 +295,7 @@ std::array<int, 3> image_dims(const Dims& in, const char* what) {
 class CudaConvOp final : public ConvOp {
  public:
   CudaConvOp(CudaContext& ctx, const ConvSpec& spec)
-      : ctx_(ctx), spec_(spec), dt_(spec.compute), weights16_(*ctx.allocator), input_(*ctx.allocator),
+      : ctx_(ctx), spec_(spec), dt_(spec.compute), weights16_(*ctx.allocator, spec.compute), input_(*ctx.allocator),
         dweights16_(*ctx.allocator), bias_partials_(*ctx.allocator), col_(*ctx.allocator),
         dy_channels_first_(*ctx.allocator), gemm_(ctx) {
     const auto [c, h, w] = image_dims(spec.in, "conv");
@@ -311,7 +317,7 @@ class CudaConvOp final : public ConvOp {
           "convolution shape");
     // Accumulation in fp32 whatever the dtype; FMA math only for fp32
     // unless TF32 is allowed (TF32 tensor cores round the inputs to 10
-    // bits); bf16 products are exact on the tensor cores.
+    // bits); bf16 and fp16 products are exact on the tensor cores.
     check(cudnnSetConvolutionMathType(conv_, math()), "convolution math type");
   }
   ~CudaConvOp() override {
@@ -361,19 +367,18 @@ class CudaConvOp final : public ConvOp {
     } else {
       const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f, zero = 0.0f;
       // cuDNN writes the filter gradient in the filter's dtype: fp32 straight
-      // into dW; under bf16 into a bf16 scratch, then added to the fp32 dW.
+      // into dW; under bf16/fp16 into a 16-bit scratch, then added to the
+      // fp32 dW.
       const bool direct = dt_ == DType::kF32;
       const int count = kernel_count(dweights.elements(), "conv weights");
-      void* dw = direct ? dweights.data()
-                        : dweights16_.ensure(std::size_t(std::max(count, 1)) * dtype_size(DType::kBF16));
+      void* dw = direct ? dweights.data() : dweights16_.ensure(std::size_t(std::max(count, 1)) * dtype_size(dt_));
       check(cudnnConvolutionBackwardFilter(ctx_.dnn, &one, plan.x.get(), in_dtype(x, dt_, input_, ctx_),
                                            plan.y.get(), dy.data(), conv_, plan.backward_filter,
                                            workspace(ctx_, plan.backward_filter_bytes), plan.backward_filter_bytes,
                                            direct ? &beta : &zero, filter_, dw),
             "convolution backward filter");
       if (!direct)
-        kernels::add_to_f32({dw, DType::kBF16}, f32(dweights, "conv weight gradient"), count, accumulate,
-                            ctx_.stream);
+        kernels::add_to_f32({dw, dt_}, f32(dweights, "conv weight gradient"), count, accumulate, ctx_.stream);
     }
     auto* partials = static_cast<float*>(bias_partials_.ensure(sizeof(float) * kernels::bias_grad_partials(o_)));
     kernels::bias_grad(activations(dy), f32(dbias, "conv bias gradient"), plan.n, o_, ho_ * wo_, accumulate,
@@ -401,7 +406,7 @@ class CudaConvOp final : public ConvOp {
   // CUDNN_DEFAULT_MATH permits TF32 on GPUs that have it; FMA math is
   // plain fp32.
   cudnnMathType_t math() const {
-    if (dt_ == DType::kBF16) return CUDNN_TENSOR_OP_MATH;
+    if (dt_ != DType::kF32) return CUDNN_TENSOR_OP_MATH;
     return ctx_.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
   }
 
@@ -410,9 +415,9 @@ class CudaConvOp final : public ConvOp {
   // deterministic, is.
   template <typename Perf>
   bool acceptable(const Perf& p) const {
-    const bool math_ok = p.mathType == CUDNN_FMA_MATH ||
-                         ((ctx_.tf32 || dt_ == DType::kBF16) && p.mathType == CUDNN_DEFAULT_MATH) ||
-                         (dt_ == DType::kBF16 && p.mathType == CUDNN_TENSOR_OP_MATH);
+    const bool sixteen = dt_ != DType::kF32;
+    const bool math_ok = p.mathType == CUDNN_FMA_MATH || ((ctx_.tf32 || sixteen) && p.mathType == CUDNN_DEFAULT_MATH) ||
+                         (sixteen && p.mathType == CUDNN_TENSOR_OP_MATH);
     return p.status == CUDNN_STATUS_SUCCESS && p.memory <= kWorkspaceBytes && math_ok &&
            (!ctx_.deterministic || p.determinism == CUDNN_DETERMINISTIC);
   }
@@ -523,7 +528,7 @@ class CudaConvOp final : public ConvOp {
   ConvSpec spec_;
   DType dt_;
   WorkingCopy weights16_;
-  DeviceBuffer input_, dweights16_;  // x in the compute dtype; a bf16 filter gradient
+  DeviceBuffer input_, dweights16_;  // x in the compute dtype; a 16-bit filter gradient
   DeviceBuffer bias_partials_;        // the bias gradient's per-slice sums
   DeviceBuffer col_, dy_channels_first_;  // the lowered weight gradient's operands
   Gemm gemm_;
@@ -739,7 +744,8 @@ class CudaLossOp final : public LossOp {
     set_totals(LossTotals{});
   }
 
-  void forward_backward(const Tensor& pred, const Tensor& labels, Tensor* dpred, float grad_scale) override {
+  void forward_backward(const Tensor& pred, const Tensor& labels, Tensor* dpred, float grad_scale,
+                        const Tensor* loss_scale) override {
     const int n = check_pred(pred);
     if (labels.elements() != n || labels.dtype() != DType::kF32)
       throw failure("loss: labels must be N plain floats");
@@ -752,7 +758,7 @@ class CudaLossOp final : public LossOp {
     kernels::loss_forward_backward(
         kind_, activations(pred), f32(labels, "loss labels"),
         static_cast<const float*>(weights_.data()), n, outputs_, g, grad_scale,
-        static_cast<double*>(sample_loss_.ensure(count * sizeof(double))),
+        loss_scale ? f32(*loss_scale, "loss scale") : nullptr, static_cast<double*>(sample_loss_.ensure(count * sizeof(double))),
         static_cast<int*>(sample_correct_.ensure(count * sizeof(int))),
         static_cast<kernels::DeviceTotals*>(totals_.data()), ctx_.stream);
   }
