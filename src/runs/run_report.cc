@@ -472,40 +472,64 @@ std::string split_title(const std::string& split) {
   return split == "test" ? "test split" : split == "val" ? "validation rows" : split;
 }
 
+// A split's heat map beside its per-class table; `confusion` may be null
+// (a run recorded before runs kept it).
+std::string class_scores(const std::string& id, const json& confusion, const json& per_class) {
+  std::string out = "<div class=\"pair\">\n";
+  if (confusion.is_object()) {
+    out += "<div>" + confusion_heatmap(id, confusion) +
+           "<p class=\"caption\">Rows: true class; columns: predicted class. Shade: the fraction of the true "
+           "class's rows.</p></div>\n";
+  } else {
+    out += "<div><p class=\"note\">No confusion matrix recorded: this run was trained before anneal kept it "
+           "(<code>anneal eval MODEL DATA</code> prints one).</p></div>\n";
+  }
+  auto bar = [](double v, const char* color) {
+    const double w = std::isfinite(v) ? std::clamp(v, 0.0, 1.0) * 80 : 0;
+    return "<svg class=\"bar\" width=\"80\" height=\"9\" aria-hidden=\"true\"><rect width=\"80\" height=\"9\" "
+           "fill=\"#e5e7eb\"/><rect width=\"" + attr(w) + "\" height=\"9\" fill=\"" + color + "\"/></svg> " + fixed(v, 4);
+  };
+  std::vector<Row> rows;
+  for (const auto& [name, s] : per_class.items()) {
+    const double precision = number_or(s, "precision", NAN), recall = number_or(s, "recall", NAN);
+    rows.push_back({esc(name), esc(json_text(s.value("support", json(nullptr)))), bar(precision, "#6b7280"),
+                    bar(recall, "#374151")});
+  }
+  out += "<div>" + table({"class", "support", "precision", "recall"}, rows, "per-class") + "</div>\n</div>\n";
+  return out;
+}
+
+const json& member_or_null(const json& j, const std::string& key) {
+  static const json null;
+  auto it = j.is_object() ? j.find(key) : j.end();
+  return it != j.end() ? *it : null;
+}
+
 std::string classes_section(const Page& p) {
   const json& summary = p.run.summary;
   std::string out = "<section id=\"classes\">\n<h2>Confusion matrix and per-class scores</h2>\n";
   const json per_class = summary.value("per_class", json::object());
   const json confusion = summary.value("confusion", json::object());
+  const json parent_per_class = summary.value("parent_per_class", json::object());
+  const json parent_confusion = summary.value("parent_confusion", json::object());
   const auto splits = scored_splits(per_class);
   if (splits.empty()) {
-    out += "<p class=\"note\">No per-class scores recorded for this run (a regression run, a quantize or prune "
-           "run, whose scores are under Metrics, or a run that did not finish).</p>\n</section>\n";
+    out += "<p class=\"note\">No per-class scores recorded for this run (a regression run, a run that did not "
+           "finish, or a quantize or prune run recorded before they were kept).</p>\n</section>\n";
     return out;
   }
-  int index = 0;
+  bool first = true;
   for (const std::string& split : splits) {
-    out += "<h3>" + esc(split_title(split)) + "</h3>\n<div class=\"pair\">\n";
-    if (confusion.contains(split) && confusion[split].is_object()) {
-      out += "<div>" + confusion_heatmap(index == 0 ? "confusion" : "confusion-" + split, confusion[split]) +
-             "<p class=\"caption\">Rows: true class; columns: predicted class. Shade: the fraction of the true "
-             "class's rows.</p></div>\n";
-    } else {
-      out += "<div><p class=\"note\">No confusion matrix recorded: this run was trained before anneal kept it "
-             "(<code>anneal eval MODEL DATA</code> prints one).</p></div>\n";
+    out += "<h3>" + esc(split_title(split)) + "</h3>\n";
+    out += class_scores(first ? "confusion" : "confusion-" + split, member_or_null(confusion, split),
+                        member_or_null(per_class, split));
+    // A derived model's parent, scored on the same rows.
+    if (parent_per_class.contains(split)) {
+      out += "<h3>the parent, " + esc(json_text(summary.value("parent", json("")))) + ", on the same rows</h3>\n";
+      out += class_scores("confusion-parent-" + split, member_or_null(parent_confusion, split),
+                          member_or_null(parent_per_class, split));
     }
-    std::vector<Row> rows;
-    for (const auto& [name, s] : per_class[split].items()) {
-      const double precision = number_or(s, "precision", NAN), recall = number_or(s, "recall", NAN);
-      auto bar = [](double v, const char* color) {
-        const double w = std::isfinite(v) ? std::clamp(v, 0.0, 1.0) * 80 : 0;
-        return "<svg class=\"bar\" width=\"80\" height=\"9\" aria-hidden=\"true\"><rect width=\"80\" height=\"9\" "
-               "fill=\"#e5e7eb\"/><rect width=\"" + attr(w) + "\" height=\"9\" fill=\"" + color + "\"/></svg> " + fixed(v, 4);
-      };
-      rows.push_back({esc(name), esc(json_text(s.value("support", json(nullptr)))), bar(precision, "#6b7280"), bar(recall, "#374151")});
-    }
-    out += "<div>" + table({"class", "support", "precision", "recall"}, rows, "per-class") + "</div>\n</div>\n";
-    ++index;
+    first = false;
   }
   out += "</section>\n";
   return out;

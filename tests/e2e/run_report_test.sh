@@ -83,6 +83,8 @@ expect_contains "$Q" "Compared with the parent iris-mlp@v1" "naming the parent"
 expect_contains "$Q" "size on disk" "sizes side by side"
 expect_contains "$Q" "int8" "its precision"
 expect_contains "$Q" "recorded no epochs" "no curves, and it says why"
+expect_contains "$Q" 'id="confusion"' "the int8 model's confusion matrix"
+expect_contains "$Q" 'id="confusion-parent-test"' "beside its parent's on the same rows"
 
 # --- hostile names: escaped, never markup -----------------------------------------
 {
@@ -113,17 +115,61 @@ expect_contains "$(cat "$H")" "&lt;script&gt;alert(1)&lt;/script&gt;" "the colum
 expect_contains "$(cat "$H")" "&lt;img src=x onerror=alert(1)&gt;" "the class name is shown, escaped"
 expect_contains "$(cat "$H")" $'ctl\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdraw' "characters HTML does not allow are shown as U+FFFD"
 
+# --- a regression run (no accuracy), a linear model (no epochs) -----------------
+expect_rc 0 data import sales "$TEST_DATA/sales.csv" --label unit_price --seed 1
+cat > "$WORK/sales.ini" <<'EOF'
+name = sales-mlp
+dataset = sales
+layers = dense(8) relu dense(1)
+loss = mse
+batch = 256
+epochs = 2
+seed = 1
+threads = 1
+validation = 0.2
+EOF
+expect_rc 0 train "$WORK/sales.ini"
+expect_rc 0 runs report "$(latest_run)" -o "$WORK/regression.html"
+G=$(cat "$WORK/regression.html")
+expect_contains "$G" 'id="loss-curve"' "a regression run has its loss curve"
+expect_contains "$G" "No accuracy: a regression run" "and says why there is no accuracy chart"
+expect_contains "$G" "datetime" "the schema shows the date column's type"
+case "$G" in *'id="accuracy-curve"'*) fail "a regression run drew an accuracy chart" ;; *) pass ;; esac
+expect_rc 0 data import wine "$TEST_DATA/wine.csv" --seed 1
+printf 'name = wine-linear\ndataset = wine\nlayers = linear\nthreads = 1\n' > "$WORK/wine.ini"
+expect_rc 0 train "$WORK/wine.ini"
+expect_rc 0 runs report "$(latest_run)" -o "$WORK/linear.html"
+L=$(cat "$WORK/linear.html")
+expect_contains "$L" "recorded no epochs" "a linear model has no curves, and it says why"
+expect_contains "$L" 'id="confusion"' "but its confusion matrix"
+
+# --- a run recorded before runs kept their confusion matrix ----------------------
+"$PY" - "$ANNEAL_HOME/catalog.db" "${RUN#run-}" <<'EOF'
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+(summary,) = db.execute("SELECT summary_json FROM runs WHERE id = ?", (int(sys.argv[2]),)).fetchone()
+s = json.loads(summary)
+del s["confusion"]
+db.execute("UPDATE runs SET summary_json = ? WHERE id = ?", (json.dumps(s), int(sys.argv[2])))
+db.commit()
+EOF
+expect_rc 0 runs report "$RUN" -o "$WORK/old.html"
+O=$(cat "$WORK/old.html")
+expect_contains "$O" "No confusion matrix recorded" "an older run's report says the matrix is missing"
+expect_contains "$O" 'id="loss-curve"' "and shows the rest"
+
 # --- retrain --report-dir: one report per night that trained --------------------
+count_runs() { "$ANNEAL" --json runs list | "$PY" -c "import json,sys; print(len(json.load(sys.stdin)['runs']))"; }
+runs_before=$(count_runs)
 expect_rc 2 retrain "$WORK/iris.ini" --report-dir "$WORK/nowhere"
-expect_contains "$ERR" "--report-dir" "a missing report directory is refused before training"
-runs_before=$("$ANNEAL" --json runs list | "$PY" -c "import json,sys; print(len(json.load(sys.stdin)['runs']))")
+expect_contains "$ERR" "--report-dir" "a missing report directory is refused"
+expect_eq "$(count_runs)" "$runs_before" "before anything was trained"
 mkdir -p "$WORK/served"
 expect_rc 0 --json retrain "$WORK/iris.ini" --report-dir "$WORK/served" --if-changed
 expect_eq "$(json_get "j['report']")" "$WORK/served/iris-mlp-v3.html" "retrain names its report"
 [ -s "$WORK/served/iris-mlp-v3.html" ] && pass || fail "retrain wrote no report"
 expect_contains "$(cat "$WORK/served/iris-mlp-v3.html")" 'id="loss-curve"' "the night's report has its curves"
-runs_after=$("$ANNEAL" --json runs list | "$PY" -c "import json,sys; print(len(json.load(sys.stdin)['runs']))")
-expect_eq "$runs_after" "$((runs_before + 1))" "the refused --report-dir trained nothing"
+expect_eq "$(count_runs)" "$((runs_before + 1))" "the night trained one run"
 expect_rc 0 retrain "$WORK/iris.ini" --report-dir "$WORK/served" --if-changed
 expect_contains "$OUT" "skipped" "an unchanged night is skipped"
 expect_eq "$(ls "$WORK/served" | wc -l)" "1" "a skipped night writes no report"
@@ -134,15 +180,17 @@ expect_eq "$(ls "$WORK/served" | wc -l)" "1" "a skipped night writes no report"
 # errors); html5lib parses as browsers do by the WHATWG algorithm, and in
 # strict mode raises on any parse error (stray characters, invalid code
 # points, bad nesting in the SVG). The test also checks the parsed tree.
+PAGES=("$R" "$WORK/quantized.html" "$H" "$WORK/regression.html" "$WORK/linear.html" "$WORK/old.html"
+       "$WORK/served/iris-mlp-v3.html")
 if command -v tidy >/dev/null; then
-  for f in "$R" "$WORK/quantized.html" "$H" "$WORK/served/iris-mlp-v3.html"; do
+  for f in "${PAGES[@]}"; do
     if tidy -errors -q -utf8 "$f" > "$WORK/tidy.out" 2>&1; then pass; else fail "tidy on $(basename "$f"): $(cat "$WORK/tidy.out")"; fi
   done
 else
   SKIPPED+=("tidy (Debian package tidy) is not installed")
 fi
 if "$PY" -c "import html5lib" 2>/dev/null; then
-  for f in "$R" "$WORK/quantized.html" "$H"; do
+  for f in "${PAGES[@]}"; do
     if "$PY" - "$f" <<'EOF' > "$WORK/html5lib.out" 2>&1; then pass; else fail "html5lib on $(basename "$f"): $(cat "$WORK/html5lib.out")"; fi
 import sys, html5lib
 tree = html5lib.HTMLParser(strict=True, namespaceHTMLElements=False).parse(open(sys.argv[1], "rb"))
