@@ -296,6 +296,12 @@ std::string confusion_heatmap(const std::string& id, const json& confusion) {
   const auto matrix = confusion.at("matrix").get<std::vector<std::vector<std::uint64_t>>>();
   const std::size_t n = classes.size();
   if (n == 0 || matrix.size() != n) return "<p>the recorded confusion matrix is empty</p>\n";
+  // n^2 cells: past this a page would weigh megabytes and show nothing
+  // legible; the per-class table still lists every class.
+  constexpr std::size_t kMaxClasses = 100;
+  if (n > kMaxClasses)
+    return "<p class=\"note\">" + std::to_string(n) + " classes: too many for a heat map (at most " +
+           std::to_string(kMaxClasses) + "); <code>anneal eval --json</code> prints the matrix.</p>\n";
   const double cell = std::clamp(480.0 / static_cast<double>(n), 10.0, 56.0);
   const bool counts = cell >= 22;
   auto short_name = [](const std::string& name) {
@@ -771,15 +777,22 @@ std::string run_report_html(Store& store, std::int64_t run_id) {
       "<title>anneal report: " + esc(subject) + "</title>\n<style>" + kStyle + "</style>\n</head>\n<body>\n";
   html += "<header><h1>" + esc(subject) + " <small>" + esc(run_status_name(p.run.status)) + "</small></h1></header>\n";
   html += "<main>\n";
-  html += curves_section(p);
-  html += metrics_section(p);
-  html += parent_section(p);
-  html += classes_section(p);
-  html += run_section(p);
-  html += lineage_section(p);
-  html += config_section(p);
-  html += data_section(p);
-  html += timing_section(p);
+  try {
+    html += curves_section(p);
+    html += metrics_section(p);
+    html += parent_section(p);
+    html += classes_section(p);
+    html += run_section(p);
+    html += lineage_section(p);
+    html += config_section(p);
+    html += data_section(p);
+    html += timing_section(p);
+  } catch (const json::exception& e) {
+    // The store keeps these JSON records opaque; one that does not have the
+    // shape training wrote is damage, not a reason to crash.
+    throw corrupt(p.run.label() + ": its recorded summary or its model's lineage or metrics are not what training "
+                  "writes (" + e.what() + ")");
+  }
   html += "</main>\n</body>\n</html>\n";
   return html;
 }

@@ -158,6 +158,21 @@ O=$(cat "$WORK/old.html")
 expect_contains "$O" "No confusion matrix recorded" "an older run's report says the matrix is missing"
 expect_contains "$O" 'id="loss-curve"' "and shows the rest"
 
+# --- a damaged record: one line naming the run, no file ---------------------------
+"$PY" - "$ANNEAL_HOME/catalog.db" "${RUN#run-}" <<'EOF'
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+(summary,) = db.execute("SELECT summary_json FROM runs WHERE id = ?", (int(sys.argv[2]),)).fetchone()
+s = json.loads(summary)
+s["confusion"] = {"test": {"classes": 5, "matrix": "x"}}
+db.execute("UPDATE runs SET summary_json = ? WHERE id = ?", (json.dumps(s), int(sys.argv[2])))
+db.commit()
+EOF
+expect_rc 1 runs report "$RUN" -o "$WORK/damaged.html"
+expect_contains "$ERR" "$RUN: its recorded summary" "a malformed record is named"
+expect_eq "$(printf '%s\n' "$ERR" | wc -l)" "1" "in one line"
+[ -e "$WORK/damaged.html" ] && fail "a failed report left a file" || pass
+
 # --- retrain --report-dir: one report per night that trained --------------------
 count_runs() { "$ANNEAL" --json runs list | "$PY" -c "import json,sys; print(len(json.load(sys.stdin)['runs']))"; }
 runs_before=$(count_runs)
