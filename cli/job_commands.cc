@@ -15,6 +15,7 @@
 #include "anneal/catalog_jobs.h"
 #include "anneal/error.h"
 #include "anneal/jobs.h"
+#include "anneal/run_report.h"
 #include "anneal/store.h"
 #include "command.h"
 #include "output.h"
@@ -279,15 +280,37 @@ int run_retrain(const Invocation& inv) {
   request.warm_start = inv.args["warm-start"].as<bool>();
   if (request.warm_start && !request.promote)
     throw usage_error("--warm-start: give --promote ALIAS too; the new model starts from the one holding that alias");
+  std::optional<std::filesystem::path> report_dir;
+  if (inv.args.count("report-dir")) {
+    // Checked before anything is imported or trained: a night's training
+    // must not end in a report that has nowhere to go.
+    report_dir = inv.args["report-dir"].as<std::string>();
+    if (!std::filesystem::is_directory(*report_dir))
+      throw usage_error("--report-dir " + report_dir->string() + ": not a directory");
+  }
   Store store = Store::open(inv.global.store);
   StopOnSignal stop;
   request.stop = stop.token();
   auto reporter = make_train_reporter(inv.global.log_format);
   RetrainResult result = retrain(store, request, *reporter);
   const int code = result.outcome == RetrainOutcome::kRefused ? kExitGateRefused : kExitOk;
+  // One report per night that trained, refused promotions included: that is
+  // when the operator most wants to see the curves.
+  std::optional<std::filesystem::path> report;
+  if (report_dir && result.train && result.train->model) {
+    const ModelRecord& model = *result.train->model;
+    report = *report_dir / (model.name + "-v" + std::to_string(model.version) + ".html");
+    try {
+      write_run_report(store, result.train->run.id, *report, /*replace=*/true);
+    } catch (const Error& e) {
+      throw failure(result.train->run.label() + " registered " + model.ref() + " (" + retrain_outcome_name(result.outcome) +
+                    "), but writing its report failed: " + e.what());
+    }
+  }
   if (inv.global.json) {
     json out = result.to_json();
     out["exit_code"] = code;
+    if (report) out["report"] = report->string();
     print_json(out);
     return code;
   }
@@ -302,6 +325,7 @@ int run_retrain(const Invocation& inv) {
       break;
     default: std::cout << "trained " << result.train->model->ref() << " on " << result.dataset << "\n";
   }
+  if (report) std::cout << "report: " << report->string() << "\n";
   return code;
 }
 
@@ -488,7 +512,9 @@ void add_job_commands(std::vector<Command>& out) {
                  "NAME@ALIAS (the config key warm_start does the same for train) and trains the config's epochs "
                  "on the new data; when that model does not fit (other layers or loss, a column it used gone or "
                  "retyped, a class it never saw) one line says why and the run trains from scratch, as it does "
-                 "while the alias is not set yet. The model's lineage names the parent. Exit codes: "
+                 "while the alias is not set yet. The model's lineage names the parent. "
+                 "--report-dir DIR writes the HTML report of each night that trained (see 'anneal runs report') "
+                 "to DIR/NAME-vN.html, a directory a web server can serve. Exit codes: "
                  "0 trained (and promoted when asked) or skipped, 4 trained but the gate refused promotion, "
                  "65 bad data, 75 lock held, 1 any other failure.",
                  [](po::options_description& o) {
@@ -496,7 +522,9 @@ void add_job_commands(std::vector<Command>& out) {
                        ("if-changed", po::bool_switch(), "skip when data and config are unchanged")
                        ("promote", po::value<std::string>()->value_name("ALIAS"), "move this alias to the new model")
                        ("warm-start", po::bool_switch(), "start from the model holding the --promote alias")
-                       ("gate", po::value<std::string>()->value_name("EXPR"), "promote only when EXPR holds");
+                       ("gate", po::value<std::string>()->value_name("EXPR"), "promote only when EXPR holds")
+                       ("report-dir", po::value<std::string>()->value_name("DIR"),
+                        "write the run's HTML report to DIR/NAME-vN.html when it trained");
                    add_set_option(o);
                  },
                  {"CONFIG"}, run_retrain});

@@ -22,6 +22,7 @@
 #include "anneal/catalog_runs.h"
 #include "anneal/config.h"
 #include "anneal/error.h"
+#include "anneal/run_report.h"
 #include "anneal/runs.h"
 #include "anneal/store.h"
 #include "command.h"
@@ -223,6 +224,27 @@ int run_runs_show(const Invocation& inv) {
   return kExitOk;
 }
 
+// Writes the HTML report of `run` to -o (run_report.h) and says where.
+int write_report(const Invocation& inv, Store& store, std::int64_t run) {
+  if (!inv.args.count("output")) throw usage_error("-o: give the file to write the report to (-o report.html)");
+  const std::string out = inv.args["output"].as<std::string>();
+  write_run_report(store, run, out, inv.args["force"].as<bool>());
+  if (inv.global.json) print_json({{"run", "run-" + std::to_string(run)}, {"report", out}});
+  else std::cout << "wrote the report of run-" << run << " to " << out << "\n";
+  return kExitOk;
+}
+
+int run_runs_report(const Invocation& inv) {
+  Store store = Store::open(inv.global.store);
+  RunRecord run = find_run(store, parse_run_id(inv.args["RUN"].as<std::string>()));
+  return write_report(inv, store, run.id);
+}
+
+void add_report_output_options(po::options_description& o) {
+  o.add_options()("output,o", po::value<std::string>()->value_name("FILE"), "the HTML file to write")
+      ("force", po::bool_switch(), "replace FILE if it exists");
+}
+
 json model_json(const ModelRecord& m) {
   return {{"ref", m.ref()},     {"name", m.name},         {"version", m.version},
           {"created_at", m.created_at}, {"run", "run-" + std::to_string(m.run)},
@@ -256,6 +278,9 @@ int run_model_list(const Invocation& inv) {
 int run_model_show(const Invocation& inv) {
   Store store = Store::open(inv.global.store);
   ModelRecord m = find_model(store, parse_model_ref(inv.args["REF"].as<std::string>(), "REF"));
+  if (inv.args["report"].as<bool>()) return write_report(inv, store, m.run);
+  if (inv.args.count("output") || inv.args["force"].as<bool>())
+    throw usage_error("-o: model show writes a file only with --report (--report -o report.html)");
   if (inv.global.json) {
     print_json(model_json(m));
     return kExitOk;
@@ -388,9 +413,24 @@ void add_train_commands(std::vector<Command>& out) {
   out.push_back({"runs list", "", "list training runs and their status", "", nullptr, {}, run_runs_list});
   out.push_back({"runs show", "RUN", "show a run: config, status, metric history, checkpoints",
                  "RUN is run-N or N.", nullptr, {"RUN"}, run_runs_show});
+  out.push_back({"runs report", "RUN -o FILE [--force]", "write a run's report as one HTML page",
+                 "Writes one self-contained HTML file (no scripts, fonts or anything else it would fetch): the loss "
+                 "and accuracy curves per epoch, train and validation, with the best checkpoint marked; the "
+                 "confusion matrix as a heat map and per-class precision and recall; the metrics, the config, the "
+                 "lineage (dataset version, parent model, anneal version and commit), the dataset's schema with "
+                 "its statistics, the timings (load, training, samples/s) and, for a quantized or pruned model, "
+                 "its scores and size beside its parent's. RUN is run-N or N. FILE is replaced only with --force.",
+                 add_report_output_options, {"RUN"}, run_runs_report});
   out.push_back({"model list", "", "list registered model versions", "", nullptr, {}, run_model_list});
-  out.push_back({"model show", "REF", "show a model version: lineage and metrics",
-                 "REF is NAME (the latest version), NAME@latest, NAME@vN or NAME@ALIAS (anneal model alias).", nullptr, {"REF"}, run_model_show});
+  out.push_back({"model show", "REF [--report -o FILE [--force]]", "show a model version: lineage and metrics",
+                 "REF is NAME (the latest version), NAME@latest, NAME@vN or NAME@ALIAS (anneal model alias). "
+                 "With --report, writes the HTML report of the run that registered the model to FILE instead "
+                 "(see 'anneal runs report').",
+                 [](po::options_description& o) {
+                   o.add_options()("report", po::bool_switch(), "write the model's run report (HTML) to -o FILE");
+                   add_report_output_options(o);
+                 },
+                 {"REF"}, run_model_show});
   out.push_back({"eval", "MODEL DATA [--split train|test|all]", "score a model on a dataset version",
                  "Classification: accuracy, macro precision/recall/F1, balanced accuracy, per-class "
                  "recall/precision/support, the confusion matrix and, for two "

@@ -62,13 +62,21 @@ std::string tensors_hash(const runs::ModelFile& model) {
 }
 
 json score_against_parent(Store& store, const Parent& parent, const runs::ModelFile& child,
-                          const DatasetRef& data, Backend& backend) {
+                          const DatasetRef& data, Backend& backend, json* by_class) {
   runs::ModelInputs in = runs::model_inputs(store, parent.model, parent.record.ref(), data, EvalSplit::kDefault);
   runs::Predictor child_predictor(child, backend);
   runs::Predictor parent_predictor(parent.model, backend);
-  json out = runs::score(in.split, child.loss, child.labels, child_predictor.predict(in.x), in.y);
-  json before = runs::score("parent_" + in.split, parent.model.loss, parent.model.labels,
-                            parent_predictor.predict(in.x), in.y);
+  const std::vector<float> child_p = child_predictor.predict(in.x), parent_p = parent_predictor.predict(in.x);
+  json out = runs::score(in.split, child.loss, child.labels, child_p, in.y);
+  json before = runs::score("parent_" + in.split, parent.model.loss, parent.model.labels, parent_p, in.y);
+  if (by_class && child.labels.classification()) {
+    (*by_class)["per_class"][in.split] = runs::score_per_class(child.loss, child.labels, child_p, in.y);
+    (*by_class)["confusion"][in.split] = runs::score_confusion(child.loss, child.labels, child_p, in.y);
+    (*by_class)["parent_per_class"][in.split] =
+        runs::score_per_class(parent.model.loss, parent.model.labels, parent_p, in.y);
+    (*by_class)["parent_confusion"][in.split] =
+        runs::score_confusion(parent.model.loss, parent.model.labels, parent_p, in.y);
+  }
   out.update(before);
   out["eval_dataset"] = in.dataset;
   out["eval_split"] = in.split;
@@ -96,7 +104,7 @@ json base_lineage(const Parent& parent, const std::string& operation, const std:
 
 CompressResult register_child(Store& store, const Parent& parent, const runs::ModelFile& child,
                               const DatasetRef& data, const std::string& config_text, json lineage,
-                              const json& metrics) {
+                              const json& metrics, const json& by_class) {
   const std::string bytes = runs::encode_model(child);
   lineage["precision"] = child.int8 ? "int8" : precision_name(child.precision);
   lineage["sparsity"] = weight_sparsity(child);
@@ -114,6 +122,7 @@ CompressResult register_child(Store& store, const Parent& parent, const runs::Mo
   lineage["run"] = result.run.label();
   try {
     json summary = {{"operation", lineage["operation"]}, {"parent", result.parent}, {"metrics", metrics}};
+    summary.update(by_class);
     result.model = register_model(store, result.run.id, parent.record.name, bytes, lineage, metrics, summary);
     result.run = find_run(store, result.run.id);
   } catch (const std::exception& e) {

@@ -34,18 +34,24 @@ std::string tensors_hash(const runs::ModelFile& model);
 
 // The child's and the parent's scores on the test split of `data` (its train
 // split when it has none): "<split>_accuracy", "parent_<split>_accuracy",
-// "accuracy_change_points" (or rmse for regression).
+// "accuracy_change_points" (or rmse for regression). With `by_class`, for
+// classification, the same predictions' per-class scores and confusion
+// matrices go there for the run's summary (and its HTML report):
+// {"per_class": {SPLIT: ...}, "confusion": {SPLIT: ...}, and the parent's as
+// "parent_per_class", "parent_confusion"}.
 nlohmann::json score_against_parent(Store& store, const Parent& parent, const runs::ModelFile& child,
-                                    const DatasetRef& data, Backend& backend);
+                                    const DatasetRef& data, Backend& backend, nlohmann::json* by_class = nullptr);
 
 // Lineage fields every compressed model carries; `backend` is what computed it.
 nlohmann::json base_lineage(const Parent& parent, const std::string& operation, const std::string& data,
                             const BackendCapabilities& backend);
 
 // Records the run (config_text describes the operation, dataset = data) and
-// registers the child as the next version of the parent's name.
+// registers the child as the next version of the parent's name. `by_class`
+// (score_against_parent's) joins the run's summary.
 CompressResult register_child(Store& store, const Parent& parent, const runs::ModelFile& child,
                               const DatasetRef& data, const std::string& config_text,
-                              nlohmann::json lineage, const nlohmann::json& metrics);
+                              nlohmann::json lineage, const nlohmann::json& metrics,
+                              const nlohmann::json& by_class = nlohmann::json::object());
 
 }  // namespace anneal::compress

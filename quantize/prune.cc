@@ -238,7 +238,8 @@ CompressResult prune_model(Store& store, const PruneRequest& request, Reporter& 
   if (request.structured) child.compression["kept"] = kept;
 
   reporter.note("scoring " + parent.record.ref() + " and its pruned version");
-  const json metrics = compress::score_against_parent(store, parent, child, data, *backend);
+  json by_class = json::object();
+  const json metrics = compress::score_against_parent(store, parent, child, data, *backend, &by_class);
   json lineage = compress::base_lineage(parent, "prune", in.dataset, backend->capabilities());
   lineage["method"] = request.structured ? "structured L1 (neurons/channels)" : "magnitude";
   lineage["target_sparsity"] = request.sparsity;
@@ -256,7 +257,7 @@ CompressResult prune_model(Store& store, const PruneRequest& request, Reporter& 
       "\ndata = " + in.dataset + "\nlr = " + std::to_string(request.lr) + "\nbatch = " +
       std::to_string(request.batch) + "\nseed = " + std::to_string(request.seed) + "\nthreads = " +
       std::to_string(request.threads) + "\n";
-  return compress::register_child(store, parent, child, data, config, lineage, metrics);
+  return compress::register_child(store, parent, child, data, config, lineage, metrics, by_class);
 }
 
 }  // namespace anneal

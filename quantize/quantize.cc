@@ -301,7 +301,8 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
   child.weights_hash = compress::tensors_hash(child);
 
   reporter.note("scoring " + parent.record.ref() + " and its int8 version");
-  const json metrics = compress::score_against_parent(store, parent, child, calib, *backend);
+  json by_class = json::object();
+  const json metrics = compress::score_against_parent(store, parent, child, calib, *backend, &by_class);
   json lineage = compress::base_lineage(parent, "quantize", in.dataset, backend->capabilities());
   lineage["method"] = calibration_method_name(request.method);
   lineage["calibration_data"] = in.dataset;
@@ -321,7 +322,7 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
               "\nqat_seed = " + std::to_string(request.qat_seed) + "\n";
   }
   config += "threads = " + std::to_string(request.threads) + "\n";
-  return compress::register_child(store, parent, child, calib, config, lineage, metrics);
+  return compress::register_child(store, parent, child, calib, config, lineage, metrics, by_class);
 }
 
 }  // namespace anneal

@@ -27,6 +27,13 @@ nlohmann::json score(const std::string& prefix, LossKind loss, const LabelEncodi
 nlohmann::json score_per_class(LossKind loss, const LabelEncoding& labels, std::span<const float> predictions,
                                std::span<const float> encoded_labels);
 
+// Classification only: the confusion matrix of the same predictions,
+// {"classes": [NAME, ...], "matrix": [[count, ...], ...]} with one row per
+// true class and one column per predicted class (the arg max); null for
+// regression. Kept in a run's summary for its report (run_report.h).
+nlohmann::json score_confusion(LossKind loss, const LabelEncoding& labels, std::span<const float> predictions,
+                               std::span<const float> encoded_labels);
+
 // rows x classes probabilities from a model's raw predictions (bce: P(1)).
 std::vector<float> class_probabilities(LossKind loss, std::span<const float> predictions);
 

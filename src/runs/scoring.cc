@@ -23,6 +23,14 @@ json score_per_class(LossKind loss, const LabelEncoding& labels, std::span<const
   return m.per_class_json(labels.class_names());
 }
 
+json score_confusion(LossKind loss, const LabelEncoding& labels, std::span<const float> predictions,
+                     std::span<const float> encoded_labels) {
+  if (!labels.classification()) return nullptr;
+  ClassificationMetrics m =
+      classification_metrics(class_probabilities(loss, predictions), encoded_labels, labels.classes());
+  return {{"classes", labels.class_names()}, {"matrix", m.confusion}};
+}
+
 json score(const std::string& prefix, LossKind loss, const LabelEncoding& labels,
            std::span<const float> predictions, std::span<const float> encoded_labels) {
   json out = json::object();

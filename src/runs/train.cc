@@ -133,7 +133,9 @@ LinearModel fit_linear(PreparedData& data, double l2) {
 // The linear model's score on validation rows, else test rows, as
 // "<prefix>_val_accuracy" etc.
 // Per-class scores go to `per_class` as {"<prefix>val": {...}, ...}.
-json linear_scores(const std::string& prefix, const LinearModel& linear, const PreparedData& data, json& per_class) {
+// With `confusion` (the linear model is the model), its confusion matrices too.
+json linear_scores(const std::string& prefix, const LinearModel& linear, const PreparedData& data, json& per_class,
+                   json* confusion = nullptr) {
   // The linear model's outputs are already probabilities per class.
   LossKind as = data.labels.classification() ? LossKind::kSoftmaxCrossEntropy : LossKind::kMeanSquaredError;
   json out = json::object();
@@ -141,6 +143,7 @@ json linear_scores(const std::string& prefix, const LinearModel& linear, const P
     std::vector<float> p = linear.predict(x);
     out.update(runs::score(prefix + split, as, data.labels, p, y));
     if (data.labels.classification()) per_class[prefix + split] = runs::score_per_class(as, data.labels, p, y);
+    if (confusion && data.labels.classification()) (*confusion)[split] = runs::score_confusion(as, data.labels, p, y);
   };
   if (!data.y_val.empty()) add("val", data.x_val, data.y_val);
   if (!data.y_test.empty()) add("test", data.x_test, data.y_test);
@@ -334,6 +337,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
   try {
     json metrics = json::object();
     json per_class = json::object();  // {"test": {"CLASS": {"recall", ...}}, ...}
+    json confusion = json::object();  // {"test": {"classes", "matrix"}, ...}: the network's, for its report
     runs::ModelFile model = model_shell(data);
     const bool classification = data.labels.classification();
     std::optional<LinearModel> linear;
@@ -348,7 +352,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       model.linear_model = *linear;
       model.weights_hash = runs::linear_weights_hash(*linear);
       // Unprefixed val_*/test_* keys: here the linear model is the model.
-      metrics.update(linear_scores("", *linear, data, per_class));
+      metrics.update(linear_scores("", *linear, data, per_class, &confusion));
     } else {
       const json prep = {{"features", data.features.to_json()}, {"labels", data.labels.to_json()}};
       std::int64_t recorded_epochs = 0;
@@ -479,7 +483,10 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       auto add = [&](const std::string& split, SampleSource& rows, const std::vector<float>& y) {
         std::vector<float> p = trainer->predict(rows);
         metrics.update(runs::score(split, data.loss, data.labels, p, y));
-        if (classification) per_class[split] = runs::score_per_class(data.loss, data.labels, p, y);
+        if (classification) {
+          per_class[split] = runs::score_per_class(data.loss, data.labels, p, y);
+          confusion[split] = runs::score_confusion(data.loss, data.labels, p, y);
+        }
       };
       if (data.rows->validation) {
         add("val", *data.rows->validation, data.y_val);
@@ -495,6 +502,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
     json summary = {{"samples_per_s", result.samples_per_s}, {"weights_hash", result.weights_hash},
                     {"metrics", metrics}};
     if (!per_class.empty()) summary["per_class"] = per_class;
+    if (!confusion.empty()) summary["confusion"] = confusion;
     if (trainer) summary["steps"] = trainer->step();
     summary.update(data_path_json(result, data));
     json lineage = lineage_json(config, data, run, backend->capabilities());
