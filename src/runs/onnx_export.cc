@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anneal/error.h"
+#include "anneal/fault_point.h"
 #include "anneal/fs.h"
 #include "anneal/model_inputs.h"
 #include "anneal/network.h"
@@ -646,7 +647,10 @@ ExportResult export_model_onnx(Store& store, const ModelRef& ref, const std::fil
   const std::string bytes = export_onnx(model, result.model.ref());
   const std::filesystem::path dir = out.parent_path().empty() ? std::filesystem::path(".") : out.parent_path();
   // 0644: an exported model is meant for other programs (and users) to read.
-  if (!write_file_atomic(out, bytes, dir, /*replace=*/force, /*sync_parent=*/true, 0644))
+  AtomicFileWriter file(out, dir, 0644);
+  file.append(bytes);
+  fault_point("export.written");  // the bytes are in the temporary file, OUT not yet in place
+  if (!file.commit(/*replace=*/force))
     throw Error(ErrorKind::kUsage, Subject::kOutputFile, out.string() + ": file exists", Remedy::kReplaceExisting);
   result.bytes = bytes.size();
   return result;
