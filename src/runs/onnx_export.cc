@@ -43,6 +43,9 @@ class Graph {
  public:
   explicit Graph(onnx::GraphProto* g) : g_(g) {}
 
+  json inputs = json::array();   // what each graph input is (metadata "anneal.inputs")
+  json outputs = json::array();  // the graph outputs' names
+
   std::string fresh(const std::string& hint) { return "anneal:" + std::to_string(next_++) + ":" + hint; }
 
   onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& inputs,
@@ -427,7 +430,7 @@ class NetworkWriter {
     return fallback;
   }
   static void need_image(const LayerSpec& s, const Shape& shape) {
-    if (shape.size() != 3) throw corrupt("model: " + where(s) + " needs an image input but gets a flat one");
+    if (shape.size() != 3) throw corrupt(where(s) + " needs an image input but gets a flat one");
   }
 
   std::string flatten(const std::string& x) {
@@ -453,9 +456,9 @@ class NetworkWriter {
   }
   const NamedTensor& find(const LayerSpec& s, const std::string& name, const Shape& dims) const {
     auto it = tensors_.find(name);
-    if (it == tensors_.end()) throw corrupt("model: " + where(s) + " has no tensor '" + name + "'");
+    if (it == tensors_.end()) throw corrupt(where(s) + " has no tensor '" + name + "'");
     if (static_cast<std::int64_t>(it->second->values.size()) != product(dims))
-      throw corrupt("model: tensor '" + name + "' has " + std::to_string(it->second->values.size()) +
+      throw corrupt("tensor '" + name + "' has " + std::to_string(it->second->values.size()) +
                     " values, expected " + std::to_string(product(dims)));
     return *it->second;
   }
@@ -484,7 +487,7 @@ class NetworkWriter {
       auto sc = model_.activation_scales.find(prefix);
       if (w.encoding != TensorEncoding::kS8 || w.q.size() != w.values.size() ||
           static_cast<std::int64_t>(w.scales.size()) != weight_dims[0] || sc == model_.activation_scales.end())
-        throw corrupt("model: int8 layer " + prefix + " lacks its s8 weights or scales");
+        throw corrupt("int8 layer " + prefix + " lacks its s8 weights or scales");
       if (act_ == Act::kF32) x = qdq(x, sc->second.input, true);
       const std::string q = g_.bytes(prefix + ".weight_q", weight_dims, true, w.q);
       const std::string scales = g_.floats(prefix + ".weight_scale", {weight_dims[0]}, w.scales);
@@ -526,7 +529,7 @@ std::string linear_scores(Graph& g, const LinearModel& m, const std::string& x) 
   const auto in = static_cast<std::size_t>(m.inputs), d = in + 1;
   const std::size_t fitted = d ? m.weights.size() / d : 0;
   if (in == 0 || fitted == 0 || fitted * d != m.weights.size())
-    throw corrupt("model: the linear model's weights do not fit its " + std::to_string(m.inputs) + " inputs");
+    throw corrupt("the linear model's weights do not fit its " + std::to_string(m.inputs) + " inputs");
   std::vector<float> w(in * fitted), b(fitted);
   for (std::size_t j = 0; j < fitted; ++j) {
     for (std::size_t c = 0; c < in; ++c) w[j * in + c] = static_cast<float>(m.weights[j * d + c]);
@@ -548,14 +551,11 @@ std::string two_classes(Graph& g, const std::string& p) {
   return n->output(0);
 }
 
+void write_graph(Graph& g, onnx::GraphProto& graph, const ModelFile& model);
+
 }  // namespace
 
 std::string export_onnx(const ModelFile& model, const std::string& ref) {
-  for (const ColumnTransform& c : model.features.columns())
-    if (c.column.starts_with("anneal:"))
-      throw usage_error("column '" + c.column + "': the ONNX export names its own tensors 'anneal:...'; rename the column");
-  if (model.features.columns().empty()) throw corrupt("model " + ref + " has no feature columns");
-
   onnx::ModelProto m;
   m.set_ir_version(8);  // ONNX 1.10 to 1.13, which know opset 17
   m.set_producer_name("anneal");
@@ -572,9 +572,37 @@ std::string export_onnx(const ModelFile& model, const std::string& ref) {
   graph.set_name(ref);
   Graph g(&graph);
 
-  json inputs = json::array();
+  try {
+    write_graph(g, graph, model);
+  } catch (const Error& e) {
+    throw Error(e.kind(), "model " + ref + ": ONNX export: " + e.what());
+  }
+  auto meta = [&](const std::string& key, const std::string& value) {
+    auto* p = m.add_metadata_props();
+    p->set_key(key);
+    p->set_value(value);
+  };
+  meta("anneal.model", ref);
+  meta("anneal.inputs", g.inputs.dump());
+  meta("anneal.outputs", g.outputs.dump());
+  meta("anneal.precision", model.int8 ? "int8" : model.precision == Precision::kBf16 ? "bf16" : "fp32");
+  std::string bytes;
+  if (!m.SerializeToString(&bytes)) throw failure("model " + ref + ": ONNX export: protobuf could not serialize it");
+  return bytes;
+}
+
+namespace {
+
+// The graph's inputs, nodes and outputs (g.inputs, g.outputs: their
+// descriptions for the metadata).
+void write_graph(Graph& g, onnx::GraphProto& graph, const ModelFile& model) {
+  for (const ColumnTransform& c : model.features.columns())
+    if (c.column.starts_with("anneal:"))
+      throw usage_error("column '" + c.column + "': the export names its own tensors 'anneal:...'; rename the column");
+  if (model.features.columns().empty()) throw corrupt("the model has no feature columns");
+  json& inputs = g.inputs;
+  json& outputs = g.outputs;
   const std::string x = preprocess(g, graph, model, inputs);
-  json outputs = json::array();
   if (model.labels.classification()) {
     std::string probabilities;
     if (model.linear) {
@@ -623,20 +651,9 @@ std::string export_onnx(const ModelFile& model, const std::string& ref) {
     value_info(graph.add_output(), "value", onnx::TensorProto::FLOAT, {-1});
     outputs = {"value"};
   }
-
-  auto meta = [&](const std::string& key, const std::string& value) {
-    auto* p = m.add_metadata_props();
-    p->set_key(key);
-    p->set_value(value);
-  };
-  meta("anneal.model", ref);
-  meta("anneal.inputs", inputs.dump());
-  meta("anneal.outputs", outputs.dump());
-  meta("anneal.precision", model.int8 ? "int8" : model.precision == Precision::kBf16 ? "bf16" : "fp32");
-  std::string bytes;
-  if (!m.SerializeToString(&bytes)) throw failure("onnx export: protobuf could not serialize model " + ref);
-  return bytes;
 }
+
+}  // namespace
 
 ExportResult export_model_onnx(Store& store, const ModelRef& ref, const std::filesystem::path& out, bool force) {
   ExportResult result;
