@@ -291,15 +291,17 @@ std::string preprocess(Graph& g, onnx::GraphProto& graph, const ModelFile& model
       parts.push_back(expand_datetime(g, c, c.column));
       info["kind"] = "datetime";
     } else if (c.width > 1) {
-      // An image column: (N, C, H, W) as the model's input shape says.
-      Shape dims = model.features.input_shape();
-      if (product(dims) != c.width) dims = {c.width};
+      // A column of several values (an IDX image): its shape in the
+      // dataset, (N, C, H, W) for an image.
+      Shape dims = {c.width};
+      for (const ColumnSchema& d : model.dataset_columns)
+        if (d.name == c.column && !d.shape.empty() && product(d.shape) == c.width) dims = d.shape;
+      info["kind"] = dims.size() == 3 ? "image" : "vector";
+      info["shape"] = dims;
       dims.insert(dims.begin(), -1);
       value_info(graph.add_input(), c.column, onnx::TensorProto::FLOAT, dims);
       const std::string flat = g.op("Reshape", {c.column, g.int64s("shape", {2}, {-1, c.width})}, "flat");
       parts.push_back(standardize(g, c, flat));
-      info["kind"] = "image";
-      info["shape"] = Shape(dims.begin() + 1, dims.end());
     } else {
       value_info(graph.add_input(), c.column, onnx::TensorProto::FLOAT, {-1});
       parts.push_back(standardize(g, c, column_of(g, c.column)));
