@@ -99,7 +99,7 @@ expect_rc 0 train "$WORK/mlp.ini"
 ort_vs_predict sales-mlp@v1 "$WORK/future.csv" 0.999 1e-4 fp32-mlp
 expect_rc 0 --json model export sales-mlp --format onnx -o "$WORK/latest.onnx"
 expect_eq "$(json_get 'j["model"], j["format"], j["bytes"] == __import__("os").path.getsize(j["output"])')" \
-  "('sales-mlp@v1', 'onnx', True)" "--json names the model, the format and the bytes written"
+  "sales-mlp@v1 onnx True" "--json names the model, the format and the bytes written"
 expect_eq "$(stat -c %a "$WORK/latest.onnx")" "644" "an exported model is readable by other users"
 
 # bf16 (anneal computes in bf16; the export runs the same weights in fp32),
