@@ -38,7 +38,7 @@ std::int64_t product(const Shape& s) {
 
 // The graph under construction: nodes, initializers and fresh names.
 // Intermediate names start with "anneal:" and a counter; a feature column
-// with such a name is refused (export_onnx), so none can clash.
+// with such a name is refused (write_graph), so none can clash.
 class Graph {
  public:
   explicit Graph(onnx::GraphProto* g) : g_(g) {}

@@ -162,6 +162,9 @@ PY
 expect_rc 0 --json prune sales-mlp@v1 --sparsity 0.7 --finetune-epochs 1 --threads 1
 pruned_ref=$(json_get 'j["model"]')
 ort_vs_predict "$pruned_ref" "$WORK/future.csv" 0.999 1e-4 pruned-mlp
+# Structured pruning rebuilds smaller dense layers: the spec changes with them.
+expect_rc 0 --json prune sales-mlp@v1 --structured --sparsity 0.5 --finetune-epochs 1 --threads 1
+ort_vs_predict "$(json_get 'j["model"]')" "$WORK/future.csv" 0.999 1e-4 structured-mlp
 
 # --- images: a CNN on 8x8 digits (IDX), fp32 and int8 -------------------------
 "$PY" - "$TEST_DATA/digits.csv" "$WORK/images.idx" "$WORK/labels.idx" <<'PY'
@@ -215,6 +218,26 @@ if [ "$ORT" = 1 ]; then
   "$PY" "$READER" blob --store "$ANNEAL_HOME" --model digits-cnn@v1 -o "$WORK/cnn.bin" || fail "reader: blob"
   "$PY" "$TOOL" compare-reader "$READER" "$WORK/cnn.bin" "$WORK/digits.features" "$dtype" "$WORK/digits.split" \
     "$WORK/fp32-cnn.ort.json" 1e-4 fp32-cnn >&2 && pass || fail "fp32-cnn: probabilities differ from the reader's"
+fi
+# Batchnorm on an image (per channel), a strided conv with a fused sigmoid
+# and a dense on an image (the implicit flatten takes a layer number).
+cat >"$WORK/cnn2.ini" <<'INI'
+name      = digits-cnn2
+dataset   = digits
+layers    = conv(4,3,pad=1) batchnorm relu maxpool(2) conv(6,2,stride=2) sigmoid dense(10)
+optimizer = adam
+lr        = 0.01
+batch     = 32
+epochs    = 2
+seed      = 5
+threads   = 1
+INI
+expect_rc 0 train "$WORK/cnn2.ini"
+ort_vs_eval digits-cnn2@v1 0.001 fp32-cnn2
+if [ "$ORT" = 1 ]; then
+  "$PY" "$READER" blob --store "$ANNEAL_HOME" --model digits-cnn2@v1 -o "$WORK/cnn2.bin" || fail "reader: blob"
+  "$PY" "$TOOL" compare-reader "$READER" "$WORK/cnn2.bin" "$WORK/digits.features" "$dtype" "$WORK/digits.split" \
+    "$WORK/fp32-cnn2.ort.json" 1e-4 fp32-cnn2 >&2 && pass || fail "fp32-cnn2: probabilities differ from the reader's"
 fi
 expect_rc 0 --json quantize digits-cnn@v1 --int8 --calib digits --calib-samples 500 --threads 1
 int8_cnn=$(json_get 'j["model"]')
