@@ -23,6 +23,7 @@
 #include "anneal/config.h"
 #include "anneal/error.h"
 #include "anneal/run_report.h"
+#include "anneal/onnx_export.h"
 #include "anneal/runs.h"
 #include "anneal/store.h"
 #include "command.h"
@@ -380,6 +381,23 @@ int run_predict(const Invocation& inv) {
   return kExitOk;
 }
 
+int run_model_export(const Invocation& inv) {
+  if (!inv.args.count("format")) throw usage_error("--format: model export needs a format (--format onnx)");
+  const std::string format = inv.args["format"].as<std::string>();
+  if (format != "onnx") throw usage_error("--format '" + format + "': expected onnx");
+  if (!inv.args.count("output")) throw usage_error("-o: model export needs an output file (-o FILE.onnx)");
+  const std::string out = inv.args["output"].as<std::string>();
+  Store store = Store::open(inv.global.store);
+  const ModelRef ref = parse_model_ref(inv.args["REF"].as<std::string>(), "REF");
+  const runs::ExportResult r = runs::export_model_onnx(store, ref, out, inv.args["force"].as<bool>());
+  if (inv.global.json) {
+    print_json({{"model", r.model.ref()}, {"format", format}, {"output", out}, {"bytes", r.bytes}});
+    return kExitOk;
+  }
+  std::cout << "wrote " << r.model.ref() << " as ONNX to " << out << " (" << human_bytes(r.bytes) << ")\n";
+  return kExitOk;
+}
+
 std::string config_keys_help() {
   std::string out = "Config keys (INI, key = value; --set key=value overrides):\n";
   for (const auto& k : known_config_keys()) {
@@ -431,6 +449,18 @@ void add_train_commands(std::vector<Command>& out) {
                    add_report_output_options(o);
                  },
                  {"REF"}, run_model_show});
+  out.push_back({"model export", "REF --format onnx -o FILE [--force]", "write a model as ONNX for other runtimes",
+                 "The ONNX graph (opset 17, ai.onnx.ml 2) holds the model's preprocessing: it takes the raw "
+                 "feature columns, one input each (numbers as float, categories as strings, dates as float "
+                 "days since 1970-01-01, images as float N x C x H x W), and gives 'label' and "
+                 "'probabilities' (classes) or 'value' (regression). INT8 models become QuantizeLinear/"
+                 "DequantizeLinear graphs, pruned ones dense weights. FILE appears whole or not at all.",
+                 [](po::options_description& o) {
+                   o.add_options()("format", po::value<std::string>()->value_name("FORMAT"), "onnx")
+                       ("output,o", po::value<std::string>()->value_name("FILE"), "where to write the model")
+                       ("force", po::bool_switch(), "replace FILE if it exists");
+                 },
+                 {"REF"}, run_model_export});
   out.push_back({"eval", "MODEL DATA [--split train|test|all]", "score a model on a dataset version",
                  "Classification: accuracy, macro precision/recall/F1, balanced accuracy, per-class "
                  "recall/precision/support, the confusion matrix and, for two "

@@ -81,11 +81,11 @@ done
 [ "$(dpkg-deb -f "$deb" Version)" = "$version" ] || fail "deb version is not $version"
 [ "$(rpm -qp --qf '%{VERSION}' "$rpm" 2>/dev/null)" = "$version" ] || fail "rpm version is not $version"
 depends=$(dpkg-deb -f "$deb" Depends)
-for dep in adduser libdnnl libc6 libsqlite3 libtbb; do
+for dep in adduser libdnnl libc6 libsqlite3 libtbb libprotobuf; do
   grep -q "$dep" <<<"$depends" || fail "deb Depends lacks $dep: $depends"
 done
 requires=$(rpm -qpR "$rpm" 2>/dev/null)
-for dep in 'libdnnl\.so' 'libsqlite3\.so' 'libtbb\.so' shadow-utils; do
+for dep in 'libdnnl\.so' 'libsqlite3\.so' 'libtbb\.so' 'libprotobuf\.so' shadow-utils; do
   grep -q "$dep" <<<"$requires" || fail "rpm Requires lacks $dep"
 done
 
