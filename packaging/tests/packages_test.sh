@@ -176,6 +176,7 @@ grep -q "install -d -m 0750 -o anneal" <<<"$scripts" || fail "rpm %post does not
 # Nothing of CUDA in anneal's packages: they install and run without it.
 cuda_re='cuda|cudnn|cublas|nvidia'
 grep -Ei "$cuda_re|/usr/lib/anneal" <<<"$deb_files" && fail "deb holds a CUDA file"
+grep -q "^/usr/lib/\.build-id" <<<"$rpm_files" && fail "rpm holds /usr/lib/.build-id links"
 # The rpm's /usr/lib/anneal holds the bundled libraries alone.
 grep -Ei "$cuda_re" <<<"$rpm_files" && fail "rpm holds a CUDA file"
 grep "^/usr/lib/anneal" <<<"$rpm_files" | grep -Ev "^/usr/lib/anneal(/private(/[^/]+)?)?$" &&
