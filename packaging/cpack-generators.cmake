@@ -58,3 +58,46 @@ if(CPACK_GENERATOR STREQUAL "DEB")
     file(REMOVE_RECURSE ${_work})
   endif()
 endif()
+
+if(CPACK_GENERATOR STREQUAL "RPM")
+  # The libraries the anneal rpm bundles (packaging/rpm/bundle.cmake, which
+  # its install step runs too) are in the package, so rpm is not to require
+  # them of the system: their sonames are filtered from the requires rpm
+  # derives from the ELF files. The requires they have of glibc stay, and
+  # with them the minimum glibc version (libc.so.6(GLIBC_2.x)(64bit)).
+  # anneal-cuda's spec takes the same filter: its plugin is loaded only into
+  # anneal, whose bundled libstdc++ and libgcc_s it then uses; its CUDA
+  # requires stay.
+  file(READ ${CPACK_ANNEAL_EXE_FILE} _anneal)
+  set(_list ${_anneal_build_dir}/packaging/rpm-bundled)
+  execute_process(COMMAND ${CPACK_ANNEAL_CMAKE} -DANNEAL=${_anneal} -DLIST_TO=${_list}
+                          -P ${CPACK_ANNEAL_BUNDLE_SCRIPT}
+                  RESULT_VARIABLE _rc ERROR_VARIABLE _err)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "cpack-generators.cmake: listing the rpm's bundled libraries failed: ${_err}")
+  endif()
+  file(STRINGS ${_list} _bundled)
+  set(_sonames "")
+  set(_licenses "")
+  foreach(_line IN LISTS _bundled)
+    string(REPLACE "\t" ";" _line "${_line}")
+    list(GET _line 0 _soname)
+    list(GET _line 1 _license)
+    # A POSIX extended regex, with no backslash for rpm's macros to eat.
+    string(REGEX REPLACE "([.+])" "[\\1]" _soname "${_soname}")
+    list(APPEND _sonames "${_soname}")
+    if(_license MATCHES " OR ")
+      set(_license "(${_license})")
+    endif()
+    list(APPEND _licenses "${_license}")
+  endforeach()
+  list(REMOVE_DUPLICATES _licenses)
+  list(REMOVE_ITEM _licenses "${CPACK_RPM_PACKAGE_LICENSE}")
+  list(JOIN _sonames "|" _sonames)
+  list(JOIN _licenses " AND " _licenses)
+  string(APPEND CPACK_RPM_SPEC_MORE_DEFINE "
+%global __requires_exclude ^(${_sonames})[(]")
+  # One License line serves both specs; rpm picks by the package's name.
+  set(CPACK_RPM_PACKAGE_LICENSE
+      "%[\"%{name}\" == \"anneal\" ? \"${CPACK_RPM_PACKAGE_LICENSE} AND ${_licenses}\" : \"${CPACK_RPM_PACKAGE_LICENSE}\"]")
+endif()

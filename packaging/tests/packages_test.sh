@@ -1,9 +1,9 @@
 #!/bin/bash
 # Checks of the .deb and .rpm packages that `cpack` built (test packaging.cpack):
 # anneal's, and with `cuda` (the CUDA plugin was built) anneal-cuda's.
-#   packages_test.sh lintian|rpmlint|contents PACKAGE_DIR VERSION cuda|no-cuda
+#   packages_test.sh lintian|rpmlint|contents|rpm-requires PACKAGE_DIR VERSION cuda|no-cuda
 set -u
-[ $# -eq 4 ] || { echo "usage: packages_test.sh lintian|rpmlint|contents PACKAGE_DIR VERSION cuda|no-cuda" >&2; exit 2; }
+[ $# -eq 4 ] || { echo "usage: packages_test.sh lintian|rpmlint|contents|rpm-requires PACKAGE_DIR VERSION cuda|no-cuda" >&2; exit 2; }
 check=$1 dir=$2 version=$3 cuda=$4
 case $cuda in
   cuda | no-cuda) ;;
@@ -48,16 +48,62 @@ case $check in
     rpmlint -c "$here/../rpmlint.toml" $rpms
     exit $?
     ;;
-  contents) ;;
+  contents | rpm-requires) ;;
   *) echo "unknown check $check" >&2; exit 2 ;;
 esac
 
 need dpkg-deb
 need rpm
 need readelf
+need rpm2cpio
+need cpio
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 oneline() { tr '\n' ' ' <<<"$1"; }
+
+if [ "$check" = rpm-requires ]; then
+  # The rpm installs where nothing but glibc is (packaging/rpm/bundle.cmake):
+  # it requires glibc's libraries and the tools its scriptlets run, and
+  # nothing else. Any other requirement would be a library the bundle missed.
+  glibc_re='^(libc\.so\.6|libm\.so\.6|libmvec\.so\.1|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|ld-linux-x86-64\.so\.2)(\(.*\))?\(64bit\)$'
+  requires=$(rpm -qpR "$rpm" 2>/dev/null) || { echo "FAIL: rpm -qpR $rpm failed" >&2; exit 1; }
+  echo "rpm -qpR $(basename "$rpm"):"
+  sed 's/^/  /' <<<"$requires"
+  while read -r req; do
+    case $req in
+      rpmlib\(*\)*) continue ;;           # features of rpm itself
+      /bin/sh | shadow-utils) continue ;;  # the scriptlets' shell; useradd in %pre
+      "rtld(GNU_HASH)") continue ;;        # glibc's dynamic linker
+    esac
+    [[ $req =~ $glibc_re ]] || fail "rpm requires $req, which is not glibc's"
+  done <<<"$requires"
+  # The newest glibc symbol version it needs is the minimum glibc README.md
+  # states for the rpm.
+  newest=$(grep -o 'GLIBC_[0-9.]*[0-9]' <<<"$requires" | sed 's/GLIBC_//' | sort -uV | tail -n1)
+  readme=$here/../../README.md
+  stated=$(sed -n 's/.*rpm needs glibc \([0-9][0-9.]*[0-9]\) or later.*/\1/p' "$readme" | head -n1)
+  [ -n "$newest" ] || fail "rpm requires no versioned glibc symbols: the minimum glibc is unknown"
+  [ -n "$stated" ] || fail "$readme does not say 'rpm needs glibc X.Y or later'"
+  [ "$newest" = "$stated" ] || fail "the rpm needs glibc $newest, README.md says $stated"
+  if [ "$cuda" = cuda ]; then
+    # anneal-cuda requires anneal, glibc and the CUDA libraries by soname; the
+    # C++ runtime it uses is the one anneal bundles (loaded before it).
+    cuda_requires=$(rpm -qpR "$cuda_rpm" 2>/dev/null)
+    while read -r req; do
+      case $req in
+        rpmlib\(*\)* | "rtld(GNU_HASH)" | "anneal = $version-"*) continue ;;
+        libcudart.so.*\(64bit\) | libcublasLt.so.*\(64bit\) | libcudnn.so.*\(64bit\)) continue ;;
+      esac
+      [[ $req =~ $glibc_re ]] || fail "anneal-cuda rpm requires $req, which is neither glibc's, CUDA's nor anneal"
+    done <<<"$cuda_requires"
+  fi
+  [ "$failures" -eq 0 ] || exit 1
+  echo "rpm requires: glibc $newest and nothing but glibc"
+  exit 0
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 
 # What the issue asks each package to install.
 common="/usr/bin/anneal /usr/share/man/man1/anneal.1.gz /usr/share/bash-completion/completions/anneal
@@ -76,8 +122,9 @@ for u in $units; do
   grep -qxF "/usr/lib/systemd/system/$u" <<<"$rpm_files" || fail "rpm lacks /usr/lib/systemd/system/$u"
 done
 
-# Versions come from project(); dependencies are computed: dpkg-shlibdeps
-# and rpm's library requires name oneDNN, which nobody listed by hand.
+# Versions come from project(); the .deb's dependencies are computed:
+# dpkg-shlibdeps names oneDNN, which nobody listed by hand. (The rpm's are
+# the rpm-requires check's.)
 [ "$(dpkg-deb -f "$deb" Version)" = "$version" ] || fail "deb version is not $version"
 [ "$(rpm -qp --qf '%{VERSION}' "$rpm" 2>/dev/null)" = "$version" ] || fail "rpm version is not $version"
 depends=$(dpkg-deb -f "$deb" Depends)
@@ -85,15 +132,36 @@ for dep in adduser libdnnl libc6 libsqlite3 libtbb libprotobuf; do
   grep -q "$dep" <<<"$depends" || fail "deb Depends lacks $dep: $depends"
 done
 requires=$(rpm -qpR "$rpm" 2>/dev/null)
-for dep in 'libdnnl\.so' 'libsqlite3\.so' 'libtbb\.so' 'libprotobuf\.so' shadow-utils; do
-  grep -q "$dep" <<<"$requires" || fail "rpm Requires lacks $dep"
+grep -qx shadow-utils <<<"$requires" || fail "rpm Requires lacks shadow-utils"
+
+# The rpm's executable finds the libraries it carries: its RUNPATH leads to
+# them, and each of them finds the others beside it. The .deb's has none.
+private=/usr/lib/anneal/private
+dpkg-deb -x "$deb" "$work/deb"
+readelf -d "$work/deb/usr/bin/anneal" | grep -Eq "\((RPATH|RUNPATH)\)" && fail "deb's anneal has an RPATH or RUNPATH"
+mkdir -p "$work/rpm"
+(cd "$work/rpm" && rpm2cpio "$rpm" | cpio -idm --quiet) || fail "cannot unpack $rpm"
+runpath=$(readelf -d "$work/rpm/usr/bin/anneal" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
+[ "$runpath" = "\$ORIGIN/../lib/anneal/private" ] || fail "rpm's anneal has RUNPATH '$runpath', not \$ORIGIN/../lib/anneal/private"
+for so in "$work/rpm$private"/*; do
+  [ -e "$so" ] || { fail "rpm has nothing in $private"; break; }
+  rp=$(readelf -d "$so" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
+  [ "$rp" = "\$ORIGIN" ] || fail "rpm's ${so##*/} has RUNPATH '$rp', not \$ORIGIN"
+done
+for lib in libdnnl.so libprotobuf.so libtbb.so.12 libtbbmalloc.so.2 libstdc++.so.6 libgcc_s.so.1 libsqlite3.so.0; do
+  ls "$work/rpm$private/$lib"* >/dev/null 2>&1 || fail "rpm does not bundle $lib"
+done
+for f in /usr/share/doc/anneal/LICENSE /usr/share/doc/anneal/NOTICE; do
+  grep -qxF "$f" <<<"$rpm_files" || fail "rpm lacks $f"
+done
+# Each bundled library is named in NOTICE, with its license.
+for so in "$work/rpm$private"/*; do
+  grep -q "^${so##*/}  .*[A-Za-z]" "$work/rpm/usr/share/doc/anneal/NOTICE" || fail "NOTICE does not name ${so##*/}"
 done
 
 # The binary is stripped, and the maintainer scripts are in place.
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-dpkg-deb -x "$deb" "$work/deb"
 file "$work/deb/usr/bin/anneal" | grep -q ", stripped" || fail "deb binary is not stripped"
+file "$work/rpm/usr/bin/anneal" | grep -q ", stripped" || fail "rpm binary is not stripped"
 dpkg-deb -e "$deb" "$work/control"
 for s in postinst prerm postrm; do [ -x "$work/control/$s" ] || fail "deb lacks $s"; done
 grep -q "adduser --system" "$work/control/postinst" || fail "deb postinst does not add the user"
@@ -108,7 +176,11 @@ grep -q "install -d -m 0750 -o anneal" <<<"$scripts" || fail "rpm %post does not
 # Nothing of CUDA in anneal's packages: they install and run without it.
 cuda_re='cuda|cudnn|cublas|nvidia'
 grep -Ei "$cuda_re|/usr/lib/anneal" <<<"$deb_files" && fail "deb holds a CUDA file"
-grep -Ei "$cuda_re|/usr/lib/anneal" <<<"$rpm_files" && fail "rpm holds a CUDA file"
+grep -q "^/usr/lib/\.build-id" <<<"$rpm_files" && fail "rpm holds /usr/lib/.build-id links"
+# The rpm's /usr/lib/anneal holds the bundled libraries alone.
+grep -Ei "$cuda_re" <<<"$rpm_files" && fail "rpm holds a CUDA file"
+grep "^/usr/lib/anneal" <<<"$rpm_files" | grep -Ev "^/usr/lib/anneal(/private(/[^/]+)?)?$" &&
+  fail "rpm holds more than its bundled libraries in /usr/lib/anneal"
 grep -Eiq "$cuda_re" <<<"$depends" && fail "deb depends on CUDA: $depends"
 grep -Ei "$cuda_re" <<<"$requires" && fail "rpm requires CUDA"
 
@@ -156,7 +228,14 @@ if [ "$cuda" = cuda ]; then
   readelf -d "$work/cuda$plugin" | grep -Eq "NEEDED.*(cublas|cudnn)" &&
     fail "libanneal-cuda.so links cuBLAS or cuDNN (they belong to libanneal-cuda-ops.so)"
   for lib in $needed; do
-    grep -qxF "$lib()(64bit)" <<<"$cuda_requires" || fail "anneal-cuda rpm does not require $lib()(64bit)"
+    # rpm: by soname, but for the C++ runtime, which anneal's rpm bundles
+    # (packaging/rpm/bundle.cmake) and the plugin takes from the process
+    # that loads it.
+    case $lib in
+      libstdc++.so.* | libgcc_s.so.*)
+        grep -q "^$lib(" <<<"$cuda_requires" && fail "anneal-cuda rpm requires $lib, which anneal's rpm bundles" ;;
+      *) grep -qxF "$lib()(64bit)" <<<"$cuda_requires" || fail "anneal-cuda rpm does not require $lib()(64bit)" ;;
+    esac
     case $lib in
       libcudart.so.*) pkg="cuda-cudart-${lib#libcudart.so.}-" ;;
       libcublasLt.so.*) pkg="libcublas-${lib#libcublasLt.so.}-" ;;
