@@ -218,10 +218,11 @@ int run(int argc, char** argv) {
   else invocation.global.store = default_store();
   // Under mpirun every rank would run the command on the store at once (N
   // runs training side by side, N imports): refused, before anything is
-  // touched, until training across ranks exists.
-  if (const int ranks = mpi_world_size(); ranks > 1)
+  // touched, except for train, whose ranks train one run together with
+  // rank 0 alone on the store.
+  if (const int ranks = mpi_world_size(); ranks > 1 && command->name != "train")
     throw usage_error("anneal " + command->name + " under mpirun with " + std::to_string(ranks) +
-                      " ranks: anneal does not run across ranks yet; run it without mpirun (or with -np 1)");
+                      " ranks: only 'anneal train' runs across ranks; run it without mpirun (or with -np 1)");
   return command->run(invocation);
 }
 

@@ -20,11 +20,13 @@
 #include <thread>
 
 #include "anneal/catalog_runs.h"
+#include "anneal/communicator.h"
 #include "anneal/config.h"
 #include "anneal/error.h"
 #include "anneal/runs.h"
 #include "anneal/store.h"
 #include "command.h"
+#include "error_text.h"
 #include "output.h"
 #include "train_support.h"
 
@@ -50,9 +52,10 @@ void print_per_class(const std::string& title, const json& per_class) {
 }
 
 
-int run_train(const Invocation& inv) {
+int train_on(const Invocation& inv, Communicator* comm) {
   const auto& a = inv.args;
   TrainRequest request;
+  request.communicator = comm;
   std::vector<std::string> configs;
   if (a.count("CONFIG")) configs = a["CONFIG"].as<std::vector<std::string>>();
   if (a.count("set")) request.overrides = a["set"].as<std::vector<std::string>>();
@@ -112,6 +115,39 @@ int run_train(const Invocation& inv) {
       }
   }
   return result.cancelled ? kExitInterrupted : kExitOk;
+}
+
+// `mpirun -np N anneal train` with N > 1: rank 0 trains the run as usual,
+// driving the other ranks (follow_training), which open no store and read
+// no file. A rank that fails says so and ends the job: the others would
+// wait on it for ever.
+int train_on_ranks(const Invocation& inv) {
+  std::unique_ptr<Communicator> comm = make_communicator();
+  auto fail_job = [&](const std::string& message, int code) {
+    const std::string line = "rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->size()) +
+                             ": " + message;
+    if (inv.global.log_format == LogFormat::kJson) std::cerr << json_log_line("error", line) << std::flush;
+    else std::cerr << "anneal: " << line << "\n" << std::flush;
+    comm->abort(code);
+  };
+  try {
+    if (comm->rank() == 0) return train_on(inv, comm.get());
+    // Rank 0 decides when to stop (a signal reaches it too); a signal here
+    // must not end this rank first.
+    StopOnSignal ignore_stop;
+    follow_training(*comm);
+    return kExitOk;
+  } catch (const Error& e) {
+    fail_job(error_text(e), exit_code(e.kind()));
+  } catch (const std::exception& e) {
+    fail_job(std::string("internal error: ") + e.what(), kExitFailure);
+  }
+  return kExitFailure;  // not reached: fail_job ends the process
+}
+
+int run_train(const Invocation& inv) {
+  if (mpi_world_size() > 1) return train_on_ranks(inv);
+  return train_on(inv, nullptr);
 }
 
 json run_json(const RunRecord& r) {
