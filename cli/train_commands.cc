@@ -26,7 +26,6 @@
 #include "anneal/runs.h"
 #include "anneal/store.h"
 #include "command.h"
-#include "error_text.h"
 #include "output.h"
 #include "train_support.h"
 
@@ -117,36 +116,10 @@ int train_on(const Invocation& inv, Communicator* comm) {
   return result.cancelled ? kExitInterrupted : kExitOk;
 }
 
-// `mpirun -np N anneal train` with N > 1: rank 0 trains the run as usual,
-// driving the other ranks (follow_training), which open no store and read
-// no file. A rank that fails says so and ends the job: the others would
-// wait on it for ever.
-int train_on_ranks(const Invocation& inv) {
-  std::unique_ptr<Communicator> comm = make_communicator();
-  auto fail_job = [&](const std::string& message, int code) {
-    const std::string line = "rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->size()) +
-                             ": " + message;
-    if (inv.global.log_format == LogFormat::kJson) std::cerr << json_log_line("error", line) << std::flush;
-    else std::cerr << "anneal: " << line << "\n" << std::flush;
-    comm->abort(code);
-  };
-  try {
-    if (comm->rank() == 0) return train_on(inv, comm.get());
-    // Rank 0 decides when to stop (a signal reaches it too); a signal here
-    // must not end this rank first.
-    StopOnSignal ignore_stop;
-    follow_training(*comm);
-    return kExitOk;
-  } catch (const Error& e) {
-    fail_job(error_text(e), exit_code(e.kind()));
-  } catch (const std::exception& e) {
-    fail_job(std::string("internal error: ") + e.what(), kExitFailure);
-  }
-  return kExitFailure;  // not reached: fail_job ends the process
-}
-
 int run_train(const Invocation& inv) {
-  if (mpi_world_size() > 1) return train_on_ranks(inv);
+  // `mpirun -np N anneal train`: rank 0 trains the run as usual, driving
+  // the other ranks.
+  if (mpi_world_size() > 1) return run_on_ranks(inv, [&](Communicator& comm) { return train_on(inv, &comm); });
   return train_on(inv, nullptr);
 }
 
@@ -410,7 +383,9 @@ void add_train_commands(std::vector<Command>& out) {
        "Reads the INI config, trains on the dataset's train split (holding out `validation`), writes "
        "checkpoints into the store and registers the model NAME@vN. Ctrl-C checkpoints and records the "
        "run cancelled; 'anneal train --resume RUN' continues a cancelled, failed or killed run and ends "
-       "with the same weights as an uninterrupted one.\n\n" +
+       "with the same weights as an uninterrupted one. Under `mpirun -np N` (N > 1) the run "
+       "trains across the N processes, data parallel: rank 0 alone opens the store and sends each rank its "
+       "share of every batch; --resume may use another N (docs/TRAINING.md).\n\n" +
            config_keys_help(),
        [](po::options_description& o) {
          o.add_options()("set", po::value<std::vector<std::string>>()->composing()->value_name("KEY=VALUE"),
