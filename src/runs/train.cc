@@ -7,7 +7,6 @@
 
 #include "anneal/config.h"
 #include "anneal/error.h"
-#include "anneal/fault_point.h"
 #include "anneal/linear.h"
 #include "anneal/runs.h"
 #include "anneal/trainer.h"
@@ -408,13 +407,13 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       if (comm) {
         // The followers build the same trainer and data order from this,
         // then take this rank's state (fresh, warm-started or resumed).
-        const json setup = {{"config", config.to_text()},
+        const json plan = {{"config", config.to_text()},
                             {"loss", static_cast<int>(tc.loss)},
                             {"classes", tc.classes},
                             {"class_weights", tc.class_weights},
                             {"train", runs::source_shape_json(*served_train)},
                             {"validation", served_validation ? runs::source_shape_json(*served_validation) : json()}};
-        const std::string text = setup.dump();
+        const std::string text = plan.dump();
         std::vector<std::byte> blob(reinterpret_cast<const std::byte*>(text.data()),
                                     reinterpret_cast<const std::byte*>(text.data()) + text.size());
         runs::broadcast_blob(*comm, blob);
