@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "anneal/catalog_jobs.h"
@@ -67,6 +68,8 @@ json job_json(const JobRecord& j) {
           {"state", job_state_name(j.state)},
           {"priority", j.spec.priority},
           {"cores", j.spec.cores},
+          {"ranks", j.spec.ranks},
+          {"hostfile", j.spec.hostfile.empty() ? json(nullptr) : json(j.spec.hostfile)},
           {"timeout_s", j.spec.timeout_s ? json(*j.spec.timeout_s) : json(nullptr)},
           {"attempts", j.attempts},
           {"max_attempts", j.max_attempts},
@@ -90,6 +93,12 @@ int run_submit(const Invocation& inv) {
   spec.retries = int_arg(inv, "retries", 0);
   spec.cores = int_arg(inv, "cores", spec.cores);
   if (inv.args.count("timeout")) spec.timeout_s = parse_duration(inv.args["timeout"].as<std::string>(), "--timeout");
+  spec.ranks = int_arg(inv, "ranks", 1);
+  if (inv.args.count("hostfile")) {
+    const std::string hostfile = inv.args["hostfile"].as<std::string>();
+    read_text_file(hostfile, "--hostfile");  // there and readable now; mpirun reads it when the job starts
+    spec.hostfile = std::filesystem::absolute(hostfile).lexically_normal().string();
+  }
   Store store = Store::open(inv.global.store);
   JobRecord job = submit_job(store, spec, unix_now());
   if (inv.global.json) print_json(job_json(job));
@@ -111,6 +120,13 @@ int run_worker_command(const Invocation& inv) {
   if (ec) throw failure("cannot find this executable in /proc/self/exe: " + ec.message());
   options.job_command = {self.string(), "--store", inv.global.store.string(), "--log-format",
                          inv.global.log_format == LogFormat::kJson ? "json" : "text", "job-exec"};
+  // Jobs of several ranks: $ANNEAL_MPIRUN, split on spaces, when set (e.g.
+  // "mpirun --mca btl self,vader,tcp"), else mpirun from PATH.
+  if (const char* mpirun = std::getenv("ANNEAL_MPIRUN"); mpirun && *mpirun) {
+    options.mpirun.clear();
+    std::istringstream words(mpirun);
+    for (std::string w; words >> w;) options.mpirun.push_back(w);
+  }
   Store store = Store::open(inv.global.store);
   StopOnSignal stop;
   // A worker's notes are its log: always shown, terminal or not.
@@ -130,9 +146,10 @@ int run_worker_command(const Invocation& inv) {
   return kExitOk;
 }
 
-int run_job_exec(const Invocation& inv) {
+int job_exec_on(const Invocation& inv, Communicator* comm) {
   // Die with the worker: a worker killed with -9 must not leave training
-  // behind that another worker will also run once the lease expires.
+  // behind that another worker will also run once the lease expires. (A
+  // job of several ranks has mpirun between: the worker does not set it.)
   if (const char* parent = std::getenv("ANNEAL_WORKER_PID")) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (std::to_string(::getppid()) != parent) return kExitFailure;  // the worker died already
@@ -150,11 +167,17 @@ int run_job_exec(const Invocation& inv) {
   }
   StopOnSignal stop;
   auto reporter = make_train_reporter(inv.global.log_format);
-  TrainResult result = execute_job(store, id, claim, stop.token(), *reporter);
+  TrainResult result = execute_job(store, id, claim, stop.token(), *reporter, comm);
   if (result.cancelled) return kExitInterrupted;
   reporter->note("registered " + (result.model ? result.model->ref() : std::string("nothing")) +
                  ", weights " + result.weights_hash);
   return kExitOk;
+}
+
+int run_job_exec(const Invocation& inv) {
+  // A job of several ranks, which the worker started through mpirun.
+  if (mpi_world_size() > 1) return run_on_ranks(inv, [&](Communicator& comm) { return job_exec_on(inv, &comm); });
+  return job_exec_on(inv, nullptr);
 }
 
 int run_jobs_list(const Invocation& inv) {
@@ -191,6 +214,7 @@ int run_jobs_show(const Invocation& inv) {
       {"  config", j.spec.config_source},
       {"  priority", std::to_string(j.spec.priority)},
       {"  cores", std::to_string(j.spec.cores)},
+      {"  ranks", std::to_string(j.spec.ranks) + (j.spec.hostfile.empty() ? "" : " (hosts from " + j.spec.hostfile + ")")},
       {"  timeout", j.spec.timeout_s ? duration_text(*j.spec.timeout_s) : "none"},
       {"  attempts", std::to_string(j.attempts) + " of " + std::to_string(j.max_attempts)},
       {"  submitted", time_text(j.submitted)}};
@@ -441,18 +465,23 @@ void add_set_option(po::options_description& o) {
 }  // namespace
 
 void add_job_commands(std::vector<Command>& out) {
-  out.push_back({"submit", "CONFIG [--priority N] [--retries N] [--timeout DUR] [--cores N]",
+  out.push_back({"submit", "CONFIG [--priority N] [--retries N] [--timeout DUR] [--cores N] [--ranks N [--hostfile FILE]]",
                  "queue a training job for a worker",
                  "Checks CONFIG as train would and queues it, frozen: later edits to the file do not change the "
                  "job. Prints the job id. Workers run higher priorities first, first in first out within one. "
                  "A failed attempt (a crash, a timeout, an error) is retried after 2s, 4s, 8s, ... up to "
                  "--retries times, resuming the run from its last checkpoint. --cores (default: the config's "
-                 "`threads`, else 1) is the job's whole thread budget.",
+                 "`threads`, else 1) is the job's whole thread budget. --ranks N (N > 1) makes the worker start "
+                 "the job as `mpirun -np N [--hostfile FILE] anneal job-exec JOB` ($ANNEAL_MPIRUN replaces "
+                 "mpirun and its options): one run trained across N processes, with rank 0 on the worker's "
+                 "store (see anneal train --help); FILE is read by mpirun when the job starts.",
                  [](po::options_description& o) {
                    o.add_options()("priority", po::value<std::int64_t>()->value_name("N"), "higher runs first (default 0)")
                        ("retries", po::value<std::int64_t>()->value_name("N"), "retries after a failure (default 0)")
                        ("timeout", po::value<std::string>()->value_name("DUR"), "fail an attempt running longer (90s, 15m, 2h)")
-                       ("cores", po::value<std::int64_t>()->value_name("N"), "cores (threads) the job may use");
+                       ("cores", po::value<std::int64_t>()->value_name("N"), "cores (threads) the job may use")
+                       ("ranks", po::value<std::int64_t>()->value_name("N"), "processes the run trains on, through mpirun (default 1)")
+                       ("hostfile", po::value<std::string>()->value_name("FILE"), "mpirun's hostfile for a job of several ranks");
                    add_set_option(o);
                  },
                  {"CONFIG"}, run_submit});

@@ -218,10 +218,12 @@ int run(int argc, char** argv) {
   else invocation.global.store = default_store();
   // Under mpirun every rank would run the command on the store at once (N
   // runs training side by side, N imports): refused, before anything is
-  // touched, until training across ranks exists.
-  if (const int ranks = mpi_world_size(); ranks > 1)
+  // touched, except for train (and job-exec, a queued train the worker
+  // started through mpirun), whose ranks train one run together with rank 0
+  // alone on the store.
+  if (const int ranks = mpi_world_size(); ranks > 1 && command->name != "train" && command->name != "job-exec")
     throw usage_error("anneal " + command->name + " under mpirun with " + std::to_string(ranks) +
-                      " ranks: anneal does not run across ranks yet; run it without mpirun (or with -np 1)");
+                      " ranks: only 'anneal train' runs across ranks; run it without mpirun (or with -np 1)");
   return command->run(invocation);
 }
 

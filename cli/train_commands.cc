@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "anneal/catalog_runs.h"
+#include "anneal/communicator.h"
 #include "anneal/config.h"
 #include "anneal/error.h"
 #include "anneal/onnx_export.h"
@@ -52,9 +53,10 @@ void print_per_class(const std::string& title, const json& per_class) {
 }
 
 
-int run_train(const Invocation& inv) {
+int train_on(const Invocation& inv, Communicator* comm) {
   const auto& a = inv.args;
   TrainRequest request;
+  request.communicator = comm;
   std::vector<std::string> configs;
   if (a.count("CONFIG")) configs = a["CONFIG"].as<std::vector<std::string>>();
   if (a.count("set")) request.overrides = a["set"].as<std::vector<std::string>>();
@@ -114,6 +116,13 @@ int run_train(const Invocation& inv) {
       }
   }
   return result.cancelled ? kExitInterrupted : kExitOk;
+}
+
+int run_train(const Invocation& inv) {
+  // `mpirun -np N anneal train`: rank 0 trains the run as usual, driving
+  // the other ranks.
+  if (mpi_world_size() > 1) return run_on_ranks(inv, [&](Communicator& comm) { return train_on(inv, &comm); });
+  return train_on(inv, nullptr);
 }
 
 json run_json(const RunRecord& r) {
@@ -417,7 +426,9 @@ void add_train_commands(std::vector<Command>& out) {
        "Reads the INI config, trains on the dataset's train split (holding out `validation`), writes "
        "checkpoints into the store and registers the model NAME@vN. Ctrl-C checkpoints and records the "
        "run cancelled; 'anneal train --resume RUN' continues a cancelled, failed or killed run and ends "
-       "with the same weights as an uninterrupted one.\n\n" +
+       "with the same weights as an uninterrupted one. Under `mpirun -np N` (N > 1) the run "
+       "trains across the N processes, data parallel: rank 0 alone opens the store and sends each rank its "
+       "share of every batch; --resume may use another N (docs/TRAINING.md).\n\n" +
            config_keys_help(),
        [](po::options_description& o) {
          o.add_options()("set", po::value<std::vector<std::string>>()->composing()->value_name("KEY=VALUE"),

@@ -12,7 +12,9 @@
 #include <mutex>
 #include <sstream>
 
+#include "anneal/communicator.h"
 #include "anneal/error.h"
+#include "error_text.h"
 
 namespace anneal::cli {
 
@@ -180,6 +182,34 @@ void note_auto_device(const BackendOptions& options) {
   if (options.device != Device::kAuto) return;
   for (const std::string& why : passed_over_by_auto())
     std::cerr << "device auto: running on the cpu (" << why << ")\n";
+}
+
+}  // namespace anneal::cli
+
+namespace anneal::cli {
+
+int run_on_ranks(const Invocation& inv, const std::function<int(Communicator&)>& rank0) {
+  std::unique_ptr<Communicator> comm = make_communicator();
+  auto fail_job = [&](const std::string& message, int code) {
+    const std::string line = "rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->size()) +
+                             ": " + message;
+    if (inv.global.log_format == LogFormat::kJson) std::cerr << json_log_line("error", line) << std::flush;
+    else std::cerr << "anneal: " << line << "\n" << std::flush;
+    comm->abort(code);
+  };
+  try {
+    if (comm->rank() == 0) return rank0(*comm);
+    // Rank 0 decides when to stop (a signal reaches it too); a signal here
+    // must not end this rank first.
+    StopOnSignal ignore_stop;
+    follow_training(*comm);
+    return kExitOk;
+  } catch (const Error& e) {
+    fail_job(error_text(e), exit_code(e.kind()));
+  } catch (const std::exception& e) {
+    fail_job(std::string("internal error: ") + e.what(), kExitFailure);
+  }
+  return kExitFailure;  // not reached: fail_job ends the process
 }
 
 }  // namespace anneal::cli

@@ -4,6 +4,7 @@
 
 #include <signal.h>
 
+#include <functional>
 #include <memory>
 #include <stop_token>
 #include <string>
@@ -40,6 +41,13 @@ class StopOnSignal {
   std::stop_source source_;
   std::thread waiter_;
 };
+
+// A training command under `mpirun -np N` with N > 1 (train, job-exec):
+// rank 0 runs `rank0` with the world communicator, the other ranks
+// follow_training() (they open no store and read no file). A rank that
+// fails prints "anneal: rank R of N: ERROR" and ends the job with the
+// error's exit code: the other ranks would wait on it for ever.
+int run_on_ranks(const Invocation& inv, const std::function<int(Communicator&)>& rank0);
 
 // The whole file; kUsage naming `what` ("CONFIG path: cannot read the file").
 std::string read_text_file(const std::string& path, const std::string& what);

@@ -24,7 +24,7 @@ constexpr const char* kJobColumns =
     "j.max_attempts, j.cancel_requested, j.submitted, COALESCE(j.started, 0), COALESCE(j.ended, 0), "
     "j.not_before, COALESCE(j.worker, ''), COALESCE(j.lease_expires, 0), j.run_id, "
     "COALESCE((SELECT m.name || '@v' || m.version FROM models m WHERE m.id = j.model_id), ''), "
-    "COALESCE(j.error, ''), j.claim FROM jobs j";
+    "COALESCE(j.error, ''), j.claim, j.ranks, j.hostfile FROM jobs j";
 
 JobRecord read_job(sql::Statement& row) {
   JobRecord j;
@@ -50,6 +50,8 @@ JobRecord read_job(sql::Statement& row) {
   j.model = row.text(18);
   j.error = row.text(19);
   j.claim = row.int64(20);
+  j.spec.ranks = row.int64(21);
+  j.spec.hostfile = row.text(22);
   return j;
 }
 
@@ -155,18 +157,21 @@ JobRecord submit_job(Store& store, const JobSpec& spec, double now) {
   if (spec.cores < 1) throw usage_error(Subject::kJobCores, "must be at least 1");
   if (spec.retries < 0) throw usage_error(Subject::kJobRetries, "must be at least 0");
   if (spec.timeout_s && !(*spec.timeout_s > 0)) throw usage_error(Subject::kJobTimeout, "must be positive");
+  if (spec.ranks < 1) throw usage_error("--ranks " + std::to_string(spec.ranks) + ": must be at least 1");
+  if (!spec.hostfile.empty() && spec.ranks < 2)
+    throw usage_error("--hostfile: only with --ranks 2 or more (a job on one rank runs on the worker's host)");
   sql::Database& db = store.db();
   std::int64_t id = 0;
   {
     sql::Transaction txn(db);
     auto stmt = db.prepare(
         "INSERT INTO jobs(name, config_text, config_source, priority, cores, timeout_s, state, max_attempts, "
-        "submitted) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?)");
+        "submitted, ranks, hostfile) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)");
     stmt.bind(1, spec.name).bind(2, spec.config_text).bind(3, spec.config_source).bind(4, spec.priority)
         .bind(5, spec.cores);
     if (spec.timeout_s) stmt.bind(6, *spec.timeout_s);
     else stmt.bind_null(6);
-    stmt.bind(7, spec.retries + 1).bind(8, now).run();
+    stmt.bind(7, spec.retries + 1).bind(8, now).bind(9, spec.ranks).bind(10, spec.hostfile).run();
     id = db.last_insert_id();
     txn.commit();
   }

@@ -193,6 +193,13 @@ const std::vector<const char*>& migrations() {
       ALTER TABLE alias_history ADD COLUMN gate TEXT;
       ALTER TABLE retrains ADD COLUMN gate TEXT;
       )sql",
+      // 6: distributed jobs: how many ranks the worker starts the job on
+      // through mpirun (1: a plain child process) and the hostfile it gives
+      // mpirun ('' for none).
+      R"sql(
+      ALTER TABLE jobs ADD COLUMN ranks INTEGER NOT NULL DEFAULT 1 CHECK (ranks >= 1);
+      ALTER TABLE jobs ADD COLUMN hostfile TEXT NOT NULL DEFAULT '';
+      )sql",
   };
   return kMigrations;
 }

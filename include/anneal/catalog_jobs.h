@@ -44,6 +44,11 @@ struct JobSpec {
   std::int64_t retries = 0;   // extra attempts after a failure
   std::optional<double> timeout_s;
   std::int64_t cores = 1;     // threads the job may use, all of them
+  // > 1: the worker starts the job under `mpirun -np ranks` (a training run
+  // across processes, docs/TRAINING.md), with `--hostfile hostfile` unless
+  // empty (an absolute path, read by mpirun on the worker's host).
+  std::int64_t ranks = 1;
+  std::string hostfile;
 };
 
 struct JobRecord {

@@ -46,6 +46,16 @@ class Communicator {
   // Copies `root`'s bytes to every rank (each passes a span of that size).
   virtual void broadcast(std::span<std::byte> bytes, int root) = 0;
   virtual void barrier() = 0;
+  // Point to point, for data that differs per rank (a rank's share of each
+  // batch, which rank 0 reads from the store for it): `bytes` go to rank
+  // `to`, which takes them, whole and in the order sent, with receive(from).
+  // Any size; a message to this rank itself is kUsage.
+  virtual void send(std::span<const std::byte> bytes, int to) = 0;
+  virtual std::vector<std::byte> receive(int from) = 0;
+  // Ends every rank of the job with exit status `code` (MPI_Abort): how a
+  // rank that fails stops the others, which would otherwise wait on it for
+  // ever. Does not return.
+  [[noreturn]] virtual void abort(int code) = 0;
 };
 
 // True when this process was started by Open MPI's launcher (mpirun or

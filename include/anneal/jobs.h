@@ -47,13 +47,20 @@ JobSpec make_job_spec(const std::string& config_text, const std::string& config_
 // After each slice of training steps it passes the fault point
 // "job.NAME.attempt-N.trained" (NAME the config's name, N the attempt),
 // where the tests of worker isolation crash a job.
+// With `comm` (a job of several ranks, started by the worker through
+// mpirun): this is rank 0, and the run trains across the ranks (see
+// TrainRequest::communicator); the other ranks run follow_training().
 TrainResult execute_job(Store& store, std::int64_t job, std::int64_t claim, std::stop_token stop,
-                        TrainingReporter& reporter);
+                        TrainingReporter& reporter, Communicator* comm = nullptr);
 
 struct WorkerOptions {
   // argv that runs one job in a child, the job label ("job-7") appended:
   // {"/usr/bin/anneal", "--store", ROOT, "job-exec"}.
   std::vector<std::string> job_command;
+  // How a job of several ranks is started: this argv, then "-np N",
+  // "--hostfile FILE" when the job has one, "-x ANNEAL_JOB_CLAIM" (the
+  // claim reaches rank 0 on any host), and job_command with the label.
+  std::vector<std::string> mpirun = {"mpirun"};
   std::int64_t cores = 1;      // cores all running jobs share
   std::int64_t max_jobs = 0;   // jobs at once; 0: as many as the cores allow
   bool drain = false;          // exit once no job is queued or running here

@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anneal/catalog_runs.h"
+#include "anneal/communicator.h"
 #include "anneal/device.h"
 #include "anneal/datasets.h"
 #include "anneal/maintenance.h"
@@ -79,6 +80,12 @@ struct TrainRequest {
   // With resume: wait for a process still training the run to stop,
   // instead of failing kBusy (a job taken over from a stalled worker).
   bool wait_for_run_lock = false;
+  // Set under `mpirun -np N` with N > 1, on rank 0: the run trains on every
+  // rank of it (data parallel), while this process alone reads the store,
+  // serves each rank its share of every batch, writes the checkpoints and
+  // registers the model; the other ranks run follow_training(). A run of
+  // layers = linear is refused (kUsage): it trains on one process.
+  Communicator* communicator = nullptr;
 };
 
 struct TrainResult {
@@ -111,6 +118,13 @@ struct TrainResult {
 };
 
 TrainResult train_model(Store& store, const TrainRequest& request, TrainingReporter& reporter);
+
+// A rank other than 0 of `mpirun -np N anneal train`: trains the run that
+// rank 0's train_model() drives, on the rows rank 0 sends it, until rank 0
+// says it is done (src/runs/distributed.h has the protocol). Opens no store
+// and reads no file. Throws anneal::Error; the caller must then end the
+// job (Communicator::abort), since rank 0 would wait on this rank for ever.
+void follow_training(Communicator& comm);
 
 // The run-level half of `anneal fsck`, run after store's fsck (maintenance.h),
 // which cannot know what a model or checkpoint holds: every model blob

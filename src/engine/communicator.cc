@@ -29,6 +29,13 @@ class SingleProcess final : public Communicator {
   void allreduce_sum(std::span<double>) override {}
   void broadcast(std::span<std::byte>, int) override {}
   void barrier() override {}
+  void send(std::span<const std::byte>, int to) override {
+    throw usage_error("communicator: send to rank " + std::to_string(to) + ": this process is the only rank");
+  }
+  std::vector<std::byte> receive(int from) override {
+    throw usage_error("communicator: receive from rank " + std::to_string(from) + ": this process is the only rank");
+  }
+  [[noreturn]] void abort(int code) override { std::_Exit(code); }
 };
 
 }  // namespace

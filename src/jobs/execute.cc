@@ -54,12 +54,13 @@ JobSpec make_job_spec(const std::string& config_text, const std::string& config_
 }
 
 TrainResult execute_job(Store& store, std::int64_t job_id, std::int64_t claim, std::stop_token stop,
-                        TrainingReporter& reporter) {
+                        TrainingReporter& reporter, Communicator* comm) {
   JobRecord job = find_job(store, job_id);
   const JobFence fence{job.id, claim};
   TrainRequest request;
   request.stop = stop;
   request.fence = fence;
+  request.communicator = comm;
   if (job.run) {
     RunRecord run = find_run(store, *job.run);
     if (run.status == RunStatus::kSucceeded) {

@@ -340,7 +340,17 @@ class Worker {
     ::posix_spawn_file_actions_addopen(actions.get(), STDIN_FILENO, "/dev/null", O_RDONLY, 0);
     ::posix_spawn_file_actions_adddup2(actions.get(), fd, STDOUT_FILENO);
     ::posix_spawn_file_actions_adddup2(actions.get(), fd, STDERR_FILENO);
-    std::vector<std::string> args = options_.job_command;
+    // A job of several ranks: mpirun starts them (each rank's parent is
+    // mpirun or its daemon, so the parent-death check below is not theirs).
+    const bool ranks = job.spec.ranks > 1;
+    std::vector<std::string> args;
+    if (ranks) {
+      args = options_.mpirun;
+      args.insert(args.end(), {"-np", std::to_string(job.spec.ranks)});
+      if (!job.spec.hostfile.empty()) args.insert(args.end(), {"--hostfile", job.spec.hostfile});
+      args.insert(args.end(), {"-x", "ANNEAL_JOB_CLAIM"});
+    }
+    args.insert(args.end(), options_.job_command.begin(), options_.job_command.end());
     args.push_back(job.label());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -355,14 +365,15 @@ class Worker {
     for (char** e = environ; *e; ++e)
       if (std::strncmp(*e, "ANNEAL_WORKER_PID=", 18) != 0 && std::strncmp(*e, "ANNEAL_JOB_CLAIM=", 17) != 0)
         envp.push_back(*e);
-    envp.push_back(parent.data());
+    if (!ranks) envp.push_back(parent.data());
     envp.push_back(claim.data());
     envp.push_back(nullptr);
     pid_t pid = -1;
     int rc = 0;
     {
       ScopedAffinity affinity(cpus);
-      rc = ::posix_spawn(&pid, argv[0], actions.get(), nullptr, argv.data(), envp.data());
+      // mpirun is looked up in PATH; anneal is an absolute path.
+      rc = ::posix_spawnp(&pid, argv[0], actions.get(), nullptr, argv.data(), envp.data());
     }
     ::close(fd);
     if (rc != 0) throw failure(std::string(argv[0]) + ": " + std::strerror(rc));

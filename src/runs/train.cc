@@ -13,6 +13,7 @@
 #include "anneal/version.h"
 #include "anneal/model_file.h"
 #include "anneal/scoring.h"
+#include "runs/distributed.h"
 #include "runs/process_stats.h"
 #include "runs/training_data.h"
 #include "runs/warm_start.h"
@@ -91,7 +92,7 @@ json class_weights_json(const PreparedData& data) {
 }
 
 json lineage_json(const TrainConfig& config, const PreparedData& data, const RunRecord& run,
-                  const BackendCapabilities& backend) {
+                  const BackendCapabilities& backend, const std::vector<std::string>& hosts) {
   return {{"dataset", data.version.ref()},
           {"dataset_fingerprint", data.version.fingerprint},
           {"config", config.to_text()},
@@ -103,6 +104,10 @@ json lineage_json(const TrainConfig& config, const PreparedData& data, const Run
           {"anneal_version", version()},
           {"anneal_commit", git_commit()},
           {"host", host_name()},
+          // The processes that trained it: 1 and this host, or mpirun's N
+          // ranks and each one's host, in rank order.
+          {"ranks", hosts.size()},
+          {"hosts", hosts},
           {"isa", backend.isa},
           {"run", run.label()},
           {"excluded_columns", excluded_columns_json(data.features)},
@@ -233,6 +238,14 @@ std::string host_name() {
 
 TrainResult train_model(Store& store, const TrainRequest& request, TrainingReporter& reporter) {
   const JobFence* fence = request.fence ? &*request.fence : nullptr;
+  // Several ranks: this is rank 0 (the others follow_training()).
+  Communicator* comm =
+      request.communicator && request.communicator->size() > 1 ? request.communicator : nullptr;
+  if (comm && comm->rank() != 0)
+    throw failure("train_model runs on rank 0 of " + std::to_string(comm->size()) + ", not rank " +
+                  std::to_string(comm->rank()));
+  // Every rank's host, gathered first (a collective the followers start with).
+  const std::vector<std::string> hosts = comm ? comm->hosts() : std::vector<std::string>{host_name()};
   Setup setup = resolve(store, request);
   runs::WarmStart warm = runs::resolve_warm_start(store, setup.config, reporter);
   const TrainConfig& config = setup.config;
@@ -295,6 +308,16 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
                     "; set features= or exclude= to choose");
   EngineReporter engine_reporter(reporter);
   std::unique_ptr<Trainer> trainer;
+  // Rank 0's reads also answer the other ranks' (distributed.h).
+  std::unique_ptr<runs::ServedSource> served_train, served_validation;
+  if (comm && config.linear_only)
+    throw usage_error("layers = linear: the linear model is fitted by one process; run it without mpirun (or with "
+                      "-np 1)");
+  if (comm) {
+    served_train = std::make_unique<runs::ServedSource>(*data.rows->train, *comm);
+    if (data.rows->validation)
+      served_validation = std::make_unique<runs::ServedSource>(*data.rows->validation, *comm);
+  }
   if (config.linear_only) {
     if (!data.tabular)
       throw usage_error("layers = linear: the linear model needs tabular (CSV/TSV) data; " + data.version.ref() +
@@ -305,7 +328,11 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
                                                     "; raise it or train a network");
   } else {
     try {
-      trainer = std::make_unique<Trainer>(tc, *backend, *data.rows->train, data.rows->validation.get(), engine_reporter);
+      if (comm)
+        trainer = std::make_unique<Trainer>(tc, *backend, *served_train, served_validation.get(), engine_reporter, comm);
+      else
+        trainer = std::make_unique<Trainer>(tc, *backend, *data.rows->train, data.rows->validation.get(),
+                                            engine_reporter);
     } catch (const Error& e) {
       // The engine names the layer; add where the spec was written.
       auto where = config.sources.find("layers");
@@ -385,11 +412,35 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
         }
       }
       const std::uint64_t rows = data.train_rows();
+      if (comm) {
+        // The followers build the same trainer and data order from this,
+        // then take this rank's state (fresh, warm-started or resumed).
+        const json plan = {{"config", config.to_text()},
+                            {"loss", static_cast<int>(tc.loss)},
+                            {"classes", tc.classes},
+                            {"class_weights", tc.class_weights},
+                            {"train", runs::source_shape_json(*served_train)},
+                            {"validation", served_validation ? runs::source_shape_json(*served_validation) : json()}};
+        const std::string text = plan.dump();
+        std::vector<std::byte> blob(reinterpret_cast<const std::byte*>(text.data()),
+                                    reinterpret_cast<const std::byte*>(text.data()) + text.size());
+        runs::broadcast_blob(*comm, blob);
+        const std::vector<std::uint8_t> state = trainer->save_state();
+        std::vector<std::byte> state_blob(reinterpret_cast<const std::byte*>(state.data()),
+                                          reinterpret_cast<const std::byte*>(state.data()) + state.size());
+        runs::broadcast_blob(*comm, state_blob);
+        reporter.note("training on " + std::to_string(comm->size()) + " ranks: " + [&] {
+          std::string list;
+          for (std::size_t r = 0; r < hosts.size(); ++r) list += (r ? ", " : "") + hosts[r];
+          return list;
+        }());
+      }
       // Saves a checkpoint of where the trainer is. A periodic one that
       // fails (a full disk) is a note, not the end of the run: the previous
       // checkpoint stays valid and training goes on. The end-of-run and
       // cancel saves throw: the run then stops, resumable.
       auto save = [&](bool periodic) {
+        if (comm) runs::send_command(*comm, runs::FollowerCommand::kSave);
         runs::Checkpoint c;
         c.header = prep;
         c.header["run"] = run.id;
@@ -399,6 +450,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
           SavedCheckpoint saved = save_checkpoint(store, run.id, trainer->step(), runs::encode_checkpoint(c),
                                                   checkpoint_score(*trainer), config.keep_checkpoints, fence);
           last_saved_step = trainer->step();
+          if (comm) runs::reached_checkpoint(*comm);
           if (!saved.reclaim_error.empty())
             reporter.note("checkpoint at step " + std::to_string(trainer->step()) +
                           " saved, but removing the released checkpoints failed: " + saved.reclaim_error +
@@ -432,6 +484,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
           steps = std::min(steps, config.checkpoint_every.steps - trainer->step() % config.checkpoint_every.steps);
         auto t0 = Clock::now();
         const std::int64_t step_before = trainer->step();
+        if (comm) runs::send_command(*comm, runs::FollowerCommand::kTrain, std::max<std::int64_t>(steps, 1));
         trainer->train(static_cast<std::uint64_t>(std::max<std::int64_t>(steps, 1)));
         const double took = seconds_since(t0);
         if (!result.first_step_seconds && trainer->step() > step_before)
@@ -466,7 +519,15 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
           last_checkpoint = Clock::now();
         }
       }
+      // The followers are done; from here this rank reads alone.
+      auto release_followers = [&] {
+        if (!comm) return;
+        runs::send_command(*comm, runs::FollowerCommand::kDone);
+        served_train->stop_serving();
+        if (served_validation) served_validation->stop_serving();
+      };
       if (result.cancelled) {
+        release_followers();
         json summary = {{"step", trainer->step()}, {"samples_per_s", result.samples_per_s}};
         summary.update(data_path_json(result, data));
         end_run(store, run.id, RunStatus::kCancelled, "cancelled at step " + std::to_string(trainer->step()) +
@@ -475,6 +536,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
         return result;
       }
       save(/*periodic=*/false);  // the end state: a finished run can be inspected like any other
+      release_followers();
 
       model.layers = config.trainer.layers;
       model.precision = config.trainer.precision;
@@ -505,7 +567,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
     if (!confusion.empty()) summary["confusion"] = confusion;
     if (trainer) summary["steps"] = trainer->step();
     summary.update(data_path_json(result, data));
-    json lineage = lineage_json(config, data, run, backend->capabilities());
+    json lineage = lineage_json(config, data, run, backend->capabilities(), hosts);
     lineage.update(runs::warm_start_lineage(warm));
     result.model = register_model(store, run.id, config.name, runs::encode_model(model), lineage, metrics, summary,
                                   fence);

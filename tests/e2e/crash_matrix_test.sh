@@ -15,7 +15,8 @@ use_fault_build
 SOURCES=$(cd "$TEST_DATA/../.." && pwd)
 
 # Every fault point named in the code (fixed names only; the per-job
-# "job.NAME.attempt-N.trained" is built at run time and tested by jobs_test).
+# "job.NAME.attempt-N.trained" is built at run time and tested by jobs_test,
+# "train.rank-R.checkpointed" by mpi_train_test).
 points=$(cd "$SOURCES" && grep -rhoE 'fault_point\("[a-z0-9.-]+"\)' store src cli quantize |
   sed -E 's/fault_point\("(.*)"\)/\1/' | sort -u)
 [ "$(printf '%s\n' "$points" | wc -l)" -ge 20 ] && pass || fail "found too few fault points: $points"

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +34,10 @@ TEST(SingleProcessCommunicator, IsRankZeroOfOneAndLeavesValuesAlone) {
   comm->broadcast(b, 0);
   EXPECT_EQ(b[0], std::byte{7});
   comm->barrier();
+  // No peer to talk to: refused, not a hang.
+  const std::vector<std::byte> none;
+  EXPECT_THROW(comm->send(none, 0), Error);
+  EXPECT_THROW(comm->receive(0), Error);
 }
 
 // The values rank r contributes: random, of mixed signs and magnitudes, so
@@ -92,6 +97,35 @@ TEST_F(MpiCommunicator, BroadcastCopiesTheRootsBytes) {
     bytes[i] = std::byte((comm_->rank() == root ? 3 : 11) * i + 1);
   comm_->broadcast(bytes, root);
   for (std::size_t i = 0; i < bytes.size(); ++i) ASSERT_EQ(bytes[i], std::byte(3 * i + 1)) << "byte " << i;
+  comm_->barrier();
+}
+
+// Rank 0 sends each rank a message of its own (sizes 0 and over one MPI
+// piece's worth of small ones), each answers with it reversed: every message
+// arrives whole, in the order sent, from the rank that sent it.
+TEST_F(MpiCommunicator, SendAndReceiveCarryEachRanksOwnBytes) {
+  auto message = [](int rank, std::size_t which) {
+    std::vector<std::byte> m(which == 0 ? 0 : 1000 * std::size_t(rank) + 37 * which);
+    for (std::size_t i = 0; i < m.size(); ++i) m[i] = std::byte(i * 7 + std::size_t(rank) + which);
+    return m;
+  };
+  for (std::size_t which = 0; which < 3; ++which) {
+    if (comm_->rank() == 0) {
+      for (int r = 1; r < comm_->size(); ++r) comm_->send(message(r, which), r);
+      for (int r = 1; r < comm_->size(); ++r) {
+        std::vector<std::byte> want = message(r, which);
+        std::reverse(want.begin(), want.end());
+        EXPECT_EQ(comm_->receive(r), want) << "rank " << r << " message " << which;
+      }
+    } else {
+      std::vector<std::byte> got = comm_->receive(0);
+      EXPECT_EQ(got, message(comm_->rank(), which));
+      std::reverse(got.begin(), got.end());
+      comm_->send(got, 0);
+    }
+  }
+  EXPECT_THROW(comm_->send({}, comm_->rank()), Error) << "a message to itself";
+  EXPECT_THROW(comm_->receive(comm_->size()), Error) << "a rank that does not exist";
   comm_->barrier();
 }
 

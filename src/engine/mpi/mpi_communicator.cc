@@ -112,6 +112,35 @@ class MpiCommunicator final : public Communicator {
 
   void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
+  // The size first (8 bytes), then the bytes in pieces of at most kMaxCount:
+  // MPI orders the messages between two ranks on one communicator and tag.
+  void send(std::span<const std::byte> bytes, int to) override {
+    check_peer(to, "send to");
+    const std::uint64_t size = bytes.size();
+    check(MPI_Send(&size, 1, MPI_UINT64_T, to, kTag, comm_), "MPI_Send");
+    for (std::size_t at = 0; at < bytes.size(); at += kMaxCount) {
+      const auto count = int(std::min(kMaxCount, bytes.size() - at));
+      check(MPI_Send(bytes.data() + at, count, MPI_BYTE, to, kTag, comm_), "MPI_Send");
+    }
+  }
+
+  std::vector<std::byte> receive(int from) override {
+    check_peer(from, "receive from");
+    std::uint64_t size = 0;
+    check(MPI_Recv(&size, 1, MPI_UINT64_T, from, kTag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
+    std::vector<std::byte> bytes(size);
+    for (std::size_t at = 0; at < bytes.size(); at += kMaxCount) {
+      const auto count = int(std::min(kMaxCount, bytes.size() - at));
+      check(MPI_Recv(bytes.data() + at, count, MPI_BYTE, from, kTag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
+    }
+    return bytes;
+  }
+
+  [[noreturn]] void abort(int code) override {
+    MPI_Abort(comm_, code);
+    std::_Exit(code);  // MPI_Abort does not return; should it, still never go on
+  }
+
  private:
   // See the top of the file: reduce-scatter by data movement, additions in
   // rank order here, allgather.
@@ -138,6 +167,13 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  void check_peer(int peer, const char* what) const {
+    if (peer < 0 || peer >= size_ || peer == rank_)
+      throw usage_error(std::string("mpi: ") + what + " rank " + std::to_string(peer) + ": rank " +
+                        std::to_string(rank_) + " of " + std::to_string(size_) + " has no such peer");
+  }
+
+  static constexpr int kTag = 17;  // point-to-point messages (collectives use none)
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
 };

@@ -1,0 +1,103 @@
+// One training run on N processes (`mpirun -np N anneal train`): rank 0
+// owns the store and drives; the other ranks follow. Internal to src/runs/.
+//
+// The protocol over the Communicator (communicator.h), every step of it in
+// the same order on every rank:
+//   1. hosts(): every rank's host name, for the run's lineage;
+//   2. rank 0 broadcasts the setup (a JSON blob): the run's config text, the
+//      loss, classes and class weights fitted from the data, and the shape
+//      of its training and validation sources (rows, sample shape, blocks,
+//      window), so every rank builds the same Trainer and data order;
+//   3. every rank calls save_state() (a collective) and rank 0 broadcasts
+//      its bytes, which the others load: the same start, whether fresh,
+//      warm-started or resumed from a checkpoint;
+//   4. commands from rank 0, one broadcast each: train K steps, save a
+//      checkpoint (a collective save_state(); rank 0 writes it), done.
+// While training, each rank's reads go through a RemoteSource: it sends the
+// row indices it needs to rank 0, whose ServedSource reads them from the
+// store's rows and sends back features and labels. So the other ranks
+// never open the store (nor need a shared filesystem); they hold no more
+// than a batch of rows at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "anneal/communicator.h"
+#include "anneal/report.h"
+#include "anneal/sample_source.h"
+
+namespace anneal::runs {
+
+// A byte blob from rank `root` to every rank (its size first).
+void broadcast_blob(Communicator& comm, std::vector<std::byte>& bytes, int root = 0);
+
+// What rank 0 tells the followers to do next.
+enum class FollowerCommand : std::uint8_t { kTrain = 1, kSave = 2, kDone = 3 };
+// Rank 0: broadcasts a command (`steps` with kTrain).
+void send_command(Communicator& comm, FollowerCommand command, std::int64_t steps = 0);
+
+// {"rows", "sample_shape", "block_starts", "window"} of a source.
+nlohmann::json source_shape_json(const SampleSource& source);
+
+// Rank 0's side of a source: while serving, each read() first answers every
+// other rank's request for its rows (in rank order), read from `inner`,
+// then reads this rank's own. Every rank must read at the same points, as
+// the Trainer does (it reads a share, possibly empty, on every rank for
+// each micro-batch, and validation on every rank).
+class ServedSource final : public SampleSource {
+ public:
+  ServedSource(SampleSource& inner, Communicator& comm);
+
+  std::int64_t rows() const override { return inner_.rows(); }
+  const std::vector<std::int64_t>& sample_shape() const override { return inner_.sample_shape(); }
+  std::span<const std::int64_t> block_starts() const override { return inner_.block_starts(); }
+  std::int64_t window_blocks() const override { return inner_.window_blocks(); }
+  void will_read(std::span<const std::uint32_t> now, std::span<const std::uint32_t> next) override {
+    inner_.will_read(now, next);
+  }
+  void read(std::span<const std::uint32_t> rows, float* features, float* labels) override;
+
+  // After training: reads are this rank's alone (evaluation, prediction).
+  void stop_serving() { serving_ = false; }
+
+ private:
+  SampleSource& inner_;
+  Communicator& comm_;
+  bool serving_ = true;
+  std::size_t width_ = 1;
+  std::vector<float> buffer_;
+};
+
+// A follower's source: the shape rank 0 sent (source_shape_json); read()
+// asks rank 0 for the rows.
+class RemoteSource final : public SampleSource {
+ public:
+  // kCorrupt when `shape` is not a source shape.
+  RemoteSource(const nlohmann::json& shape, Communicator& comm);
+
+  std::int64_t rows() const override { return rows_; }
+  const std::vector<std::int64_t>& sample_shape() const override { return sample_shape_; }
+  std::span<const std::int64_t> block_starts() const override { return block_starts_; }
+  std::int64_t window_blocks() const override { return window_; }
+  void will_read(std::span<const std::uint32_t>, std::span<const std::uint32_t>) override {}
+  void read(std::span<const std::uint32_t> rows, float* features, float* labels) override;
+
+ private:
+  Communicator& comm_;
+  std::int64_t rows_ = 0, window_ = 1;
+  std::vector<std::int64_t> sample_shape_, block_starts_;
+  std::size_t width_ = 1;
+};
+
+// The fault point each rank reaches once a checkpoint is written (on rank 0
+// after the store committed it; on the others at the command that follows
+// it, which rank 0 sends only then): "train.rank-R.checkpointed".
+void reached_checkpoint(const Communicator& comm);
+
+}  // namespace anneal::runs

@@ -1,0 +1,110 @@
+#!/bin/bash
+# `mpirun -np 2 anneal train` with the ranks on two "hosts": two network
+# namespaces on this machine (each with a host name of its own), joined to
+# a bridge by veth pairs. mpirun starts its daemons in them through a launch
+# agent (`ip netns exec NS`, in place of ssh) and the ranks talk over Open
+# MPI's TCP transport on the veth interfaces only, so every all-reduce and
+# every shard rank 0 sends crosses a network interface. Checks: the run
+# gives the same weights as two ranks on one host (the reduction order does
+# not depend on the transport), the lineage names both hosts, and the
+# second namespace's interface carried at least the gradients' bytes.
+# Skipped (77) where namespaces cannot be made (no root, no CAP_NET_ADMIN)
+# or mpirun or the MPI plugin is missing.
+. "$E2E_LIB"
+
+if ! command -v mpirun > /dev/null; then
+  echo "SKIP: no mpirun here"
+  exit 77
+fi
+if [ ! -e "$(dirname "$ANNEAL")/libanneal-mpi.so" ]; then
+  echo "SKIP: anneal was built without its MPI plugin (libanneal-mpi.so)"
+  exit 77
+fi
+# Names unique to this run: tests may run side by side.
+tag=$(( $$ % 100000 ))
+subnet="10.214.$(( $$ % 250 ))"
+bridge="anbr$tag"
+ns1="anneal-$tag-1"
+ns2="anneal-$tag-2"
+cleanup() {
+  ip netns del "$ns1" 2> /dev/null
+  ip netns del "$ns2" 2> /dev/null
+  ip link del "$bridge" 2> /dev/null
+  rm -rf "$WORK"
+}
+if ! command -v ip > /dev/null || ! command -v unshare > /dev/null || ! ip netns add "$ns1" 2> "$WORK/netns-err"; then
+  echo "SKIP: cannot create a network namespace here: $(cat "$WORK/netns-err" 2> /dev/null)"
+  exit 77
+fi
+trap cleanup EXIT
+setup() {
+  ip netns add "$ns2" &&
+    ip link add "$bridge" type bridge && ip addr add "$subnet.254/24" dev "$bridge" && ip link set "$bridge" up &&
+    for i in 1 2; do
+      ns="anneal-$tag-$i"
+      ip link add "anv$tag$i" type veth peer name "anp$tag$i" && ip link set "anp$tag$i" netns "$ns" &&
+        ip link set "anv$tag$i" master "$bridge" up && ip -n "$ns" addr add "$subnet.$i/24" dev "anp$tag$i" &&
+        ip -n "$ns" link set "anp$tag$i" up && ip -n "$ns" link set lo up || return 1
+    done
+}
+if ! setup 2> "$WORK/setup-err"; then
+  echo "SKIP: cannot join network namespaces by veth pairs here: $(cat "$WORK/setup-err")"
+  exit 77
+fi
+
+# The launch agent: mpirun calls it as `AGENT HOST COMMAND...` (as it would
+# ssh); it runs the command in the namespace named HOST, under that name.
+cat > "$WORK/agent.sh" <<'SH'
+#!/bin/sh
+host=$1
+shift
+exec ip netns exec "$host" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$host" "$*"
+SH
+chmod +x "$WORK/agent.sh"
+printf '%s slots=1\n%s slots=1\n' "$ns1" "$ns2" > "$WORK/hostfile"
+# Daemons and ranks on the namespaces' subnet only: no shared memory
+# (vader) between the "hosts", no loopback shortcut.
+net_mpi() {
+  mpirun --allow-run-as-root --hostfile "$WORK/hostfile" --mca plm_rsh_agent "$WORK/agent.sh" \
+    --mca oob_tcp_if_include "$subnet.0/24" --mca btl self,tcp --mca btl_tcp_if_include "$subnet.0/24" \
+    -x ANNEAL_HOME "$@"
+}
+local_mpi() { mpirun --oversubscribe --allow-run-as-root --mca btl self,vader,tcp -x ANNEAL_HOME "$@"; }
+
+expect_rc 0 init
+expect_rc 0 data import digits "$TEST_DATA/digits.csv"
+cat > "$WORK/d.ini" <<'INI'
+name     = digits-net
+dataset  = digits
+layers   = dense(32) relu dense(10)
+lr       = 0.003
+batch    = 50
+epochs   = 2
+seed     = 5
+threads  = 1
+baseline = false
+INI
+
+local_mpi -np 2 "$ANNEAL" --json train "$WORK/d.ini" > "$WORK/out" 2> "$WORK/err"
+expect_eq "$?" "0" "two ranks on this host: $(cat "$WORK/err")"
+OUT=$(cat "$WORK/out")
+local_hash=$(json_get 'j["weights_hash"]')
+
+tx_bytes() { ip netns exec "$ns2" cat "/sys/class/net/anp${tag}2/statistics/tx_bytes"; }
+before=$(tx_bytes)
+net_mpi -np 2 "$ANNEAL" --json train "$WORK/d.ini" > "$WORK/out" 2> "$WORK/err"
+expect_eq "$?" "0" "two ranks in two namespaces: $(cat "$WORK/err")"
+OUT=$(cat "$WORK/out")
+expect_eq "$(json_get 'j["weights_hash"]')" "$local_hash" "over TCP between namespaces: the same weights as on one host"
+model=$(json_get 'j["model"]')
+expect_eq "$("$ANNEAL" --json model show "$model" | python3 -c "import json,sys; print(json.load(sys.stdin)['lineage']['hosts'])")" \
+  "['$ns1', '$ns2']" "the lineage names each rank's host"
+# Rank 1 sends its part of the gradients (dense(32) relu dense(10) on 64
+# features: 2410 floats, of which the all-reduce sends half in its
+# reduce-scatter and half in its all-gather) once per step, and its
+# requests for rows, from its own interface.
+steps=$("$ANNEAL" --json runs show "$(json_get 'j["run"]')" | python3 -c "import json,sys; print(json.load(sys.stdin)['summary']['steps'])")
+sent=$(( $(tx_bytes) - before ))
+[ "$steps" -gt 0 ] && [ "$sent" -ge $((steps * 2410 * 4)) ] && pass ||
+  fail "rank 1's interface sent $sent bytes in $steps steps, less than the gradients"
+finish
