@@ -73,6 +73,14 @@ expect_contains "$(last command)" "--set seed=4" "the command line is recorded a
 step job.cancel jobs cancel job-1
 expect_contains "$(last detail)" '"state": "cancelled"' "cancel names the new state"
 step job.retry jobs retry job-1
+# A worker's job: its process registers the model, recorded with the job's
+# id; the worker's own queue bookkeeping (claim, end state) is not recorded.
+before=$(count)
+expect_rc 0 worker --cores 1 --drain
+expect_eq "$(count)" "$((before + 1))" "a worker's job: one record"
+expect_eq "$(last action)" "model.register" "a worker's job registers its model"
+expect_contains "$(last detail)" '"job": 1' "the record names the job"
+expect_contains "$(last command)" "job-exec job-1" "the record names the job's process"
 step gc gc
 
 # A failed command changes nothing and records nothing.
