@@ -152,8 +152,8 @@ std::string audit_record_hash(const AuditRecord& record) { return to_hex(hash_by
 void append_audit(sql::Database& db, std::string_view action, const nlohmann::json& detail) {
   std::optional<AuditHead> head = read_head(db);
   if (!head)
-    throw corrupt("catalog: the audit trail's head row is missing, so no change can be recorded; "
-                  "run 'anneal audit verify'");
+    throw corrupt("catalog: audit_head: the audit trail's head row is missing (deleted by hand?); no change "
+                  "can be recorded until it is restored (docs/STORE.md, \"Audit trail\")");
   const AuditActor& actor = audit_actor();
   AuditRecord r;
   r.seq = head->count + 1;
