@@ -53,5 +53,7 @@ void add_quantize_commands(std::vector<Command>& out);
 // Defined in job_commands.cc (submit, worker, jobs, retrain, metrics, and
 // model alias/promote/rollback).
 void add_job_commands(std::vector<Command>& out);
+// Defined in audit_commands.cc (audit log, audit verify).
+void add_audit_commands(std::vector<Command>& out);
 
 }  // namespace anneal::cli

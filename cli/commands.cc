@@ -9,6 +9,7 @@ const std::vector<Command>& commands() {
     add_train_commands(all);
     add_quantize_commands(all);
     add_job_commands(all);
+    add_audit_commands(all);
     return all;
   }();
   return kCommands;

@@ -360,7 +360,8 @@ void add_store_commands(std::vector<Command>& out) {
   out.push_back({"fsck", "", "verify every object and catalog reference",
                  "Re-hashes every object, checks that every catalog reference resolves, that every JSON "
                  "column parses, that dataset streams match their shapes and that every model and "
-                 "checkpoint decodes. Lists what is broken and exits 1 when anything is; lists runs "
+                 "checkpoint decodes, and that the audit trail's hash chain verifies (as 'anneal audit "
+                 "verify'). Lists what is broken and exits 1 when anything is; lists runs "
                  "and jobs left running by a process that died as notes (exit 0). Waits for a "
                  "running gc.",
                  nullptr, {}, run_fsck});

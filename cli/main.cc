@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "anneal/audit.h"
 #include "anneal/communicator.h"
 #include "anneal/error.h"
 #include "anneal/spelling.h"
@@ -146,6 +147,11 @@ const Command* find_command(const std::vector<std::string>& words, std::size_t& 
 
 int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  // Every change this process makes to a store is recorded as made by this
+  // user on this host running this command line.
+  AuditActor actor = current_user_actor();
+  actor.command = anneal::audit_command_line(std::vector<std::string>(argv, argv + argc));
+  set_audit_actor(std::move(actor));
   // Hidden, for the build: the man page and the bash completion are printed
   // from the same text as --help (manpage.cc), so they cannot drift from it.
   if (args == std::vector<std::string>{"--help-man"} ||

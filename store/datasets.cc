@@ -27,6 +27,7 @@
 #include "formats/idx_scan.h"
 #include "anneal/input_stream.h"
 #include "formats/text.h"
+#include "audit_trail.h"
 #include "sqlite.h"
 #include "streams.h"
 
@@ -535,6 +536,11 @@ ImportResult record_version(Store& store, const ImportRequest& request, const Ve
       }
       insert_stream.run();
     }
+    nlohmann::json streams_detail = nlohmann::json::object();
+    for (const VersionStream& s : streams) streams_detail[s.role] = s.chunks.hash;
+    append_audit(db, "dataset.import",
+                 {{"dataset", request.dataset}, {"version", version_number}, {"version_id", version_id},
+                  {"fingerprint", row.fingerprint}, {"streams", streams_detail}});
     fault_point("import.before-commit");
     txn.commit();
   }

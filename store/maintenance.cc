@@ -17,6 +17,8 @@
 #include "anneal/datasets.h"
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
+#include "anneal/audit.h"
+#include "audit_trail.h"
 #include "sqlite.h"
 #include "streams.h"
 
@@ -325,6 +327,10 @@ FsckReport fsck(Store& store, Reporter& reporter) {
   check_blobs(db, objects, intact, referenced, report);
   check_catalog_json(db, report);
   check_orphans(store, report);
+  checking(report, "audit trail", [&] {
+    const AuditVerdict audit = verify_audit(store);
+    if (!audit.ok()) report.problems.push_back(audit.problem);
+  });
 
   for (const auto& id : on_disk) report.unreferenced_objects += referenced.count(id) ? 0 : 1;
   report.stale_temp_files = count_temp_files(store.root() / "tmp");
@@ -348,7 +354,14 @@ GcReport gc(Store& store, bool dry_run, Reporter& reporter) {
     unreferenced.step();
     report.blobs_removed = static_cast<std::uint64_t>(unreferenced.int64(0));
     if (!dry_run) {
+      // The record names the blobs; the objects and temporary files removed
+      // after this commit are whatever those blobs (and interrupted writers)
+      // left, which gc does not list one by one.
+      nlohmann::json removed = nlohmann::json::array();
+      auto doomed = db.prepare("SELECT hash FROM blobs WHERE hash NOT IN (SELECT blob FROM referenced_blobs) ORDER BY hash");
+      while (doomed.step()) removed.push_back(doomed.text(0));
       db.exec("DELETE FROM blobs WHERE hash NOT IN (SELECT blob FROM referenced_blobs)");
+      append_audit(db, "gc", {{"blobs_removed", removed}});
       txn.commit();
     }
   }

@@ -9,6 +9,7 @@
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
 #include "anneal/maintenance.h"
+#include "audit_trail.h"
 #include "fence.h"
 #include "sqlite.h"
 #include "streams.h"
@@ -155,6 +156,9 @@ void end_run(Store& store, std::int64_t run, RunStatus status, const std::string
   if (error.empty()) stmt.bind_null(3);
   else stmt.bind(3, error);
   stmt.bind(4, summary.dump()).bind(5, run).run();
+  json detail = {{"run", run}, {"status", run_status_name(status)}};
+  if (fence) detail["job"] = fence->job;
+  append_audit(db, "run.end", detail);
   txn.commit();
 }
 
@@ -331,9 +335,14 @@ ModelRecord register_model(Store& store, std::int64_t run, const std::string& na
           "VALUES (?, ?, ?, ?, ?, ?, ?)")
         .bind(1, name).bind(2, static_cast<std::int64_t>(version)).bind(3, now).bind(4, run)
         .bind(5, prepared.hash).bind(6, lineage.dump()).bind(7, metrics.dump()).run();
+    const std::int64_t model_id = db.last_insert_id();
     db.prepare(
           "UPDATE runs SET status = 'succeeded', ended_at = ?, error = NULL, summary_json = ? WHERE id = ?")
         .bind(1, now).bind(2, summary.dump()).bind(3, run).run();
+    json detail = {{"run", run}, {"model", name + "@v" + std::to_string(version)},
+                   {"model_id", model_id}, {"blob", prepared.hash}};
+    if (fence) detail["job"] = fence->job;
+    append_audit(db, "model.register", detail);
     fault_point("model.before-commit");
     txn.commit();
   }

@@ -200,6 +200,30 @@ const std::vector<const char*>& migrations() {
       ALTER TABLE jobs ADD COLUMN ranks INTEGER NOT NULL DEFAULT 1 CHECK (ranks >= 1);
       ALTER TABLE jobs ADD COLUMN hostfile TEXT NOT NULL DEFAULT '';
       )sql",
+      // 7: the audit trail (anneal/audit.h): one hash-chained record per
+      // change, and its head (count and last hash), updated in the same
+      // transaction, so a record deleted from the end is detected. A store
+      // upgraded to this version starts an empty chain.
+      R"sql(
+      CREATE TABLE audit (
+        seq        INTEGER PRIMARY KEY CHECK (seq >= 1),
+        at         TEXT NOT NULL,
+        user       TEXT NOT NULL,
+        host       TEXT NOT NULL,
+        command    TEXT NOT NULL,
+        action     TEXT NOT NULL,
+        detail     TEXT NOT NULL,
+        prev_hash  TEXT NOT NULL,
+        hash       TEXT NOT NULL
+      );
+      CREATE TABLE audit_head (
+        id     INTEGER PRIMARY KEY CHECK (id = 1),
+        count  INTEGER NOT NULL,
+        hash   TEXT NOT NULL
+      );
+      INSERT INTO audit_head(id, count, hash)
+        VALUES (1, 0, '0000000000000000000000000000000000000000000000000000000000000000');
+      )sql",
   };
   return kMigrations;
 }

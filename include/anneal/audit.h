@@ -1,0 +1,85 @@
+// The audit trail: one hash-chained record per change a command makes to the
+// store, written in the same catalog transaction as the change itself. See
+// docs/STORE.md ("Audit trail") for the record's canonical byte encoding,
+// which anyone can use to verify the chain without anneal.
+//
+// store/ knows nothing of command lines: whoever starts the process (cli/)
+// names the actor once, with set_audit_actor, before it opens a store. Every
+// store the process opens records its changes as that actor: one process is
+// one command line, whatever number of Store objects it opens (the worker
+// opens several).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace anneal {
+
+class Store;
+
+struct AuditActor {
+  std::string user;     // the effective OS user's name ("uid N" when it has none)
+  std::string host;     // gethostname()
+  std::string command;  // the command line, secrets already elided by the caller
+};
+
+// The actor of every record this process writes from now on. Until it is
+// called the actor is the effective user and host with an empty command
+// (code that is not the CLI: the unit tests).
+void set_audit_actor(AuditActor actor);
+const AuditActor& audit_actor();
+// The effective user's name and the host name, as the default actor has them.
+AuditActor current_user_actor();
+// argv as one shell-quoted line for an actor's command: the program's path
+// cut to its name, and the value of every flag (--key-file F, --key-file=F)
+// and KEY=VALUE word (--set encryption.key=V) whose name contains key,
+// password, passphrase, passwd, secret, token or credential replaced by
+// <elided>. Short flags (-k V) are not recognised: secrets take long flags.
+std::string audit_command_line(const std::vector<std::string>& argv);
+
+struct AuditRecord {
+  std::int64_t seq = 0;   // 1, 2, 3, ... with no gaps
+  std::string at;         // ISO 8601 UTC, as every catalog timestamp
+  std::string user;
+  std::string host;
+  std::string command;
+  std::string action;     // what changed: "dataset.import", "model.register", ...
+  std::string detail;     // a JSON object: the ids and hashes of what changed
+  std::string prev_hash;  // the previous record's hash; 64 zeros for record 1
+  std::string hash;       // hex BLAKE2b-256 of audit_encoding(*this)
+};
+
+// The hash of the record before the first one.
+const std::string& audit_genesis_hash();
+// The canonical bytes a record's hash is taken over (docs/STORE.md).
+std::string audit_encoding(const AuditRecord& record);
+// hex(BLAKE2b-256(audit_encoding(record))), ignoring record.hash.
+std::string audit_record_hash(const AuditRecord& record);
+
+// Every record, by seq.
+std::vector<AuditRecord> audit_log(Store& store);
+
+struct AuditHead {
+  std::int64_t count = 0;
+  std::string hash;  // the last record's hash; the genesis hash when count is 0
+};
+
+struct AuditVerdict {
+  std::int64_t records = 0;            // records verified before the first bad one (all when ok)
+  std::optional<AuditHead> head;       // as the catalog's head row says; none when it is missing
+  std::optional<std::int64_t> bad_seq; // the first bad record, when one is named
+  std::string problem;                 // empty when the chain verifies
+  bool ok() const { return problem.empty(); }
+};
+
+// Checks the chain: seqs run 1..N without gaps, each record's hash matches
+// its contents and names the record before it, and the head row (count and
+// last hash, updated in each record's transaction) matches the last record.
+// With expect_head (a hash noted earlier, e.g. from `anneal audit verify`),
+// also checks that a record with that hash is still in the chain, which
+// catches a truncation that rewrote the head row too. Reads only.
+AuditVerdict verify_audit(Store& store, const std::optional<std::string>& expect_head = std::nullopt);
+
+}  // namespace anneal

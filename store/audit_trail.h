@@ -1,0 +1,19 @@
+// Appending to the audit trail (anneal/audit.h), for store/ only.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string_view>
+
+#include "sqlite.h"
+
+namespace anneal {
+
+// Appends the record of a change to the chain, as the process's actor.
+// Must be called inside the sql::Transaction that makes the change, so the
+// change and its record commit (or roll back) together; the transaction is
+// BEGIN IMMEDIATE, so no other writer can append between reading the head
+// and writing the new one. Throws kCorrupt when the head row is missing.
+void append_audit(sql::Database& db, std::string_view action, const nlohmann::json& detail);
+
+}  // namespace anneal
