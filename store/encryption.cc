@@ -270,9 +270,10 @@ std::string key_id_hex(const KeyId& id) { return hex(id.data(), id.size()); }
 
 namespace {
 
-// Rewrites every object under ring.write; `point` is the fault point
-// reached after each object rewritten.
-RewriteReport rewrite_all(const fs::path& root, std::shared_ptr<const KeyRing> ring, const char* point) {
+// Rewrites every object under ring.write; `after_each` runs after each
+// object rewritten (the caller's fault point, named literally there so the
+// crash matrix finds it).
+RewriteReport rewrite_all(const fs::path& root, std::shared_ptr<const KeyRing> ring, void (*after_each)()) {
   ObjectStore objects(root);
   objects.set_keys(std::move(ring));
   RewriteReport report;
@@ -287,7 +288,7 @@ RewriteReport rewrite_all(const fs::path& root, std::shared_ptr<const KeyRing> r
       case ObjectStore::Rewrite::kRewritten:
         ++report.rewritten;
         dirs.insert(objects.path_of(id).parent_path());
-        fault_point(point);
+        after_each();
         break;
     }
   }
@@ -321,7 +322,7 @@ RewriteReport encrypt_store(const fs::path& root, std::shared_ptr<const StoreKey
   auto ring = std::make_shared<KeyRing>();
   ring->write = key;
   ring->read = {key};
-  return rewrite_all(root, ring, "encrypt.object-rewritten");
+  return rewrite_all(root, ring, [] { fault_point("encrypt.object-rewritten"); });
 }
 
 RewriteReport rekey_store(const fs::path& root, std::shared_ptr<const StoreKey> old_key,
@@ -349,7 +350,7 @@ RewriteReport rekey_store(const fs::path& root, std::shared_ptr<const StoreKey> 
   auto ring = std::make_shared<KeyRing>();
   ring->write = new_key;
   ring->read = {new_key, old_key};
-  RewriteReport report = rewrite_all(root, ring, "rekey.object-rewritten");
+  RewriteReport report = rewrite_all(root, ring, [] { fault_point("rekey.object-rewritten"); });
   write_encryption_record(root, EncryptionRecord{new_key->check(), std::nullopt});
   return report;
 }

@@ -327,6 +327,15 @@ void ObjectStore::set_keys(std::shared_ptr<const KeyRing> keys) { impl_->keys = 
 
 bool ObjectStore::encrypted() const { return impl_->keys && impl_->keys->write; }
 
+bool ObjectStore::stored_encrypted(const std::string& id) const {
+  int fd = ::open(path_of(id).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char header[5];
+  const bool read = ::pread(fd, header, sizeof header, 0) == static_cast<ssize_t>(sizeof header);
+  ::close(fd);
+  return read && std::memcmp(header, kMagic, 4) == 0 && static_cast<std::uint8_t>(header[4]) == kFormatEncrypted;
+}
+
 fs::path ObjectStore::path_of(const std::string& id) const {
   return impl_->objects / id.substr(0, 2) / id;
 }

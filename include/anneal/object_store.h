@@ -55,6 +55,9 @@ class ObjectStore {
   // always read, so a store half way through `anneal encrypt` works.
   void set_keys(std::shared_ptr<const KeyRing> keys);
   bool encrypted() const;
+  // Whether the object's file is encrypted (format version 2), by its
+  // header alone; false when it is plaintext, missing or unreadable.
+  bool stored_encrypted(const std::string& id) const;
 
   // Hashes `raw`; touches no file.
   PreparedObject prepare(std::string_view raw) const;

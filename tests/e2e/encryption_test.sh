@@ -145,6 +145,7 @@ expect_rc 1 data list
 expect_contains "$ERR" "the store is encrypted" "from the first object on, the store needs its key"
 expect_rc 0 --key-file "$KEY2" fsck
 expect_contains "$OUT" ": ok" "a half-encrypted store reads whole"
+expect_contains "$OUT" "NOTE $((n - 3)) objects are not encrypted yet" "fsck notes what is left to encrypt"
 expect_rc 0 --key-file "$KEY2" encrypt
 expect_contains "$OUT" "encrypted $((n - 3)) objects" "the rerun finishes the job"
 expect_eq "$(versions "$ANNEAL_HOME")" "v2:$n" "every object encrypted"
