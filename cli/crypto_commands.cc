@@ -15,8 +15,10 @@ namespace fs = std::filesystem;
 
 // The key a command encrypts with: read from where keys come from, or, when
 // that names a file that does not exist yet, a new random key written there.
-// A systemd credential is only ever read.
-std::shared_ptr<const StoreKey> key_to_encrypt_with(const std::string& command, bool& created) {
+// A systemd credential is only ever read, and so is the key of a store
+// already encrypted: a mistyped path must not leave a stray new key behind.
+std::shared_ptr<const StoreKey> key_to_encrypt_with(const std::string& command, const fs::path& store,
+                                                    bool& created) {
   auto source = configured_key_source();
   if (!source)
     throw usage_error("anneal " + command + ": give the key file with --key-file FILE or $ANNEAL_KEY_FILE "
@@ -26,6 +28,10 @@ std::shared_ptr<const StoreKey> key_to_encrypt_with(const std::string& command, 
     return read_key_file(*source);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kNotFound || source->source == "systemd credential anneal-key") throw;
+    std::error_code ec;
+    if (fs::exists(store / "catalog.db", ec) && read_encryption_record(store))
+      throw failure(store.string() + ": already encrypted, and the " + e.what() +
+                    "; give the store's key (a new one is written only for a store not yet encrypted)");
   }
   created = true;
   return create_key_file(source->path);
@@ -61,7 +67,7 @@ int report(const Invocation& inv, const char* verb, const StoreKey& key, const R
 
 int run_encrypt(const Invocation& inv) {
   bool created = false;
-  auto key = key_to_encrypt_with("encrypt", created);
+  auto key = key_to_encrypt_with("encrypt", inv.global.store, created);
   note_created(created, *key);
   RewriteReport r = encrypt_store(inv.global.store, key);
   return report(inv, "encrypted", *key, r, created);
@@ -93,7 +99,7 @@ int run_rekey(const Invocation& inv) {
 
 int run_init_encrypted(const Invocation& inv) {
   bool created_key = false;
-  auto key = key_to_encrypt_with("init --encrypt", created_key);
+  auto key = key_to_encrypt_with("init --encrypt", inv.global.store, created_key);
   note_created(created_key, *key);
   const bool created = Store::init(inv.global.store);
   RewriteReport r = encrypt_store(inv.global.store, key);

@@ -70,6 +70,11 @@ expect_rc 1 --key-file "$WORK/keys/junk.key" data list
 expect_contains "$ERR" "expected 64 hex digits" "a key file that holds no key"
 expect_rc 1 --key-file "$WORK/keys/absent.key" data list
 expect_contains "$ERR" "does not exist" "a key file that does not exist"
+expect_rc 1 init --encrypt --key-file "$WORK/keys/typo.key"
+expect_contains "$ERR" "already encrypted" "init --encrypt of an encrypted store with a key file that does not exist"
+[ -e "$WORK/keys/typo.key" ] && fail "a stray key file was written for an encrypted store" || pass
+expect_rc 0 init --encrypt --key-file "$KEY"
+expect_contains "$OUT" "is encrypted with key" "init --encrypt again with the store's key: nothing to do"
 expect_eq "$(store_state)" "$before" "refused commands changed nothing"
 
 export ANNEAL_KEY_FILE="$KEY"
@@ -107,8 +112,19 @@ reader_out=$(python3 "$READER" verify "$KEY" "$ANNEAL_HOME")
 expect_eq "${reader_out##*, }" "0 bad" "the independent reader decrypts every object: $reader_out"
 if python3 "$READER" check "$WORK/keys/wrong.key" "$ANNEAL_HOME" > /dev/null; then fail "reader: a wrong key matched"; else pass; fi
 
-# The worker hands --key-file to its job processes.
+# The systemd credential: $CREDENTIALS_DIRECTORY/anneal-key (mode 0400, as
+# systemd makes it), when neither --key-file nor $ANNEAL_KEY_FILE is given.
 unset ANNEAL_KEY_FILE
+mkdir "$WORK/credentials"
+cp "$KEY" "$WORK/credentials/anneal-key"
+chmod 400 "$WORK/credentials/anneal-key"
+CREDENTIALS_DIRECTORY="$WORK/credentials" expect_rc 0 data show iris
+rm -f "$WORK/credentials/anneal-key"
+cp "$WORK/keys/wrong.key" "$WORK/credentials/anneal-key"
+CREDENTIALS_DIRECTORY="$WORK/credentials" expect_rc 1 data show iris
+expect_contains "$ERR" "the key file (systemd credential anneal-key)" "a wrong credential is named as such"
+
+# The worker hands --key-file to its job processes.
 iris_config "$WORK/j.ini" iris-j "epochs = 1"
 expect_rc 0 --key-file "$KEY" submit "$WORK/j.ini"
 expect_rc 0 --key-file "$KEY" worker --cores 1 --drain
