@@ -68,9 +68,14 @@ for run in $(seq "$RUNS"); do
   line=""
   for kind in plain encrypted; do
     t0=$(now_ns)
-    sps=$(anneal_in "$kind" --json train "$ROOT/docs/examples/fmnist-mlp.ini" --set threads=2 --set epochs="$EPOCHS" \
-      --set validation=0 | "$PYTHON" -c "import json, sys; print(json.load(sys.stdin)['samples_per_s'])")
+    # Its progress notes go to a file, shown only if it fails.
+    if ! anneal_in "$kind" --json train "$ROOT/docs/examples/fmnist-mlp.ini" --set threads=2 --set epochs="$EPOCHS" \
+        --set validation=0 > "$WORK/train.json" 2> "$WORK/train.err"; then
+      cat "$WORK/train.err" >&2
+      exit 1
+    fi
     t1=$(now_ns)
+    sps=$("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1]))['samples_per_s'])" "$WORK/train.json")
     line="$line $sps $(( t1 - t0 ))"
   done
   echo "$line" >> "$WORK/train.times"

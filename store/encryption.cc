@@ -123,9 +123,9 @@ std::optional<KeySource> configured_key_source() {
 
 std::shared_ptr<const StoreKey> read_key_file(const KeySource& key) {
   const std::string where = "key file (" + key.source + ")";
-  int fd = ::open(key.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  // O_NOFOLLOW refuses a symbolic link (ELOOP); systemd credentials and
-  // key files made by anneal are plain files.
+  // A symbolic link is followed (secrets mounted by an orchestrator are
+  // links); the checks below are of the file it leads to.
+  int fd = ::open(key.path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0 && errno == ENOENT) throw not_found(where + ": does not exist");
   if (fd < 0) throw failure(where + ": cannot open: " + std::strerror(errno));
   struct stat st;
