@@ -242,6 +242,13 @@ void write_encryption_record(const fs::path& root, const EncryptionRecord& recor
 
 std::shared_ptr<const KeyRing> open_store_keys(const fs::path& root) {
   auto record = read_encryption_record(root);
+  // --key-file on a store that is not encrypted: whoever typed it believes
+  // it is, and would otherwise write plaintext unawares. ($ANNEAL_KEY_FILE
+  // and the credential are settings of the environment, meant for whichever
+  // store is encrypted, and are not held against a plaintext one.)
+  if (!record && key_file_flag())
+    throw usage_error("--key-file: the store at " + root.string() +
+                      " is not encrypted; 'anneal encrypt --key-file FILE' encrypts it");
   if (!record) return nullptr;
   const std::string store = root.string();
   if (record->retiring)

@@ -95,7 +95,8 @@ void write_encryption_record(const std::filesystem::path& root, const Encryption
 // What Store::open hands its ObjectStore: null for a store that is not
 // encrypted; for an encrypted one, the configured key, checked against the
 // record. A missing key, a wrong key and an unfinished rotation are each a
-// one-line kFailure (exit 1) naming the store, before anything is read.
+// one-line kFailure (exit 1) naming the store, before anything is read;
+// --key-file (set_key_file) on a store that is not encrypted is kUsage.
 std::shared_ptr<const KeyRing> open_store_keys(const std::filesystem::path& root);
 
 // `anneal encrypt` and `anneal rekey`: rewrite every object of the store at

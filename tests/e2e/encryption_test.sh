@@ -153,6 +153,10 @@ expect_rc 0 data import iris "$TEST_DATA/iris.csv"
 expect_rc 0 train "$WORK/m.ini"
 n=$(count_objects "$ANNEAL_HOME")
 if shows_text "$ANNEAL_HOME" versicolor; then pass; else fail "control: a plaintext store shows its CSV text"; fi
+expect_rc 2 --key-file "$KEY" data list
+expect_contains "$ERR" "is not encrypted; 'anneal encrypt --key-file FILE' encrypts it" \
+  "--key-file on a plaintext store is refused rather than ignored"
+ANNEAL_KEY_FILE="$KEY" expect_rc 0 data list
 KEY2="$WORK/keys/second.key"
 use_fault_build
 ANNEAL_FAULT="encrypt.object-rewritten@3=crash" expect_rc 137 encrypt --key-file "$KEY2"
