@@ -46,6 +46,9 @@ const std::vector<Command>& commands();
 
 // Command groups: defined in data_commands.cc (init, data, fsck, gc).
 void add_store_commands(std::vector<Command>& out);
+// Defined in crypto_commands.cc (encrypt, rekey), and `init --encrypt`.
+void add_crypto_commands(std::vector<Command>& out);
+int run_init_encrypted(const Invocation& inv);
 // Defined in train_commands.cc (train, runs, model, eval, predict).
 void add_train_commands(std::vector<Command>& out);
 // Defined in quantize_commands.cc (quantize, prune, bench).

@@ -6,6 +6,7 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> kCommands = [] {
     std::vector<Command> all;
     add_store_commands(all);
+    add_crypto_commands(all);
     add_train_commands(all);
     add_quantize_commands(all);
     add_job_commands(all);

@@ -120,6 +120,7 @@ void print_version(const DatasetVersion& v) {
 }
 
 int run_init(const Invocation& inv) {
+  if (inv.args["encrypt"].as<bool>()) return run_init_encrypted(inv);
   bool created = Store::init(inv.global.store);
   if (inv.global.json)
     print_json({{"store", inv.global.store.string()}, {"created", created},
@@ -302,8 +303,14 @@ int run_gc(const Invocation& inv) {
 void add_store_commands(std::vector<Command>& out) {
   out.push_back({"init", "", "create a store (or bring an existing one's catalog up to date)",
                  "Creates catalog.db (SQLite) and objects/ under the store directory, owner-only "
-                 "(0700 directories, 0600 files).",
-                 nullptr, {}, run_init});
+                 "(0700 directories, 0600 files). With --encrypt, every object is encrypted with the key "
+                 "in --key-file FILE (or $ANNEAL_KEY_FILE), a new random key written there when FILE does "
+                 "not exist; an existing unencrypted store is encrypted as by 'anneal encrypt'.",
+                 [](po::options_description& o) {
+                   o.add_options()("encrypt", po::bool_switch(),
+                                   "encrypt the store's objects (XChaCha20-Poly1305) with the key in --key-file");
+                 },
+                 {}, run_init});
   out.push_back(
       {"data import", "NAME FILE [options]", "import a file as a new immutable version NAME@vN",
        "Formats: CSV and TSV (RFC 4180 quoting, CRLF, UTF-8 BOM; empty, NA and NaN are missing; "

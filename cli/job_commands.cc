@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "anneal/catalog_jobs.h"
+#include "anneal/encryption.h"
 #include "anneal/error.h"
 #include "anneal/jobs.h"
 #include "anneal/run_report.h"
@@ -127,6 +128,10 @@ int run_worker_command(const Invocation& inv) {
     std::istringstream words(mpirun);
     for (std::string w; words >> w;) options.mpirun.push_back(w);
   }
+  // The key of an encrypted store, when given as a flag ($ANNEAL_KEY_FILE
+  // and the systemd credential reach the children through the environment).
+  if (auto key_file = key_file_flag())
+    options.job_command.insert(options.job_command.end() - 1, {"--key-file", key_file->string()});
   Store store = Store::open(inv.global.store);
   StopOnSignal stop;
   // A worker's notes are its log: always shown, terminal or not.

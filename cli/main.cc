@@ -11,6 +11,7 @@
 
 #include "anneal/audit.h"
 #include "anneal/communicator.h"
+#include "anneal/encryption.h"
 #include "anneal/error.h"
 #include "anneal/spelling.h"
 #include "anneal/version.h"
@@ -23,7 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kUsage = "anneal [--store DIR] [--json] COMMAND [ARGS...]";
+constexpr const char* kUsage = "anneal [--store DIR] [--key-file FILE] [--json] COMMAND [ARGS...]";
 constexpr const char* kDescription =
     "Train machine-learning models on one server, from a versioned local store.";
 // What each exit code means to someone running anneal, as --help and the
@@ -67,6 +68,9 @@ po::options_description global_options() {
       ("store", po::value<std::string>()->value_name("DIR"),
        "the store directory (default: $ANNEAL_HOME, else $XDG_DATA_HOME/anneal, "
        "else ~/.local/share/anneal)")
+      ("key-file", po::value<std::string>()->value_name("FILE"),
+       "the key of an encrypted store (default: $ANNEAL_KEY_FILE, else the systemd credential "
+       "anneal-key); an owner-only file of 64 hex digits")
       ("json", po::bool_switch(), "print one JSON document instead of text")
       ("log-format", po::value<std::string>()->value_name("FORMAT")->default_value("text"),
        "how to log on stderr: text, or json (one JSON object per line)")
@@ -98,6 +102,7 @@ po::options_description command_options(const Command& command) {
   if (command.add_options) command.add_options(options);
   options.add_options()("json", po::bool_switch(), "print one JSON document instead of text")
       ("store", po::value<std::string>()->value_name("DIR"), "the store directory")
+      ("key-file", po::value<std::string>()->value_name("FILE"), "the key of an encrypted store")
       ("help,h", po::bool_switch(), "show this help");
   return options;
 }
@@ -165,7 +170,8 @@ int run(int argc, char** argv) {
   // also accepted after it.
   std::size_t first_word = 0;
   while (first_word < args.size() && args[first_word].starts_with("-")) {
-    if (args[first_word] == "--store" || args[first_word] == "--log-format") ++first_word;
+    if (args[first_word] == "--store" || args[first_word] == "--log-format" || args[first_word] == "--key-file")
+      ++first_word;
     ++first_word;
   }
   po::variables_map global;
@@ -222,6 +228,10 @@ int run(int argc, char** argv) {
   if (invocation.args.count("store")) invocation.global.store = invocation.args["store"].as<std::string>();
   else if (global.count("store")) invocation.global.store = global["store"].as<std::string>();
   else invocation.global.store = default_store();
+  // Process-wide, as the store is: every Store::open of this process (the
+  // worker's threads too) reads the key from it.
+  if (invocation.args.count("key-file")) set_key_file(fs::absolute(invocation.args["key-file"].as<std::string>()));
+  else if (global.count("key-file")) set_key_file(fs::absolute(global["key-file"].as<std::string>()));
   // Under mpirun every rank would run the command on the store at once (N
   // runs training side by side, N imports): refused, before anything is
   // touched, except for train (and job-exec, a queued train the worker

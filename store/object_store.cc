@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <sodium.h>
 #include <zstd.h>
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 
+#include "anneal/encryption.h"
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
 #include "anneal/fs.h"
@@ -28,10 +30,21 @@ namespace fs = std::filesystem;
 namespace {
 
 // Object file header (docs/STORE.md, "Objects"): 16 bytes, little-endian.
+// Version 1 is a plaintext object; version 2 an encrypted one, whose header
+// goes on with the key id and the secretstream header (48 bytes in all).
 constexpr char kMagic[4] = {'A', 'N', 'O', 'B'};
-constexpr std::uint8_t kFormatVersion = 1;
+constexpr std::uint8_t kFormatPlain = 1;
+constexpr std::uint8_t kFormatEncrypted = 2;
 constexpr std::uint8_t kCodecZstd = 1;
 constexpr std::size_t kHeaderSize = 16;
+constexpr std::size_t kStreamHeaderBytes = crypto_secretstream_xchacha20poly1305_HEADERBYTES;
+constexpr std::size_t kSealBytes = crypto_secretstream_xchacha20poly1305_ABYTES;
+constexpr std::size_t kEncryptedHeaderSize = kHeaderSize + sizeof(KeyId) + kStreamHeaderBytes;
+// The zstd frame is encrypted in messages of this many bytes (the last one
+// shorter): a reader checks each before using it, and a message is the
+// most a reader must hold unverified.
+constexpr std::size_t kSealChunk = std::size_t{64} << 10;
+static_assert(kEncryptedHeaderSize == 48);
 // The largest object anneal writes is a 4 MiB chunk; a reader accepts up to
 // 16 times that, so a future larger chunk size still reads.
 constexpr std::uint64_t kMaxObjectSize = std::uint64_t{64} << 20;
@@ -55,48 +68,223 @@ struct DCtxDeleter {
   void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
 };
 
-// Checks an object file's header and sets raw_size to the size it records,
-// or returns an error description.
-std::optional<std::string> check_header(std::string_view file, std::uint64_t& raw_size) {
+std::size_t sealed_size(std::size_t frame_bytes) {
+  const std::size_t messages = std::max<std::size_t>(1, (frame_bytes + kSealChunk - 1) / kSealChunk);
+  return frame_bytes + messages * kSealBytes;
+}
+
+// The object's id as the 32 bytes it spells, the additional data that ties
+// an encrypted file to its name.
+std::optional<Digest> id_bytes(std::string_view id) {
+  if (!is_hex_digest(id)) return std::nullopt;
+  Digest out;
+  auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<std::uint8_t>(nibble(id[2 * i]) << 4 | nibble(id[2 * i + 1]));
+  return out;
+}
+
+// An object file's header, checked.
+struct Parsed {
+  bool encrypted = false;
+  std::uint64_t raw_size = 0;
+  KeyId key_id{};
+  std::size_t frame_bytes = 0;  // the zstd frame's size (inside the ciphertext when encrypted)
+};
+
+// Checks an object file's header and what its size implies, or returns an
+// error description.
+std::optional<std::string> check_header(std::string_view file, Parsed& parsed) {
   if (file.size() < kHeaderSize || std::memcmp(file.data(), kMagic, 4) != 0)
     return "not an anneal object (bad header)";
-  if (static_cast<std::uint8_t>(file[4]) != kFormatVersion)
-    return "unsupported object format version " + std::to_string(std::uint8_t(file[4]));
+  const auto version = static_cast<std::uint8_t>(file[4]);
+  if (version != kFormatPlain && version != kFormatEncrypted)
+    return "unsupported object format version " + std::to_string(version);
   if (static_cast<std::uint8_t>(file[5]) != kCodecZstd)
     return "unsupported codec " + std::to_string(std::uint8_t(file[5]));
-  raw_size = get_u64le(file.data() + 8);
+  parsed.encrypted = version == kFormatEncrypted;
+  parsed.raw_size = get_u64le(file.data() + 8);
+  if (!parsed.encrypted) {
+    parsed.frame_bytes = file.size() - kHeaderSize;
+  } else {
+    if (file.size() < kEncryptedHeaderSize + kSealBytes) return "encrypted object truncated (shorter than its header)";
+    std::memcpy(parsed.key_id.data(), file.data() + kHeaderSize, parsed.key_id.size());
+    // Every message but the last holds kSealChunk bytes; the last one at
+    // least one byte unless it is the only one.
+    const std::size_t sealed = file.size() - kEncryptedHeaderSize;
+    const std::size_t messages = (sealed + kSealChunk + kSealBytes - 1) / (kSealChunk + kSealBytes);
+    const std::size_t last = sealed - (messages - 1) * (kSealChunk + kSealBytes);
+    if (last < kSealBytes || (last == kSealBytes && messages > 1)) return "encrypted object truncated (a partial message)";
+    parsed.frame_bytes = sealed - messages * kSealBytes;
+  }
   // A damaged header must not make us allocate terabytes: no object is
   // larger than kMaxObjectSize (the largest chunk is 4 MiB), none can
   // expand more than kMaxZstdRatio, and the length must be the one the zstd
-  // frame itself declares.
-  const std::uint64_t frame_bytes = file.size() - kHeaderSize;
-  if (raw_size > kMaxObjectSize || raw_size / kMaxZstdRatio > frame_bytes)
-    return "header claims " + std::to_string(raw_size) + " bytes, implausible from a " + std::to_string(frame_bytes) +
-           "-byte zstd frame (no object holds more than " + std::to_string(kMaxObjectSize) + ")";
-  const unsigned long long frame_size = ZSTD_getFrameContentSize(file.data() + kHeaderSize, frame_bytes);
+  // frame itself declares (checked once the frame is at hand).
+  if (parsed.raw_size > kMaxObjectSize || parsed.raw_size / kMaxZstdRatio > parsed.frame_bytes)
+    return "header claims " + std::to_string(parsed.raw_size) + " bytes, implausible from a " +
+           std::to_string(parsed.frame_bytes) + "-byte zstd frame (no object holds more than " +
+           std::to_string(kMaxObjectSize) + ")";
+  return std::nullopt;
+}
+
+// Encrypts `frame` into out[kEncryptedHeaderSize...], whose first 24 bytes
+// (the common header and key id) are already written, and writes the
+// secretstream header; out holds kEncryptedHeaderSize + sealed_size(frame).
+void seal(std::string_view frame, const StoreKey& key, const Digest& id, char* out) {
+  crypto_secretstream_xchacha20poly1305_state state;
+  auto* header = reinterpret_cast<unsigned char*>(out + kHeaderSize + sizeof(KeyId));
+  crypto_secretstream_xchacha20poly1305_init_push(&state, header, key.bytes());
+  // The first message authenticates the header before it and the object id.
+  unsigned char ad[kHeaderSize + sizeof(KeyId) + sizeof(Digest)];
+  std::memcpy(ad, out, kHeaderSize + sizeof(KeyId));
+  std::memcpy(ad + kHeaderSize + sizeof(KeyId), id.data(), id.size());
+  auto* cursor = reinterpret_cast<unsigned char*>(out + kEncryptedHeaderSize);
+  std::size_t offset = 0;
+  bool first = true;
+  do {
+    const std::size_t n = std::min(kSealChunk, frame.size() - offset);
+    const bool last = offset + n == frame.size();
+    unsigned long long written = 0;
+    crypto_secretstream_xchacha20poly1305_push(
+        &state, cursor, &written, reinterpret_cast<const unsigned char*>(frame.data() + offset), n,
+        first ? ad : nullptr, first ? sizeof ad : 0,
+        last ? crypto_secretstream_xchacha20poly1305_TAG_FINAL : crypto_secretstream_xchacha20poly1305_TAG_MESSAGE);
+    cursor += written;
+    offset += n;
+    first = false;
+  } while (offset < frame.size());
+  sodium_memzero(&state, sizeof state);
+}
+
+// Decrypts and authenticates the frame of an encrypted file check_header
+// accepted into `frame` (resized to parsed.frame_bytes).
+std::optional<std::string> unseal(std::string_view file, const Parsed& parsed, const KeyRing* keys,
+                                  std::string_view id, std::string& frame) {
+  if (!keys)
+    return "encrypted (key " + key_id_hex(parsed.key_id) + "), but the store is not: no key to read it with";
+  const StoreKey* key = keys->find(parsed.key_id);
+  if (!key) return "encrypted with key " + key_id_hex(parsed.key_id) + ", not with the store's key";
+  auto digest = id_bytes(id);
+  if (!digest) return "not an object name: " + std::string(id);
+  crypto_secretstream_xchacha20poly1305_state state;
+  const auto* header = reinterpret_cast<const unsigned char*>(file.data() + kHeaderSize + sizeof(KeyId));
+  if (crypto_secretstream_xchacha20poly1305_init_pull(&state, header, key->bytes()) != 0)
+    return "cannot decrypt: bad stream header";
+  unsigned char ad[kHeaderSize + sizeof(KeyId) + sizeof(Digest)];
+  std::memcpy(ad, file.data(), kHeaderSize + sizeof(KeyId));
+  std::memcpy(ad + kHeaderSize + sizeof(KeyId), digest->data(), digest->size());
+  frame.resize(parsed.frame_bytes);
+  std::size_t in = kEncryptedHeaderSize, out = 0;
+  bool first = true;
+  std::optional<std::string> problem;
+  for (;;) {
+    const std::size_t n = std::min(kSealChunk + kSealBytes, file.size() - in);
+    unsigned long long got = 0;
+    unsigned char tag = 0;
+    if (crypto_secretstream_xchacha20poly1305_pull(
+            &state, reinterpret_cast<unsigned char*>(frame.data() + out), &got, &tag,
+            reinterpret_cast<const unsigned char*>(file.data() + in), n, first ? ad : nullptr,
+            first ? sizeof ad : 0) != 0) {
+      problem = "cannot decrypt: authentication failed (the ciphertext was altered, or belongs to another object)";
+      break;
+    }
+    in += n;
+    out += got;
+    first = false;
+    const bool final = tag == crypto_secretstream_xchacha20poly1305_TAG_FINAL;
+    if (final != (in == file.size())) {
+      problem = "cannot decrypt: the stream ends where the file does not (truncated or extended)";
+      break;
+    }
+    if (final) break;
+  }
+  sodium_memzero(&state, sizeof state);
+  return problem;
+}
+
+// The zstd frame of a file check_header accepted: in place for a plaintext
+// object, decrypted into `scratch` for an encrypted one.
+std::optional<std::string> frame_of(std::string_view file, const Parsed& parsed, const KeyRing* keys,
+                                    std::string_view id, std::string& scratch, std::string_view& frame) {
+  if (!parsed.encrypted) {
+    frame = file.substr(kHeaderSize);
+  } else {
+    if (auto problem = unseal(file, parsed, keys, id, scratch)) return problem;
+    frame = scratch;
+  }
+  const unsigned long long frame_size = ZSTD_getFrameContentSize(frame.data(), frame.size());
   if (frame_size == ZSTD_CONTENTSIZE_ERROR) return "cannot decompress: not a zstd frame";
-  if (frame_size != ZSTD_CONTENTSIZE_UNKNOWN && frame_size != raw_size)
-    return "decompressed size does not match the header: the header says " + std::to_string(raw_size) +
+  if (frame_size != ZSTD_CONTENTSIZE_UNKNOWN && frame_size != parsed.raw_size)
+    return "decompressed size does not match the header: the header says " + std::to_string(parsed.raw_size) +
            " bytes, the zstd frame " + std::to_string(frame_size);
   return std::nullopt;
 }
 
-// Decompresses the frame of a file check_header accepted into `out`, which
-// holds exactly the size the header records.
-std::optional<std::string> decompress(std::string_view file, ZSTD_DCtx* dctx, std::span<char> out) {
-  std::size_t n = ZSTD_decompressDCtx(dctx, out.data(), out.size(), file.data() + kHeaderSize,
-                                      file.size() - kHeaderSize);
+// Decompresses a frame into `out`, which holds exactly the size the header
+// records.
+std::optional<std::string> decompress(std::string_view frame, ZSTD_DCtx* dctx, std::span<char> out) {
+  std::size_t n = ZSTD_decompressDCtx(dctx, out.data(), out.size(), frame.data(), frame.size());
   if (ZSTD_isError(n)) return std::string("cannot decompress: ") + ZSTD_getErrorName(n);
   if (n != out.size()) return "decompressed size does not match the header";
   return std::nullopt;
 }
 
 // Decodes an object file into its raw bytes, or returns an error description.
-std::optional<std::string> decode(std::string_view file, ZSTD_DCtx* dctx, std::string& raw) {
-  std::uint64_t raw_size = 0;
-  if (auto problem = check_header(file, raw_size)) return problem;
-  raw.resize(raw_size);
-  return decompress(file, dctx, std::span<char>(raw.data(), raw.size()));
+std::optional<std::string> decode(std::string_view file, const KeyRing* keys, std::string_view id,
+                                  ZSTD_DCtx* dctx, std::string& scratch, std::string& raw) {
+  Parsed parsed;
+  if (auto problem = check_header(file, parsed)) return problem;
+  std::string_view frame;
+  if (auto problem = frame_of(file, parsed, keys, id, scratch, frame)) return problem;
+  raw.resize(parsed.raw_size);
+  return decompress(frame, dctx, std::span<char>(raw.data(), raw.size()));
+}
+
+// Encodes `raw` as an object file into `file` (grown as needed; `frame` is
+// scratch for an encrypted one) and returns its size: plaintext when `key`
+// is null, else encrypted with it.
+std::size_t encode(std::string_view raw, const std::string& id, const StoreKey* key, ZSTD_CCtx* cctx, int level,
+                   std::string& file, std::string& frame) {
+  std::string& compressed = key ? frame : file;
+  const std::size_t offset = key ? 0 : kHeaderSize;
+  const std::size_t bound = offset + ZSTD_compressBound(raw.size());
+  if (compressed.size() < bound) compressed.resize(bound);
+  const std::size_t n = ZSTD_compressCCtx(cctx, compressed.data() + offset, compressed.size() - offset, raw.data(),
+                                          raw.size(), level);
+  if (ZSTD_isError(n)) throw failure(std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
+  const std::size_t size = key ? kEncryptedHeaderSize + sealed_size(n) : kHeaderSize + n;
+  if (file.size() < size) file.resize(size);
+  std::memcpy(file.data(), kMagic, 4);
+  file[4] = static_cast<char>(key ? kFormatEncrypted : kFormatPlain);
+  file[5] = static_cast<char>(kCodecZstd);
+  file[6] = file[7] = 0;
+  put_u64le(file.data() + 8, raw.size());
+  if (key) {
+    const KeyId key_id = key->id();
+    std::memcpy(file.data() + kHeaderSize, key_id.data(), key_id.size());
+    auto digest = id_bytes(id);
+    if (!digest) throw failure("object id " + id + ": not a hash");
+    seal(std::string_view(frame.data(), n), *key, *digest, file.data());
+  }
+  return size;
+}
+
+void write_new_file(const fs::path& path, std::string_view bytes) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw failure(errno_message(path, "cannot create"));
+  while (!bytes.empty()) {
+    ssize_t w = ::write(fd, bytes.data(), bytes.size());
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      const int error = errno;
+      ::close(fd);
+      errno = error;
+      throw failure(errno_message(path, "write failed"));
+    }
+    bytes.remove_prefix(static_cast<std::size_t>(w));
+  }
+  ::close(fd);
 }
 
 }  // namespace
@@ -104,7 +292,8 @@ std::optional<std::string> decode(std::string_view file, ZSTD_DCtx* dctx, std::s
 std::optional<std::string> decode_object_file(std::string_view file, std::string& raw) {
   std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx(ZSTD_createDCtx());
   if (!dctx) throw failure("zstd: cannot create a decompression context");
-  return decode(file, dctx.get(), raw);
+  std::string scratch;
+  return decode(file, nullptr, "", dctx.get(), scratch, raw);
 }
 
 struct ObjectStore::Impl {
@@ -119,6 +308,10 @@ struct ObjectStore::Impl {
   // Per-thread output buffer for compression, grown once and reused: a fresh
   // zero-filled buffer per object costs more in page faults than zstd level 1.
   mutable tbb::enumerable_thread_specific<std::string> scratch;
+  // Per-thread zstd frame of an encrypted object, on its way in or out.
+  mutable tbb::enumerable_thread_specific<std::string> frame;
+  // Null for a store that is not encrypted.
+  std::shared_ptr<const KeyRing> keys;
 };
 
 ObjectStore::ObjectStore(fs::path root, int level) : impl_(std::make_unique<Impl>()) {
@@ -130,12 +323,44 @@ ObjectStore::ObjectStore(fs::path root, int level) : impl_(std::make_unique<Impl
 
 ObjectStore::~ObjectStore() = default;
 
+void ObjectStore::set_keys(std::shared_ptr<const KeyRing> keys) { impl_->keys = std::move(keys); }
+
+bool ObjectStore::encrypted() const { return impl_->keys && impl_->keys->write; }
+
+bool ObjectStore::stored_encrypted(const std::string& id) const {
+  int fd = ::open(path_of(id).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char header[5];
+  const bool read = ::pread(fd, header, sizeof header, 0) == static_cast<ssize_t>(sizeof header);
+  ::close(fd);
+  return read && std::memcmp(header, kMagic, 4) == 0 && static_cast<std::uint8_t>(header[4]) == kFormatEncrypted;
+}
+
 fs::path ObjectStore::path_of(const std::string& id) const {
   return impl_->objects / id.substr(0, 2) / id;
 }
 
 bool ObjectStore::contains(const std::string& id) const {
   return ::access(path_of(id).c_str(), F_OK) == 0;
+}
+
+void ObjectStore::check_key_current() const {
+  // Under the writer lock the record cannot change (encrypt and rekey hold
+  // the gc lock), so what it says now holds until this commit ends: a
+  // process that opened the store before `anneal encrypt` or `anneal rekey`
+  // must not add plaintext objects, or objects under the retired key.
+  const StoreKey* key = impl_->keys ? impl_->keys->write.get() : nullptr;
+  auto record = read_encryption_record(impl_->root);
+  const std::string store = impl_->root.string();
+  if (record && !key)
+    throw failure(store + ": the store was encrypted after this process opened it; run the command again with its key");
+  if (!record && key)
+    throw corrupt(encryption_record_path(impl_->root).string() +
+                  ": missing, yet this process opened the store as encrypted; the store is damaged")
+        .with(Remedy::kCheckStore);
+  if (record && key && sodium_memcmp(record->check.data(), key->check().data(), 32) != 0)
+    throw failure(store + ": the store's key was changed ('anneal rekey') after this process opened it; run the "
+                  "command again with the new key");
 }
 
 PreparedObject ObjectStore::prepare(std::string_view raw) const {
@@ -214,6 +439,8 @@ std::uint64_t ObjectStore::commit(const std::vector<const PreparedObject*>& obje
     replace.push_back(state[i] == OnDisk::kDamaged);
   }
 
+  if (!pending.empty()) check_key_current();
+
   // Temporary names unique among concurrent commits in this and other processes.
   const std::string batch = std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}());
 
@@ -222,33 +449,10 @@ std::uint64_t ObjectStore::commit(const std::vector<const PreparedObject*>& obje
     tbb::parallel_for(std::size_t(0), pending.size(), [&](std::size_t i) {
       Pending& p = pending[i];
       std::string& file = impl_->scratch.local();
-      std::size_t bound = kHeaderSize + ZSTD_compressBound(p.object->raw.size());
-      if (file.size() < bound) file.resize(bound);
-      std::memcpy(file.data(), kMagic, 4);
-      file[4] = static_cast<char>(kFormatVersion);
-      file[5] = static_cast<char>(kCodecZstd);
-      file[6] = file[7] = 0;
-      put_u64le(file.data() + 8, p.object->raw.size());
-      std::size_t n = ZSTD_compressCCtx(impl_->cctx.local().get(), file.data() + kHeaderSize,
-                                        file.size() - kHeaderSize, p.object->raw.data(),
-                                        p.object->raw.size(), impl_->level);
-      if (ZSTD_isError(n))
-        throw failure(std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
-      p.size = kHeaderSize + n;
+      p.size = encode(p.object->raw, p.object->id, impl_->keys ? impl_->keys->write.get() : nullptr,
+                      impl_->cctx.local().get(), impl_->level, file, impl_->frame.local());
       p.tmp = impl_->tmp / (p.object->id + "." + batch + "-" + std::to_string(i) + ".tmp");
-      int fd = ::open(p.tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-      if (fd < 0) throw failure(errno_message(p.tmp, "cannot create"));
-      std::string_view bytes(file.data(), p.size);
-      while (!bytes.empty()) {
-        ssize_t w = ::write(fd, bytes.data(), bytes.size());
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) {
-          ::close(fd);
-          throw failure(errno_message(p.tmp, "write failed"));
-        }
-        bytes.remove_prefix(static_cast<std::size_t>(w));
-      }
-      ::close(fd);
+      write_new_file(p.tmp, std::string_view(file.data(), p.size));
     });
     fault_point("objects.tmp-written");
 
@@ -298,12 +502,12 @@ std::string ObjectStore::put(std::string_view raw) const {
 namespace {
 
 // Reads, decodes and re-hashes an object file; returns what is wrong with it.
-std::optional<std::string> read_verified(const fs::path& path, const std::string& id,
-                                         ZSTD_DCtx* dctx, std::string& raw) {
+std::optional<std::string> read_verified(const fs::path& path, const std::string& id, const KeyRing* keys,
+                                         ZSTD_DCtx* dctx, std::string& scratch, std::string& raw) {
   std::optional<std::string> problem;
   try {
     FileSnapshot file(path);
-    problem = decode(file.bytes(), dctx, raw);
+    problem = decode(file.bytes(), keys, id, dctx, scratch, raw);
   } catch (const Error& e) {
     problem = e.kind() == ErrorKind::kNotFound ? std::string("missing") : std::string(e.what());
   }
@@ -315,7 +519,8 @@ std::optional<std::string> read_verified(const fs::path& path, const std::string
 
 std::string ObjectStore::get(const std::string& id, std::string_view owner) const {
   std::string raw;
-  if (auto problem = read_verified(path_of(id), id, impl_->dctx.local().get(), raw))
+  if (auto problem = read_verified(path_of(id), id, impl_->keys.get(), impl_->dctx.local().get(),
+                                   impl_->frame.local(), raw))
     throw corrupt("object " + id + " (" + std::string(owner) + "): " + *problem +
                   "; the store is damaged")
         .with(Remedy::kCheckStore);
@@ -326,11 +531,13 @@ void ObjectStore::get_into(const std::string& id, std::string_view owner, std::s
   std::optional<std::string> problem;
   try {
     FileSnapshot file(path_of(id));
-    std::uint64_t raw_size = 0;
-    problem = check_header(file.bytes(), raw_size);
-    if (!problem && raw_size != out.size())
-      problem = "it holds " + std::to_string(raw_size) + " bytes, the catalog says " + std::to_string(out.size());
-    if (!problem) problem = decompress(file.bytes(), impl_->dctx.local().get(), out);
+    Parsed parsed;
+    std::string_view frame;
+    problem = check_header(file.bytes(), parsed);
+    if (!problem && parsed.raw_size != out.size())
+      problem = "it holds " + std::to_string(parsed.raw_size) + " bytes, the catalog says " + std::to_string(out.size());
+    if (!problem) problem = frame_of(file.bytes(), parsed, impl_->keys.get(), id, impl_->frame.local(), frame);
+    if (!problem) problem = decompress(frame, impl_->dctx.local().get(), out);
   } catch (const Error& e) {
     problem = e.kind() == ErrorKind::kNotFound ? std::string("missing") : std::string(e.what());
   }
@@ -343,7 +550,46 @@ void ObjectStore::get_into(const std::string& id, std::string_view owner, std::s
 
 std::optional<std::string> ObjectStore::check(const std::string& id) const {
   std::string raw;
-  return read_verified(path_of(id), id, impl_->dctx.local().get(), raw);
+  return read_verified(path_of(id), id, impl_->keys.get(), impl_->dctx.local().get(), impl_->frame.local(), raw);
+}
+
+ObjectStore::Rewrite ObjectStore::rewrite(const std::string& id, std::string& problem) const {
+  const StoreKey* key = impl_->keys ? impl_->keys->write.get() : nullptr;
+  const fs::path path = path_of(id);
+  std::string raw;
+  {
+    std::optional<std::string> trouble;
+    try {
+      FileSnapshot file(path);
+      Parsed parsed;
+      if (!check_header(file.bytes(), parsed) && (parsed.encrypted == (key != nullptr)) &&
+          (!key || parsed.key_id == key->id()))
+        return Rewrite::kAlready;  // verified below only when rewritten: fsck is the check
+      trouble = decode(file.bytes(), impl_->keys.get(), id, impl_->dctx.local().get(), impl_->frame.local(), raw);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kNotFound) return Rewrite::kAlready;  // collected meanwhile: nothing to do
+      trouble = e.what();
+    }
+    if (!trouble && to_hex(hash_bytes(raw)) != id) trouble = "content does not match its hash";
+    if (trouble) {
+      problem = *trouble;
+      return Rewrite::kDamaged;
+    }
+  }
+  std::string& file = impl_->scratch.local();
+  const std::size_t size = encode(raw, id, key, impl_->cctx.local().get(), impl_->level, file, impl_->frame.local());
+  const fs::path tmp = impl_->tmp / (id + "." + std::to_string(::getpid()) + "-rewrite.tmp");
+  try {
+    write_new_file(tmp, std::string_view(file.data(), size));
+    fsync_path(tmp, O_RDONLY);
+    // rename() replaces the old file in one step: a reader sees either
+    // file whole, and a crash leaves one of them in place.
+    if (::rename(tmp.c_str(), path.c_str()) != 0) throw failure(errno_message(path, "cannot replace object"));
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  return Rewrite::kRewritten;
 }
 
 std::uint64_t ObjectStore::stored_size(const std::string& id) const {

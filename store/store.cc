@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "anneal/encryption.h"
 #include "anneal/error.h"
 #include "sqlite.h"
 
@@ -320,7 +321,10 @@ Store Store::open(const fs::path& root) {
   if (!fs::exists(root / "catalog.db"))
     throw not_found("no anneal store at " + root.string()).with(Remedy::kCreateStore);
   for (const char* sub : {"objects", "tmp", "locks"}) make_private_dir(root / sub);
+  // The key first: a missing or wrong one fails before anything is changed.
+  auto keys = open_store_keys(root);
   auto impl = std::make_unique<Impl>(root, /*create=*/false);
+  impl->objects.set_keys(std::move(keys));
   migrate(impl->db, root);
   return Store(std::move(impl));
 }

@@ -4,8 +4,10 @@
 // lives at objects/<first two hex digits>/<id> under the store root, written
 // once through a temporary file, fsync and an atomic link into place; writing
 // an object that already exists is a no-op. Every read decompresses and
-// re-hashes, so a damaged object is always caught. docs/STORE.md gives the
-// file format. All methods are thread-safe.
+// re-hashes, so a damaged object is always caught. In an encrypted store
+// (set_keys) new objects are encrypted; the id stays the hash of the
+// plaintext, so equal content is still stored once. docs/STORE.md gives the
+// file formats. All methods are thread-safe; set_keys is called before any.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,8 @@
 
 namespace anneal {
 
+struct KeyRing;
+
 // An object hashed but not yet on disk. It views the caller's bytes, which
 // must outlive it: callers hash everything first (to learn ids) and write
 // only once the whole operation is known to succeed; what is already stored
@@ -28,7 +32,7 @@ struct PreparedObject {
   std::string_view raw;
 };
 
-// Decodes the bytes of one object file (header, then a zstd frame) into
+// Decodes the bytes of one plaintext object file (header, then a zstd frame) into
 // `raw`. Returns what is wrong with them, or nullopt when they decode to
 // exactly the size the header records. The hash is not checked (the caller
 // knows the id). Memory stays within what the frame can really expand to:
@@ -45,6 +49,15 @@ class ObjectStore {
   ~ObjectStore();
   ObjectStore(const ObjectStore&) = delete;
   ObjectStore& operator=(const ObjectStore&) = delete;
+
+  // The keys to encrypt new objects with and to read encrypted ones with;
+  // null (the default) for a store that is not encrypted. Plaintext objects
+  // always read, so a store half way through `anneal encrypt` works.
+  void set_keys(std::shared_ptr<const KeyRing> keys);
+  bool encrypted() const;
+  // Whether the object's file is encrypted (format version 2), by its
+  // header alone; false when it is plaintext, missing or unreadable.
+  bool stored_encrypted(const std::string& id) const;
 
   // Hashes `raw`; touches no file.
   PreparedObject prepare(std::string_view raw) const;
@@ -85,7 +98,18 @@ class ObjectStore {
 
   std::filesystem::path path_of(const std::string& id) const;
 
+  // For `anneal encrypt` and `anneal rekey`, under the gc lock: rewrites
+  // the object `id` under the write key (atomically: a new file renamed
+  // over the old) unless it is already encrypted with it. The directory is
+  // not synced; the caller syncs each once. kDamaged (with `problem` set)
+  // when the object fails verification: it is left as it is.
+  enum class Rewrite { kRewritten, kAlready, kDamaged };
+  Rewrite rewrite(const std::string& id, std::string& problem) const;
+
  private:
+  // Throws when the store's encryption record no longer names the key this
+  // process writes with (see commit).
+  void check_key_current() const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -41,8 +41,10 @@ expect_rc 0 train "$WORK/c.ini"
 expect_rc 0 train "$WORK/c.ini"
 
 n=0
+keys=0
 for point in $points; do
   n=$((n + 1))
+  finish_first=""
   # The command that passes the point, and what it needs first.
   case "$point" in
     import.*|objects.tmp-written)
@@ -73,6 +75,18 @@ for point in $points; do
       cmd=(fsck) ;;
     worker.idle)
       cmd=(worker --cores 1 --drain) ;;
+    encrypt.*)
+      # The store is encrypted from here on: the points after this one run
+      # with the key (from $ANNEAL_KEY_FILE), the worker's jobs too.
+      export ANNEAL_KEY_FILE="$WORK/matrix-0.key"
+      cmd=(encrypt) ;;
+    rekey.*)
+      # A rotation killed half way leaves the store refused until the same
+      # rekey runs again; from then on the new key opens it.
+      old="$WORK/matrix-$keys.key"
+      keys=$((keys + 1))
+      cmd=(--key-file "$old" rekey --new-key-file "$WORK/matrix-$keys.key")
+      finish_first=yes ;;
     *)
       fail "fault point '$point' has no crash case in crash_matrix_test.sh"
       continue ;;
@@ -89,6 +103,13 @@ for point in $points; do
   if [ "$rc" -ne 137 ]; then
     fail "$point: 'anneal ${cmd[*]}' was not killed there (exit $rc): $(tail -n 3 "$WORK/crash.out")"
     continue
+  fi
+  if [ -n "$finish_first" ]; then
+    run fsck
+    expect_contains "$ERR" "was interrupted" "$point: an unfinished rotation is refused"
+    run "${cmd[@]}"
+    [ "$RC" -eq 0 ] && pass || fail "$point: 'anneal ${cmd[*]}' to finish exited $RC: $ERR"
+    export ANNEAL_KEY_FILE="$WORK/matrix-$keys.key"
   fi
   run fsck
   [ "$RC" -eq 0 ] && pass || fail "$point: fsck after the kill exited $RC: $OUT $ERR"
