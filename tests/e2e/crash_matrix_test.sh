@@ -75,6 +75,10 @@ for point in $points; do
       cmd=(fsck) ;;
     worker.idle)
       cmd=(worker --cores 1 --drain) ;;
+    export.*)
+      # Writes outside the store: killed there, the file is not in place (a
+      # reader never sees half a model), and the rerun writes it.
+      cmd=(model export crashy@v1 --format onnx -o "$WORK/crash$n.onnx") ;;
     encrypt.*)
       # The store is encrypted from here on: the points after this one run
       # with the key (from $ANNEAL_KEY_FILE), the worker's jobs too.
@@ -110,6 +114,9 @@ for point in $points; do
     run "${cmd[@]}"
     [ "$RC" -eq 0 ] && pass || fail "$point: 'anneal ${cmd[*]}' to finish exited $RC: $ERR"
     export ANNEAL_KEY_FILE="$WORK/matrix-$keys.key"
+  fi
+  if [[ "$point" == export.* ]]; then
+    [ ! -e "$WORK/crash$n.onnx" ] && pass || fail "$point: the killed export left its file in place"
   fi
   run fsck
   [ "$RC" -eq 0 ] && pass || fail "$point: fsck after the kill exited $RC: $OUT $ERR"

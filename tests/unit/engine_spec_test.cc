@@ -125,7 +125,8 @@ TEST(Names, UnknownNamesSuggestTheClosest) {
   EXPECT_THROW(parse_loss_kind("softmax"), Error);
   EXPECT_EQ(parse_loss_kind("mae"), LossKind::kMeanAbsoluteError);
   EXPECT_EQ(parse_schedule_kind("cosine"), ScheduleKind::kCosine);
-  EXPECT_THROW(parse_precision("fp16"), Error);
+  EXPECT_EQ(parse_precision("fp16"), Precision::kFp16);
+  EXPECT_THROW(parse_precision("fp8"), Error);
 }
 
 TEST(TrainerConfigErrors, RaisedBeforeTraining) {
