@@ -587,7 +587,7 @@ std::string export_onnx(const ModelFile& model, const std::string& ref) {
   meta("anneal.model", ref);
   meta("anneal.inputs", g.inputs.dump());
   meta("anneal.outputs", g.outputs.dump());
-  meta("anneal.precision", model.int8 ? "int8" : model.precision == Precision::kBf16 ? "bf16" : "fp32");
+  meta("anneal.precision", model.int8 ? "int8" : precision_name(model.precision));
   std::string bytes;
   if (!m.SerializeToString(&bytes)) throw failure("model " + ref + ": ONNX export: protobuf could not serialize it");
   return bytes;
