@@ -21,7 +21,7 @@ std::string lower(std::string_view text) {
 }
 
 int run_audit_log(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   const std::vector<AuditRecord> records = audit_log(store);
   if (inv.global.json) {
     nlohmann::json out = nlohmann::json::array();
@@ -53,7 +53,7 @@ int run_audit_verify(const Invocation& inv) {
       throw usage_error("--expect-head '" + inv.args["expect-head"].as<std::string>() +
                         "': expected a record hash of 64 hex digits");
   }
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   const AuditVerdict v = verify_audit(store, expect);
   if (inv.global.json) {
     nlohmann::json out = {{"ok", v.ok()}, {"records", v.records}};

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "anneal/store.h"
 #include "output.h"
 
 namespace anneal::cli {
@@ -21,6 +22,7 @@ struct GlobalOptions {
   std::filesystem::path store;  // resolved: --store, $ANNEAL_HOME, $XDG_DATA_HOME/anneal
   bool json = false;
   LogFormat log_format = LogFormat::kText;  // --log-format
+  StoreAccess access;  // the audit actor (this command line) and --key-file, for every Store::open
 };
 
 struct Invocation {

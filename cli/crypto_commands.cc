@@ -17,9 +17,10 @@ namespace fs = std::filesystem;
 // that names a file that does not exist yet, a new random key written there.
 // A systemd credential is only ever read, and so is the key of a store
 // already encrypted: a mistyped path must not leave a stray new key behind.
-std::shared_ptr<const StoreKey> key_to_encrypt_with(const std::string& command, const fs::path& store,
+std::shared_ptr<const StoreKey> key_to_encrypt_with(const std::string& command, const GlobalOptions& global,
                                                     bool& created) {
-  auto source = configured_key_source();
+  const fs::path& store = global.store;
+  auto source = configured_key_source(global.access.key_file);
   if (!source)
     throw usage_error("anneal " + command + ": give the key file with --key-file FILE or $ANNEAL_KEY_FILE "
                       "(a new key is written there when FILE does not exist)");
@@ -67,14 +68,14 @@ int report(const Invocation& inv, const char* verb, const StoreKey& key, const R
 
 int run_encrypt(const Invocation& inv) {
   bool created = false;
-  auto key = key_to_encrypt_with("encrypt", inv.global.store, created);
+  auto key = key_to_encrypt_with("encrypt", inv.global, created);
   note_created(created, *key);
   RewriteReport r = encrypt_store(inv.global.store, key);
   return report(inv, "encrypted", *key, r, created);
 }
 
 int run_rekey(const Invocation& inv) {
-  auto source = configured_key_source();
+  auto source = configured_key_source(inv.global.access.key_file);
   if (!source)
     throw usage_error("anneal rekey: give the current key with --key-file FILE or $ANNEAL_KEY_FILE");
   auto old_key = read_key_file(*source);
@@ -99,7 +100,7 @@ int run_rekey(const Invocation& inv) {
 
 int run_init_encrypted(const Invocation& inv) {
   bool created_key = false;
-  auto key = key_to_encrypt_with("init --encrypt", inv.global.store, created_key);
+  auto key = key_to_encrypt_with("init --encrypt", inv.global, created_key);
   note_created(created_key, *key);
   const bool created = Store::init(inv.global.store);
   RewriteReport r = encrypt_store(inv.global.store, key);

@@ -161,7 +161,7 @@ int run_import(const Invocation& inv) {
   if (request.test && !a["split"].defaulted())
     throw usage_error("--split: a version with --test FILE takes its test split from that file");
 
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   TerminalReporter reporter(inv.global.log_format);
   ImportResult result = import_dataset(store, request, reporter);
   if (inv.global.json) {
@@ -195,7 +195,7 @@ int run_import(const Invocation& inv) {
 }
 
 int run_list(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   auto datasets = list_datasets(store);
   if (inv.global.json) {
     json out = json::array();
@@ -215,7 +215,7 @@ int run_list(const Invocation& inv) {
 }
 
 int run_show(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   DatasetRef ref = parse_dataset_ref(inv.args["REF"].as<std::string>(), "REF");
   DatasetVersion v = find_dataset(store, ref);
   if (inv.global.json) print_json(version_json(v));
@@ -224,7 +224,7 @@ int run_show(const Invocation& inv) {
 }
 
 int run_diff(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   DatasetRef from = parse_dataset_ref(inv.args["FROM"].as<std::string>(), "FROM");
   DatasetRef to = parse_dataset_ref(inv.args["TO"].as<std::string>(), "TO");
   DatasetDiff diff = diff_datasets(store, from, to);
@@ -250,7 +250,7 @@ int run_diff(const Invocation& inv) {
 
 int run_export(const Invocation& inv) {
   if (!inv.args.count("output")) throw usage_error("-o: data export needs an output file (-o FILE)");
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   DatasetRef ref = parse_dataset_ref(inv.args["REF"].as<std::string>(), "REF");
   std::string out = inv.args["output"].as<std::string>();
   export_dataset(store, ref, inv.args["part"].as<std::string>(), out, inv.args["force"].as<bool>());
@@ -259,7 +259,7 @@ int run_export(const Invocation& inv) {
 }
 
 int run_fsck(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   TerminalReporter reporter(inv.global.log_format);
   FsckReport report = fsck(store, reporter);
   fsck_runs(store, reporter, report);
@@ -284,7 +284,7 @@ int run_fsck(const Invocation& inv) {
 }
 
 int run_gc(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   TerminalReporter reporter(inv.global.log_format);
   GcReport report = gc(store, inv.args["dry-run"].as<bool>(), reporter);
   if (inv.global.json) {

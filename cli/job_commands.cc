@@ -100,7 +100,7 @@ int run_submit(const Invocation& inv) {
     read_text_file(hostfile, "--hostfile");  // there and readable now; mpirun reads it when the job starts
     spec.hostfile = std::filesystem::absolute(hostfile).lexically_normal().string();
   }
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   JobRecord job = submit_job(store, spec, unix_now());
   if (inv.global.json) print_json(job_json(job));
   else std::cout << job.label() << "\n";
@@ -130,9 +130,9 @@ int run_worker_command(const Invocation& inv) {
   }
   // The key of an encrypted store, when given as a flag ($ANNEAL_KEY_FILE
   // and the systemd credential reach the children through the environment).
-  if (auto key_file = key_file_flag())
+  if (const auto& key_file = inv.global.access.key_file)
     options.job_command.insert(options.job_command.end() - 1, {"--key-file", key_file->string()});
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   StopOnSignal stop;
   // A worker's notes are its log: always shown, terminal or not.
   class AlwaysNotes final : public Reporter {
@@ -160,7 +160,7 @@ int job_exec_on(const Invocation& inv, Communicator* comm) {
     if (std::to_string(::getppid()) != parent) return kExitFailure;  // the worker died already
   }
   const std::int64_t id = parse_job_id(inv.args["JOB"].as<std::string>());
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   // The worker passes the claim it was given; run by hand, the job's own.
   std::int64_t claim = 0;
   if (const char* text = std::getenv("ANNEAL_JOB_CLAIM")) {
@@ -186,7 +186,7 @@ int run_job_exec(const Invocation& inv) {
 }
 
 int run_jobs_list(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   auto jobs = list_jobs(store);
   if (inv.global.json) {
     json out = json::array();
@@ -204,7 +204,7 @@ int run_jobs_list(const Invocation& inv) {
 }
 
 int run_jobs_show(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   JobRecord j = find_job(store, parse_job_id(inv.args["JOB"].as<std::string>()));
   if (inv.global.json) {
     json out = job_json(j);
@@ -235,7 +235,7 @@ int run_jobs_show(const Invocation& inv) {
 }
 
 int run_jobs_logs(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   const std::int64_t id = parse_job_id(inv.args["JOB"].as<std::string>());
   find_job(store, id);  // kNotFound for a job that does not exist
   const auto path = job_log_path(store, id);
@@ -268,7 +268,7 @@ int run_jobs_logs(const Invocation& inv) {
 }
 
 int run_jobs_cancel(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   const std::int64_t id = parse_job_id(inv.args["JOB"].as<std::string>());
   const JobState state = cancel_job(store, id, unix_now());
   const std::string label = "job-" + std::to_string(id);
@@ -283,7 +283,7 @@ int run_jobs_cancel(const Invocation& inv) {
 }
 
 int run_jobs_retry(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   const std::int64_t id = parse_job_id(inv.args["JOB"].as<std::string>());
   retry_job(store, id, unix_now());
   JobRecord j = find_job(store, id);
@@ -317,7 +317,7 @@ int run_retrain(const Invocation& inv) {
     if (!std::filesystem::is_directory(*report_dir))
       throw usage_error("--report-dir " + report_dir->string() + ": not a directory");
   }
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   StopOnSignal stop;
   request.stop = stop.token();
   auto reporter = make_train_reporter(inv.global.log_format);
@@ -359,7 +359,7 @@ int run_retrain(const Invocation& inv) {
 }
 
 int run_metrics(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   if (inv.args.count("textfile")) {
     const std::filesystem::path dir = inv.args["textfile"].as<std::string>();
     if (!std::filesystem::is_directory(dir)) throw usage_error("--textfile " + dir.string() + ": not a directory");
@@ -377,7 +377,7 @@ std::string reason_of(const Invocation& inv, const std::string& fallback) {
 }
 
 int run_alias_set(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   ModelRecord model = find_model(store, parse_model_ref(inv.args["REF"].as<std::string>(), "REF"));
   const std::string alias = inv.args["ALIAS"].as<std::string>();
   set_alias(store, model, alias, "set", acting_user(), reason_of(inv, "set by hand"));
@@ -387,7 +387,7 @@ int run_alias_set(const Invocation& inv) {
 }
 
 int run_alias_list(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   auto aliases = list_aliases(store);
   if (inv.global.json) {
     json out = json::array();
@@ -402,7 +402,7 @@ int run_alias_list(const Invocation& inv) {
 }
 
 int run_alias_history(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   const std::string name = inv.args["NAME"].as<std::string>();
   validate_dataset_name(name);
   auto events = alias_history(store, name);
@@ -434,7 +434,7 @@ int run_promote(const Invocation& inv) {
       throw usage_error("--on: the gate '" + gate->text + "' compares with a number, not an alias; --on names the "
                         "rows a gate against an alias scores both models on");
   }
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   ModelRecord model = find_model(store, parse_model_ref(inv.args["REF"].as<std::string>(), "REF"));
   const std::string alias = inv.args["to"].as<std::string>();
   GateVerdict verdict = promote_model(store, model, alias, gate, reason_of(inv, ""), on);
@@ -452,7 +452,7 @@ int run_promote(const Invocation& inv) {
 }
 
 int run_rollback(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   const std::string name = inv.args["NAME"].as<std::string>();
   validate_dataset_name(name);
   const std::string alias = inv.args["ALIAS"].as<std::string>();

@@ -152,11 +152,6 @@ const Command* find_command(const std::vector<std::string>& words, std::size_t& 
 
 int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  // Every change this process makes to a store is recorded as made by this
-  // user on this host running this command line.
-  AuditActor actor = current_user_actor();
-  actor.command = anneal::audit_command_line(std::vector<std::string>(argv, argv + argc));
-  set_audit_actor(std::move(actor));
   // Hidden, for the build: the man page and the bash completion are printed
   // from the same text as --help (manpage.cc), so they cannot drift from it.
   if (args == std::vector<std::string>{"--help-man"} ||
@@ -228,10 +223,13 @@ int run(int argc, char** argv) {
   if (invocation.args.count("store")) invocation.global.store = invocation.args["store"].as<std::string>();
   else if (global.count("store")) invocation.global.store = global["store"].as<std::string>();
   else invocation.global.store = default_store();
-  // Process-wide, as the store is: every Store::open of this process (the
-  // worker's threads too) reads the key from it.
-  if (invocation.args.count("key-file")) set_key_file(fs::absolute(invocation.args["key-file"].as<std::string>()));
-  else if (global.count("key-file")) set_key_file(fs::absolute(global["key-file"].as<std::string>()));
+  // Every store this command opens records its changes as made by this
+  // user on this host running this command line, and reads its key from
+  // --key-file when given.
+  StoreAccess& access = invocation.global.access;
+  access.actor.command = audit_command_line(std::vector<std::string>(argv, argv + argc));
+  if (invocation.args.count("key-file")) access.key_file = fs::absolute(invocation.args["key-file"].as<std::string>());
+  else if (global.count("key-file")) access.key_file = fs::absolute(global["key-file"].as<std::string>());
   // Under mpirun every rank would run the command on the store at once (N
   // runs training side by side, N imports): refused, before anything is
   // touched, except for train (and job-exec, a queued train the worker

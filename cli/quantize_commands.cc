@@ -70,7 +70,7 @@ int run_quantize(const Invocation& inv) {
   request.device = compute.device;
   request.threads = compute.threads;
   request.qat_epochs = a["qat-epochs"].as<std::int64_t>();
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   TerminalReporter reporter(inv.global.log_format);
   const auto result = quantize_model(store, request, reporter);
   note_auto_device(compute);
@@ -95,7 +95,7 @@ int run_prune(const Invocation& inv) {
   const BackendOptions compute = compute_options_of(inv);
   request.device = compute.device;
   request.threads = compute.threads;
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   TerminalReporter reporter(inv.global.log_format);
   const auto result = prune_model(store, request, reporter);
   note_auto_device(compute);
@@ -113,7 +113,7 @@ int run_bench(const Invocation& inv) {
   const BackendOptions compute = compute_options_of(inv);
   request.device = compute.device;
   request.threads = compute.threads;
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   BenchResult r = bench_model(store, request);
   note_auto_device(compute);
   if (inv.global.json) {

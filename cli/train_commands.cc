@@ -72,7 +72,7 @@ int train_on(const Invocation& inv, Communicator* comm) {
     request.config_source = configs[0];
     request.config_text = read_text_file(configs[0], "CONFIG");
   }
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   StopOnSignal stop;
   request.stop = stop.token();
   auto reporter_ptr = make_train_reporter(inv.global.log_format);
@@ -134,7 +134,7 @@ json run_json(const RunRecord& r) {
 }
 
 int run_runs_list(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   auto runs = list_runs(store);
   if (inv.global.json) {
     json out = json::array();
@@ -150,7 +150,7 @@ int run_runs_list(const Invocation& inv) {
 }
 
 int run_runs_show(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   RunRecord run = find_run(store, parse_run_id(inv.args["RUN"].as<std::string>()));
   auto epochs = run_epochs(store, run.id);
   auto checkpoints = run_checkpoints(store, run.id);
@@ -245,7 +245,7 @@ int write_report(const Invocation& inv, Store& store, std::int64_t run) {
 }
 
 int run_runs_report(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   RunRecord run = find_run(store, parse_run_id(inv.args["RUN"].as<std::string>()));
   return write_report(inv, store, run.id);
 }
@@ -269,7 +269,7 @@ std::string headline_metric(const json& metrics) {
 }
 
 int run_model_list(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   auto models = list_models(store);
   if (inv.global.json) {
     json out = json::array();
@@ -286,7 +286,7 @@ int run_model_list(const Invocation& inv) {
 }
 
 int run_model_show(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   ModelRecord m = find_model(store, parse_model_ref(inv.args["REF"].as<std::string>(), "REF"));
   if (inv.args["report"].as<bool>()) return write_report(inv, store, m.run);
   if (inv.args.count("output") || inv.args["force"].as<bool>())
@@ -315,7 +315,7 @@ int run_model_show(const Invocation& inv) {
 }
 
 int run_eval(const Invocation& inv) {
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   ModelRef model = parse_model_ref(inv.args["MODEL"].as<std::string>(), "MODEL");
   DatasetRef data = parse_dataset_ref(inv.args["DATA"].as<std::string>(), "DATA");
   EvalSplit split = inv.args.count("split") ? parse_eval_split(inv.args["split"].as<std::string>()) : EvalSplit::kDefault;
@@ -371,7 +371,7 @@ int run_eval(const Invocation& inv) {
 int run_predict(const Invocation& inv) {
   if (!inv.args.count("input")) throw usage_error("--input: predict needs an input file (--input FILE)");
   if (!inv.args.count("output")) throw usage_error("-o: predict needs an output file (-o OUT.csv)");
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   ModelRef model = parse_model_ref(inv.args["MODEL"].as<std::string>(), "MODEL");
   const BackendOptions compute = compute_options_of(inv);
   PredictResult r = predict_file(store, model, inv.args["input"].as<std::string>(),
@@ -396,7 +396,7 @@ int run_model_export(const Invocation& inv) {
   if (format != "onnx") throw usage_error("--format '" + format + "': expected onnx");
   if (!inv.args.count("output")) throw usage_error("-o: model export needs an output file (-o FILE.onnx)");
   const std::string out = inv.args["output"].as<std::string>();
-  Store store = Store::open(inv.global.store);
+  Store store = Store::open(inv.global.store, inv.global.access);
   const ModelRef ref = parse_model_ref(inv.args["REF"].as<std::string>(), "REF");
   const runs::ExportResult r = runs::export_model_onnx(store, ref, out, inv.args["force"].as<bool>());
   if (inv.global.json) {

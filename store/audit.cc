@@ -17,16 +17,6 @@
 namespace anneal {
 namespace {
 
-const AuditActor& default_actor() {
-  static const AuditActor actor = current_user_actor();
-  return actor;
-}
-
-std::optional<AuditActor>& process_actor() {
-  static std::optional<AuditActor> actor;
-  return actor;
-}
-
 // Each field's length as 8 bytes, least significant first, then its bytes:
 // no field's contents can be mistaken for a boundary.
 void add_field(std::string& out, std::string_view field) {
@@ -90,10 +80,6 @@ std::string shell_word(std::string_view word) {
 
 }  // namespace
 
-void set_audit_actor(AuditActor actor) { process_actor() = std::move(actor); }
-
-const AuditActor& audit_actor() { return process_actor() ? *process_actor() : default_actor(); }
-
 AuditActor current_user_actor() {
   AuditActor actor;
   if (const passwd* pw = ::getpwuid(::geteuid()); pw && pw->pw_name) actor.user = pw->pw_name;
@@ -149,12 +135,13 @@ std::string audit_encoding(const AuditRecord& r) {
 
 std::string audit_record_hash(const AuditRecord& record) { return to_hex(hash_bytes(audit_encoding(record))); }
 
-void append_audit(sql::Database& db, std::string_view action, const nlohmann::json& detail) {
+void append_audit(Store& store, std::string_view action, const nlohmann::json& detail) {
+  sql::Database& db = store.db();
   std::optional<AuditHead> head = read_head(db);
   if (!head)
     throw corrupt("catalog: audit_head: the audit trail's head row is missing (deleted by hand?); no change "
                   "can be recorded until it is restored (docs/STORE.md, \"Audit trail\")");
-  const AuditActor& actor = audit_actor();
+  const AuditActor& actor = store.access().actor;
   AuditRecord r;
   r.seq = head->count + 1;
   r.at = sql::timestamp_now();

@@ -9,11 +9,14 @@
 
 namespace anneal {
 
-// Appends the record of a change to the chain, as the process's actor.
-// Must be called inside the sql::Transaction that makes the change, so the
+class Store;
+
+// Appends the record of a change to the chain, as the actor `store` was
+// opened with (StoreAccess). Must be called inside the sql::Transaction on
+// store.db() that makes the change, so the
 // change and its record commit (or roll back) together; the transaction is
 // BEGIN IMMEDIATE, so no other writer can append between reading the head
 // and writing the new one. Throws kCorrupt when the head row is missing.
-void append_audit(sql::Database& db, std::string_view action, const nlohmann::json& detail);
+void append_audit(Store& store, std::string_view action, const nlohmann::json& detail);
 
 }  // namespace anneal

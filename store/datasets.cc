@@ -538,7 +538,7 @@ ImportResult record_version(Store& store, const ImportRequest& request, const Ve
     }
     nlohmann::json streams_detail = nlohmann::json::object();
     for (const VersionStream& s : streams) streams_detail[s.role] = s.chunks.hash;
-    append_audit(db, "dataset.import",
+    append_audit(store, "dataset.import",
                  {{"dataset", request.dataset}, {"version", version_number}, {"version_id", version_id},
                   {"fingerprint", row.fingerprint}, {"streams", streams_detail}});
     fault_point("import.before-commit");

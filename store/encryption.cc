@@ -61,9 +61,6 @@ bool parse_hex(std::string_view text, std::array<std::uint8_t, N>& out) {
   return true;
 }
 
-std::mutex flag_mutex;
-std::optional<fs::path> flag_path;
-
 KeyId id_of(const std::array<std::uint8_t, 32>& check) {
   KeyId id;
   std::memcpy(id.data(), check.data(), id.size());
@@ -98,18 +95,8 @@ const StoreKey* KeyRing::find(const KeyId& id) const {
   return nullptr;
 }
 
-void set_key_file(const fs::path& path) {
-  std::lock_guard lock(flag_mutex);
-  flag_path = path;
-}
-
-std::optional<fs::path> key_file_flag() {
-  std::lock_guard lock(flag_mutex);
-  return flag_path;
-}
-
-std::optional<KeySource> configured_key_source() {
-  if (auto flag = key_file_flag()) return KeySource{*flag, "--key-file"};
+std::optional<KeySource> configured_key_source(const std::optional<fs::path>& key_file) {
+  if (key_file) return KeySource{*key_file, "--key-file"};
   if (const char* env = std::getenv("ANNEAL_KEY_FILE"); env && *env) return KeySource{env, "$ANNEAL_KEY_FILE"};
   // systemd's LoadCredential=anneal-key:PATH puts the key here, readable by
   // the service alone (packaging/systemd).
@@ -240,13 +227,13 @@ void write_encryption_record(const fs::path& root, const EncryptionRecord& recor
   write_file_atomic(encryption_record_path(root), text, root / "tmp", /*replace=*/true);
 }
 
-std::shared_ptr<const KeyRing> open_store_keys(const fs::path& root) {
+std::shared_ptr<const KeyRing> open_store_keys(const fs::path& root, const std::optional<fs::path>& key_file) {
   auto record = read_encryption_record(root);
   // --key-file on a store that is not encrypted: whoever typed it believes
   // it is, and would otherwise write plaintext unawares. ($ANNEAL_KEY_FILE
   // and the credential are settings of the environment, meant for whichever
   // store is encrypted, and are not held against a plaintext one.)
-  if (!record && key_file_flag())
+  if (!record && key_file)
     throw usage_error("--key-file: the store at " + root.string() +
                       " is not encrypted; 'anneal encrypt --key-file FILE' encrypts it");
   if (!record) return nullptr;
@@ -254,7 +241,7 @@ std::shared_ptr<const KeyRing> open_store_keys(const fs::path& root) {
   if (record->retiring)
     throw failure(store + ": a key rotation ('anneal rekey') was interrupted; run it again with the same "
                   "--key-file and --new-key-file to finish it");
-  auto source = configured_key_source();
+  auto source = configured_key_source(key_file);
   if (!source)
     throw failure(store + ": the store is encrypted; give its key with --key-file FILE, $ANNEAL_KEY_FILE "
                   "or the systemd credential anneal-key");

@@ -175,7 +175,7 @@ JobRecord submit_job(Store& store, const JobSpec& spec, double now) {
     else stmt.bind_null(6);
     stmt.bind(7, spec.retries + 1).bind(8, now).bind(9, spec.ranks).bind(10, spec.hostfile).run();
     id = db.last_insert_id();
-    append_audit(db, "job.submit",
+    append_audit(store, "job.submit",
                  {{"job", id}, {"name", spec.name}, {"config_hash", to_hex(hash_bytes(spec.config_text))}});
     txn.commit();
   }
@@ -321,14 +321,14 @@ JobState cancel_job(Store& store, std::int64_t job, double now) {
   if (j.state == JobState::kQueued) {
     db.prepare("UPDATE jobs SET state = 'cancelled', ended = ?, cancel_requested = 1 WHERE id = ?")
         .bind(1, now).bind(2, job).run();
-    append_audit(db, "job.cancel", {{"job", job}, {"was", "queued"}, {"state", "cancelled"}});
+    append_audit(store, "job.cancel", {{"job", job}, {"was", "queued"}, {"state", "cancelled"}});
     txn.commit();
     return JobState::kCancelled;
   }
   if (j.state != JobState::kRunning)
     throw usage_error(j.label() + " already " + job_state_name(j.state) + "; nothing to cancel");
   db.prepare("UPDATE jobs SET cancel_requested = 1 WHERE id = ?").bind(1, job).run();
-  append_audit(db, "job.cancel", {{"job", job}, {"was", "running"}, {"state", "cancel requested"}});
+  append_audit(store, "job.cancel", {{"job", job}, {"was", "running"}, {"state", "cancel requested"}});
   txn.commit();
   return JobState::kRunning;
 }
@@ -343,7 +343,7 @@ void retry_job(Store& store, std::int64_t job, double now) {
         "UPDATE jobs SET state = 'queued', cancel_requested = 0, not_before = ?, ended = NULL, "
         "max_attempts = attempts + 1 WHERE id = ?")
       .bind(1, now).bind(2, job).run();
-  append_audit(db, "job.retry", {{"job", job}, {"was", job_state_name(j.state)}, {"state", "queued"}});
+  append_audit(store, "job.retry", {{"job", job}, {"was", job_state_name(j.state)}, {"state", "queued"}});
   txn.commit();
 }
 
@@ -388,7 +388,7 @@ void set_alias(Store& store, const ModelRecord& model, const std::string& alias,
                            {"model", model.ref()},        {"model_id", model.id}, {"blob", model.blob},
                            {"history_id", db.last_insert_id()}};
   detail["previous_model_id"] = had ? nlohmann::json(previous_id) : nlohmann::json(nullptr);
-  append_audit(db, "alias." + action, detail);
+  append_audit(store, "alias." + action, detail);
   fault_point("alias.before-commit");
   txn.commit();
   fault_point("alias.committed");
@@ -484,7 +484,7 @@ void record_retrain(Store& store, const RetrainRecord& r) {
                            {"outcome", retrain_outcome_name(r.outcome)}};
   detail["run"] = r.run ? nlohmann::json(*r.run) : nlohmann::json(nullptr);
   detail["model"] = r.model.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.model);
-  append_audit(db, "retrain.record", detail);
+  append_audit(store, "retrain.record", detail);
   txn.commit();
 }
 

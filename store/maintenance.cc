@@ -370,7 +370,7 @@ GcReport gc(Store& store, bool dry_run, Reporter& reporter) {
       auto doomed = db.prepare("SELECT hash FROM blobs WHERE hash NOT IN (SELECT blob FROM referenced_blobs) ORDER BY hash");
       while (doomed.step()) removed.push_back(doomed.text(0));
       db.exec("DELETE FROM blobs WHERE hash NOT IN (SELECT blob FROM referenced_blobs)");
-      append_audit(db, "gc", {{"blobs_removed", removed}});
+      append_audit(store, "gc", {{"blobs_removed", removed}});
       txn.commit();
     }
   }

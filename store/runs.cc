@@ -158,7 +158,7 @@ void end_run(Store& store, std::int64_t run, RunStatus status, const std::string
   stmt.bind(4, summary.dump()).bind(5, run).run();
   json detail = {{"run", run}, {"status", run_status_name(status)}};
   if (fence) detail["job"] = fence->job;
-  append_audit(db, "run.end", detail);
+  append_audit(store, "run.end", detail);
   txn.commit();
 }
 
@@ -342,7 +342,7 @@ ModelRecord register_model(Store& store, std::int64_t run, const std::string& na
     json detail = {{"run", run}, {"model", name + "@v" + std::to_string(version)},
                    {"model_id", model_id}, {"blob", prepared.hash}};
     if (fence) detail["job"] = fence->job;
-    append_audit(db, "model.register", detail);
+    append_audit(store, "model.register", detail);
     fault_point("model.before-commit");
     txn.commit();
   }

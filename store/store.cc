@@ -269,8 +269,10 @@ void restrict_to_owner(const fs::path& path) {
 }  // namespace
 
 struct Store::Impl {
-  Impl(fs::path r, bool create) : root(std::move(r)), db(root / "catalog.db", create), objects(root) {}
+  Impl(fs::path r, bool create, StoreAccess a)
+      : root(std::move(r)), access(std::move(a)), db(root / "catalog.db", create), objects(root) {}
   fs::path root;
+  StoreAccess access;
   sql::Database db;
   ObjectStore objects;
 };
@@ -304,7 +306,7 @@ bool Store::init(const fs::path& root) {
   // SQLite gives its -wal and -shm files the permissions of the database
   // file, so creating that 0600 first keeps the whole catalog owner-only.
   if (!existed) create_private_file(root / "catalog.db");
-  Impl impl(root, /*create=*/true);
+  Impl impl(root, /*create=*/true, StoreAccess{});
   migrate(impl.db, root);
   // Owner-only, however the directory came to be (made by hand with 0755,
   // or a store from before this rule): the store holds the business's data.
@@ -317,19 +319,20 @@ bool Store::init(const fs::path& root) {
   return !existed;
 }
 
-Store Store::open(const fs::path& root) {
+Store Store::open(const fs::path& root, const StoreAccess& access) {
   if (!fs::exists(root / "catalog.db"))
     throw not_found("no anneal store at " + root.string()).with(Remedy::kCreateStore);
   for (const char* sub : {"objects", "tmp", "locks"}) make_private_dir(root / sub);
   // The key first: a missing or wrong one fails before anything is changed.
-  auto keys = open_store_keys(root);
-  auto impl = std::make_unique<Impl>(root, /*create=*/false);
+  auto keys = open_store_keys(root, access.key_file);
+  auto impl = std::make_unique<Impl>(root, /*create=*/false, access);
   impl->objects.set_keys(std::move(keys));
   migrate(impl->db, root);
   return Store(std::move(impl));
 }
 
 const fs::path& Store::root() const { return impl_->root; }
+const StoreAccess& Store::access() const { return impl_->access; }
 const ObjectStore& Store::objects() const { return impl_->objects; }
 sql::Database& Store::db() { return impl_->db; }
 

@@ -4,10 +4,8 @@
 // which anyone can use to verify the chain without anneal.
 //
 // store/ knows nothing of command lines: whoever starts the process (cli/)
-// names the actor once, with set_audit_actor, before it opens a store. Every
-// store the process opens records its changes as that actor: one process is
-// one command line, whatever number of Store objects it opens (the worker
-// opens several).
+// names the actor in the StoreAccess it opens stores with (anneal/store.h),
+// and each store records its changes as that actor.
 #pragma once
 
 #include <cstdint>
@@ -25,12 +23,8 @@ struct AuditActor {
   std::string command;  // the command line, secrets already elided by the caller
 };
 
-// The actor of every record this process writes from now on. Until it is
-// called the actor is the effective user and host with an empty command
-// (code that is not the CLI: the unit tests).
-void set_audit_actor(AuditActor actor);
-const AuditActor& audit_actor();
-// The effective user's name and the host name, as the default actor has them.
+// The effective user's name and the host name, with no command: the
+// default actor (StoreAccess).
 AuditActor current_user_actor();
 // argv as one shell-quoted line for an actor's command: the program's path
 // cut to its name, and the value of every flag (--key-file F, --key-file=F)

@@ -52,7 +52,7 @@ struct KeyRing {
   const StoreKey* find(const KeyId& id) const;
 };
 
-// Where a key comes from, in this order: --key-file (set_key_file), else
+// Where a key comes from, in this order: --key-file (StoreAccess), else
 // $ANNEAL_KEY_FILE, else the systemd credential $CREDENTIALS_DIRECTORY/
 // anneal-key when that file exists. `source` names it in messages ("--key-
 // file", "$ANNEAL_KEY_FILE", "systemd credential anneal-key") without the
@@ -62,11 +62,8 @@ struct KeySource {
   std::filesystem::path path;
   std::string source;
 };
-// Records --key-file for the rest of the process (cli/main.cc).
-void set_key_file(const std::filesystem::path& path);
-// The --key-file given, if any (the worker hands it to its job processes).
-std::optional<std::filesystem::path> key_file_flag();
-std::optional<KeySource> configured_key_source();
+// `key_file`: the --key-file given, if any.
+std::optional<KeySource> configured_key_source(const std::optional<std::filesystem::path>& key_file);
 
 // Reads a key file. It must be a regular file that neither group nor others
 // may read or write (as ssh demands of a private key), holding 64 hex
@@ -96,8 +93,9 @@ void write_encryption_record(const std::filesystem::path& root, const Encryption
 // encrypted; for an encrypted one, the configured key, checked against the
 // record. A missing key, a wrong key and an unfinished rotation are each a
 // one-line kFailure (exit 1) naming the store, before anything is read;
-// --key-file (set_key_file) on a store that is not encrypted is kUsage.
-std::shared_ptr<const KeyRing> open_store_keys(const std::filesystem::path& root);
+// A --key-file (`key_file`) on a store that is not encrypted is kUsage.
+std::shared_ptr<const KeyRing> open_store_keys(const std::filesystem::path& root,
+                                               const std::optional<std::filesystem::path>& key_file);
 
 // `anneal encrypt` and `anneal rekey`: rewrite every object of the store at
 // `root` under a new key, one at a time, each atomically (a temporary file

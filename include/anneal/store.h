@@ -14,7 +14,9 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 
+#include "anneal/audit.h"
 #include "anneal/fs.h"
 #include "anneal/object_store.h"
 
@@ -24,6 +26,20 @@ namespace sql {
 class Database;
 }
 
+// Who opens a store, and with what: made once by whoever starts the process
+// (cli/main.cc from its command line) and handed to every Store::open, so
+// that the store knows nothing of flags and nothing process-wide is set.
+struct StoreAccess {
+  // Who the audit trail names for the changes made through this store. The
+  // default: the effective user and host, no command line (code that is not
+  // the CLI: the unit tests).
+  AuditActor actor = current_user_actor();
+  // --key-file: the key of an encrypted store. Without it the key comes
+  // from $ANNEAL_KEY_FILE or the systemd credential (anneal/encryption.h);
+  // with it, a store that is not encrypted is refused (kUsage).
+  std::optional<std::filesystem::path> key_file;
+};
+
 class Store {
  public:
   // Creates a store at `root` (directories 0700, files 0600) or, when one is
@@ -32,14 +48,18 @@ class Store {
   static bool init(const std::filesystem::path& root);
 
   // Opens an existing store, applying pending catalog migrations. Throws
-  // kNotFound when `root` holds no store.
-  static Store open(const std::filesystem::path& root);
+  // kNotFound when `root` holds no store; for an encrypted store, the key
+  // errors of open_store_keys (anneal/encryption.h) before anything is read.
+  static Store open(const std::filesystem::path& root, const StoreAccess& access = StoreAccess{});
 
   ~Store();
   Store(Store&&) noexcept;
   Store& operator=(Store&&) = delete;
 
   const std::filesystem::path& root() const;
+  // What it was opened with: the audit actor its changes are recorded as,
+  // the --key-file (a worker hands both on to the stores it opens).
+  const StoreAccess& access() const;
   const ObjectStore& objects() const;
   sql::Database& db();
 

@@ -133,8 +133,9 @@ class SpawnActions {
 // writes once more if asked and waits for it.
 class MetricsWriter {
  public:
-  MetricsWriter(std::filesystem::path store_root, std::filesystem::path dir)
-      : root_(std::move(store_root)), dir_(std::move(dir)), thread_([this](std::stop_token stop) { loop(stop); }) {}
+  MetricsWriter(std::filesystem::path store_root, StoreAccess access, std::filesystem::path dir)
+      : root_(std::move(store_root)), access_(std::move(access)), dir_(std::move(dir)),
+        thread_([this](std::stop_token stop) { loop(stop); }) {}
   ~MetricsWriter() {
     {
       std::lock_guard lock(mutex_);
@@ -178,7 +179,7 @@ class MetricsWriter {
       }
       std::string error;
       try {
-        if (!store) store.emplace(Store::open(root_));
+        if (!store) store.emplace(Store::open(root_, access_));
         write_metrics_textfile(*store, dir_);
       } catch (const std::exception& e) {
         error = e.what();
@@ -192,7 +193,9 @@ class MetricsWriter {
     }
   }
 
-  const std::filesystem::path root_, dir_;
+  const std::filesystem::path root_;
+  const StoreAccess access_;
+  const std::filesystem::path dir_;
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   bool pending_ = false, writing_ = false, stopping_ = false;
@@ -216,7 +219,7 @@ class Worker {
     free_cpus_.assign(cpus.begin(), cpus.begin() + options_.cores);
     max_jobs_ = options_.max_jobs > 0 ? options_.max_jobs : options_.cores;
     make_private_dir(store_.root() / "logs");
-    if (options_.metrics_textfile_dir) metrics_.emplace(store_.root(), *options_.metrics_textfile_dir);
+    if (options_.metrics_textfile_dir) metrics_.emplace(store_.root(), store_.access(), *options_.metrics_textfile_dir);
   }
 
   void run(std::stop_token stop) {

@@ -23,10 +23,14 @@ namespace fs = std::filesystem;
 class AuditTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    set_audit_actor({"alice", "box", "anneal test"});
     test::init_store_with_dataset(root(), "iris", "iris.csv");
   }
   fs::path root() const { return dir_.path() / "store"; }
+  static StoreAccess alice() {
+    StoreAccess a;
+    a.actor = {"alice", "box", "anneal test"};
+    return a;
+  }
   static JobSpec spec(const std::string& name) {
     JobSpec s;
     s.name = name;
@@ -37,7 +41,7 @@ class AuditTest : public ::testing::Test {
   }
   // The store with records 1 (the import) to 4 (three submits).
   Store four_records() {
-    Store store = Store::open(root());
+    Store store = Store::open(root(), alice());
     for (const char* name : {"a", "b", "c"}) submit_job(store, spec(name), 100);
     return store;
   }
@@ -82,7 +86,7 @@ TEST(AuditCommandLine, ElidesTheValuesOfSecretFlagsAndKeys) {
   EXPECT_EQ(audit_command_line({"anneal", "jobs", "cancel", "it's"}), "anneal jobs cancel 'it'\\''s'");
 }
 
-TEST_F(AuditTest, EachChangeAppendsOneLinkedRecordAsTheActor) {
+TEST_F(AuditTest, EachChangeAppendsOneLinkedRecordAsItsStoresActor) {
   Store store = four_records();
   const std::vector<AuditRecord> log = audit_log(store);
   ASSERT_EQ(log.size(), 4u);
@@ -92,11 +96,19 @@ TEST_F(AuditTest, EachChangeAppendsOneLinkedRecordAsTheActor) {
   EXPECT_EQ(detail["dataset"], "iris");
   EXPECT_EQ(detail["version"], 1);
   EXPECT_TRUE(is_hex_digest(detail["streams"]["source"].get<std::string>()));
+  // The import came through a store opened with the default access (this
+  // process's user and host, no command line), the rest through alice's.
+  const AuditActor me = current_user_actor();
+  EXPECT_EQ(log[0].user, me.user);
+  EXPECT_EQ(log[0].host, me.host);
+  EXPECT_EQ(log[0].command, "");
   for (std::size_t i = 0; i < log.size(); ++i) {
     EXPECT_EQ(log[i].seq, static_cast<std::int64_t>(i + 1));
-    EXPECT_EQ(log[i].user, "alice");
-    EXPECT_EQ(log[i].host, "box");
-    EXPECT_EQ(log[i].command, "anneal test");
+    if (i > 0) {
+      EXPECT_EQ(log[i].user, "alice");
+      EXPECT_EQ(log[i].host, "box");
+      EXPECT_EQ(log[i].command, "anneal test");
+    }
     EXPECT_EQ(log[i].hash, audit_record_hash(log[i]));
     if (i > 0) {
       EXPECT_EQ(log[i].prev_hash, log[i - 1].hash);
@@ -211,13 +223,13 @@ TEST_F(AuditTest, AMissingHeadRefusesChangesAndIsReported) {
 TEST_F(AuditTest, TwoWritersAtOnceMakeOneChain) {
   constexpr int kEach = 15;
   auto writer = [&](const std::string& prefix) {
-    Store store = Store::open(root());
+    Store store = Store::open(root(), alice());
     for (int i = 0; i < kEach; ++i) submit_job(store, spec(prefix + std::to_string(i)), 100);
   };
   std::thread a(writer, "a"), b(writer, "b");
   a.join();
   b.join();
-  Store store = Store::open(root());
+  Store store = Store::open(root(), alice());
   const AuditVerdict v = verify_audit(store);
   EXPECT_TRUE(v.ok()) << v.problem;
   EXPECT_EQ(v.records, 1 + 2 * kEach);
@@ -229,7 +241,7 @@ TEST_F(AuditTest, AStoreFromBeforeTheTrailOpensWithAnEmptyChain) {
     sql::Database db(root() / "catalog.db", false);
     db.exec("DROP TABLE audit; DROP TABLE audit_head; PRAGMA user_version = 6");
   }
-  Store store = Store::open(root());
+  Store store = Store::open(root(), alice());
   EXPECT_TRUE(audit_log(store).empty());
   EXPECT_TRUE(verify_audit(store).ok());
   submit_job(store, spec("after"), 100);
