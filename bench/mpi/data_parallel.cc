@@ -1,7 +1,11 @@
 // Data-parallel training at the engine level, for bench/mpi/scaling.sh:
 //
-//   mpirun -np N anneal-data-parallel mlp|cnn STEPS FMNIST_DIR
+//   mpirun -np N anneal-data-parallel mlp|cnn STEPS FMNIST_DIR [BUCKET_BYTES]
 //     -> rank 0 prints "SAMPLES_PER_S COMM_SHARE"
+//
+// BUCKET_BYTES sets TrainerConfig::allreduce_bucket_bytes (default: the
+// trainer's); a huge one makes a single bucket summed after the whole
+// backward pass, so the overlap can be measured against none.
 //
 // Every rank reads Fashion-MNIST's training images itself and standardizes
 // them as anneal does (the rank-0 data service of `mpirun anneal train` is
@@ -53,6 +57,13 @@ class TimedCommunicator final : public anneal::Communicator {
   std::vector<std::string> hosts() override { return inner_.hosts(); }
   void allreduce_sum(std::span<float> v) override { timed([&] { inner_.allreduce_sum(v); }); }
   void allreduce_sum(std::span<double> v) override { timed([&] { inner_.allreduce_sum(v); }); }
+  SumRequest start_allreduce_sum(std::span<float> v) override {
+    SumRequest request = 0;
+    timed([&] { request = inner_.start_allreduce_sum(v); });
+    return request;
+  }
+  void progress() override { timed([&] { inner_.progress(); }); }
+  void wait(SumRequest request) override { timed([&] { inner_.wait(request); }); }
   void broadcast(std::span<std::byte> b, int root) override { timed([&] { inner_.broadcast(b, root); }); }
   void barrier() override { timed([&] { inner_.barrier(); }); }
   void send(std::span<const std::byte> b, int to) override { timed([&] { inner_.send(b, to); }); }
@@ -80,8 +91,8 @@ class TimedCommunicator final : public anneal::Communicator {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: anneal-data-parallel mlp|cnn STEPS FMNIST_DIR\n");
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr, "usage: anneal-data-parallel mlp|cnn STEPS FMNIST_DIR [BUCKET_BYTES]\n");
     return 2;
   }
   const std::string model = argv[1];
@@ -109,6 +120,7 @@ int main(int argc, char** argv) try {
   config.epochs = 100;  // more than STEPS needs: train(STEPS) stops first
   config.seed = 1;
   config.optimizer.lr = 0.001f;
+  if (argc == 5) config.allreduce_bucket_bytes = std::strtoull(argv[4], nullptr, 10);
   const std::vector<std::int64_t> shape = model == "mlp" ? std::vector<std::int64_t>{784}
                                                         : std::vector<std::int64_t>{1, 28, 28};
   anneal::ArraySource source(x, y, shape);

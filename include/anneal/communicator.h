@@ -15,6 +15,15 @@
 // plugin moves the data with MPI (a reduce-scatter by MPI_Alltoall, then
 // MPI_Allgather) and does every addition itself.
 //
+// Overlap: start_allreduce_sum / progress / wait are the same sum started
+// without blocking, so a caller can send gradients while it computes the
+// next ones (the Trainer's buckets). The plugin sends the chunks with
+// MPI_Isend/MPI_Irecv, adds them in rank order when they have all arrived,
+// and sends the summed chunk back the same way: the bits are those of
+// allreduce_sum whatever the timing. MPI moves non-blocking transfers only
+// inside MPI calls (Open MPI has no progress thread), so the caller calls
+// progress() between pieces of its work.
+//
 // Thread-safety: a Communicator is used by one thread at a time. Every rank
 // must make the same calls in the same order (the MPI rule). Errors:
 // anneal::Error kFailure naming the MPI call and MPI's message; a rank that
@@ -43,6 +52,20 @@ class Communicator {
   // rank passes the same count.
   virtual void allreduce_sum(std::span<float> values) = 0;
   virtual void allreduce_sum(std::span<double> values) = 0;
+
+  // The same sum as allreduce_sum, bit for bit, started without waiting:
+  // `values` is read now and must stay alive, unread by the caller, until
+  // wait(request) has written the sum into it. Every rank starts the same
+  // sums (the same counts) in the same order and waits for each of them,
+  // in the order started. progress() lets the started sums move on (and
+  // adds the chunks that have arrived); it never blocks. Errors: kFailure
+  // naming the MPI call; kUsage for a request that is not pending, or more
+  // than kMaxPendingSums pending at once.
+  using SumRequest = std::uint64_t;
+  static constexpr std::size_t kMaxPendingSums = 4096;
+  virtual SumRequest start_allreduce_sum(std::span<float> values) = 0;
+  virtual void progress() = 0;
+  virtual void wait(SumRequest request) = 0;
   // Copies `root`'s bytes to every rank (each passes a span of that size).
   virtual void broadcast(std::span<std::byte> bytes, int root) = 0;
   virtual void barrier() = 0;

@@ -13,7 +13,7 @@
 namespace anneal {
 
 // Raised whenever CommunicatorPlugin or the Communicator interface changes.
-inline constexpr std::uint32_t kCommunicatorPluginAbi = 2;
+inline constexpr std::uint32_t kCommunicatorPluginAbi = 3;
 
 // The symbol the plugin exports (extern "C", returning const CommunicatorPlugin*).
 inline constexpr const char* kCommunicatorPluginEntry = "anneal_communicator_plugin_v1";

@@ -143,6 +143,13 @@ class Network {
   // filling every parameter's grad (adding to it with ctx.accumulate).
   // kUsage for an inference-only network.
   void backward(const Tensor& dloss, const PassContext& ctx);
+  // The same, calling `ready(pending)` after each layer's backward (in
+  // reverse layer order): the gradients of parameters()[pending..] are
+  // final for this pass, those before it are still to come. How the
+  // trainer sends gradients across processes while backward goes on; the
+  // network knows nothing of where they go.
+  using GradientsReady = std::function<void(std::size_t pending)>;
+  void backward(const Tensor& dloss, const PassContext& ctx, const GradientsReady& ready);
   // ∂L/∂input of the latest backward; only with options.input_gradient.
   const Tensor& input_gradient() const;
 
@@ -191,6 +198,8 @@ class Network {
   const Tensor* input_grad_ = nullptr;
   // Index of the first layer with parameters: backward needs nothing below it.
   std::size_t first_trainable_ = 0;
+  // Per layer, the index in parameters_ of its first parameter.
+  std::vector<std::size_t> first_parameter_;
 
   // Fake quantization (set_fake_quantization). While `swapped`, each
   // weight's Parameter::value holds the quantized weights and `master` the

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -27,6 +28,21 @@ class SingleProcess final : public Communicator {
   }
   void allreduce_sum(std::span<float>) override {}
   void allreduce_sum(std::span<double>) override {}
+  // One rank's sum is its values: nothing to move; only the bookkeeping,
+  // so that a wait for a request never started is refused here too.
+  SumRequest start_allreduce_sum(std::span<float>) override {
+    if (pending_.size() >= kMaxPendingSums)
+      throw usage_error("communicator: more than " + std::to_string(kMaxPendingSums) + " sums pending");
+    pending_.push_back(next_);
+    return next_++;
+  }
+  void progress() override {}
+  void wait(SumRequest request) override {
+    const auto it = std::find(pending_.begin(), pending_.end(), request);
+    if (it == pending_.end())
+      throw usage_error("communicator: wait for sum " + std::to_string(request) + ", which is not pending");
+    pending_.erase(it);
+  }
   void broadcast(std::span<std::byte>, int) override {}
   void barrier() override {}
   void send(std::span<const std::byte>, int to) override {
@@ -36,6 +52,10 @@ class SingleProcess final : public Communicator {
     throw usage_error("communicator: receive from rank " + std::to_string(from) + ": this process is the only rank");
   }
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
+
+ private:
+  SumRequest next_ = 0;
+  std::vector<SumRequest> pending_;
 };
 
 }  // namespace

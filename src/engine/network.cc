@@ -413,6 +413,7 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
                         std::to_string(options.outputs) + ")");
   }
   for (auto& layer : layers_) {
+    first_parameter_.push_back(parameters_.size());
     layer->collect_parameters(parameters_);
     layer->collect_buffers(buffers_);
   }
@@ -515,7 +516,9 @@ void Network::set_fake_quantization(const FakeQuantization& fq) {
   fq_outputs_ = std::move(outputs);
 }
 
-void Network::backward(const Tensor& dloss, const PassContext& ctx) {
+void Network::backward(const Tensor& dloss, const PassContext& ctx) { backward(dloss, ctx, nullptr); }
+
+void Network::backward(const Tensor& dloss, const PassContext& ctx, const GradientsReady& ready) {
   if (inference_only_) throw usage_error("an inference-only network has no backward pass");
   // Layers below the first one with parameters (the implicit flatten before
   // a first dense, a leading activation) have nothing to learn: unless the
@@ -526,6 +529,7 @@ void Network::backward(const Tensor& dloss, const PassContext& ctx) {
   for (std::size_t i = layers_.size(); i-- > first;) {
     const bool need_dx = i > first || input_gradient_;
     d = &layers_[i]->backward(*d, ctx, need_dx);
+    if (ready) ready(first_parameter_[i]);
   }
   input_grad_ = input_gradient_ ? d : nullptr;
   // The gradient was taken at the quantized weights; the optimizer applies

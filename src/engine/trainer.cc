@@ -207,6 +207,7 @@ class Trainer::Impl {
     network_ = std::make_unique<Network>(config_.layers, options, *backend_);
     optimizer_ = std::make_unique<Optimizer>(config_.optimizer, network_->parameters(), *backend_);
     train_loss_ = backend_->loss(config_.loss, options.outputs, config_.class_weights);
+    if (comm_) plan_buckets();
     eval_loss_ = backend_->loss(config_.loss, options.outputs, config_.class_weights);
 
     // Batch buffers sized for a full batch once, so steps never reallocate.
@@ -644,25 +645,70 @@ class Trainer::Impl {
   // Data parallelism: every rank's gradients summed into every rank's, so
   // all apply the same step. Each rank's loss gradient was already scaled
   // by 1/(the global step's samples), so the sum is the global mean's.
-  // One host buffer and one all-reduce for all parameters, in parameter
-  // order.
+  //
+  // The parameters are summed in buckets of about allreduce_bucket_bytes,
+  // taken from the last parameter back, the order in which backward
+  // finishes their gradients. During the step's last backward, a bucket is
+  // started (copied to the host and handed to start_allreduce_sum) as soon
+  // as its gradients are final, and the communicator is given a chance to
+  // move the started ones after every layer, so the transfers overlap the
+  // layers still to run; after the backward pass the rest are started and
+  // all are waited for, in order. Each element is still the rank-order sum
+  // of its ranks' values, so the bits do not depend on the buckets.
+  struct Bucket {
+    std::size_t first = 0, end = 0;     // parameters [first, end) of network_->parameters()
+    std::size_t offset = 0, elements = 0;  // where their gradients sit in grad_host_
+    Communicator::SumRequest request = 0;
+  };
+
+  void plan_buckets() {
+    const auto& params = network_->parameters();
+    std::size_t end = params.size(), offset = 0, elements = 0;
+    for (std::size_t i = params.size(); i-- > 0;) {
+      elements += std::size_t(params[i]->grad.elements());
+      if (elements * sizeof(float) >= config_.allreduce_bucket_bytes || i == 0) {
+        buckets_.push_back(Bucket{i, end, offset, elements, 0});
+        offset += elements;
+        end = i;
+        elements = 0;
+      }
+    }
+    grad_host_.resize(offset);
+  }
+
+  void start_bucket(Bucket& bucket) {
+    const auto& params = network_->parameters();
+    std::size_t at = bucket.offset;
+    for (std::size_t i = bucket.first; i < bucket.end; ++i) {
+      backend_->copy_to_host(params[i]->grad, grad_host_.data() + at);
+      at += std::size_t(params[i]->grad.elements());
+    }
+    bucket.request = comm_->start_allreduce_sum(std::span<float>(grad_host_).subspan(bucket.offset, bucket.elements));
+  }
+
+  // The gradients of parameters [pending, ...) are final: starts the
+  // buckets they complete, and lets the started ones move.
+  void gradients_ready(std::size_t pending) {
+    while (started_ < buckets_.size() && buckets_[started_].first >= pending) start_bucket(buckets_[started_++]);
+    comm_->progress();
+  }
+
+  // After the step's backward passes: starts the buckets not started yet
+  // (all of them on a rank without rows in the last micro-batch), waits for
+  // every sum and puts the summed gradients back.
   void reduce_gradients() {
     if (!comm_) return;
+    gradients_ready(0);
     const auto& params = network_->parameters();
-    std::size_t total = 0;
-    for (const Parameter* p : params) total += std::size_t(p->grad.elements());
-    grad_host_.resize(total);
-    std::size_t at = 0;
-    for (const Parameter* p : params) {
-      backend_->copy_to_host(p->grad, grad_host_.data() + at);
-      at += std::size_t(p->grad.elements());
+    for (const Bucket& bucket : buckets_) {
+      comm_->wait(bucket.request);
+      std::size_t at = bucket.offset;
+      for (std::size_t i = bucket.first; i < bucket.end; ++i) {
+        backend_->copy_from_host(grad_host_.data() + at, params[i]->grad);
+        at += std::size_t(params[i]->grad.elements());
+      }
     }
-    comm_->allreduce_sum(std::span<float>(grad_host_));
-    at = 0;
-    for (Parameter* p : params) {
-      backend_->copy_from_host(grad_host_.data() + at, p->grad);
-      at += std::size_t(p->grad.elements());
-    }
+    started_ = 0;
   }
 
   void run_step() {
@@ -683,7 +729,12 @@ class Trainer::Impl {
       ctx.micro_step = micro_step_ - 1;
       const Tensor& out = network_->forward(slot.x, ctx);
       train_loss_->forward_backward(out, slot.y, &dloss_, grad_scale, loss_scaled() ? &loss_scale_ : nullptr);
-      network_->backward(dloss_, ctx);
+      // The step's last backward hands each bucket to the communicator as
+      // soon as its gradients are final; earlier micro-batches only add up.
+      if (comm_ && m + 1 == last)
+        network_->backward(dloss_, ctx, [this](std::size_t pending) { gradients_ready(pending); });
+      else
+        network_->backward(dloss_, ctx);
       any_rows = true;
     }
     if (!any_rows)
@@ -830,7 +881,9 @@ class Trainer::Impl {
   std::vector<std::uint32_t> batch_rows_;
   std::vector<float> stage_x_, stage_y_;  // batches for a backend the host cannot write
   Communicator* comm_ = nullptr;          // null: this process alone (or a communicator of one)
-  std::vector<float> grad_host_;          // every gradient, for the all-reduce
+  std::vector<float> grad_host_;          // every gradient, bucket after bucket, for the sums across ranks
+  std::vector<Bucket> buckets_;           // in the order backward finishes them (reduce_gradients)
+  std::size_t started_ = 0;               // buckets started in this step
   Tensor dloss_, eval_x_, eval_y_;
   // fp16's dynamic loss scale: Backend::unscale_gradients's state
   // [scale, good steps, skipped steps, skipped steps when the epoch began]

@@ -34,6 +34,12 @@ TEST(SingleProcessCommunicator, IsRankZeroOfOneAndLeavesValuesAlone) {
   comm->broadcast(b, 0);
   EXPECT_EQ(b[0], std::byte{7});
   comm->barrier();
+  // A started sum over one rank: the values, once waited for.
+  const Communicator::SumRequest request = comm->start_allreduce_sum(v);
+  comm->progress();
+  comm->wait(request);
+  EXPECT_EQ(v, (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_THROW(comm->wait(request), Error) << "a sum waited for twice";
   // No peer to talk to: refused, not a hang.
   const std::vector<std::byte> none;
   EXPECT_THROW(comm->send(none, 0), Error);
@@ -89,6 +95,51 @@ void expect_rank_order_sums(Communicator& comm) {
 
 TEST_F(MpiCommunicator, FloatSumsAreTheRankOrderSumsBitForBit) { expect_rank_order_sums<float>(*comm_); }
 TEST_F(MpiCommunicator, DoubleSumsAreTheRankOrderSumsBitForBit) { expect_rank_order_sums<double>(*comm_); }
+
+// Started sums (start_allreduce_sum / progress / wait) are the rank-order
+// sums too, bit for bit, several in flight at once, whatever was moved
+// while progress() ran: sizes that do not divide evenly, are empty, or are
+// smaller than the number of ranks, started and waited for interleaved.
+TEST_F(MpiCommunicator, StartedSumsAreTheRankOrderSumsBitForBit) {
+  const std::vector<std::size_t> sizes{100003, 0, 1, 3, 1000, 2, 65536};
+  std::vector<std::vector<float>> values, want;
+  for (std::size_t n : sizes) {
+    values.push_back(contribution<float>(comm_->rank(), n));
+    want.emplace_back(n, 0.0f);
+    for (int r = 0; r < comm_->size(); ++r) {
+      const std::vector<float> part = contribution<float>(r, n);
+      for (std::size_t i = 0; i < n; ++i) want.back()[i] = r == 0 ? part[i] : want.back()[i] + part[i];
+    }
+  }
+  std::vector<Communicator::SumRequest> requests;
+  // The first four in flight together, the others started while earlier
+  // ones are still pending.
+  for (std::size_t k = 0; k < 4; ++k) requests.push_back(comm_->start_allreduce_sum(values[k]));
+  for (int i = 0; i < 10; ++i) comm_->progress();
+  comm_->wait(requests[0]);
+  for (std::size_t k = 4; k < sizes.size(); ++k) {
+    requests.push_back(comm_->start_allreduce_sum(values[k]));
+    comm_->progress();
+  }
+  for (std::size_t k = 1; k < sizes.size(); ++k) comm_->wait(requests[k]);
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    SCOPED_TRACE("n = " + std::to_string(sizes[k]));
+    ASSERT_EQ(values[k].size(), sizes[k]);
+    if (sizes[k] > 0) {
+      EXPECT_EQ(std::memcmp(values[k].data(), want[k].data(), sizes[k] * sizeof(float)), 0)
+          << "not the rank-order sum, bit for bit";
+    }
+  }
+  // And the same bits as the blocking sum.
+  std::vector<float> blocking = contribution<float>(comm_->rank(), sizes[0]);
+  comm_->allreduce_sum(std::span<float>(blocking));
+  EXPECT_EQ(std::memcmp(blocking.data(), values[0].data(), sizes[0] * sizeof(float)), 0);
+  // Waiting for a sum that is not pending is refused on every rank alike,
+  // without a message sent.
+  EXPECT_THROW(comm_->wait(requests[0]), Error);
+  EXPECT_THROW(comm_->wait(requests.back() + 1), Error);
+  comm_->barrier();
+}
 
 TEST_F(MpiCommunicator, BroadcastCopiesTheRootsBytes) {
   const int root = comm_->size() - 1;

@@ -188,5 +188,90 @@ TEST_F(DataParallel, ACheckpointOfNRanksResumesInOneProcess) {
     EXPECT_NEAR(alone.history()[e].train_loss, uninterrupted.history()[e].train_loss, 1e-4) << "epoch " << e + 1;
 }
 
+// The gradient sums in buckets (TrainerConfig::allreduce_bucket_bytes):
+// a bucket per parameter, the default, and one bucket for everything (the
+// one-buffer sum after the whole backward pass) train the same bits, with
+// gradient accumulation too (the sums start only in the step's last
+// micro-batch, and a short last step has fewer micro-batches).
+TEST_F(DataParallel, BucketsOfAnySizeTrainTheOneBufferBits) {
+  for (const std::int64_t accum : {1, 3}) {
+    SCOPED_TRACE("grad_accum = " + std::to_string(accum));
+    std::string one_buffer;
+    for (const std::size_t bytes : {~std::size_t{0}, std::size_t{1}, TrainerConfig::kDefaultAllreduceBucketBytes}) {
+      TrainerConfig c = config();
+      c.grad_accum = accum;
+      c.epochs = 2;
+      c.allreduce_bucket_bytes = bytes;
+      Trainer t(c, *backend_, source_, nullptr, reporter_, comm_.get());
+      t.train();
+      const std::string hash = t.weights_hash();
+      EXPECT_EQ(from_rank0(hash), hash) << "rank " << comm_->rank() << " holds other weights than rank 0";
+      if (one_buffer.empty()) one_buffer = hash;
+      EXPECT_EQ(hash, one_buffer) << "buckets of " << bytes << " bytes changed the bits";
+    }
+    if (comm_->size() == 1) {
+      TrainerConfig c = config();
+      c.grad_accum = accum;
+      c.epochs = 2;
+      Trainer single(c, *backend_, source_, nullptr, reporter_);
+      single.train();
+      EXPECT_EQ(single.weights_hash(), one_buffer);
+    }
+  }
+}
+
+// Records the trainer's calls to the communicator (passing them on).
+class RecordingCommunicator final : public Communicator {
+ public:
+  explicit RecordingCommunicator(Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::vector<std::string> hosts() override { return inner_.hosts(); }
+  void allreduce_sum(std::span<float> v) override { calls += 'A', inner_.allreduce_sum(v); }
+  void allreduce_sum(std::span<double> v) override { calls += 'D', inner_.allreduce_sum(v); }
+  SumRequest start_allreduce_sum(std::span<float> v) override {
+    calls += 'S';
+    return inner_.start_allreduce_sum(v);
+  }
+  void progress() override { calls += 'p', inner_.progress(); }
+  void wait(SumRequest r) override { calls += 'W', inner_.wait(r); }
+  void broadcast(std::span<std::byte> b, int root) override { inner_.broadcast(b, root); }
+  void barrier() override { inner_.barrier(); }
+  void send(std::span<const std::byte> b, int to) override { inner_.send(b, to); }
+  std::vector<std::byte> receive(int from) override { return inner_.receive(from); }
+  [[noreturn]] void abort(int code) override {
+    inner_.abort(code);
+    std::abort();
+  }
+  std::string calls;  // S start, p progress, W wait, A / D blocking sums
+
+ private:
+  Communicator& inner_;
+};
+
+// The overlap itself: with a bucket per layer, a step starts each bucket
+// as soon as backward has passed its layer, with progress calls between
+// them while the layers below still run, and waits only after the last.
+// dense(32) relu dense(16) tanh dense(3) builds 3 layers (the activations
+// fused) of 2 parameters each, so a step starts two sums after each layer
+// (S S p, three times), makes one more progress call after the backward
+// pass, then waits for the 6 sums. With one bucket, it starts after the
+// first layer's backward (the last to run).
+TEST_F(DataParallel, BucketsStartWhileBackwardRuns) {
+  if (comm_->size() == 1) GTEST_SKIP() << "one rank sums nothing";
+  RecordingCommunicator recording(*comm_);
+  TrainerConfig c = config();
+  c.allreduce_bucket_bytes = 1;  // a bucket per parameter
+  Trainer t(c, *backend_, source_, nullptr, reporter_, &recording);
+  t.train(1);  // the first step: every rank has rows of it
+  EXPECT_EQ(recording.calls, "SSpSSpSSp" "p" "WWWWWW");
+  recording.calls.clear();
+
+  c.allreduce_bucket_bytes = ~std::size_t{0};  // one bucket, after the whole backward pass
+  Trainer one(c, *backend_, source_, nullptr, reporter_, &recording);
+  one.train(1);
+  EXPECT_EQ(recording.calls, "ppSp" "p" "W");
+}
+
 }  // namespace
 }  // namespace anneal

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,10 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
   }
   ~MpiCommunicator() override {
+    // Sums still pending here were abandoned by an error (every rank waits
+    // for all it starts): MPI may still write into their buffers, so they
+    // are left allocated rather than freed under it.
+    for (auto& sum : pending_) (void)sum.release();
     int finalized = 0;
     if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Comm_free(&comm_);
   }
@@ -102,6 +107,66 @@ class MpiCommunicator final : public Communicator {
 
   void allreduce_sum(std::span<float> values) override { sum(values); }
   void allreduce_sum(std::span<double> values) override { sum(values); }
+
+  SumRequest start_allreduce_sum(std::span<float> values) override {
+    if (pending_.size() >= kMaxPendingSums)
+      throw usage_error("mpi: more than " + std::to_string(kMaxPendingSums) + " sums pending; wait for some first");
+    auto sum = std::make_unique<PendingSum>();
+    sum->id = next_sum_++;
+    sum->values = values;
+    if (size_ > 1 && !values.empty()) {
+      const std::size_t n = values.size(), ranks = std::size_t(size_);
+      sum->chunk = (n + ranks - 1) / ranks;
+      sum->sent.assign(values.begin(), values.end());
+      sum->parts.resize(sum->chunk * ranks);
+      sum->result.resize(n);
+      const int tag = sum_tag(sum->id);
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        receive_async(sum->parts.data() + std::size_t(r) * sum->chunk, count_of(*sum, rank_), r, tag,
+                      sum->scatter_receives);
+        send_async(sum->sent.data() + first_of(*sum, r), count_of(*sum, r), r, tag, sum->others);
+        receive_async(sum->result.data() + first_of(*sum, r), count_of(*sum, r), r, tag + 1, sum->others);
+      }
+    } else {
+      sum->summed = true;  // one rank, or nothing to add
+    }
+    pending_.push_back(std::move(sum));
+    return pending_.back()->id;
+  }
+
+  void progress() override {
+    for (auto& sum : pending_) {
+      int done = 0;
+      if (!sum->summed) {
+        check(MPI_Testall(int(sum->scatter_receives.size()), sum->scatter_receives.data(), &done,
+                          MPI_STATUSES_IGNORE),
+              "MPI_Testall");
+        if (done) add_up(*sum);
+      } else {
+        check(MPI_Testall(int(sum->others.size()), sum->others.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+      }
+    }
+  }
+
+  void wait(SumRequest request) override {
+    const auto it = std::find_if(pending_.begin(), pending_.end(), [&](const auto& s) { return s->id == request; });
+    if (it == pending_.end())
+      throw usage_error("mpi: wait for sum " + std::to_string(request) + ", which is not pending");
+    // The sums started before this one are added (and their results sent)
+    // first: a peer may be waiting for them.
+    for (auto at = pending_.begin(); at != std::next(it); ++at) {
+      PendingSum& sum = **at;
+      if (sum.summed) continue;
+      check(MPI_Waitall(int(sum.scatter_receives.size()), sum.scatter_receives.data(), MPI_STATUSES_IGNORE),
+            "MPI_Waitall");
+      add_up(sum);
+    }
+    PendingSum& sum = **it;
+    check(MPI_Waitall(int(sum.others.size()), sum.others.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    if (!sum.result.empty()) std::copy(sum.result.begin(), sum.result.end(), sum.values.begin());
+    pending_.erase(it);
+  }
 
   void broadcast(std::span<std::byte> bytes, int root) override {
     for (std::size_t at = 0; at < bytes.size(); at += kMaxCount) {
@@ -167,6 +232,65 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  // One started sum; see the top of the file.
+  struct PendingSum {
+    SumRequest id = 0;
+    std::span<float> values;       // the caller's, written by wait()
+    std::size_t chunk = 0;         // elements of each rank's chunk (the last ones may be short or empty)
+    std::vector<float> sent;       // a copy of values, which the peers' chunks are sent from
+    std::vector<float> parts;      // ranks x chunk: each rank's values of this rank's chunk
+    std::vector<float> result;     // the sums: this rank's chunk added here, the others received
+    std::vector<MPI_Request> scatter_receives;  // this rank's chunk, from each peer
+    std::vector<MPI_Request> others;            // every send, and the summed chunks' receives
+    bool summed = false;           // this rank's chunk added and sent to the peers
+  };
+
+  std::size_t first_of(const PendingSum& sum, int r) const {
+    return std::min(sum.values.size(), std::size_t(r) * sum.chunk);
+  }
+  std::size_t count_of(const PendingSum& sum, int r) const {
+    return std::min(sum.values.size(), (std::size_t(r) + 1) * sum.chunk) - first_of(sum, r);
+  }
+  // Two tags per sum (its chunks, then their sums), reused only after
+  // kMaxPendingSums sums; above kTag and within MPI's guaranteed 32767.
+  static int sum_tag(SumRequest id) { return kSumTags + 2 * int(id % kMaxPendingSums); }
+
+  // Messages of at most kMaxCount elements, matched in the order posted
+  // (MPI does not let messages of one sender and tag overtake each other).
+  void send_async(const float* data, std::size_t count, int to, int tag, std::vector<MPI_Request>& requests) {
+    for (std::size_t at = 0; at < count; at += kMaxCount) {
+      requests.emplace_back();
+      check(MPI_Isend(data + at, int(std::min(kMaxCount, count - at)), MPI_FLOAT, to, tag, comm_, &requests.back()),
+            "MPI_Isend");
+    }
+  }
+  void receive_async(float* data, std::size_t count, int from, int tag, std::vector<MPI_Request>& requests) {
+    for (std::size_t at = 0; at < count; at += kMaxCount) {
+      requests.emplace_back();
+      check(MPI_Irecv(data + at, int(std::min(kMaxCount, count - at)), MPI_FLOAT, from, tag, comm_,
+                      &requests.back()),
+            "MPI_Irecv");
+    }
+  }
+
+  // Every rank's values of this rank's chunk have arrived: adds them in
+  // rank order (allreduce_sum's additions, so the same bits) and sends the
+  // sums to every peer.
+  void add_up(PendingSum& sum) {
+    const std::size_t first = first_of(sum, rank_), count = count_of(sum, rank_);
+    std::vector<const float*> part(static_cast<std::size_t>(size_));
+    for (int r = 0; r < size_; ++r)
+      part[std::size_t(r)] = r == rank_ ? sum.sent.data() + first : sum.parts.data() + std::size_t(r) * sum.chunk;
+    for (std::size_t i = 0; i < count; ++i) {
+      float total = part[0][i];
+      for (std::size_t r = 1; r < part.size(); ++r) total += part[r][i];
+      sum.result[first + i] = total;
+    }
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) send_async(sum.result.data() + first, count, r, sum_tag(sum.id) + 1, sum.others);
+    sum.summed = true;
+  }
+
   void check_peer(int peer, const char* what) const {
     if (peer < 0 || peer >= size_ || peer == rank_)
       throw usage_error(std::string("mpi: ") + what + " rank " + std::to_string(peer) + ": rank " +
@@ -174,6 +298,9 @@ class MpiCommunicator final : public Communicator {
   }
 
   static constexpr int kTag = 17;  // point-to-point messages (collectives use none)
+  static constexpr int kSumTags = 1024;  // started sums' messages: kSumTags .. + 2·kMaxPendingSums − 1
+  SumRequest next_sum_ = 0;
+  std::vector<std::unique_ptr<PendingSum>> pending_;  // in the order started
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
 };
