@@ -16,4 +16,8 @@ namespace anneal {
 // and writing the new one. Throws kCorrupt when the head row is missing.
 void append_audit(sql::Database& db, std::string_view action, const nlohmann::json& detail);
 
+// The key_check of the last store.encrypt or store.rekey record; empty when
+// there is none (or it names none).
+std::string recorded_key_check(sql::Database& db);
+
 }  // namespace anneal

@@ -329,6 +329,15 @@ Store Store::open(const fs::path& root) {
   return Store(std::move(impl));
 }
 
+Store Store::open_catalog(const fs::path& root) {
+  if (!fs::exists(root / "catalog.db"))
+    throw not_found("no anneal store at " + root.string()).with(Remedy::kCreateStore);
+  for (const char* sub : {"objects", "tmp", "locks"}) make_private_dir(root / sub);
+  auto impl = std::make_unique<Impl>(root, /*create=*/false);
+  migrate(impl->db, root);
+  return Store(std::move(impl));
+}
+
 const fs::path& Store::root() const { return impl_->root; }
 const ObjectStore& Store::objects() const { return impl_->objects; }
 sql::Database& Store::db() { return impl_->db; }

@@ -34,6 +34,11 @@ class Store {
   // Opens an existing store, applying pending catalog migrations. Throws
   // kNotFound when `root` holds no store.
   static Store open(const std::filesystem::path& root);
+  // Opens the catalog alone, with no key: for what reads or appends to the
+  // catalog and touches no object (audit log and verify, which so need no
+  // key; encrypt and rekey recording their change). In an encrypted store
+  // its objects() reads no encrypted object and writes none (check_key_current).
+  static Store open_catalog(const std::filesystem::path& root);
 
   ~Store();
   Store(Store&&) noexcept;
