@@ -107,9 +107,7 @@ std::string unrecorded_encryption(const std::filesystem::path& root, const std::
   if (recorded == now) return "";
   // A rotation not yet finished has not changed the key the store is under:
   // its record comes when it ends.
-  if (record->retiring &&
-      recorded == to_hex(*record->retiring))
-    return "";
+  if (record->retiring && recorded == to_hex(*record->retiring)) return "";
   return "audit trail: the store is encrypted with key " + id(now) + " (" + encryption_record_path(root).string() +
          "), but " +
          (recorded.empty() ? std::string("no store.encrypt or store.rekey record says so")

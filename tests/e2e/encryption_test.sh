@@ -267,6 +267,20 @@ expect_eq "$(last_record command)" "$(basename "$ANNEAL") --key-file <elided> re
 no_secret "after encrypt and rekey"
 expect_rc 0 audit verify
 expect_rc 0 --key-file "$KEY2" audit verify  # the catalog alone: a key given is not needed, nor checked
+# A rekey killed after its switch to the new key, before its record.
+KEY6="$WORK/keys/sixth.key"
+before=$(records)
+ANNEAL_FAULT="rekey.key-switched=crash" expect_rc 137 --key-file "$KEY3" rekey --new-key-file "$KEY6"
+expect_rc 0 --key-file "$KEY6" data list  # switched: the new key opens the store
+expect_eq "$(records)" "$before" "the killed rekey wrote no record"
+expect_rc 1 audit verify
+expect_contains "$ERR" "encrypted with key $(key_id "$KEY6")" "audit verify names the key the store is under"
+expect_contains "$ERR" "the last store.encrypt or store.rekey record names key $(key_id "$KEY3")" "and the recorded one"
+expect_rc 0 --key-file "$KEY3" rekey --new-key-file "$KEY6"
+expect_eq "$(records)" "$((before + 1))" "the rerun records the rotation"
+expect_eq "$(last_record action) $(detail objects_rewritten) $(detail key_id)" "store.rekey 0 $(key_id "$KEY6")" \
+  "as store.rekey to the new key, with nothing left to rewrite"
+expect_rc 0 audit verify
 
 # Killed after the switch, before the record: audit verify fails naming the
 # change, fsck notes it, and the rerun (nothing left to rewrite) records it.
