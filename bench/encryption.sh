@@ -3,7 +3,7 @@
 # and on an encrypted one (`init --encrypt`), interleaved in one invocation.
 #   import: the generated numeric CSV of import.sh (~$ROWS rows), MB/s;
 #   train:  Fashion-MNIST's MLP (docs/examples/fmnist-mlp.ini), $EPOCHS epochs
-#           (1), $THREADS threads, fp32, checkpoints every 30 s and the model written as
+#           (5), $THREADS threads (2), fp32, checkpoints every 30 s and the model written as
 #           usual: samples/s as the trainer measures it, and the wall time
 #           of the whole command (reading and decrypting the dataset,
 #           writing the encrypted checkpoint and model included).
@@ -12,15 +12,19 @@
 # favours neither. The ratio reported is the median of the rounds' paired
 # ratios (each round's plaintext and encrypted runs were seconds apart),
 # with their range, encrypted over plaintext in throughput (1.00: no cost;
-# below 1: encryption is slower). On a shared machine pin it (taskset -c
-# 0-1) and give RUNS=5 or more; THREADS sets the trainer's threads (2).
+# below 1: encryption is slower). On a shared machine give RUNS=5 or more
+# and THREADS=1: the trainer's threads meet at every step, so with 2 threads
+# on 2 busy cores one descheduled thread stalls the other (measured with 4
+# builds beside it: 7.5k samples/s at 2 threads, 149k at 1, ratios between
+# rounds from 0.35 to 3.8). EPOCHS (5) keeps training, not start-up and
+# dataset loading, the bulk of the train command's wall time.
 set -euo pipefail
 : "${ANNEAL:?}" "${BUILD:?}"
 HERE=$(dirname "$(realpath "$0")")
 ROOT=$(dirname "$HERE")
 RUNS=${RUNS:-5}
 ROWS=${ROWS:-1150000}
-EPOCHS=${EPOCHS:-1}
+EPOCHS=${EPOCHS:-5}
 THREADS=${THREADS:-2}
 PYTHON=${PYTHON:-/usr/bin/python3}
 FMNIST=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}

@@ -121,14 +121,17 @@ void add_crypto_commands(std::vector<Command>& out) {
                  "From then on every command needs the key. Objects are rewritten one at a time, "
                  "each atomically, while imports and gc wait: after a crash the store still reads "
                  "and running encrypt again finishes the job. Catalog metadata (dataset, run and "
-                 "model names, schemas, configs, metrics) stays unencrypted; see docs/STORE.md.",
+                 "model names, schemas, configs, metrics) stays unencrypted; see docs/STORE.md. Once "
+                 "every object is encrypted it appends a store.encrypt audit record (the key's id, "
+                 "never the key or its path).",
                  nullptr, {}, run_encrypt});
   out.push_back({"rekey", "--key-file OLD --new-key-file NEW",
                  "re-encrypt an encrypted store's objects with a new key",
                  "Re-encrypts every object from the key in --key-file (or $ANNEAL_KEY_FILE) to the "
                  "key in --new-key-file, written there when that file does not exist. Run it with "
                  "nothing else using the store. A crash leaves the store refusing other commands "
-                 "until rekey is run again with the same two keys, which finishes it.",
+                 "until rekey is run again with the same two keys, which finishes it. After the "
+                 "switch to the new key it appends a store.rekey audit record (both keys' ids).",
                  [](po::options_description& o) {
                    o.add_options()("new-key-file", po::value<std::string>()->required()->value_name("FILE"),
                                    "the new key (created when FILE does not exist)");
