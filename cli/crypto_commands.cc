@@ -70,7 +70,7 @@ int run_encrypt(const Invocation& inv) {
   bool created = false;
   auto key = key_to_encrypt_with("encrypt", inv.global, created);
   note_created(created, *key);
-  RewriteReport r = encrypt_store(inv.global.store, key);
+  RewriteReport r = encrypt_store(inv.global.store, key, inv.global.access);
   return report(inv, "encrypted", *key, r, created);
 }
 
@@ -90,7 +90,7 @@ int run_rekey(const Invocation& inv) {
     created = true;
   }
   note_created(created, *new_key);
-  RewriteReport r = rekey_store(inv.global.store, old_key, new_key);
+  RewriteReport r = rekey_store(inv.global.store, old_key, new_key, inv.global.access);
   if (!inv.global.json)
     std::cerr << "note: the store now needs the new key; the old key file is no longer needed by it\n";
   return report(inv, "re-encrypted", *new_key, r, created);
@@ -103,7 +103,7 @@ int run_init_encrypted(const Invocation& inv) {
   auto key = key_to_encrypt_with("init --encrypt", inv.global, created_key);
   note_created(created_key, *key);
   const bool created = Store::init(inv.global.store);
-  RewriteReport r = encrypt_store(inv.global.store, key);
+  RewriteReport r = encrypt_store(inv.global.store, key, inv.global.access);
   if (!inv.global.json && r.damaged.empty()) {
     if (created) std::cout << "created store " << inv.global.store.string() << ", encrypted with key " << key->id_hex() << "\n";
     else std::cout << "store at " << inv.global.store.string() << " is encrypted with key " << key->id_hex() << " ("
@@ -122,14 +122,17 @@ void add_crypto_commands(std::vector<Command>& out) {
                  "From then on every command needs the key. Objects are rewritten one at a time, "
                  "each atomically, while imports and gc wait: after a crash the store still reads "
                  "and running encrypt again finishes the job. Catalog metadata (dataset, run and "
-                 "model names, schemas, configs, metrics) stays unencrypted; see docs/STORE.md.",
+                 "model names, schemas, configs, metrics) stays unencrypted; see docs/STORE.md. Once "
+                 "every object is encrypted it appends a store.encrypt audit record (the key's id, "
+                 "never the key or its path).",
                  nullptr, {}, run_encrypt});
   out.push_back({"rekey", "--key-file OLD --new-key-file NEW",
                  "re-encrypt an encrypted store's objects with a new key",
                  "Re-encrypts every object from the key in --key-file (or $ANNEAL_KEY_FILE) to the "
                  "key in --new-key-file, written there when that file does not exist. Run it with "
                  "nothing else using the store. A crash leaves the store refusing other commands "
-                 "until rekey is run again with the same two keys, which finishes it.",
+                 "until rekey is run again with the same two keys, which finishes it. After the "
+                 "switch to the new key it appends a store.rekey audit record (both keys' ids).",
                  [](po::options_description& o) {
                    o.add_options()("new-key-file", po::value<std::string>()->required()->value_name("FILE"),
                                    "the new key (created when FILE does not exist)");

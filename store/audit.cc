@@ -9,6 +9,7 @@
 #include <cctype>
 #include <filesystem>
 
+#include "anneal/encryption.h"
 #include "anneal/error.h"
 #include "anneal/hash.h"
 #include "anneal/store.h"
@@ -76,6 +77,32 @@ std::string shell_word(std::string_view word) {
   std::string out = "'";
   for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
+}
+
+// What the encryption record says that the chain does not (AuditVerdict::
+// unrecorded), given the key check the chain last recorded.
+std::string unrecorded_encryption(const std::filesystem::path& root, const std::string& recorded) {
+  const std::optional<EncryptionRecord> record = read_encryption_record(root);
+  auto id = [](const std::string& check) { return check.substr(0, 16); };
+  const std::string remedy =
+      ": an 'anneal encrypt' ('init --encrypt') or 'anneal rekey' was killed before it recorded its change, or "
+      "ran before anneal recorded them; running it again with the store's key finishes and records it";
+  if (!record) {
+    if (recorded.empty()) return "";
+    return "audit trail: the last store.encrypt or store.rekey record says the store is encrypted with key " +
+           id(recorded) + ", yet " + encryption_record_path(root).string() +
+           " is missing (the store's encryption record was removed without anneal)";
+  }
+  const std::string now = to_hex(record->check);
+  if (recorded == now) return "";
+  // A rotation not yet finished has not changed the key the store is under:
+  // its record comes when it ends.
+  if (record->retiring && recorded == to_hex(*record->retiring)) return "";
+  return "audit trail: the store is encrypted with key " + id(now) + " (" + encryption_record_path(root).string() +
+         "), but " +
+         (recorded.empty() ? std::string("no store.encrypt or store.rekey record says so")
+                           : "the last store.encrypt or store.rekey record names key " + id(recorded)) +
+         remedy;
 }
 
 }  // namespace
@@ -158,6 +185,18 @@ void append_audit(Store& store, std::string_view action, const nlohmann::json& d
   db.prepare("UPDATE audit_head SET count = ?, hash = ? WHERE id = 1").bind(1, r.seq).bind(2, r.hash).run();
 }
 
+std::string recorded_key_check(sql::Database& db) {
+  auto stmt = db.prepare(
+      "SELECT detail FROM audit WHERE action IN ('store.encrypt', 'store.rekey') ORDER BY seq DESC LIMIT 1");
+  if (!stmt.step()) return "";
+  // A detail that does not parse was edited; the chain check names it.
+  const nlohmann::json detail = nlohmann::json::parse(stmt.text(0), nullptr, /*allow_exceptions=*/false);
+  if (!detail.is_object() || !detail.contains("key_check") || !detail["key_check"].is_string()) return "";
+  return detail["key_check"].get<std::string>();
+}
+
+std::string audit_recorded_key_check(Store& store) { return recorded_key_check(store.db()); }
+
 std::vector<AuditRecord> audit_log(Store& store) {
   auto stmt = store.db().prepare(std::string("SELECT ") + kRecordColumns + " FROM audit ORDER BY seq");
   std::vector<AuditRecord> out;
@@ -182,6 +221,7 @@ AuditVerdict verify_audit(Store& store, const std::optional<std::string>& expect
     }
   } end_read{db};
   v.head = read_head(db);
+  v.unrecorded = unrecorded_encryption(store.root(), recorded_key_check(db));
   auto fail = [&](std::optional<std::int64_t> seq, std::string problem) {
     v.bad_seq = seq;
     v.problem = std::move(problem);

@@ -19,4 +19,8 @@ class Store;
 // and writing the new one. Throws kCorrupt when the head row is missing.
 void append_audit(Store& store, std::string_view action, const nlohmann::json& detail);
 
+// The key_check of the last store.encrypt or store.rekey record; empty when
+// there is none (or it names none).
+std::string recorded_key_check(sql::Database& db);
+
 }  // namespace anneal

@@ -331,6 +331,15 @@ Store Store::open(const fs::path& root, const StoreAccess& access) {
   return Store(std::move(impl));
 }
 
+Store Store::open_catalog(const fs::path& root, const StoreAccess& access) {
+  if (!fs::exists(root / "catalog.db"))
+    throw not_found("no anneal store at " + root.string()).with(Remedy::kCreateStore);
+  for (const char* sub : {"objects", "tmp", "locks"}) make_private_dir(root / sub);
+  auto impl = std::make_unique<Impl>(root, /*create=*/false, access);
+  migrate(impl->db, root);
+  return Store(std::move(impl));
+}
+
 const fs::path& Store::root() const { return impl_->root; }
 const StoreAccess& Store::access() const { return impl_->access; }
 const ObjectStore& Store::objects() const { return impl_->objects; }

@@ -65,6 +65,14 @@ struct AuditVerdict {
   std::optional<AuditHead> head;       // as the catalog's head row says; none when it is missing
   std::optional<std::int64_t> bad_seq; // the first bad record, when one is named
   std::string problem;                 // empty when the chain verifies
+  // Empty, or a change the store shows and the chain lacks: STORE/encryption
+  // names another key (or none) than the last store.encrypt or store.rekey
+  // record. The key switch is a file and the record a catalog row, so they
+  // cannot commit together: an encrypt or rekey killed between the two
+  // leaves this, and running it again records it (docs/STORE.md). Not a
+  // damaged chain: ok() does not look at it; `audit verify` fails on it,
+  // fsck lists it as a finding.
+  std::string unrecorded;
   bool ok() const { return problem.empty(); }
 };
 
@@ -74,6 +82,12 @@ struct AuditVerdict {
 // With expect_head (a hash noted earlier, e.g. from `anneal audit verify`),
 // also checks that a record with that hash is still in the chain, which
 // catches a truncation that rewrote the head row too. Reads only.
+// Also compares the store's encryption state with the chain (unrecorded).
 AuditVerdict verify_audit(Store& store, const std::optional<std::string>& expect_head = std::nullopt);
+
+// The key check (64 hex digits) of the key the last store.encrypt or
+// store.rekey record says the store is encrypted with; empty when no such
+// record exists.
+std::string audit_recorded_key_check(Store& store);
 
 }  // namespace anneal

@@ -18,6 +18,8 @@
 
 namespace anneal {
 
+struct StoreAccess;  // anneal/store.h
+
 using KeyId = std::array<std::uint8_t, 8>;
 
 // A key in memory, wiped when destroyed.
@@ -110,10 +112,12 @@ struct RewriteReport {
 };
 // Encrypts a plaintext store (or finishes an interrupted encrypt) with
 // `key`. kFailure when the store is encrypted with another key.
-RewriteReport encrypt_store(const std::filesystem::path& root, std::shared_ptr<const StoreKey> key);
+// The audit record goes in as `access.actor`.
+RewriteReport encrypt_store(const std::filesystem::path& root, std::shared_ptr<const StoreKey> key,
+                            const StoreAccess& access);
 // Re-encrypts an encrypted store from `old_key` to `new_key` (or finishes an
 // interrupted rotation between the same two keys).
 RewriteReport rekey_store(const std::filesystem::path& root, std::shared_ptr<const StoreKey> old_key,
-                          std::shared_ptr<const StoreKey> new_key);
+                          std::shared_ptr<const StoreKey> new_key, const StoreAccess& access);
 
 }  // namespace anneal

@@ -51,6 +51,12 @@ class Store {
   // kNotFound when `root` holds no store; for an encrypted store, the key
   // errors of open_store_keys (anneal/encryption.h) before anything is read.
   static Store open(const std::filesystem::path& root, const StoreAccess& access = StoreAccess{});
+  // Opens the catalog alone, with no key: for what reads or appends to the
+  // catalog and touches no object (audit log and verify, which so need no
+  // key; encrypt and rekey recording their change, as access.actor). In an
+  // encrypted store its objects() reads no encrypted object and writes none
+  // (check_key_current).
+  static Store open_catalog(const std::filesystem::path& root, const StoreAccess& access = StoreAccess{});
 
   ~Store();
   Store(Store&&) noexcept;

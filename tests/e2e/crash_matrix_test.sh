@@ -84,6 +84,14 @@ for point in $points; do
       # with the key (from $ANNEAL_KEY_FILE), the worker's jobs too.
       export ANNEAL_KEY_FILE="$WORK/matrix-0.key"
       cmd=(encrypt) ;;
+    rekey.key-switched)
+      # Killed after the switch to the new key, before its audit record:
+      # the new key opens the store, fsck notes the unrecorded switch, and
+      # the rerun of the same rekey records it.
+      old="$WORK/matrix-$keys.key"
+      keys=$((keys + 1))
+      cmd=(--key-file "$old" rekey --new-key-file "$WORK/matrix-$keys.key")
+      export ANNEAL_KEY_FILE="$WORK/matrix-$keys.key" ;;
     rekey.*)
       # A rotation killed half way leaves the store refused until the same
       # rekey runs again; from then on the new key opens it.
@@ -120,6 +128,10 @@ for point in $points; do
   fi
   run fsck
   [ "$RC" -eq 0 ] && pass || fail "$point: fsck after the kill exited $RC: $OUT $ERR"
+  if [ "$point" = rekey.key-switched ]; then
+    expect_contains "$OUT" "NOTE audit trail: the store is encrypted with key" "$point: fsck notes the unrecorded switch"
+    expect_rc 1 audit verify
+  fi
   lost=$(comm -23 <(printf '%s\n' "$before" | sort) <(durable_rows | sort))
   [ -z "$lost" ] && pass || fail "$point: rows committed before the kill are gone: $lost"
   [ "${cmd[0]}" = worker ] && [ -n "${job:-}" ] && wait_for_lease_expiry "$job"
@@ -130,6 +142,7 @@ for point in $points; do
   fi
   job=""
   expect_rc 0 fsck
+  [[ "$point" == encrypt.* || "$point" == rekey.* ]] && expect_rc 0 audit verify  # the rerun recorded the switch
 done
 echo "crash matrix: $n points"
 

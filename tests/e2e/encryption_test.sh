@@ -6,7 +6,12 @@
 # object files hold no plaintext; the same data imported twice stores no new
 # object; a changed ciphertext byte is BROKEN in fsck; `anneal encrypt` of a
 # plaintext store killed half way still reads and a rerun finishes; `anneal
-# rekey` killed half way is refused until its rerun finishes.
+# rekey` killed half way is refused until its rerun finishes. The audit
+# trail: init --encrypt, encrypt and rekey each append one record (keys
+# elided from its command line, never in it), also when killed between the
+# key switch and the record (the rerun records it; until then audit verify
+# fails and fsck notes it); audit log and verify need no key; fsck of an
+# encrypted store checks the chain.
 . "$E2E_LIB"
 
 one_line() {  # one_line LABEL: stderr is a single line
@@ -194,4 +199,129 @@ expect_rc 0 --key-file "$KEY3" fsck
 expect_contains "$OUT" ": ok" "everything reads with the new key"
 expect_rc 0 --key-file "$KEY3" data export iris -o "$WORK/out3.csv"
 if cmp -s "$WORK/out3.csv" "$TEST_DATA/iris.csv"; then pass; else fail "export after rekey differs"; fi
+# --- the audit trail of init --encrypt, encrypt and rekey ----------------------
+# last_record FIELD: that field of the newest audit record (no key needed).
+last_record() {
+  "$ANNEAL" --json audit log | python3 -c "import json,sys; r=json.load(sys.stdin)['records'][-1]; v=r['$1']; print(json.dumps(v, sort_keys=True) if isinstance(v, dict) else v)"
+}
+records() { "$ANNEAL" --json audit log | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["records"]))'; }
+detail() { last_record detail | python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
+# key_id FILE: the key's id as docs/STORE.md defines it, computed here.
+key_id() {
+  python3 -c 'import hashlib, sys; k = bytes.fromhex(open(sys.argv[1]).read().strip())
+print(hashlib.blake2b(b"anneal key check v1", digest_size=32, key=k).hexdigest()[:16])' "$1"
+}
+# no_secret LABEL: neither a key file's path nor a key is in the catalog.
+no_secret() {
+  local k
+  for k in "$WORK"/keys/*.key; do
+    if grep -qaF -e "$(basename "$k")" -e "$(head -c 64 "$k")" "$ANNEAL_HOME/catalog.db" "$ANNEAL_HOME"/catalog.db-wal 2>/dev/null; then
+      fail "$1: the catalog holds key file $(basename "$k") or its key"
+    else pass; fi
+  done
+}
+unset ANNEAL_KEY_FILE
+
+# The first store: its first record is init --encrypt's; then the rerun of
+# init --encrypt (nothing to do) recorded nothing.
+export ANNEAL_HOME="$WORK/store"
+expect_rc 0 --json audit log
+expect_eq "$(json_get 'j["records"][0]["action"]')" "store.encrypt" "init --encrypt is the first record"
+expect_eq "$(json_get 'j["records"][0]["detail"]["objects_rewritten"]')" "0" "a new store had no object to encrypt"
+expect_eq "$(json_get 'j["records"][0]["command"]')" "anneal init --encrypt --key-file <elided>" \
+  "init --encrypt's command line, its key file elided"
+expect_eq "$(json_get 'sum(r["action"] == "store.encrypt" for r in j["records"])')" "1" \
+  "init --encrypt again with the store's key recorded nothing"
+expect_rc 0 audit verify
+expect_contains "$OUT" "audit chain ok" "audit verify of an encrypted store, without its key"
+# fsck of an encrypted store runs the chain check: an edited record is damage.
+cp "$ANNEAL_HOME/catalog.db" "$WORK/catalog.saved"
+python3 - "$ANNEAL_HOME/catalog.db" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("UPDATE audit SET user = 'mallory' WHERE seq = 1")
+db.commit()
+PY
+expect_rc 1 --key-file "$KEY" fsck
+expect_contains "$OUT$ERR" "audit record 1" "fsck of an encrypted store names the edited audit record"
+expect_rc 1 audit verify
+expect_contains "$ERR" "audit record 1" "and so does audit verify, without the key"
+cp "$WORK/catalog.saved" "$ANNEAL_HOME/catalog.db"
+expect_rc 0 --key-file "$KEY" fsck
+expect_contains "$OUT" ": ok" "fsck of the encrypted store, chain restored"
+
+# The plaintext store of the sections above: its encrypt (killed, then
+# finished) and rekey (killed, then finished) are one record each.
+export ANNEAL_HOME="$WORK/plain"
+expect_rc 0 --json audit log
+expect_eq "$(json_get '[r["action"] for r in j["records"] if r["action"].startswith("store.")]')" \
+  "['store.encrypt', 'store.rekey']" "one record for the encrypt, one for the rekey; the killed runs none"
+expect_eq "$(json_get '[r["detail"]["objects_rewritten"] for r in j["records"] if r["action"].startswith("store.")]')" \
+  "[$((n - 3)), $((n - 2))]" "each names what its run rewrote"
+expect_eq "$(detail key_id)" "$(key_id "$KEY3")" "the rekey record names the new key's id"
+expect_eq "$(detail old_key_id)" "$(key_id "$KEY2")" "and the old one's"
+expect_eq "$(detail key_check)" "$(sed -n 's/^key //p' "$ANNEAL_HOME/encryption")" \
+  "its key check is the one STORE/encryption holds"
+expect_eq "$(last_record command)" "$(basename "$ANNEAL") --key-file <elided> rekey --new-key-file <elided>" \
+  "rekey's command line, both key files elided"
+no_secret "after encrypt and rekey"
+expect_rc 0 audit verify
+expect_rc 0 --key-file "$KEY2" audit verify  # the catalog alone: a key given is not needed, nor checked
+# A rekey killed after its switch to the new key, before its record.
+KEY6="$WORK/keys/sixth.key"
+before=$(records)
+ANNEAL_FAULT="rekey.key-switched=crash" expect_rc 137 --key-file "$KEY3" rekey --new-key-file "$KEY6"
+expect_rc 0 --key-file "$KEY6" data list  # switched: the new key opens the store
+expect_eq "$(records)" "$before" "the killed rekey wrote no record"
+expect_rc 1 audit verify
+expect_contains "$ERR" "encrypted with key $(key_id "$KEY6")" "audit verify names the key the store is under"
+expect_contains "$ERR" "the last store.encrypt or store.rekey record names key $(key_id "$KEY3")" "and the recorded one"
+expect_rc 0 --key-file "$KEY3" rekey --new-key-file "$KEY6"
+expect_eq "$(records)" "$((before + 1))" "the rerun records the rotation"
+expect_eq "$(last_record action) $(detail objects_rewritten) $(detail key_id)" "store.rekey 0 $(key_id "$KEY6")" \
+  "as store.rekey to the new key, with nothing left to rewrite"
+expect_rc 0 audit verify
+
+# Killed after the switch, before the record: audit verify fails naming the
+# change, fsck notes it, and the rerun (nothing left to rewrite) records it.
+export ANNEAL_HOME="$WORK/window"
+expect_rc 0 init
+expect_rc 0 data import iris "$TEST_DATA/iris.csv"
+m=$(count_objects "$ANNEAL_HOME")
+before=$(records)
+KEY4="$WORK/keys/fourth.key"
+ANNEAL_FAULT="encrypt.object-rewritten@$m=crash" expect_rc 137 encrypt --key-file "$KEY4"
+expect_eq "$(versions "$ANNEAL_HOME")" "v2:$m" "killed after its last object: every object is encrypted"
+expect_eq "$(records)" "$before" "and its record is not written"
+expect_rc 1 audit verify
+one_line "unrecorded encrypt"
+expect_contains "$ERR" "no store.encrypt or store.rekey record says so" "audit verify names the unrecorded key switch"
+expect_contains "$ERR" "running it again with the store's key finishes and records it" "and what records it"
+expect_rc 1 --json audit verify
+expect_eq "$(json_get '[j["ok"], j["problem"], j["unrecorded"] is not None]')" "[False, None, True]" \
+  "--json: the chain is intact, the change unrecorded"
+expect_rc 0 --key-file "$KEY4" fsck
+expect_contains "$OUT" "NOTE audit trail: the store is encrypted with key $(key_id "$KEY4")" "fsck notes it"
+expect_rc 0 --key-file "$KEY4" encrypt
+expect_contains "$OUT" "encrypted 0 objects" "the rerun has nothing left to rewrite"
+expect_eq "$(records)" "$((before + 1))" "the rerun records the switch"
+expect_eq "$(last_record action)" "store.encrypt" "as store.encrypt"
+expect_eq "$(detail key_id)" "$(key_id "$KEY4")" "naming the key"
+expect_rc 0 audit verify
+expect_rc 0 --key-file "$KEY4" fsck
+if printf '%s' "$OUT" | grep -q "NOTE audit trail"; then fail "fsck still notes the recorded switch"; else pass; fi
+expect_rc 0 --key-file "$KEY4" encrypt
+expect_eq "$(records)" "$((before + 1))" "a run that changes nothing records nothing"
+
+# init --encrypt of an existing plaintext store, the key by --key-file=FILE.
+export ANNEAL_HOME="$WORK/later"
+expect_rc 0 init
+expect_rc 0 data import iris "$TEST_DATA/iris.csv"
+m=$(count_objects "$ANNEAL_HOME")
+expect_rc 0 init --encrypt "--key-file=$WORK/keys/fifth.key"
+expect_eq "$(last_record action)" "store.encrypt" "init --encrypt of a plaintext store is recorded"
+expect_eq "$(detail objects_rewritten)" "$m" "with the objects it encrypted"
+expect_eq "$(last_record command)" "$(basename "$ANNEAL") init --encrypt --key-file=<elided>" "--key-file=FILE elided too"
+no_secret "after init --encrypt"
+expect_rc 0 audit verify
 finish

@@ -81,6 +81,10 @@ TEST(AuditCommandLine, ElidesTheValuesOfSecretFlagsAndKeys) {
             "anneal x --Password <elided> --api-token=<elided>");
   EXPECT_EQ(audit_command_line({"anneal", "train", "a b.ini", "--set", "encryption.key=abc", "--set", "lr=0.1"}),
             "anneal train 'a b.ini' --set encryption.key=<elided> --set lr=0.1");
+  // rekey's second key file, both spellings.
+  EXPECT_EQ(audit_command_line({"anneal", "--key-file", "/k/old", "rekey", "--new-key-file", "/k/new"}),
+            "anneal --key-file <elided> rekey --new-key-file <elided>");
+  EXPECT_EQ(audit_command_line({"anneal", "rekey", "--new-key-file=/k/new"}), "anneal rekey --new-key-file=<elided>");
   // A path holding '=' is not a KEY=VALUE word.
   EXPECT_EQ(audit_command_line({"anneal", "submit", "/tmp/token=1.ini"}), "anneal submit /tmp/token=1.ini");
   EXPECT_EQ(audit_command_line({"anneal", "jobs", "cancel", "it's"}), "anneal jobs cancel 'it'\\''s'");

@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
+#include "anneal/audit.h"
 #include "anneal/error.h"
 #include "anneal/hash.h"
 #include "anneal/object_store.h"
@@ -208,7 +210,7 @@ TEST_F(KeyFileTest, StoreOpenChecksTheKeyBeforeAnythingElse) {
   const fs::path root = dir_.path() / "store";
   Store::init(root);
   auto key = create_key_file(dir_.path() / "key");
-  encrypt_store(root, key);
+  encrypt_store(root, key, StoreAccess{});
   ::unsetenv("ANNEAL_KEY_FILE");
   ::unsetenv("CREDENTIALS_DIRECTORY");
   try {
@@ -237,13 +239,13 @@ TEST_F(KeyFileTest, RekeyMovesEveryObjectToTheNewKey) {
   const fs::path root = dir_.path() / "store";
   Store::init(root);
   auto old_key = StoreKey::generate();
-  encrypt_store(root, old_key);
+  encrypt_store(root, old_key, StoreAccess{});
   ObjectStore objects(root);
   objects.set_keys(ring_of(old_key));
   std::vector<std::string> ids;
   for (int i = 0; i < 5; ++i) ids.push_back(objects.put("object " + std::to_string(i)));
   auto new_key = StoreKey::generate();
-  RewriteReport r = rekey_store(root, old_key, new_key);
+  RewriteReport r = rekey_store(root, old_key, new_key, StoreAccess{});
   EXPECT_EQ(r.rewritten, 5u);
   EXPECT_TRUE(r.damaged.empty());
   ObjectStore after(root);
@@ -255,10 +257,61 @@ TEST_F(KeyFileTest, RekeyMovesEveryObjectToTheNewKey) {
   EXPECT_EQ(record->check, new_key->check());
   EXPECT_FALSE(record->retiring);
   // Rerun: nothing left to do. The old key as the new one: refused.
-  EXPECT_EQ(rekey_store(root, old_key, new_key).rewritten, 0u);
-  EXPECT_THROW(rekey_store(root, new_key, new_key), Error);
-  EXPECT_THROW(encrypt_store(root, old_key), Error);
+  EXPECT_EQ(rekey_store(root, old_key, new_key, StoreAccess{}).rewritten, 0u);
+  EXPECT_THROW(rekey_store(root, new_key, new_key, StoreAccess{}), Error);
+  EXPECT_THROW(encrypt_store(root, old_key, StoreAccess{}), Error);
 }
 
 }  // namespace
+TEST_F(KeyFileTest, EncryptAndRekeyAreRecordedOnceAndAnUnrecordedSwitchIsNamed) {
+  const fs::path root = dir_.path() / "store";
+  Store::init(root);
+  auto key = StoreKey::generate();
+  auto count = [&](const std::string& action) {
+    Store store = Store::open_catalog(root);
+    std::size_t n = 0;
+    for (const AuditRecord& r : audit_log(store)) n += r.action == action;
+    return n;
+  };
+  encrypt_store(root, key, StoreAccess{});
+  encrypt_store(root, key, StoreAccess{});  // nothing rewritten, the key recorded: nothing to record
+  EXPECT_EQ(count("store.encrypt"), 1u);
+  auto new_key = StoreKey::generate();
+  rekey_store(root, key, new_key, StoreAccess{});
+  rekey_store(root, key, new_key, StoreAccess{});
+  EXPECT_EQ(count("store.rekey"), 1u);
+  {
+    Store store = Store::open_catalog(root);  // no key needed to audit
+    EXPECT_EQ(audit_recorded_key_check(store), to_hex(new_key->check()));
+    const AuditVerdict v = verify_audit(store);
+    EXPECT_TRUE(v.ok()) << v.problem;
+    EXPECT_EQ(v.unrecorded, "");
+    const AuditRecord last = audit_log(store).back();
+    std::array<std::uint8_t, 32> bytes;
+    std::copy_n(new_key->bytes(), bytes.size(), bytes.begin());
+    EXPECT_EQ(last.detail.find(to_hex(bytes)), std::string::npos) << "the key itself is never recorded";
+    EXPECT_NE(last.detail.find("\"old_key_id\":\"" + key->id_hex() + "\""), std::string::npos) << last.detail;
+  }
+  // What a rekey killed between its final switch and its record leaves.
+  auto third = StoreKey::generate();
+  write_encryption_record(root, EncryptionRecord{third->check(), std::nullopt});
+  {
+    Store store = Store::open_catalog(root);
+    const AuditVerdict v = verify_audit(store);
+    EXPECT_TRUE(v.ok()) << "the chain itself is intact";
+    EXPECT_NE(v.unrecorded.find("key " + third->id_hex()), std::string::npos) << v.unrecorded;
+    EXPECT_NE(v.unrecorded.find("names key " + new_key->id_hex()), std::string::npos) << v.unrecorded;
+  }
+  // Mid-rotation (retiring = the recorded key): not yet a change to record.
+  write_encryption_record(root, EncryptionRecord{third->check(), new_key->check()});
+  {
+    Store store = Store::open_catalog(root);
+    EXPECT_EQ(verify_audit(store).unrecorded, "");
+  }
+  rekey_store(root, new_key, third, StoreAccess{});
+  EXPECT_EQ(count("store.rekey"), 2u);
+  Store store = Store::open_catalog(root);
+  EXPECT_EQ(verify_audit(store).unrecorded, "");
+}
+
 }  // namespace anneal
