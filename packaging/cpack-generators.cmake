@@ -2,15 +2,18 @@
 # components make which package. Each package is a component group: anneal
 # is the shared component plus the generator's own (packaging/CMakeLists.txt
 # says which files differ); anneal-cuda, where the plugin was built, is the
-# plugin plus, for the .deb, its copyright and changelog.
+# plugin plus, for the .deb, its copyright and changelog; anneal-mpi, where
+# the MPI plugin was built, likewise.
 list(GET CPACK_INSTALL_CMAKE_PROJECTS 0 _anneal_build_dir)
 if(CPACK_GENERATOR STREQUAL "DEB")
   set(_anneal_own deb)
   set(_anneal_cuda_own cuda_deb)
+  set(_anneal_mpi_own mpi_deb)
   set(CPACK_DEB_COMPONENT_INSTALL ON)
 elseif(CPACK_GENERATOR STREQUAL "RPM")
   set(_anneal_own rpm)
   set(_anneal_cuda_own "")
+  set(_anneal_mpi_own "")
   set(CPACK_RPM_COMPONENT_INSTALL ON)
 else()
   message(FATAL_ERROR "anneal is packaged as DEB and RPM only, not ${CPACK_GENERATOR}")
@@ -27,6 +30,13 @@ if(CPACK_ANNEAL_CUDA_BUILT)
     list(APPEND CPACK_COMPONENTS_ALL ${_c})
     string(TOUPPER ${_c} _c)
     set(CPACK_COMPONENT_${_c}_GROUP cuda)
+  endforeach()
+endif()
+if(CPACK_ANNEAL_MPI_BUILT)
+  foreach(_c mpi ${_anneal_mpi_own})
+    list(APPEND CPACK_COMPONENTS_ALL ${_c})
+    string(TOUPPER ${_c} _c)
+    set(CPACK_COMPONENT_${_c}_GROUP mpi)
   endforeach()
 endif()
 
@@ -57,6 +67,29 @@ if(CPACK_GENERATOR STREQUAL "DEB")
     string(APPEND CPACK_DEBIAN_CUDA_PACKAGE_DEPENDS ", ${CMAKE_MATCH_1}")
     file(REMOVE_RECURSE ${_work})
   endif()
+  if(CPACK_ANNEAL_MPI_BUILT)
+    # The same for the MPI plugin, without --ignore-missing-info: Open MPI is
+    # Debian's (libopenmpi3 provides libmpi.so.40), so dpkg-shlibdeps must
+    # find its package, and a build against an MPI from elsewhere stops here
+    # rather than make a package that depends on nothing of it.
+    file(READ ${CPACK_ANNEAL_MPI_PLUGIN_FILE} _plugin)
+    set(_work ${_anneal_build_dir}/packaging/mpi/shlibdeps)
+    file(REMOVE_RECURSE ${_work})
+    file(WRITE ${_work}/debian/control "")
+    set(_dirs "")
+    foreach(_d IN LISTS CPACK_ANNEAL_MPI_LIBRARY_DIRS)
+      list(APPEND _dirs -l${_d})
+    endforeach()
+    execute_process(COMMAND dpkg-shlibdeps ${_dirs} -O ${_plugin}
+                    WORKING_DIRECTORY ${_work}
+                    OUTPUT_VARIABLE _out ERROR_VARIABLE _err RESULT_VARIABLE _rc
+                    OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(NOT _rc EQUAL 0 OR NOT _out MATCHES "^shlibs:Depends=(.+)$")
+      message(FATAL_ERROR "cpack-generators.cmake: dpkg-shlibdeps on ${_plugin} failed (${_rc}): ${_err}${_out}")
+    endif()
+    string(APPEND CPACK_DEBIAN_MPI_PACKAGE_DEPENDS ", ${CMAKE_MATCH_1}")
+    file(REMOVE_RECURSE ${_work})
+  endif()
 endif()
 
 if(CPACK_GENERATOR STREQUAL "RPM")
@@ -65,9 +98,9 @@ if(CPACK_GENERATOR STREQUAL "RPM")
   # them of the system: their sonames are filtered from the requires rpm
   # derives from the ELF files. The requires they have of glibc stay, and
   # with them the minimum glibc version (libc.so.6(GLIBC_2.x)(64bit)).
-  # anneal-cuda's spec takes the same filter: its plugin is loaded only into
-  # anneal, whose bundled libstdc++ and libgcc_s it then uses; its CUDA
-  # requires stay.
+  # anneal-cuda's and anneal-mpi's specs take the same filter: their plugins
+  # are loaded only into anneal, whose bundled libstdc++ and libgcc_s they
+  # then use; their CUDA and MPI requires stay.
   file(READ ${CPACK_ANNEAL_EXE_FILE} _anneal)
   set(_list ${_anneal_build_dir}/packaging/rpm-bundled)
   execute_process(COMMAND ${CPACK_ANNEAL_CMAKE} -DANNEAL=${_anneal} -DLIST_TO=${_list}

@@ -1,26 +1,41 @@
 #!/bin/bash
 # Checks of the .deb and .rpm packages that `cpack` built (test packaging.cpack):
-# anneal's, and with `cuda` (the CUDA plugin was built) anneal-cuda's.
-#   packages_test.sh lintian|rpmlint|contents|rpm-requires PACKAGE_DIR VERSION cuda|no-cuda
+# anneal's, with `cuda` (the CUDA plugin was built) anneal-cuda's, and with
+# `mpi` (the MPI plugin was built) anneal-mpi's.
+#   packages_test.sh lintian|rpmlint|contents|rpm-requires PACKAGE_DIR VERSION cuda|no-cuda mpi|no-mpi
 set -u
-[ $# -eq 4 ] || { echo "usage: packages_test.sh lintian|rpmlint|contents|rpm-requires PACKAGE_DIR VERSION cuda|no-cuda" >&2; exit 2; }
-check=$1 dir=$2 version=$3 cuda=$4
+usage="usage: packages_test.sh lintian|rpmlint|contents|rpm-requires PACKAGE_DIR VERSION cuda|no-cuda mpi|no-mpi"
+[ $# -eq 5 ] || { echo "$usage" >&2; exit 2; }
+check=$1 dir=$2 version=$3 cuda=$4 mpi=$5
 case $cuda in
   cuda | no-cuda) ;;
   *) echo "packages_test.sh: expected cuda or no-cuda, got '$cuda'" >&2; exit 2 ;;
+esac
+case $mpi in
+  mpi | no-mpi) ;;
+  *) echo "packages_test.sh: expected mpi or no-mpi, got '$mpi'" >&2; exit 2 ;;
 esac
 deb=$dir/anneal_${version}_$(dpkg --print-architecture).deb
 rpm=$dir/anneal-${version}.$(uname -m).rpm
 cuda_deb=$dir/anneal-cuda_${version}_$(dpkg --print-architecture).deb
 cuda_rpm=$dir/anneal-cuda-${version}.$(uname -m).rpm
+mpi_deb=$dir/anneal-mpi_${version}_$(dpkg --print-architecture).deb
+mpi_rpm=$dir/anneal-mpi-${version}.$(uname -m).rpm
 here=$(cd "$(dirname "$0")" && pwd)
 debs=$deb rpms=$rpm
 if [ "$cuda" = cuda ]; then
-  debs="$deb $cuda_deb" rpms="$rpm $cuda_rpm"
+  debs="$debs $cuda_deb" rpms="$rpms $cuda_rpm"
 else
-  # Without the plugin, cpack builds anneal's packages and nothing else.
+  # Without the plugin, cpack builds no package of it.
   for f in "$cuda_deb" "$cuda_rpm"; do
     [ -e "$f" ] && { echo "FAIL: $f was built, but the CUDA plugin was not" >&2; exit 1; }
+  done
+fi
+if [ "$mpi" = mpi ]; then
+  debs="$debs $mpi_deb" rpms="$rpms $mpi_rpm"
+else
+  for f in "$mpi_deb" "$mpi_rpm"; do
+    [ -e "$f" ] && { echo "FAIL: $f was built, but the MPI plugin was not" >&2; exit 1; }
   done
 fi
 for f in $debs $rpms; do
@@ -97,8 +112,27 @@ if [ "$check" = rpm-requires ]; then
       [[ $req =~ $glibc_re ]] || fail "anneal-cuda rpm requires $req, which is neither glibc's, CUDA's nor anneal"
     done <<<"$cuda_requires"
   fi
+  if [ "$mpi" = mpi ]; then
+    # anneal-mpi requires anneal, glibc and Open MPI's libmpi by the soname
+    # the plugin links (the system's Open MPI, which must be the one mpirun
+    # is: packaging/CMakeLists.txt), and nothing else: not the C++ runtime
+    # (anneal's bundled one), not Open MPI's other libraries.
+    mpi_requires=$(rpm -qpR "$mpi_rpm" 2>/dev/null) || { echo "FAIL: rpm -qpR $mpi_rpm failed" >&2; exit 1; }
+    echo "rpm -qpR $(basename "$mpi_rpm"):"
+    sed 's/^/  /' <<<"$mpi_requires"
+    grep -qx 'libmpi\.so\.[0-9]*()(64bit)' <<<"$mpi_requires" || fail "anneal-mpi rpm does not require libmpi by soname"
+    grep -qx "anneal = $version-[0-9]*" <<<"$mpi_requires" || fail "anneal-mpi rpm does not require anneal = $version"
+    while read -r req; do
+      case $req in
+        rpmlib\(*\)* | "rtld(GNU_HASH)" | "anneal = $version-"*) continue ;;
+        libmpi.so.[0-9]*"()(64bit)") continue ;;
+      esac
+      [[ $req =~ $glibc_re ]] || fail "anneal-mpi rpm requires $req, which is neither glibc's, libmpi nor anneal"
+    done <<<"$mpi_requires"
+  fi
   [ "$failures" -eq 0 ] || exit 1
   echo "rpm requires: glibc $newest and nothing but glibc"
+  [ "$mpi" = mpi ] && echo "anneal-mpi rpm requires: anneal, glibc and $(grep -o '^libmpi[^(]*' <<<"$mpi_requires")"
   exit 0
 fi
 
@@ -184,6 +218,18 @@ grep "^/usr/lib/anneal" <<<"$rpm_files" | grep -Ev "^/usr/lib/anneal(/private(/[
 grep -Eiq "$cuda_re" <<<"$depends" && fail "deb depends on CUDA: $depends"
 grep -Ei "$cuda_re" <<<"$requires" && fail "rpm requires CUDA"
 
+# Nothing of MPI in anneal's packages either: a single server installs
+# anneal without Open MPI. Neither executable links an MPI library, the
+# rpm bundles none, and neither package depends on one.
+mpi_re='(^|[^a-z])(lib)?(mpi|open-rte|open-pal|openmpi|mpich)([^a-z]|$)'
+for exe in "$work/deb/usr/bin/anneal" "$work/rpm/usr/bin/anneal"; do
+  readelf -d "$exe" | grep NEEDED | grep -Ei "$mpi_re" && fail "${exe#"$work"/} links an MPI library"
+done
+grep -Ei "libmpi|mpich|open-rte|open-pal|/usr/lib/anneal/libanneal-mpi" <<<"$deb_files
+$rpm_files" && fail "anneal's packages hold an MPI file"
+grep -Eiq "$mpi_re" <<<"$depends" && fail "deb depends on MPI: $depends"
+grep -Ei "$mpi_re" <<<"$requires" && fail "rpm requires MPI"
+
 if [ "$cuda" = cuda ]; then
   plugin=/usr/lib/anneal/libanneal-cuda.so
   ops=/usr/lib/anneal/libanneal-cuda-ops.so  # the backend the plugin loads
@@ -247,6 +293,56 @@ if [ "$cuda" = cuda ]; then
     esac
     grep -qF "$pkg" <<<"$cuda_depends" || fail "anneal-cuda deb has no Depends for $lib ($pkg...): $cuda_depends"
   done
+fi
+
+if [ "$mpi" = mpi ]; then
+  plugin=/usr/lib/anneal/libanneal-mpi.so
+  # Exactly the plugin, and for Debian its copyright and changelog.
+  mpi_deb_files=$(dpkg-deb -c "$mpi_deb" | awk '$1 !~ /^d/ {print $6}' | sed 's|^\.||' | sort)
+  expected=$(printf '%s\n' "$plugin" /usr/share/doc/anneal-mpi/changelog.gz /usr/share/doc/anneal-mpi/copyright | sort)
+  [ "$mpi_deb_files" = "$expected" ] || fail "anneal-mpi deb holds $(oneline "$mpi_deb_files"), not $(oneline "$expected")"
+  mpi_rpm_files=$(rpm -qlp "$mpi_rpm" 2>/dev/null | sort)
+  expected=$(printf '%s\n' /usr/lib/anneal "$plugin" | sort)
+  [ "$mpi_rpm_files" = "$expected" ] || fail "anneal-mpi rpm holds $(oneline "$mpi_rpm_files"), not $(oneline "$expected")"
+
+  [ "$(dpkg-deb -f "$mpi_deb" Version)" = "$version" ] || fail "anneal-mpi deb version is not $version"
+  [ "$(rpm -qp --qf '%{VERSION}' "$mpi_rpm" 2>/dev/null)" = "$version" ] || fail "anneal-mpi rpm version is not $version"
+  [ -z "$(rpm -qp --scripts "$mpi_rpm" 2>/dev/null)" ] || fail "anneal-mpi rpm has scriptlets"
+  dpkg-deb -e "$mpi_deb" "$work/mpi-control"
+  for s in preinst postinst prerm postrm; do
+    [ -e "$work/mpi-control/$s" ] && fail "anneal-mpi deb has a $s (the plugin needs no ldconfig, no user)"
+  done
+
+  dpkg-deb -x "$mpi_deb" "$work/mpi"
+  so=$work/mpi$plugin
+  file "$so" | grep -q ", stripped" || fail "anneal-mpi deb's plugin is not stripped"
+  readelf -d "$so" | grep -Eq "\((RPATH|RUNPATH)\)" && fail "anneal-mpi deb's plugin has an RPATH or RUNPATH"
+  mpi_depends=$(dpkg-deb -f "$mpi_deb" Depends)
+  mpi_requires=$(rpm -qpR "$mpi_rpm" 2>/dev/null)
+  grep -qF "anneal (= $version)" <<<"$mpi_depends" || fail "anneal-mpi deb does not depend on anneal (= $version): $mpi_depends"
+  grep -qx "anneal = $version-[0-9]*" <<<"$mpi_requires" || fail "anneal-mpi rpm does not require anneal = $version"
+
+  # Every library the plugin links is a dependency of both packages: by
+  # soname for rpm, by the Debian package that provides it (from
+  # dpkg-shlibdeps) for the .deb.
+  needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort -u)
+  grep -q "^libmpi\.so\.[0-9]" <<<"$needed" || fail "the MPI plugin does not link libmpi.so.* (needed: $(oneline "$needed"))"
+  for lib in $needed; do
+    case $lib in
+      libstdc++.so.* | libgcc_s.so.*)
+        grep -q "^$lib(" <<<"$mpi_requires" && fail "anneal-mpi rpm requires $lib, which anneal's rpm bundles" ;;
+      *) grep -qxF "$lib()(64bit)" <<<"$mpi_requires" || fail "anneal-mpi rpm does not require $lib()(64bit)" ;;
+    esac
+    case $lib in
+      libmpi.so.*) pkg=libopenmpi ;;
+      libc.so.6 | libm.so.6) pkg=libc6 ;;
+      libstdc++.so.6) pkg=libstdc++6 ;;
+      libgcc_s.so.1) pkg=libgcc-s1 ;;
+      *) fail "the MPI plugin links $lib, which no Depends of anneal-mpi deb stands for"; continue ;;
+    esac
+    grep -qF "$pkg" <<<"$mpi_depends" || fail "anneal-mpi deb has no Depends for $lib ($pkg...): $mpi_depends"
+  done
+  grep -Eiq "$cuda_re" <<<"$mpi_depends$mpi_requires" && fail "anneal-mpi depends on CUDA"
 fi
 
 if [ "$failures" -ne 0 ]; then exit 1; fi
