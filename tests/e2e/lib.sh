@@ -118,6 +118,22 @@ PY
   sleep "$left"
 }
 
+# require_mpi [plugin]: skips the test (77), saying why, where Open MPI's
+# mpirun is missing or, with "plugin", where anneal was built without its
+# MPI plugin. MPIRUN: mpirun as the MPI tests start it (several ranks on
+# this machine, as root if need be, over shared memory and TCP).
+MPIRUN="mpirun --oversubscribe --allow-run-as-root --mca btl self,vader,tcp"
+require_mpi() {
+  if ! command -v mpirun > /dev/null; then
+    echo "SKIP: no mpirun here"
+    exit 77
+  fi
+  if [ "${1:-}" = plugin ] && [ ! -e "$(dirname "$ANNEAL")/libanneal-mpi.so" ]; then
+    echo "SKIP: anneal was built without its MPI plugin (libanneal-mpi.so)"
+    exit 77
+  fi
+}
+
 # iris_config FILE NAME [LINE...]: a small iris MLP config (a second of
 # training, one thread, fixed seed) with LINEs ("key = value") appended.
 iris_config() {

@@ -6,15 +6,7 @@
 # queue nothing. Skipped (77) where mpirun or the MPI plugin is missing.
 . "$E2E_LIB"
 
-if ! command -v mpirun > /dev/null; then
-  echo "SKIP: no mpirun here"
-  exit 77
-fi
-if [ ! -e "$(dirname "$ANNEAL")/libanneal-mpi.so" ]; then
-  echo "SKIP: anneal was built without its MPI plugin (libanneal-mpi.so)"
-  exit 77
-fi
-MPIRUN="mpirun --oversubscribe --allow-run-as-root --mca btl self,vader,tcp"
+require_mpi plugin
 
 expect_rc 0 init
 expect_rc 0 data import digits "$TEST_DATA/digits.csv"

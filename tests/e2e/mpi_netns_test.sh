@@ -12,14 +12,7 @@
 # or mpirun or the MPI plugin is missing.
 . "$E2E_LIB"
 
-if ! command -v mpirun > /dev/null; then
-  echo "SKIP: no mpirun here"
-  exit 77
-fi
-if [ ! -e "$(dirname "$ANNEAL")/libanneal-mpi.so" ]; then
-  echo "SKIP: anneal was built without its MPI plugin (libanneal-mpi.so)"
-  exit 77
-fi
+require_mpi plugin
 # Names unique to this run: tests may run side by side.
 tag=$(( $$ % 100000 ))
 subnet="10.214.$(( $$ % 250 ))"
@@ -69,7 +62,7 @@ net_mpi() {
     --mca oob_tcp_if_include "$subnet.0/24" --mca btl self,tcp --mca btl_tcp_if_include "$subnet.0/24" \
     -x ANNEAL_HOME "$@"
 }
-local_mpi() { mpirun --oversubscribe --allow-run-as-root --mca btl self,vader,tcp -x ANNEAL_HOME "$@"; }
+local_mpi() { $MPIRUN -x ANNEAL_HOME "$@"; }
 
 expect_rc 0 init
 expect_rc 0 data import digits "$TEST_DATA/digits.csv"

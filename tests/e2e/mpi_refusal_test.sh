@@ -6,11 +6,8 @@
 # Open MPI's mpirun is not installed.
 . "$E2E_LIB"
 
-if ! command -v mpirun > /dev/null; then
-  echo "SKIP: no mpirun here"
-  exit 77
-fi
-mpi() { mpirun --oversubscribe --allow-run-as-root --mca btl self,vader,tcp "$@"; }
+require_mpi
+mpi() { $MPIRUN "$@"; }
 
 mpi -np 2 "$ANNEAL" init > "$WORK/out" 2> "$WORK/err"
 expect_eq "$?" "2" "two ranks: exit 2"

@@ -17,15 +17,8 @@
 # Skipped (77) where mpirun or the MPI plugin is missing.
 . "$E2E_LIB"
 
-if ! command -v mpirun > /dev/null; then
-  echo "SKIP: no mpirun here"
-  exit 77
-fi
-if [ ! -e "$(dirname "$ANNEAL")/libanneal-mpi.so" ]; then
-  echo "SKIP: anneal was built without its MPI plugin (libanneal-mpi.so)"
-  exit 77
-fi
-mpi() { mpirun --oversubscribe --allow-run-as-root --mca btl self,vader,tcp -x ANNEAL_HOME "$@"; }
+require_mpi plugin
+mpi() { $MPIRUN -x ANNEAL_HOME "$@"; }
 # mpi_run N ARGS...: anneal on N ranks, as run() does it (OUT, ERR, RC).
 mpi_run() {
   local n=$1
