@@ -44,28 +44,35 @@ if(CPACK_GENERATOR STREQUAL "DEB")
   # CPackDeb puts this line before every package's description; each group
   # has its own first line in CPACK_DEBIAN_<GROUP>_DESCRIPTION instead.
   unset(CPACK_PACKAGE_DESCRIPTION_SUMMARY)
+  # plugin_depends(PLUGIN WORK DIRS FLAGS OUT): the Depends dpkg-shlibdeps
+  # computes for a plugin library, appended to OUT. The plugins are not part
+  # of anneal's own build tree as dpkg-shlibdeps sees one, so each runs in a
+  # scratch debian/ directory.
+  function(plugin_depends plugin work dirs flags out)
+    file(REMOVE_RECURSE ${work})
+    file(WRITE ${work}/debian/control "")
+    set(_args ${flags})
+    foreach(_d IN LISTS dirs)
+      list(APPEND _args -l${_d})
+    endforeach()
+    execute_process(COMMAND dpkg-shlibdeps ${_args} -O ${plugin}
+                    WORKING_DIRECTORY ${work}
+                    OUTPUT_VARIABLE _out ERROR_VARIABLE _err RESULT_VARIABLE _rc
+                    OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(NOT _rc EQUAL 0 OR NOT _out MATCHES "^shlibs:Depends=(.+)$")
+      message(FATAL_ERROR "cpack-generators.cmake: dpkg-shlibdeps on ${plugin} failed (${_rc}): ${_err}${_out}")
+    endif()
+    file(REMOVE_RECURSE ${work})
+    set(${out} "${${out}}, ${CMAKE_MATCH_1}" PARENT_SCOPE)
+  endfunction()
   if(CPACK_ANNEAL_CUDA_BUILT)
     # libc6, libstdc++6 and libgcc-s1 of the plugin, as dpkg-shlibdeps
     # computes them for anneal. It finds no package for the CUDA libraries
     # (they come from outside Debian's archive: --ignore-missing-info, as
     # CPack passes it), whose packages packaging/CMakeLists.txt names.
     file(READ ${CPACK_ANNEAL_CUDA_PLUGIN_FILE} _plugin)
-    set(_work ${_anneal_build_dir}/packaging/cuda/shlibdeps)
-    file(REMOVE_RECURSE ${_work})
-    file(WRITE ${_work}/debian/control "")
-    set(_dirs "")
-    foreach(_d IN LISTS CPACK_ANNEAL_CUDA_LIBRARY_DIRS)
-      list(APPEND _dirs -l${_d})
-    endforeach()
-    execute_process(COMMAND dpkg-shlibdeps --ignore-missing-info ${_dirs} -O ${_plugin}
-                    WORKING_DIRECTORY ${_work}
-                    OUTPUT_VARIABLE _out ERROR_VARIABLE _err RESULT_VARIABLE _rc
-                    OUTPUT_STRIP_TRAILING_WHITESPACE)
-    if(NOT _rc EQUAL 0 OR NOT _out MATCHES "^shlibs:Depends=(.+)$")
-      message(FATAL_ERROR "cpack-generators.cmake: dpkg-shlibdeps on ${_plugin} failed (${_rc}): ${_err}${_out}")
-    endif()
-    string(APPEND CPACK_DEBIAN_CUDA_PACKAGE_DEPENDS ", ${CMAKE_MATCH_1}")
-    file(REMOVE_RECURSE ${_work})
+    plugin_depends(${_plugin} ${_anneal_build_dir}/packaging/cuda/shlibdeps "${CPACK_ANNEAL_CUDA_LIBRARY_DIRS}"
+                   --ignore-missing-info CPACK_DEBIAN_CUDA_PACKAGE_DEPENDS)
   endif()
   if(CPACK_ANNEAL_MPI_BUILT)
     # The same for the MPI plugin, without --ignore-missing-info: Open MPI is
@@ -73,22 +80,8 @@ if(CPACK_GENERATOR STREQUAL "DEB")
     # find its package, and a build against an MPI from elsewhere stops here
     # rather than make a package that depends on nothing of it.
     file(READ ${CPACK_ANNEAL_MPI_PLUGIN_FILE} _plugin)
-    set(_work ${_anneal_build_dir}/packaging/mpi/shlibdeps)
-    file(REMOVE_RECURSE ${_work})
-    file(WRITE ${_work}/debian/control "")
-    set(_dirs "")
-    foreach(_d IN LISTS CPACK_ANNEAL_MPI_LIBRARY_DIRS)
-      list(APPEND _dirs -l${_d})
-    endforeach()
-    execute_process(COMMAND dpkg-shlibdeps ${_dirs} -O ${_plugin}
-                    WORKING_DIRECTORY ${_work}
-                    OUTPUT_VARIABLE _out ERROR_VARIABLE _err RESULT_VARIABLE _rc
-                    OUTPUT_STRIP_TRAILING_WHITESPACE)
-    if(NOT _rc EQUAL 0 OR NOT _out MATCHES "^shlibs:Depends=(.+)$")
-      message(FATAL_ERROR "cpack-generators.cmake: dpkg-shlibdeps on ${_plugin} failed (${_rc}): ${_err}${_out}")
-    endif()
-    string(APPEND CPACK_DEBIAN_MPI_PACKAGE_DEPENDS ", ${CMAKE_MATCH_1}")
-    file(REMOVE_RECURSE ${_work})
+    plugin_depends(${_plugin} ${_anneal_build_dir}/packaging/mpi/shlibdeps "${CPACK_ANNEAL_MPI_LIBRARY_DIRS}" ""
+                   CPACK_DEBIAN_MPI_PACKAGE_DEPENDS)
   endif()
 endif()
 
