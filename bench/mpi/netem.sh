@@ -49,25 +49,15 @@ subnet="10.215.$(($$ % 250))"
 bridge="anbb$tag"
 ns1="anneal-bench-$tag-1"
 ns2="anneal-bench-$tag-2"
+. "$HERE/../../tests/e2e/two_hosts.sh"
 cleanup() {
-  ip netns del "$ns1" 2> /dev/null || true
-  ip netns del "$ns2" 2> /dev/null || true
-  ip link del "$bridge" 2> /dev/null || true
+  two_hosts_down "anneal-bench-$tag" "$bridge"
   rm -rf "$work"
 }
 trap cleanup EXIT
 ip netns add "$ns1" 2> "$work/err" || skip "cannot create a network namespace (root or CAP_NET_ADMIN): $(cat "$work/err")"
-setup() {
-  ip netns add "$ns2" &&
-    ip link add "$bridge" type bridge && ip addr add "$subnet.254/24" dev "$bridge" && ip link set "$bridge" up &&
-    for i in 1 2; do
-      ns="anneal-bench-$tag-$i"
-      ip link add "abv$tag$i" type veth peer name "abp$tag$i" && ip link set "abp$tag$i" netns "$ns" &&
-        ip link set "abv$tag$i" master "$bridge" up && ip -n "$ns" addr add "$subnet.$i/24" dev "abp$tag$i" &&
-        ip -n "$ns" link set "abp$tag$i" up && ip -n "$ns" link set lo up || return 1
-    done
-}
-setup 2> "$work/err" || skip "cannot join network namespaces by veth pairs: $(cat "$work/err")"
+two_hosts_up "anneal-bench-$tag" "$bridge" "$subnet" "ab$tag" 2> "$work/err" ||
+  skip "cannot join network namespaces by veth pairs: $(cat "$work/err")"
 # The shaper: netem's rate where the kernel has sch_netem; else a token
 # bucket (tbf), which limits the rate as well but lets a full bucket out at
 # line speed: its bucket is kept at 32 kB, under 4% of the smaller model's
@@ -83,8 +73,8 @@ shaper() {  # NS DEV RATE
 }
 limit() {  # RATE: each namespace's egress at RATE, or unlimited
   for i in 1 2; do
-    ip netns exec "anneal-bench-$tag-$i" tc qdisc del dev "abp$tag$i" root 2> /dev/null || true
-    [ "$1" = unlimited ] || shaper "anneal-bench-$tag-$i" "abp$tag$i" "$1" || return 1
+    ip netns exec "anneal-bench-$tag-$i" tc qdisc del dev "ab${tag}p$i" root 2> /dev/null || true
+    [ "$1" = unlimited ] || shaper "anneal-bench-$tag-$i" "ab${tag}p$i" "$1" || return 1
   done
 }
 shaper=netem
@@ -120,7 +110,7 @@ tcp_exchange() {  # BYTES -> ms
   ip netns exec "$ns2" "$PYTHON" "$HERE/tcp_exchange.py" connect "$subnet.1" "$1"
   wait "$server"
 }
-tx_bytes() { ip netns exec "$ns2" cat "/sys/class/net/abp${tag}2/statistics/tx_bytes"; }
+tx_bytes() { ip netns exec "$ns2" cat "/sys/class/net/ab${tag}p2/statistics/tx_bytes"; }
 
 echo "$title"
 echo "(shaper: tc $shaper; best of $ROUNDS rounds each; the model, bench/mpi/model.py: t_comm = 2(N-1)/N x G x 8 / rate"

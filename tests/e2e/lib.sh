@@ -134,6 +134,19 @@ require_mpi() {
   fi
 }
 
+# digits_mpi_config FILE NAME [LINE...]: the digits MLP the MPI tests train
+# on several ranks (a global batch of 50, one thread a rank, no baseline
+# model) with LINEs ("key = value", epochs among them) appended.
+digits_mpi_config() {
+  local file=$1 name=$2
+  shift 2
+  {
+    printf 'name = %s\ndataset = digits\nlayers = dense(32) relu dense(10)\n' "$name"
+    printf 'lr = 0.003\nbatch = 50\nseed = 5\nthreads = 1\nbaseline = false\n'
+    [ "$#" -gt 0 ] && printf '%s\n' "$@"
+  } > "$file"
+}
+
 # iris_config FILE NAME [LINE...]: a small iris MLP config (a second of
 # training, one thread, fixed seed) with LINEs ("key = value") appended.
 iris_config() {

@@ -10,17 +10,7 @@ require_mpi plugin
 
 expect_rc 0 init
 expect_rc 0 data import digits "$TEST_DATA/digits.csv"
-cat > "$WORK/d.ini" <<'INI'
-name     = digits-job
-dataset  = digits
-layers   = dense(32) relu dense(10)
-lr       = 0.003
-batch    = 50
-epochs   = 2
-seed     = 5
-threads  = 1
-baseline = false
-INI
+digits_mpi_config "$WORK/d.ini" digits-job "epochs = 2"
 
 # Bad requests: one line, exit 2, nothing queued.
 before=$(catalog_dump | sha256sum)

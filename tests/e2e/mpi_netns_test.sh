@@ -19,10 +19,9 @@ subnet="10.214.$(( $$ % 250 ))"
 bridge="anbr$tag"
 ns1="anneal-$tag-1"
 ns2="anneal-$tag-2"
+. "$(dirname "$E2E_LIB")/two_hosts.sh"
 cleanup() {
-  ip netns del "$ns1" 2> /dev/null
-  ip netns del "$ns2" 2> /dev/null
-  ip link del "$bridge" 2> /dev/null
+  two_hosts_down "anneal-$tag" "$bridge"
   rm -rf "$WORK"
 }
 if ! command -v ip > /dev/null || ! command -v unshare > /dev/null || ! ip netns add "$ns1" 2> "$WORK/netns-err"; then
@@ -30,17 +29,7 @@ if ! command -v ip > /dev/null || ! command -v unshare > /dev/null || ! ip netns
   exit 77
 fi
 trap cleanup EXIT
-setup() {
-  ip netns add "$ns2" &&
-    ip link add "$bridge" type bridge && ip addr add "$subnet.254/24" dev "$bridge" && ip link set "$bridge" up &&
-    for i in 1 2; do
-      ns="anneal-$tag-$i"
-      ip link add "anv$tag$i" type veth peer name "anp$tag$i" && ip link set "anp$tag$i" netns "$ns" &&
-        ip link set "anv$tag$i" master "$bridge" up && ip -n "$ns" addr add "$subnet.$i/24" dev "anp$tag$i" &&
-        ip -n "$ns" link set "anp$tag$i" up && ip -n "$ns" link set lo up || return 1
-    done
-}
-if ! setup 2> "$WORK/setup-err"; then
+if ! two_hosts_up "anneal-$tag" "$bridge" "$subnet" "an$tag" 2> "$WORK/setup-err"; then
   echo "SKIP: cannot join network namespaces by veth pairs here: $(cat "$WORK/setup-err")"
   exit 77
 fi
@@ -66,24 +55,14 @@ local_mpi() { $MPIRUN -x ANNEAL_HOME "$@"; }
 
 expect_rc 0 init
 expect_rc 0 data import digits "$TEST_DATA/digits.csv"
-cat > "$WORK/d.ini" <<'INI'
-name     = digits-net
-dataset  = digits
-layers   = dense(32) relu dense(10)
-lr       = 0.003
-batch    = 50
-epochs   = 2
-seed     = 5
-threads  = 1
-baseline = false
-INI
+digits_mpi_config "$WORK/d.ini" digits-net "epochs = 2"
 
 local_mpi -np 2 "$ANNEAL" --json train "$WORK/d.ini" > "$WORK/out" 2> "$WORK/err"
 expect_eq "$?" "0" "two ranks on this host: $(cat "$WORK/err")"
 OUT=$(cat "$WORK/out")
 local_hash=$(json_get 'j["weights_hash"]')
 
-tx_bytes() { ip netns exec "$ns2" cat "/sys/class/net/anp${tag}2/statistics/tx_bytes"; }
+tx_bytes() { ip netns exec "$ns2" cat "/sys/class/net/an${tag}p2/statistics/tx_bytes"; }
 before=$(tx_bytes)
 net_mpi -np 2 "$ANNEAL" --json train "$WORK/d.ini" > "$WORK/out" 2> "$WORK/err"
 expect_eq "$?" "0" "two ranks in two namespaces: $(cat "$WORK/err")"

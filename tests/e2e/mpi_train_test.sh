@@ -39,18 +39,7 @@ lineage() { "$ANNEAL" --json model show "$1" | python3 -c "import json,sys; l=js
 
 expect_rc 0 init
 expect_rc 0 data import digits "$TEST_DATA/digits.csv"
-cat > "$WORK/d.ini" <<'INI'
-name     = digits-mpi
-dataset  = digits
-layers   = dense(32) relu dense(10)
-lr       = 0.003
-batch    = 50
-epochs   = 3
-seed     = 5
-threads  = 1
-baseline = false
-checkpoint_every = 20
-INI
+digits_mpi_config "$WORK/d.ini" digits-mpi "epochs = 3" "checkpoint_every = 20"
 
 # One process: the reference.
 expect_rc 0 --json train "$WORK/d.ini"
