@@ -25,7 +25,7 @@ run() {  # RANKS MODEL STEPS -> "samples/s comm_share"
 }
 echo "== data-parallel scaling, 2 ranks x 1 thread against 1 rank x 1 thread (medians of $ROUNDS rounds)"
 printf '%-5s %14s %14s %11s %16s\n' model "1 rank samp/s" "2 ranks samp/s" efficiency "comm share (2)"
-for model in mlp cnn; do
+for model in ${MODELS:-mlp cnn}; do
   steps=200
   [ "$model" = cnn ] && steps=40
   rounds=""

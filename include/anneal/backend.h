@@ -393,6 +393,21 @@ class Backend : public MemoryAllocator {
   // addressable by the host (the CPU backend), else null: lets a batch
   // pipeline gather straight into it instead of staging and copying.
   virtual float* host_view(Tensor& t) = 0;
+  // The tensor's storage as host floats in whatever layout it has (blocked
+  // layouts included, their padding zero), with a description of that
+  // layout that two processes compute equal exactly when they order the
+  // storage alike; empty (null data) when t is not fp32 or the host cannot
+  // address it (every tensor of the CUDA backend). For element-wise work
+  // that needs no particular order, only the same one everywhere: the sum
+  // of gradients across ranks, done in place without a copy to plain
+  // floats and back. Valid until t is reshaped; writing through it must be
+  // followed by t.mark_modified().
+  struct StorageView {
+    float* data = nullptr;
+    std::size_t elements = 0;  // storage bytes / 4, padding included
+    std::string layout;
+  };
+  virtual StorageView storage_view(Tensor& t) = 0;
 
   // dst (N, F) = src (N, ...) read in row-major order: the flatten of an
   // image batch for layers that need flat input. dst is plain, src's dtype;

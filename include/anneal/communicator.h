@@ -18,9 +18,9 @@
 // Overlap: start_allreduce_sum / progress / wait are the same sum started
 // without blocking, so a caller can send gradients while it computes the
 // next ones (the Trainer's buckets). The plugin sends the chunks with
-// MPI_Isend/MPI_Irecv, adds them in rank order when they have all arrived,
-// and sends the summed chunk back the same way: the bits are those of
-// allreduce_sum whatever the timing. MPI moves non-blocking transfers only
+// MPI_Isend/MPI_Irecv straight from the caller's memory, adds them in rank
+// order when they have all arrived, and sends the summed chunk back the
+// same way: the bits are those of allreduce_sum whatever the timing. MPI moves non-blocking transfers only
 // inside MPI calls (Open MPI has no progress thread), so the caller calls
 // progress() between pieces of its work.
 //
@@ -54,8 +54,12 @@ class Communicator {
   virtual void allreduce_sum(std::span<double> values) = 0;
 
   // The same sum as allreduce_sum, bit for bit, started without waiting:
-  // `values` is read now and must stay alive, unread by the caller, until
-  // wait(request) has written the sum into it. Every rank starts the same
+  // the plugin works in `values` itself (sends from it, adds into it,
+  // receives the sums into it; no copy), so it must stay alive, neither
+  // read nor written by the caller, until wait(request) returns with the
+  // sum in it. A caller that gives up on a started sum (an error) must end
+  // the job with abort() before that memory is freed or reused, since MPI
+  // may still move data there in its next call. Every rank starts the same
   // sums (the same counts) in the same order and waits for each of them,
   // in the order started. progress() lets the started sums move on (and
   // adds the chunks that have arrived); it never blocks. Errors: kFailure

@@ -586,6 +586,45 @@ TEST_P(BackendConformance, HostViewIsNullOrAliasesAPlainF32Tensor) {
   }
 }
 
+// storage_view: the whole fp32 storage in the tensor's own layout, for
+// element-wise work done in place (gradients summed across ranks). Doubling
+// every stored float doubles every element whatever the layout (padding
+// stays zero), and the description tells layouts apart.
+TEST_P(BackendConformance, StorageViewIsEmptyOrTheWholeStorageInItsLayout) {
+  const Dims dims{3, 16, 3, 5};
+  const HostTensor v = randn(std::size_t(dims.product()), 19);
+  Tensor t;
+  be().shape_like(t, conv_output_like(dims, DType::kF32), DType::kF32);
+  upload(t, v);
+  const Backend::StorageView view = be().storage_view(t);
+  if (view.data == nullptr) {
+    EXPECT_EQ(view.elements, 0u);
+    EXPECT_TRUE(view.layout.empty());
+    GTEST_SKIP() << "no host-addressable storage on this backend";
+  }
+  EXPECT_EQ(view.elements * sizeof(float), t.bytes());
+  EXPECT_FALSE(view.layout.empty());
+  for (std::size_t i = 0; i < view.elements; ++i) view.data[i] *= 2.0f;
+  t.mark_modified();
+  HostTensor doubled = v;
+  for (float& x : doubled) x *= 2.0f;
+  expect_same_bits("every element doubled through the view", read(t), doubled);
+
+  Tensor same;
+  be().shape_like(same, t, DType::kF32);
+  EXPECT_EQ(be().storage_view(same).layout, view.layout) << "one layout, two descriptions";
+  Tensor flat = plain(dims, v);
+  if (!t.layout()->is_plain()) {
+    EXPECT_NE(be().storage_view(flat).layout, view.layout) << "a blocked and a plain layout described alike";
+  }
+  Tensor reshaped = plain(Dims{3, 16, 15}, v);
+  EXPECT_NE(be().storage_view(flat).layout, be().storage_view(reshaped).layout) << "other dims described alike";
+  if (caps().bf16) {
+    Tensor b = plain(dims, v, DType::kBF16);
+    EXPECT_EQ(be().storage_view(b).data, nullptr) << "a bf16 tensor has no fp32 storage view";
+  }
+}
+
 TEST_P(BackendConformance, FillZeroZeroesEveryElement) {
   for (DType dt : precisions()) {
     SCOPED_TRACE(dtype_trace(dt));

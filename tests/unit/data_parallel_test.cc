@@ -197,7 +197,11 @@ TEST_F(DataParallel, BucketsOfAnySizeTrainTheOneBufferBits) {
   for (const std::int64_t accum : {1, 3}) {
     SCOPED_TRACE("grad_accum = " + std::to_string(accum));
     std::string one_buffer;
-    for (const std::size_t bytes : {~std::size_t{0}, std::size_t{1}, TrainerConfig::kDefaultAllreduceBucketBytes}) {
+    // One buffer; a bucket per parameter (each summed in place); 256 bytes,
+    // so that the 8 x 32 first weight (1 KiB) is summed in place between
+    // buckets of small gradients copied out and back; the default.
+    for (const std::size_t bytes :
+         {~std::size_t{0}, std::size_t{1}, std::size_t{256}, TrainerConfig::kDefaultAllreduceBucketBytes}) {
       TrainerConfig c = config();
       c.grad_accum = accum;
       c.epochs = 2;
@@ -220,6 +224,14 @@ TEST_F(DataParallel, BucketsOfAnySizeTrainTheOneBufferBits) {
   }
 }
 
+// Keeps the notes a trainer reports.
+class RecordingReporter final : public Reporter {
+ public:
+  void note(std::string_view message) override { text += std::string(message) + "\n"; }
+  void progress(std::string_view, std::uint64_t, std::uint64_t) override {}
+  std::string text;
+};
+
 // Records the trainer's calls to the communicator (passing them on).
 class RecordingCommunicator final : public Communicator {
  public:
@@ -231,11 +243,15 @@ class RecordingCommunicator final : public Communicator {
   void allreduce_sum(std::span<double> v) override { calls += 'D', inner_.allreduce_sum(v); }
   SumRequest start_allreduce_sum(std::span<float> v) override {
     calls += 'S';
+    started.push_back(v.data());
     return inner_.start_allreduce_sum(v);
   }
   void progress() override { calls += 'p', inner_.progress(); }
   void wait(SumRequest r) override { calls += 'W', inner_.wait(r); }
-  void broadcast(std::span<std::byte> b, int root) override { inner_.broadcast(b, root); }
+  void broadcast(std::span<std::byte> b, int root) override {
+    inner_.broadcast(b, root);
+    if (garble_broadcasts && b.size() > 8 && inner_.rank() != root) b[b.size() - 1] ^= std::byte{1};
+  }
   void barrier() override { inner_.barrier(); }
   void send(std::span<const std::byte> b, int to) override { inner_.send(b, to); }
   std::vector<std::byte> receive(int from) override { return inner_.receive(from); }
@@ -244,6 +260,8 @@ class RecordingCommunicator final : public Communicator {
     std::abort();
   }
   std::string calls;  // S start, p progress, W wait, A / D blocking sums
+  std::vector<const float*> started;  // where each started sum's values lie
+  bool garble_broadcasts = false;      // flip a bit of what ranks other than the root receive (not sizes: over 8 bytes)
 
  private:
   Communicator& inner_;
@@ -264,13 +282,53 @@ TEST_F(DataParallel, BucketsStartWhileBackwardRuns) {
   c.allreduce_bucket_bytes = 1;  // a bucket per parameter
   Trainer t(c, *backend_, source_, nullptr, reporter_, &recording);
   t.train(1);  // the first step: every rank has rows of it
-  EXPECT_EQ(recording.calls, "SSpSSpSSp" "p" "WWWWWW");
+  // D: the one check, before the first step, that the ranks lay the
+  // gradients out alike.
+  EXPECT_EQ(recording.calls, "D" "SSpSSpSSp" "p" "WWWWWW");
+  // Each bucket holds one parameter, which the CPU backend lets the sum
+  // run on where it lies, in its own layout: the started values are the
+  // gradients' own storage, last parameter first, not a copy.
+  const std::vector<Parameter*>& params = t.network().parameters();
+  ASSERT_EQ(recording.started.size(), params.size());
+  for (std::size_t k = 0; k < params.size(); ++k)
+    EXPECT_EQ(recording.started[k], backend_->storage_view(params[params.size() - 1 - k]->grad).data)
+        << "sum " << k << " is not summed in its gradient's storage";
   recording.calls.clear();
+  recording.started.clear();
 
   c.allreduce_bucket_bytes = ~std::size_t{0};  // one bucket, after the whole backward pass
   Trainer one(c, *backend_, source_, nullptr, reporter_, &recording);
   one.train(1);
-  EXPECT_EQ(recording.calls, "ppSp" "p" "W");
+  EXPECT_EQ(recording.calls, "D" "ppSp" "p" "W");
+}
+
+// Ranks on different processors may lay gradients out differently; then
+// none is summed in place (elements of one rank's layout would be added to
+// other elements of another's), but as plain floats, to the same bits. A
+// rank that receives another description of rank 0's layouts than its own
+// (here, a flipped bit) stands for such a rank: every rank must then agree
+// to copy, or they would send sums of different sizes.
+TEST_F(DataParallel, RanksThatLayOutGradientsDifferentlySumPlainCopies) {
+  if (comm_->size() == 1) GTEST_SKIP() << "one rank sums nothing";
+  TrainerConfig c = config();
+  c.allreduce_bucket_bytes = 1;  // every parameter alone, so in place where the layouts agree
+  Trainer agreeing(c, *backend_, source_, nullptr, reporter_, comm_.get());
+  agreeing.train();
+
+  RecordingCommunicator recording(*comm_);
+  recording.garble_broadcasts = true;
+  RecordingReporter notes;
+  Trainer t(c, *backend_, source_, nullptr, notes, &recording);
+  t.train(1);  // the ranks compare layouts before the first step
+  recording.garble_broadcasts = false;
+  t.train();
+  EXPECT_EQ(t.weights_hash(), agreeing.weights_hash()) << "the plain copies are not the in-place bits";
+  const std::vector<Parameter*>& params = t.network().parameters();
+  ASSERT_FALSE(recording.started.empty());
+  for (const float* values : recording.started)
+    for (Parameter* p : params)
+      EXPECT_NE(values, backend_->storage_view(p->grad).data) << p->name << " was summed in place all the same";
+  EXPECT_NE(notes.text.find("lay out gradients differently"), std::string::npos) << notes.text;
 }
 
 }  // namespace

@@ -208,6 +208,11 @@ class CpuBackend final : public Backend {
     return static_cast<float*>(t.data());
   }
 
+  StorageView storage_view(Tensor& t) override {
+    if (t.empty() || t.dtype() != DType::kF32) return {};
+    return {static_cast<float*>(t.data()), t.bytes() / sizeof(float), layout_string(md_of(t))};
+  }
+
   void flatten(const Tensor& src, Tensor& dst) override {
     const Dims flat{src.batch(), src.elements() / std::max<std::int64_t>(src.batch(), 1)};
     const MemDesc& src_md = md_of(src);

@@ -66,6 +66,28 @@ std::string md_string(const MemDesc& md) {
   return s;
 }
 
+std::string layout_string(const MemDesc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  auto list = [](const dnnl_dim_t* v, int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) {
+      if (i) s += ',';
+      s += std::to_string(v[i]);
+    }
+    return s;
+  };
+  std::string s = "dims=" + list(d.dims, d.ndims) + " padded=" + list(d.padded_dims, d.ndims) +
+                  " padded_offsets=" + list(d.padded_offsets, d.ndims) + " offset0=" + std::to_string(d.offset0) +
+                  " type=" + std::to_string(int(d.data_type)) + " format=" + std::to_string(int(d.format_kind));
+  if (d.format_kind == dnnl_blocked) {
+    const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+    s += " strides=" + list(b.strides, d.ndims) + " blocks=" + list(b.inner_blks, b.inner_nblks) +
+         " block_dims=" + list(b.inner_idxs, b.inner_nblks);
+  }
+  // Extra flags (compensations of int8 weights) change the storage too.
+  return s + " extra=" + std::to_string(int(d.extra.flags));
+}
+
 CpuLayout::CpuLayout(MemDesc md) : md_(std::move(md)) {
   std::vector<std::int64_t> d(md_.data.dims, md_.data.dims + md_.data.ndims);
   plain_ = md_.data.ndims >= 1 && md_.data.ndims <= 5 &&

@@ -33,6 +33,11 @@ MemDesc with_dtype(const MemDesc& md, DType dtype);
 MemDesc with_batch(const MemDesc& md, std::int64_t n);
 // A oneDNN descriptor in a short human form, for error messages.
 std::string md_string(const MemDesc& md);
+// Everything that places a oneDNN descriptor's elements in storage (dims,
+// padding, offset, data type, strides and inner blocks), as text: equal
+// for two descriptors, in any two processes, exactly when they lay the
+// elements out alike.
+std::string layout_string(const MemDesc& md);
 
 // A TensorLayout that is a oneDNN memory descriptor.
 class CpuLayout final : public TensorLayout {

@@ -196,6 +196,7 @@ class CudaBackend final : public Backend {
     check(cudaStreamSynchronize(ctx_.stream), "copy to the host");
   }
   float* host_view(Tensor&) override { return nullptr; }
+  StorageView storage_view(Tensor&) override { return {}; }  // device memory: the host cannot address it
 
   void flatten(const Tensor& src, Tensor& dst) override {
     const Dims flat{src.batch(), src.elements() / std::max<std::int64_t>(src.batch(), 1)};

@@ -13,6 +13,9 @@
 // j (MPI_Alltoall: data movement only), where they are added in rank order,
 // then gathers the summed chunks back to every rank (MPI_Allgather). MPI
 // adds nothing itself, so its choice of algorithm cannot change a bit.
+// Started sums (start_allreduce_sum) make the same moves with MPI_Isend and
+// MPI_Irecv, in the caller's memory and buffers kept from sum to sum, so a
+// training step's gradients are neither copied nor freshly allocated.
 #include <mpi.h>
 #include <unistd.h>
 
@@ -79,7 +82,9 @@ class MpiCommunicator final : public Communicator {
   ~MpiCommunicator() override {
     // Sums still pending here were abandoned by an error (every rank waits
     // for all it starts): MPI may still write into their buffers, so they
-    // are left allocated rather than freed under it.
+    // are left allocated rather than freed under it. (It may also still
+    // write into the caller's values: an error ends the job, as
+    // communicator.h says, before that memory is reused.)
     for (auto& sum : pending_) (void)sum.release();
     int finalized = 0;
     if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Comm_free(&comm_);
@@ -117,16 +122,15 @@ class MpiCommunicator final : public Communicator {
     if (size_ > 1 && !values.empty()) {
       const std::size_t n = values.size(), ranks = std::size_t(size_);
       sum->chunk = (n + ranks - 1) / ranks;
-      sum->sent.assign(values.begin(), values.end());
-      sum->parts.resize(sum->chunk * ranks);
-      sum->result.resize(n);
+      sum->parts = take_buffer(sum->chunk * ranks);
+      sum->peers.resize(ranks);
       const int tag = sum_tag(sum->id);
       for (int r = 0; r < size_; ++r) {
         if (r == rank_) continue;
-        receive_async(sum->parts.data() + std::size_t(r) * sum->chunk, count_of(*sum, rank_), r, tag,
+        Peer& peer = sum->peers[std::size_t(r)];
+        receive_async(sum->parts.data.get() + std::size_t(r) * sum->chunk, count_of(*sum, rank_), r, tag,
                       sum->scatter_receives);
-        send_async(sum->sent.data() + first_of(*sum, r), count_of(*sum, r), r, tag, sum->others);
-        receive_async(sum->result.data() + first_of(*sum, r), count_of(*sum, r), r, tag + 1, sum->others);
+        send_async(values.data() + first_of(*sum, r), count_of(*sum, r), r, tag, peer.chunk_sends);
       }
     } else {
       sum->summed = true;  // one rank, or nothing to add
@@ -137,15 +141,22 @@ class MpiCommunicator final : public Communicator {
 
   void progress() override {
     for (auto& sum : pending_) {
-      int done = 0;
       if (!sum->summed) {
+        int done = 0;
         check(MPI_Testall(int(sum->scatter_receives.size()), sum->scatter_receives.data(), &done,
                           MPI_STATUSES_IGNORE),
               "MPI_Testall");
         if (done) add_up(*sum);
-      } else {
-        check(MPI_Testall(int(sum->others.size()), sum->others.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
       }
+      for (int r = 0; r < size_ && !sum->peers.empty(); ++r) {
+        Peer& peer = sum->peers[std::size_t(r)];
+        if (r == rank_ || peer.receiving_sum) continue;
+        int sent = 0;
+        check(MPI_Testall(int(peer.chunk_sends.size()), peer.chunk_sends.data(), &sent, MPI_STATUSES_IGNORE),
+              "MPI_Testall");
+        if (sent) receive_sum(*sum, r);
+      }
+      check_all(sum->others, "MPI_Testall");
     }
   }
 
@@ -163,8 +174,14 @@ class MpiCommunicator final : public Communicator {
       add_up(sum);
     }
     PendingSum& sum = **it;
+    for (int r = 0; r < size_ && !sum.peers.empty(); ++r) {
+      Peer& peer = sum.peers[std::size_t(r)];
+      if (r == rank_ || peer.receiving_sum) continue;
+      check(MPI_Waitall(int(peer.chunk_sends.size()), peer.chunk_sends.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+      receive_sum(sum, r);
+    }
     check(MPI_Waitall(int(sum.others.size()), sum.others.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
-    if (!sum.result.empty()) std::copy(sum.result.begin(), sum.result.end(), sum.values.begin());
+    give_back(std::move(sum.parts));
     pending_.erase(it);
   }
 
@@ -232,16 +249,46 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  // One started sum; see the top of the file.
+  // A buffer of floats, left uninitialized (it is always written before it
+  // is read), kept for the next sum instead of freed: a training step sums
+  // the same sizes every time, and a fresh megabyte buffer per step costs
+  // its page faults and zeroing all over again.
+  struct Buffer {
+    std::unique_ptr<float[]> data;
+    std::size_t capacity = 0;
+  };
+  Buffer take_buffer(std::size_t elements) {
+    const auto fits = std::find_if(spare_.begin(), spare_.end(), [&](const Buffer& b) { return b.capacity >= elements; });
+    if (fits == spare_.end()) return Buffer{std::unique_ptr<float[]>(new float[elements]), elements};
+    Buffer out = std::move(*fits);
+    spare_.erase(fits);
+    return out;
+  }
+  void give_back(Buffer buffer) {
+    if (buffer.data && spare_.size() < kMaxSpareBuffers) spare_.push_back(std::move(buffer));
+  }
+
+  // What a started sum exchanges with one peer: its chunk of the values,
+  // sent from the caller's values, and the peer's summed chunk, received
+  // into the same place once that send is done (MPI forbids receiving into
+  // a buffer a pending send still reads).
+  struct Peer {
+    std::vector<MPI_Request> chunk_sends;  // values' chunk of this peer, to it
+    bool receiving_sum = false;            // its summed chunk's receive is posted (in others)
+  };
+
+  // One started sum; see the top of the file. Everything happens in the
+  // caller's values: this rank's chunk is added in place and sent from
+  // there, the peers' chunks are sent from there and their sums received
+  // into them.
   struct PendingSum {
     SumRequest id = 0;
-    std::span<float> values;       // the caller's, written by wait()
+    std::span<float> values;       // the caller's, summed in place by wait()
     std::size_t chunk = 0;         // elements of each rank's chunk (the last ones may be short or empty)
-    std::vector<float> sent;       // a copy of values, which the peers' chunks are sent from
-    std::vector<float> parts;      // ranks x chunk: each rank's values of this rank's chunk
-    std::vector<float> result;     // the sums: this rank's chunk added here, the others received
+    Buffer parts;                  // ranks x chunk: each peer's values of this rank's chunk
+    std::vector<Peer> peers;       // by rank (this rank's entry unused)
     std::vector<MPI_Request> scatter_receives;  // this rank's chunk, from each peer
-    std::vector<MPI_Request> others;            // every send, and the summed chunks' receives
+    std::vector<MPI_Request> others;            // the summed chunk's sends, and the peers' sums' receives
     bool summed = false;           // this rank's chunk added and sent to the peers
   };
 
@@ -274,21 +321,42 @@ class MpiCommunicator final : public Communicator {
   }
 
   // Every rank's values of this rank's chunk have arrived: adds them in
-  // rank order (allreduce_sum's additions, so the same bits) and sends the
-  // sums to every peer.
+  // rank order (allreduce_sum's additions, so the same bits) into this
+  // rank's chunk of the values, and sends the sums to every peer. The sums
+  // go through a small block on the stack because this rank's own values
+  // are one of the addends: element by element the order is r = 0, 1, ...
+  // as in allreduce_sum, but the loops run over a block so they vectorize.
   void add_up(PendingSum& sum) {
     const std::size_t first = first_of(sum, rank_), count = count_of(sum, rank_);
+    float* own = sum.values.data() + first;
     std::vector<const float*> part(static_cast<std::size_t>(size_));
     for (int r = 0; r < size_; ++r)
-      part[std::size_t(r)] = r == rank_ ? sum.sent.data() + first : sum.parts.data() + std::size_t(r) * sum.chunk;
-    for (std::size_t i = 0; i < count; ++i) {
-      float total = part[0][i];
-      for (std::size_t r = 1; r < part.size(); ++r) total += part[r][i];
-      sum.result[first + i] = total;
+      part[std::size_t(r)] = r == rank_ ? own : sum.parts.data.get() + std::size_t(r) * sum.chunk;
+    constexpr std::size_t kBlock = 1024;
+    float block[kBlock];
+    for (std::size_t at = 0; at < count; at += kBlock) {
+      const std::size_t n = std::min(kBlock, count - at);
+      std::copy(part[0] + at, part[0] + at + n, block);
+      for (std::size_t r = 1; r < part.size(); ++r) {
+        const float* p = part[r] + at;
+        for (std::size_t i = 0; i < n; ++i) block[i] += p[i];
+      }
+      std::copy(block, block + n, own + at);
     }
     for (int r = 0; r < size_; ++r)
-      if (r != rank_) send_async(sum.result.data() + first, count, r, sum_tag(sum.id) + 1, sum.others);
+      if (r != rank_) send_async(own, count, r, sum_tag(sum.id) + 1, sum.others);
     sum.summed = true;
+  }
+
+  // The peer's chunk of the values has gone: its sum may be received there.
+  void receive_sum(PendingSum& sum, int r) {
+    receive_async(sum.values.data() + first_of(sum, r), count_of(sum, r), r, sum_tag(sum.id) + 1, sum.others);
+    sum.peers[std::size_t(r)].receiving_sum = true;
+  }
+
+  void check_all(std::vector<MPI_Request>& requests, const char* call) {
+    int done = 0;
+    check(MPI_Testall(int(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE), call);
   }
 
   void check_peer(int peer, const char* what) const {
@@ -299,8 +367,10 @@ class MpiCommunicator final : public Communicator {
 
   static constexpr int kTag = 17;  // point-to-point messages (collectives use none)
   static constexpr int kSumTags = 1024;  // started sums' messages: kSumTags .. + 2·kMaxPendingSums − 1
+  static constexpr std::size_t kMaxSpareBuffers = 8;
   SumRequest next_sum_ = 0;
   std::vector<std::unique_ptr<PendingSum>> pending_;  // in the order started
+  std::vector<Buffer> spare_;                         // buffers of sums done, for the next ones
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
 };
