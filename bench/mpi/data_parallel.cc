@@ -8,9 +8,9 @@
 // backward pass, so the overlap can be measured against none.
 //
 // Every rank reads Fashion-MNIST's training images itself and standardizes
-// them as anneal does (the rank-0 data service of `mpirun anneal train` is
-// not built yet, so this times the training step alone: each rank's share
-// of the batch, and the gradient all-reduce). Each rank trains the MLP or
+// them as anneal does, so this times the training step alone: each rank's
+// share of the batch, and the gradient all-reduce, without the rank-0 data
+// service of `mpirun anneal train` (which scaling.sh measures as well). Each rank trains the MLP or
 // CNN of docs/examples (Adam, batch 128, seed 1) on the CPU backend with
 // one thread for STEPS optimizer steps, with the MPI communicator. Rank 0
 // prints the global samples per second over the steps (between barriers)

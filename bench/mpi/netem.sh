@@ -96,8 +96,10 @@ one_rank() {  # MODEL STEPS -> samples/s
   ANNEAL_PLUGIN_DIR="$plugin_dir" mpirun -np 1 --allow-run-as-root --mca btl self \
     "$driver" "$1" "$2" "$FMNIST" | awk '{print $1}'
 }
+# Unbound: each namespace's daemon sees a host of its own and would bind
+# its one rank to core 0, so both ranks would share one core.
 two_hosts() {  # MODEL STEPS -> "samples/s comm_share"
-  mpirun -np 2 --allow-run-as-root --hostfile "$work/hostfile" --mca plm_rsh_agent "$work/agent.sh" \
+  mpirun -np 2 --allow-run-as-root --bind-to none --hostfile "$work/hostfile" --mca plm_rsh_agent "$work/agent.sh" \
     --mca oob_tcp_if_include "$subnet.0/24" --mca btl self,tcp --mca btl_tcp_if_include "$subnet.0/24" \
     -x ANNEAL_PLUGIN_DIR="$plugin_dir" "$driver" "$1" "$2" "$FMNIST"
 }

@@ -1,36 +1,48 @@
 #!/bin/bash
-# Scale-out benchmark (MPI issue), where the MPI plugin is built: the
-# data-parallel training step of the Fashion-MNIST MLP and CNN (Adam, batch
-# 128, CPU backend at 1 thread per rank) on 2 ranks against 1, on this
-# machine, through bench/mpi/data_parallel.cc: every rank reads the data
-# itself, so this is the step alone (each rank's share of the batch and the
-# gradient all-reduce), not yet `mpirun anneal train`, whose rank-0 data
-# service is still to come. Prints samples/s, the scaling efficiency
-# (samples/s on 2 ranks over twice 1 rank's; goal for the CNN: at least
-# 0.9) and the share of the 2-rank step spent in the communicator (waiting
-# for the other rank included), medians of $ROUNDS rounds.
+# Scale-out benchmark (MPI issue), where the MPI plugin is built: 2 ranks x 1
+# thread against 1 rank x 1 thread on this machine, Fashion-MNIST, the MLP
+# and CNN of docs/examples (Adam, batch 128). Two measurements, medians of
+# $ROUNDS rounds, the ratio taken within each round:
+#
+#  1. The training step alone, through bench/mpi/data_parallel.cc: every
+#     rank reads the data itself, so this is each rank's share of the batch
+#     and the gradient all-reduce. Prints samples/s, the scaling efficiency
+#     (samples/s on 2 ranks over twice 1 rank's; goal for the CNN: at least
+#     0.9) and the share of the 2-rank step spent in the communicator's
+#     calls (waiting for the other rank included).
+#  2. What a user runs: `mpirun -np N anneal train` for one epoch against a
+#     store, rank 0 reading every batch from it and sending rank 1 its rows.
+#     Prints the samples/s anneal reports, the efficiency, and the test
+#     accuracy on each side (the same run up to the order of additions).
+#
+# MODELS picks the models (default "mlp cnn").
 set -euo pipefail
 : "${ANNEAL:?}" "${BUILD:?}"
+HERE=$(dirname "$(realpath "$0")")
+ROOT=$(dirname "$(dirname "$HERE")")
 ROUNDS=${ROUNDS:-3}
-FMNIST=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
-PYTHON=${PYTHON:-/usr/bin/python3}
+MODELS=${MODELS:-mlp cnn}
 driver="$BUILD/bench/anneal-data-parallel"
 if [ ! -x "$driver" ] || ! command -v mpirun > /dev/null; then
   echo "== data-parallel scaling: skipped (the MPI plugin or mpirun is not here)"
   exit 0
 fi
-run() {  # RANKS MODEL STEPS -> "samples/s comm_share"
-  ANNEAL_PLUGIN_DIR="$(dirname "$ANNEAL")" mpirun -np "$1" --oversubscribe --allow-run-as-root \
-    --mca btl self,vader,tcp "$driver" "$2" "$3" "$FMNIST"
+. "$ROOT/bench/lib.sh"
+mpi() {  # RANKS COMMAND...
+  local ranks=$1
+  shift
+  ANNEAL_PLUGIN_DIR="$(dirname "$ANNEAL")" mpirun -np "$ranks" --oversubscribe --allow-run-as-root \
+    --mca btl self,vader,tcp "$@"
 }
-echo "== data-parallel scaling, 2 ranks x 1 thread against 1 rank x 1 thread (medians of $ROUNDS rounds)"
+
+echo "== data-parallel scaling: the training step, 2 ranks x 1 thread against 1 rank x 1 thread (medians of $ROUNDS rounds)"
 printf '%-5s %14s %14s %11s %16s\n' model "1 rank samp/s" "2 ranks samp/s" efficiency "comm share (2)"
-for model in ${MODELS:-mlp cnn}; do
-  steps=200
-  [ "$model" = cnn ] && steps=40
+for model in $MODELS; do
+  steps=1000  # a second or more per run, so that one hiccup of the machine weighs little
+  [ "$model" = cnn ] && steps=150
   rounds=""
   for ((r = 0; r < ROUNDS; r++)); do
-    rounds+="$(run 1 "$model" "$steps") $(run 2 "$model" "$steps")"$'\n'
+    rounds+="$(mpi 1 "$driver" "$model" "$steps" "$FMNIST") $(mpi 2 "$driver" "$model" "$steps" "$FMNIST")"$'\n'
   done
   printf '%s' "$rounds" | "$PYTHON" -c "
 import statistics as st, sys
@@ -38,4 +50,25 @@ rows = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
 one, two, comm = st.median(r[0] for r in rows), st.median(r[2] for r in rows), st.median(r[3] for r in rows)
 eff = st.median(r[2] / (2 * r[0]) for r in rows)
 print('%-5s %14.0f %14.0f %11.2f %15.1f%%' % ('$model', one, two, eff, 100 * comm))"
+done
+
+import_fmnist
+echo "== data-parallel scaling: mpirun -np N anneal train, one epoch from the store (medians of $ROUNDS rounds)"
+printf '%-5s %14s %14s %11s %12s %12s\n' model "1 rank samp/s" "2 ranks samp/s" efficiency "test acc (1)" "test acc (2)"
+train() {  # RANKS MODEL -> "samples_per_s test_accuracy"
+  mpi "$1" "$ANNEAL" --json train "$ROOT/docs/examples/fmnist-$2.ini" --set threads=1 --set epochs=1 \
+    --set validation=0 --set checkpoint_every=0 2> /dev/null |
+    "$PYTHON" -c "import json, sys; j = json.load(sys.stdin); print(j['samples_per_s'], j['metrics']['test_accuracy'])"
+}
+for model in $MODELS; do
+  rounds=""
+  for ((r = 0; r < ROUNDS; r++)); do
+    rounds+="$(train 1 "$model") $(train 2 "$model")"$'\n'
+  done
+  printf '%s' "$rounds" | "$PYTHON" -c "
+import statistics as st, sys
+rows = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
+one, two = st.median(r[0] for r in rows), st.median(r[2] for r in rows)
+eff = st.median(r[2] / (2 * r[0]) for r in rows)
+print('%-5s %14.0f %14.0f %11.2f %12.4f %12.4f' % ('$model', one, two, eff, rows[0][1], rows[0][3]))"
 done

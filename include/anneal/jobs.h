@@ -57,9 +57,10 @@ struct WorkerOptions {
   // argv that runs one job in a child, the job label ("job-7") appended:
   // {"/usr/bin/anneal", "--store", ROOT, "job-exec"}.
   std::vector<std::string> job_command;
-  // How a job of several ranks is started: this argv, then "-np N",
-  // "--hostfile FILE" when the job has one, "-x ANNEAL_JOB_CLAIM" (the
-  // claim reaches rank 0 on any host), and job_command with the label.
+  // How a job of several ranks is started: this argv, then "--bind-to
+  // none" (unless it has a --bind-to: the local ranks keep the job's CPUs),
+  // "-np N", "--hostfile FILE" when the job has one, "-x ANNEAL_JOB_CLAIM"
+  // (the claim reaches rank 0 on any host), and job_command with the label.
   std::vector<std::string> mpirun = {"mpirun"};
   std::int64_t cores = 1;      // cores all running jobs share
   std::int64_t max_jobs = 0;   // jobs at once; 0: as many as the cores allow

@@ -349,6 +349,13 @@ class Worker {
     std::vector<std::string> args;
     if (ranks) {
       args = options_.mpirun;
+      // Open MPI binds rank r to core r of its own choosing, ignoring the
+      // CPUs it was started on, so a job's ranks would leave its cores for
+      // another job's (or for each other's, across jobs). Unbound, the
+      // local ranks inherit the job's CPUs below. Unless the operator's
+      // ANNEAL_MPIRUN says how to bind.
+      if (std::find(args.begin(), args.end(), "--bind-to") == args.end())
+        args.insert(args.end(), {"--bind-to", "none"});
       args.insert(args.end(), {"-np", std::to_string(job.spec.ranks)});
       if (!job.spec.hostfile.empty()) args.insert(args.end(), {"--hostfile", job.spec.hostfile});
       args.insert(args.end(), {"-x", "ANNEAL_JOB_CLAIM"});

@@ -44,4 +44,30 @@ job_run=$(json_get 'j["run"]')
 expect_eq "$("$ANNEAL" --json runs show "$job_run" | python3 -c 'import json,sys; print(json.load(sys.stdin)["summary"]["weights_hash"])')" \
   "$by_hand" "the job's weights are those of mpirun -np 2 anneal train"
 expect_contains "$("$ANNEAL" jobs logs "$job")" "training on 2 ranks" "the job's log shows the ranks"
+
+# The ranks keep to the CPU the worker gave the job. mpirun binds rank r to
+# core r of its own choosing unless told otherwise, whatever CPUs it was
+# started on; the worker tells it not to bind, so both ranks inherit the
+# job's CPU. The worker runs on the last CPU this test may use (the job
+# gets that one); rank 1 pauses at its first checkpoint while the test
+# reads the CPU lists of both ranks, every thread.
+use_fault_build
+fault_fifos
+cpu=$(python3 -c 'import os; print(max(os.sched_getaffinity(0)))')
+expect_rc 0 --json submit "$WORK/d.ini" --ranks 2 --cores 1
+pinned=$(json_get 'j["id"]')
+ANNEAL_MPIRUN="$MPIRUN" ANNEAL_FAULT='train.rank-1.checkpointed=pause' taskset -c "$cpu" \
+  "$ANNEAL" worker --cores 1 --drain > "$WORK/pinned.log" 2>&1 &
+wpid=$!
+reached=$(fault_reached) || fail "rank 1 never reached its checkpoint: $(cat "$WORK/pinned.log")"
+rank1=${reached##* }
+launcher=$(ps -o ppid= -p "$rank1" | tr -d ' ')
+ranks_cpus=$(for pid in $(pgrep -P "$launcher"); do cat /proc/"$pid"/task/*/status; done 2> /dev/null |
+  awk '/^Cpus_allowed_list/ {print $2}' | sort -u)
+expect_eq "$(pgrep -P "$launcher" | wc -l)" "2" "mpirun started both ranks here"
+expect_eq "$ranks_cpus" "$cpu" "every thread of both ranks runs on the job's CPU $cpu"
+fault_resume
+wait "$wpid"
+expect_eq "$?" "0" "the worker drains: $(cat "$WORK/pinned.log")"
+expect_eq "$(job_field "$pinned" state)" "succeeded" "the confined job succeeded: $("$ANNEAL" jobs logs "$pinned")"
 finish

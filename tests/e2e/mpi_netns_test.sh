@@ -45,9 +45,10 @@ SH
 chmod +x "$WORK/agent.sh"
 printf '%s slots=1\n%s slots=1\n' "$ns1" "$ns2" > "$WORK/hostfile"
 # Daemons and ranks on the namespaces' subnet only: no shared memory
-# (vader) between the "hosts", no loopback shortcut.
+# (vader) between the "hosts", no loopback shortcut. Unbound: each "host"'s
+# daemon would bind its one rank to core 0, both ranks to the same core.
 net_mpi() {
-  mpirun --allow-run-as-root --hostfile "$WORK/hostfile" --mca plm_rsh_agent "$WORK/agent.sh" \
+  mpirun --allow-run-as-root --bind-to none --hostfile "$WORK/hostfile" --mca plm_rsh_agent "$WORK/agent.sh" \
     --mca oob_tcp_if_include "$subnet.0/24" --mca btl self,tcp --mca btl_tcp_if_include "$subnet.0/24" \
     -x ANNEAL_HOME "$@"
 }
