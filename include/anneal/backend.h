@@ -463,10 +463,14 @@ class Backend : public MemoryAllocator {
   // Inverted dropout: y = x·mask/(1 − p), mask ~ Bernoulli(1 − p) drawn from a
   // counter-based generator keyed by (seed, stream), so the mask is a pure
   // function of the key: backward recomputes it, resume reproduces it.
-  virtual void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed,
-                               std::uint64_t stream) = 0;
-  virtual void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed,
-                                std::uint64_t stream) = 0;
+  // x's samples (its first dim) are samples first_sample, first_sample + 1,
+  // ... of a larger batch: each element draws with its index in that batch
+  // (first_sample × the stored elements of one sample, plus its own), so a
+  // sample gets the same mask in a rank's share of a batch as in the whole.
+  virtual void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed, std::uint64_t stream,
+                               std::int64_t first_sample) = 0;
+  virtual void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed, std::uint64_t stream,
+                                std::int64_t first_sample) = 0;
 
   virtual void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v,
                            const AdamUpdate& update) = 0;

@@ -36,6 +36,10 @@ struct PassContext {
   bool accumulate = false;  // add to parameter gradients instead of overwriting
   std::uint64_t seed = 0;   // the run's seed (dropout masks derive from it)
   std::uint64_t micro_step = 0;  // global micro-batch counter: a fresh dropout mask each
+  // The pass's first row within the global micro-batch (data parallel: the
+  // rows of the ranks before this one): a sample's dropout mask is the same
+  // whichever rank computes it, and the one it gets in a single process.
+  std::int64_t first_row = 0;
 };
 
 // What one layer of an inference-only network ran on (Network::kernels()).

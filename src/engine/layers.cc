@@ -308,12 +308,14 @@ class DropoutLayer final : public Layer {
   std::string describe() const override { return "dropout(" + fmt_number(p_) + ")"; }
   LayerKernel kernel() const override { return {describe(), "identity at inference", 0}; }
 
-  // training: y = x ⊙ m / (1 − p), m ~ Bernoulli(1 − p) keyed by (seed, micro-step, layer);
+  // training: y = x ⊙ m / (1 − p), m ~ Bernoulli(1 − p) keyed by (seed, micro-step, layer),
+  // each sample's part by its place in the global micro-batch (ctx.first_row + its row);
   // inference: y = x
   const Tensor& forward(const Tensor& x, const PassContext& ctx) override {
     if (!ctx.training || p_ == 0.0f) return x;
     stream_ = ctx.micro_step * 1024 + std::uint64_t(index_);
-    backend_.dropout_forward(x, y_, p_, ctx.seed, stream_);
+    first_row_ = ctx.first_row;
+    backend_.dropout_forward(x, y_, p_, ctx.seed, stream_, first_row_);
     return y_;
   }
 
@@ -321,13 +323,14 @@ class DropoutLayer final : public Layer {
   const Tensor& backward(const Tensor& dy, const PassContext& ctx, bool need_dx) override {
     if (!need_dx) return empty_;
     if (p_ == 0.0f) return dy;
-    backend_.dropout_backward(dy, dx_, p_, ctx.seed, stream_);
+    backend_.dropout_backward(dy, dx_, p_, ctx.seed, stream_, first_row_);
     return dx_;
   }
 
  private:
   Backend& backend_;
   float p_;
+  std::int64_t first_row_ = 0;  // of the last forward pass, for its backward
   int index_;
   std::uint64_t stream_ = 0;
   Tensor y_, dx_, empty_;

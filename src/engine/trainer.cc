@@ -508,6 +508,7 @@ class Trainer::Impl {
   // A batch buffer: features (n, sample...) and labels (n), plain fp32.
   struct Slot {
     Tensor x, y;
+    std::int64_t first_row = 0;  // x's first row within the global micro-batch (this rank's share)
   };
 
   std::string fingerprint() const {
@@ -621,6 +622,7 @@ class Trainer::Impl {
     const Dims sample(train_->sample_shape());
     backend_->shape_plain(slot_.x, sample.with_batch(hi - lo), DType::kF32);
     backend_->shape_plain(slot_.y, Dims{hi - lo}, DType::kF32);
+    slot_.first_row = lo;
     const auto share = std::span<const std::uint32_t>(batch_rows_).subspan(std::size_t(lo), std::size_t(hi - lo));
     read_batch(*train_, "training", share, slot_.x, slot_.y, /*labels=*/true);
     return slot_;
@@ -800,6 +802,7 @@ class Trainer::Impl {
       ctx.accumulate = any_rows;
       ctx.seed = config_.seed;
       ctx.micro_step = micro_step_ - 1;
+      ctx.first_row = slot.first_row;
       const Tensor& out = network_->forward(slot.x, ctx);
       train_loss_->forward_backward(out, slot.y, &dloss_, grad_scale, loss_scaled() ? &loss_scale_ : nullptr);
       // The step's last backward hands each bucket to the communicator as

@@ -1730,14 +1730,14 @@ TEST_P(BackendConformance, DropoutMaskIsAPureFunctionOfTheKeyAndBackwardReusesIt
     SCOPED_TRACE(dtype_trace(dt));
     const HostTensor xv = stored(xh, dt);
     Tensor x = plain(Dims{n}, xv, dt), y, y_again, y_other_stream, y_other_seed, dy, dx;
-    be().dropout_forward(x, y, p, 7, 3);
+    be().dropout_forward(x, y, p, 7, 3, 0);
     EXPECT_EQ(y.dims(), x.dims());
     EXPECT_EQ(y.dtype(), x.dtype());
     const HostTensor yv = read(y);
     // Other keys in between leave no state behind: the same key gives the same bits.
-    be().dropout_forward(x, y_other_stream, p, 7, 4);
-    be().dropout_forward(x, y_other_seed, p, 8, 3);
-    be().dropout_forward(x, y_again, p, 7, 3);
+    be().dropout_forward(x, y_other_stream, p, 7, 4, 0);
+    be().dropout_forward(x, y_other_seed, p, 8, 3, 0);
+    be().dropout_forward(x, y_again, p, 7, 3, 0);
     expect_same_bits("the same key twice", read(y_again), yv);
 
     std::size_t kept = 0;
@@ -1761,13 +1761,13 @@ TEST_P(BackendConformance, DropoutMaskIsAPureFunctionOfTheKeyAndBackwardReusesIt
 
     // The mask depends on the element's index, not on the tensor's size.
     Tensor head = plain(Dims{1000}, HostTensor(xv.begin(), xv.begin() + 1000), dt), y_head;
-    be().dropout_forward(head, y_head, p, 7, 3);
+    be().dropout_forward(head, y_head, p, 7, 3, 0);
     expect_same_bits("the first 1000 elements alone", read(y_head), HostTensor(yv.begin(), yv.begin() + 1000));
 
     // Backward recomputes the same mask from the key.
     const HostTensor dyv = stored(away_from_zero(randn(n, 151)), dt);
     dy = plain(Dims{n}, dyv, dt);
-    be().dropout_backward(dy, dx, p, 7, 3);
+    be().dropout_backward(dy, dx, p, 7, 3, 0);
     EXPECT_EQ(dx.dims(), dy.dims());
     EXPECT_EQ(dx.dtype(), dy.dtype());
     const HostTensor dxv = read(dx);
@@ -1782,8 +1782,54 @@ TEST_P(BackendConformance, DropoutMaskIsAPureFunctionOfTheKeyAndBackwardReusesIt
 
     // p = 0 keeps everything unchanged.
     Tensor y0;
-    be().dropout_forward(x, y0, 0.0f, 7, 3);
+    be().dropout_forward(x, y0, 0.0f, 7, 3, 0);
     expect_same_bits("p = 0", read(y0), xv);
+  }
+}
+
+// A rank's share of a batch (rows [first, ...) of it, passed as
+// first_sample) gets the masks those rows get in the whole batch, forward
+// and backward, flat and in a convolution's output layout: data-parallel
+// dropout drops what one process would.
+TEST_P(BackendConformance, DropoutOfAShareOfABatchIsThatShareOfTheWholeBatchsDropout) {
+  const float p = 0.4f;
+  for (DType dt : precisions()) {
+    SCOPED_TRACE(dtype_trace(dt));
+    for (const bool image : {false, true}) {
+      SCOPED_TRACE(image ? "(6, 16, 3, 5) in a conv output layout" : "(6, 37) plain");
+      const Dims whole_dims = image ? Dims{6, 16, 3, 5} : Dims{6, 37};
+      const Dims share_dims = image ? Dims{4, 16, 3, 5} : Dims{4, 37};
+      const std::size_t per_row = std::size_t(whole_dims.product() / 6);
+      const HostTensor xv = stored(away_from_zero(randn(6 * per_row, 152)), dt);
+      const HostTensor tail(xv.begin() + std::ptrdiff_t(2 * per_row), xv.end());  // rows 2..5
+      auto shaped = [&](const Dims& dims, const HostTensor& v) {
+        Tensor t;
+        if (image) {
+          be().shape_like(t, conv_output_like(dims, dt), dt);
+        } else {
+          be().shape_plain(t, dims, dt);
+        }
+        upload(t, v);
+        return t;
+      };
+      Tensor whole = shaped(whole_dims, xv), share = shaped(share_dims, tail), y_whole, y_share, dx_whole, dx_share;
+      be().dropout_forward(whole, y_whole, p, 11, 5, 0);
+      be().dropout_forward(share, y_share, p, 11, 5, 2);
+      const HostTensor yw = read(y_whole);
+      expect_same_bits("rows 2..5 alone, from sample 2", read(y_share),
+                       HostTensor(yw.begin() + std::ptrdiff_t(2 * per_row), yw.end()));
+      be().dropout_backward(whole, dx_whole, p, 11, 5, 0);
+      be().dropout_backward(share, dx_share, p, 11, 5, 2);
+      const HostTensor dxw = read(dx_whole);
+      expect_same_bits("backward, rows 2..5 alone", read(dx_share),
+                       HostTensor(dxw.begin() + std::ptrdiff_t(2 * per_row), dxw.end()));
+      Tensor y_first;  // the same share taken as the batch's start draws other masks
+      be().dropout_forward(share, y_first, p, 11, 5, 0);
+      const HostTensor yf = read(y_first), ys = read(y_share);
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < yf.size(); ++i) differ += (yf[i] == 0.0f) != (ys[i] == 0.0f);
+      EXPECT_GT(differ, yf.size() / 10) << "first_sample changed nothing";
+    }
   }
 }
 
@@ -2647,9 +2693,9 @@ std::vector<HostTensor> run_thread_sensitive_ops(Backend& be) {
   Tensor w = plain(Dims{61, 1639}, randn(61 * 1639, 202));
   be.fake_quantize_channels(w, y);
   read(y);
-  be.dropout_forward(x, y, 0.2f, 5, 6);
+  be.dropout_forward(x, y, 0.2f, 5, 6, 0);
   read(y);
-  be.dropout_backward(mask, y, 0.2f, 5, 6);
+  be.dropout_backward(mask, y, 0.2f, 5, 6, 0);
   read(y);
   for (Activation act : {Activation::kRelu, Activation::kGelu, Activation::kTanh, Activation::kSigmoid}) {
     auto op = be.eltwise(EltwiseSpec{act, DType::kF32});

@@ -90,34 +90,42 @@ class DataParallel : public ::testing::Test {
   ArraySource source_{data_.x, data_.y, {8}};
 };
 
+// With dropout too: each sample's mask is drawn by its place in the global
+// batch, so a rank drops what the single process drops for the same rows.
 TEST_F(DataParallel, EveryRankEndsWithTheSameWeightsAsTheSingleProcess) {
-  Trainer parallel(config(), *backend_, source_, nullptr, reporter_, comm_.get());
-  parallel.train();
-  const std::string hash = parallel.weights_hash();
-  EXPECT_EQ(from_rank0(hash), hash) << "rank " << comm_->rank() << " holds other weights than rank 0";
+  for (const std::string layers : {"dense(32) relu dense(16) tanh dense(3)",
+                                   "dense(32) relu dropout(0.3) dense(16) tanh dropout(0.2) dense(3)"}) {
+    SCOPED_TRACE(layers);
+    TrainerConfig c = config();
+    c.layers = layers;
+    Trainer parallel(c, *backend_, source_, nullptr, reporter_, comm_.get());
+    parallel.train();
+    const std::string hash = parallel.weights_hash();
+    EXPECT_EQ(from_rank0(hash), hash) << "rank " << comm_->rank() << " holds other weights than rank 0";
 
-  Trainer single(config(), *backend_, source_, nullptr, reporter_);
-  single.train();
-  const std::vector<float> got = all_weights(parallel), want = all_weights(single);
-  ASSERT_EQ(got.size(), want.size());
-  if (comm_->size() == 1) {
-    EXPECT_EQ(hash, single.weights_hash()) << "one rank under mpirun must be the single process, bit for bit";
-  } else {
-    // Rounding only: the same global batches, their gradient added in two
-    // or three partial sums instead of one. 4 epochs of Adam let it grow
-    // from ~1e-7 to this.
-    double max_error = 0, max_weight = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      max_error = std::max(max_error, double(std::fabs(got[i] - want[i])));
-      max_weight = std::max(max_weight, double(std::fabs(want[i])));
+    Trainer single(c, *backend_, source_, nullptr, reporter_);
+    single.train();
+    const std::vector<float> got = all_weights(parallel), want = all_weights(single);
+    ASSERT_EQ(got.size(), want.size());
+    if (comm_->size() == 1) {
+      EXPECT_EQ(hash, single.weights_hash()) << "one rank under mpirun must be the single process, bit for bit";
+    } else {
+      // Rounding only: the same global batches, their gradient added in two
+      // or three partial sums instead of one. 4 epochs of Adam let it grow
+      // from ~1e-7 to this.
+      double max_error = 0, max_weight = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        max_error = std::max(max_error, double(std::fabs(got[i] - want[i])));
+        max_weight = std::max(max_weight, double(std::fabs(want[i])));
+      }
+      EXPECT_LT(max_error, 1e-3 * max_weight) << "N ranks drifted from the single process";
     }
-    EXPECT_LT(max_error, 1e-3 * max_weight) << "N ranks drifted from the single process";
-  }
-  // The epoch metrics are the whole global batches', not this rank's share.
-  ASSERT_EQ(parallel.history().size(), single.history().size());
-  for (std::size_t e = 0; e < single.history().size(); ++e) {
-    EXPECT_NEAR(parallel.history()[e].train_loss, single.history()[e].train_loss, 1e-4);
-    EXPECT_NEAR(parallel.history()[e].train_accuracy, single.history()[e].train_accuracy, 2.0 / 301);
+    // The epoch metrics are the whole global batches', not this rank's share.
+    ASSERT_EQ(parallel.history().size(), single.history().size());
+    for (std::size_t e = 0; e < single.history().size(); ++e) {
+      EXPECT_NEAR(parallel.history()[e].train_loss, single.history()[e].train_loss, 1e-4);
+      EXPECT_NEAR(parallel.history()[e].train_accuracy, single.history()[e].train_accuracy, 2.0 / 301);
+    }
   }
 }
 

@@ -364,16 +364,16 @@ class CpuBackend final : public Backend {
     copy_from_host(h, y);
   }
 
-  void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed,
-                       std::uint64_t stream) override {
+  void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed, std::uint64_t stream,
+                       std::int64_t first_sample) override {
     shape_like(y, x, x.dtype());
-    apply_mask(x, y, DropoutMask(p, seed, stream));
+    apply_mask(x, y, DropoutMask(p, seed, stream), first_sample);
   }
 
-  void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed,
-                        std::uint64_t stream) override {
+  void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed, std::uint64_t stream,
+                        std::int64_t first_sample) override {
     shape_like(dx, dy, dy.dtype());
-    apply_mask(dy, dx, DropoutMask(p, seed, stream));
+    apply_mask(dy, dx, DropoutMask(p, seed, stream), first_sample);
   }
 
   void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v,
@@ -473,18 +473,24 @@ class CpuBackend final : public Backend {
     return *f32_data(*t, "grad_scale");
   }
 
-  void apply_mask(const Tensor& in, Tensor& out, const DropoutMask& mask) {
+  // Element i of `in`'s storage draws with index first_sample × (stored
+  // elements per sample) + i: the batch dim is outermost and unblocked in
+  // every activation layout (with_batch), so that is its index in the
+  // storage of the whole batch.
+  void apply_mask(const Tensor& in, Tensor& out, const DropoutMask& mask, std::int64_t first_sample) {
     const std::int64_t n = stored_elements(in);
+    const std::int64_t rows = in.dims().rank() > 0 ? in.dims()[0] : 1;
+    const std::int64_t offset = rows > 0 ? first_sample * (n / rows) : 0;
     if (in.dtype() == DType::kF32) {
       const float* a = static_cast<const float*>(in.data());
       float* b = static_cast<float*>(out.data());
 #pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
-      for (std::int64_t i = 0; i < n; ++i) b[i] = a[i] * mask(i);
+      for (std::int64_t i = 0; i < n; ++i) b[i] = a[i] * mask(offset + i);
     } else {
       const auto* a = static_cast<const std::uint16_t*>(in.data());
       auto* b = static_cast<std::uint16_t*>(out.data());
 #pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
-      for (std::int64_t i = 0; i < n; ++i) b[i] = f32_to_bf16(bf16_to_f32(a[i]) * mask(i));
+      for (std::int64_t i = 0; i < n; ++i) b[i] = f32_to_bf16(bf16_to_f32(a[i]) * mask(offset + i));
     }
   }
 

@@ -273,14 +273,15 @@ class CudaBackend final : public Backend {
     y.mark_modified();
   }
 
-  void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed, std::uint64_t stream) override {
+  void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed, std::uint64_t stream,
+                       std::int64_t first_sample) override {
     shape_like(y, x, x.dtype());
-    dropout(x, y, p, seed, stream);
+    dropout(x, y, p, seed, stream, first_sample);
   }
-  void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed,
-                        std::uint64_t stream) override {
+  void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed, std::uint64_t stream,
+                        std::int64_t first_sample) override {
     shape_like(dx, dy, dy.dtype());
-    dropout(dy, dx, p, seed, stream);
+    dropout(dy, dx, p, seed, stream, first_sample);
   }
 
   void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v, const AdamUpdate& u) override {
@@ -371,8 +372,14 @@ class CudaBackend final : public Backend {
   }
   static const float* scale_of(const Tensor* t) { return t ? f32(*t, "grad_scale") : nullptr; }
 
-  void dropout(const Tensor& in, Tensor& out, float p, std::uint64_t seed, std::uint64_t stream) {
-    const std::uint64_t key = splitmix64(seed ^ splitmix64(stream));
+  // The kernel draws element i with key + i; a share of a larger batch
+  // starts its key at its first sample's first element (plain layouts: the
+  // elements of one sample are count / rows).
+  void dropout(const Tensor& in, Tensor& out, float p, std::uint64_t seed, std::uint64_t stream,
+               std::int64_t first_sample) {
+    const std::int64_t rows = in.dims().rank() > 0 ? in.dims()[0] : 1;
+    const std::int64_t offset = rows > 0 ? first_sample * (std::int64_t(count(in)) / rows) : 0;
+    const std::uint64_t key = splitmix64(seed ^ splitmix64(stream)) + std::uint64_t(offset);
     const auto threshold = static_cast<std::uint32_t>(std::min(double(p) * 4294967296.0, 4294967295.0));
     const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
     kernels::dropout(kernels::activations(in), kernels::activations(out), count(in), key, threshold, scale,
