@@ -19,7 +19,7 @@ allreduce_sum (an MPI_Alltoall of N equal chunks, then an MPI_Allgather of
 the summed chunks) sends exactly as much: (N-1)/N x G in each half. So
 t_comm = 2(N-1)/N x G x 8 / bandwidth + 2(N-1) x latency, and the
 efficiency (samples/s at N over N times one rank's) is
-t_compute / (t_compute + t_comm) when nothing overlaps (anneal today), and
+t_compute / (t_compute + t_comm) when nothing overlaps, and
 t_compute / max(t_compute, t_comm) at best when the all-reduce overlaps the
 backward pass completely.
 """
