@@ -83,25 +83,15 @@ if ! limit 1gbit 2> "$work/err"; then
   limit 1gbit 2>> "$work/err" || skip "neither tc netem nor tbf is available: $(tr '\n' ' ' < "$work/err")"
 fi
 
-cat > "$work/agent.sh" << 'SH'
-#!/bin/sh
-host=$1
-shift
-exec ip netns exec "$host" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$host" "$*"
-SH
-chmod +x "$work/agent.sh"
-printf '%s slots=1\n%s slots=1\n' "$ns1" "$ns2" > "$work/hostfile"
 plugin_dir=$(dirname "$ANNEAL")
 one_rank() {  # MODEL STEPS -> samples/s
   ANNEAL_PLUGIN_DIR="$plugin_dir" mpirun -np 1 --allow-run-as-root --mca btl self \
     "$driver" "$1" "$2" "$FMNIST" | awk '{print $1}'
 }
-# Unbound: each namespace's daemon sees a host of its own and would bind
-# its one rank to core 0, so both ranks would share one core.
+# One rank on each namespace, over their veths only (two_hosts.sh).
 two_hosts() {  # MODEL STEPS -> "samples/s comm_share"
-  mpirun -np 2 --allow-run-as-root --bind-to none --hostfile "$work/hostfile" --mca plm_rsh_agent "$work/agent.sh" \
-    --mca oob_tcp_if_include "$subnet.0/24" --mca btl self,tcp --mca btl_tcp_if_include "$subnet.0/24" \
-    -x ANNEAL_PLUGIN_DIR="$plugin_dir" "$driver" "$1" "$2" "$FMNIST"
+  two_hosts_mpirun "anneal-bench-$tag" "$subnet" "$work" -np 2 -x ANNEAL_PLUGIN_DIR="$plugin_dir" \
+    "$driver" "$1" "$2" "$FMNIST"
 }
 # The link without MPI: both namespaces send BYTES to each other at once
 # over TCP (bench/mpi/tcp_exchange.py), the median of 7, in milliseconds.

@@ -34,24 +34,8 @@ if ! two_hosts_up "anneal-$tag" "$bridge" "$subnet" "an$tag" 2> "$WORK/setup-err
   exit 77
 fi
 
-# The launch agent: mpirun calls it as `AGENT HOST COMMAND...` (as it would
-# ssh); it runs the command in the namespace named HOST, under that name.
-cat > "$WORK/agent.sh" <<'SH'
-#!/bin/sh
-host=$1
-shift
-exec ip netns exec "$host" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$host" "$*"
-SH
-chmod +x "$WORK/agent.sh"
-printf '%s slots=1\n%s slots=1\n' "$ns1" "$ns2" > "$WORK/hostfile"
-# Daemons and ranks on the namespaces' subnet only: no shared memory
-# (vader) between the "hosts", no loopback shortcut. Unbound: each "host"'s
-# daemon would bind its one rank to core 0, both ranks to the same core.
-net_mpi() {
-  mpirun --allow-run-as-root --bind-to none --hostfile "$WORK/hostfile" --mca plm_rsh_agent "$WORK/agent.sh" \
-    --mca oob_tcp_if_include "$subnet.0/24" --mca btl self,tcp --mca btl_tcp_if_include "$subnet.0/24" \
-    -x ANNEAL_HOME "$@"
-}
+# One rank on each namespace, over their veths only (two_hosts.sh).
+net_mpi() { two_hosts_mpirun "anneal-$tag" "$subnet" "$WORK" -x ANNEAL_HOME "$@"; }
 local_mpi() { $MPIRUN -x ANNEAL_HOME "$@"; }
 
 expect_rc 0 init

@@ -143,31 +143,29 @@ L=$(cat "$WORK/linear.html")
 expect_contains "$L" "recorded no epochs" "a linear model has no curves, and it says why"
 expect_contains "$L" 'id="confusion"' "but its confusion matrix"
 
-# --- a run recorded before runs kept their confusion matrix ----------------------
-"$PY" - "$ANNEAL_HOME/catalog.db" "${RUN#run-}" <<'EOF'
+# edit_summary RUN STATEMENT: runs the Python STATEMENT on RUN's recorded
+# summary `s` (a dict) in the catalog, and stores the result back.
+edit_summary() {
+  "$PY" - "$ANNEAL_HOME/catalog.db" "${1#run-}" "$2" <<'EOF'
 import json, sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
 (summary,) = db.execute("SELECT summary_json FROM runs WHERE id = ?", (int(sys.argv[2]),)).fetchone()
 s = json.loads(summary)
-del s["confusion"]
+exec(sys.argv[3])
 db.execute("UPDATE runs SET summary_json = ? WHERE id = ?", (json.dumps(s), int(sys.argv[2])))
 db.commit()
 EOF
+}
+
+# --- a run recorded before runs kept their confusion matrix ----------------------
+edit_summary "$RUN" 'del s["confusion"]'
 expect_rc 0 runs report "$RUN" -o "$WORK/old.html"
 O=$(cat "$WORK/old.html")
 expect_contains "$O" "No confusion matrix recorded" "an older run's report says the matrix is missing"
 expect_contains "$O" 'id="loss-curve"' "and shows the rest"
 
 # --- a damaged record: one line naming the run, no file ---------------------------
-"$PY" - "$ANNEAL_HOME/catalog.db" "${RUN#run-}" <<'EOF'
-import json, sqlite3, sys
-db = sqlite3.connect(sys.argv[1])
-(summary,) = db.execute("SELECT summary_json FROM runs WHERE id = ?", (int(sys.argv[2]),)).fetchone()
-s = json.loads(summary)
-s["confusion"] = {"test": {"classes": 5, "matrix": "x"}}
-db.execute("UPDATE runs SET summary_json = ? WHERE id = ?", (json.dumps(s), int(sys.argv[2])))
-db.commit()
-EOF
+edit_summary "$RUN" 's["confusion"] = {"test": {"classes": 5, "matrix": "x"}}'
 expect_rc 1 runs report "$RUN" -o "$WORK/damaged.html"
 expect_contains "$ERR" "$RUN: its recorded summary" "a malformed record is named"
 expect_eq "$(printf '%s\n' "$ERR" | wc -l)" "1" "in one line"
