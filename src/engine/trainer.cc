@@ -674,8 +674,7 @@ class Trainer::Impl {
     std::size_t first = 0, end = 0;     // parameters [first, end) of network_->parameters()
     std::size_t offset = 0, elements = 0;  // where their gradients sit in grad_host_
     bool alone = false;                 // one large parameter
-    std::string layout;                 // alone: its storage layout, the same on every rank; empty: copy it
-    bool in_place = false;              // this step's sum runs in the gradient's own storage
+    std::string layout;                 // alone: its storage layout, the same on every rank, summed in place; empty: copied
     Communicator::SumRequest request = 0;
   };
 
@@ -683,7 +682,7 @@ class Trainer::Impl {
     const auto& params = network_->parameters();
     std::size_t end = params.size(), offset = 0, elements = 0;
     auto close = [&](std::size_t first, bool alone) {
-      buckets_.push_back(Bucket{first, end, offset, elements, alone, {}, false, 0});
+      buckets_.push_back(Bucket{first, end, offset, elements, alone, {}, 0});
       offset += elements;
       end = first;
       elements = 0;
@@ -736,7 +735,6 @@ class Trainer::Impl {
 
   void start_bucket(Bucket& bucket) {
     const auto& params = network_->parameters();
-    bucket.in_place = false;
     if (!bucket.layout.empty()) {
       // Gradients keep the layout they were made with; were one to change
       // on one rank, the ranks would add up unrelated elements.
@@ -744,7 +742,6 @@ class Trainer::Impl {
       if (view.data == nullptr || view.layout != bucket.layout)
         throw failure("data parallel: the gradient of " + params[bucket.first]->name +
                       " changed its layout during training");
-      bucket.in_place = true;
       bucket.request = comm_->start_allreduce_sum(std::span<float>(view.data, view.elements));
       return;
     }
@@ -772,7 +769,7 @@ class Trainer::Impl {
     const auto& params = network_->parameters();
     for (const Bucket& bucket : buckets_) {
       comm_->wait(bucket.request);
-      if (bucket.in_place) {
+      if (!bucket.layout.empty()) {  // summed in place
         params[bucket.first]->grad.mark_modified();
         continue;
       }
