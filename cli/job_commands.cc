@@ -477,9 +477,10 @@ void add_job_commands(std::vector<Command>& out) {
                  "A failed attempt (a crash, a timeout, an error) is retried after 2s, 4s, 8s, ... up to "
                  "--retries times, resuming the run from its last checkpoint. --cores (default: the config's "
                  "`threads`, else 1) is the job's whole thread budget. --ranks N (N > 1) makes the worker start "
-                 "the job as `mpirun -np N [--hostfile FILE] anneal job-exec JOB` ($ANNEAL_MPIRUN replaces "
-                 "mpirun and its options): one run trained across N processes, with rank 0 on the worker's "
-                 "store (see anneal train --help); FILE is read by mpirun when the job starts.",
+                 "the job as `mpirun --bind-to none -np N [--hostfile FILE] anneal job-exec JOB` ($ANNEAL_MPIRUN "
+                 "replaces mpirun and its options; --bind-to none, which keeps the local ranks on the job's "
+                 "cores, unless it binds itself): one run trained across N processes, with rank 0 on the "
+                 "worker's store (see anneal train --help); FILE is read by mpirun when the job starts.",
                  [](po::options_description& o) {
                    o.add_options()("priority", po::value<std::int64_t>()->value_name("N"), "higher runs first (default 0)")
                        ("retries", po::value<std::int64_t>()->value_name("N"), "retries after a failure (default 0)")
