@@ -16,7 +16,9 @@
 namespace anneal {
 using nlohmann::json;
 
-QuantizedWeights quantize_per_channel(std::span<const float> w, std::int64_t channels) {
+QuantizedWeights quantize_per_channel(std::span<const float> w, std::int64_t channels, int levels) {
+  if (levels < 1 || levels > 127)
+    throw usage_error("quantize: weight levels must be 1..127, not " + std::to_string(levels));
   if (channels < 1 || w.size() % std::size_t(channels) != 0)
     throw usage_error("quantize: " + std::to_string(w.size()) + " weights are not " + std::to_string(channels) +
                       " equal channels");
@@ -28,11 +30,12 @@ QuantizedWeights quantize_per_channel(std::span<const float> w, std::int64_t cha
     float max = 0;
     for (std::size_t i = 0; i < per; ++i) max = std::max(max, std::fabs(w[o * per + i]));
     // An all-zero row (a pruned neuron) quantizes exactly with any scale.
-    const float scale = max > 0 ? max / 127.0f : 1.0f;
+    const float l = float(levels);
+    const float scale = max > 0 ? max / l : 1.0f;
     out.scales[o] = scale;
     for (std::size_t i = 0; i < per; ++i) {
       const float q = std::nearbyint(w[o * per + i] / scale);
-      out.q[o * per + i] = std::int8_t(std::clamp(q, -127.0f, 127.0f));
+      out.q[o * per + i] = std::int8_t(std::clamp(q, -l, l));
     }
   }
   return out;
@@ -224,6 +227,7 @@ void fine_tune_quantized(runs::ModelFile& model, const std::vector<WeightedLayer
   trainer.load_weights(weights);
   FakeQuantization fq;
   fq.input_scale = scales[0];
+  fq.weight_levels = backend.capabilities().int8_weight_levels;
   for (std::size_t k = 0; k < layers.size(); ++k)
     fq.layers.push_back({layers[k].prefix, scales[k + 1], layers[k].relu});
   trainer.set_fake_quantization(fq);
@@ -278,6 +282,10 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
     scales = calibrate(child, layers, x, samples, width, request.method, *backend);
   }
   child.int8 = true;
+  // 8-bit weights where this CPU's int8 products are exact at full speed,
+  // else 7-bit (±64): such a model runs exactly on every CPU, and fast on
+  // the kind it was made on (backend.h, int8_weight_levels).
+  const int weight_levels = backend->capabilities().int8_weight_levels;
   json scales_json = json::array();
   for (std::size_t k = 0; k < layers.size(); ++k) {
     const WeightedLayer& layer = layers[k];
@@ -286,7 +294,7 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
     scales_json.push_back({{"layer", layer.text}, {"input_scale", input_scale}, {"output_scale", output_scale}});
     for (auto& t : child.tensors) {
       if (t.name != layer.prefix + ".weight") continue;
-      QuantizedWeights q = quantize_per_channel(t.values, layer.out);
+      QuantizedWeights q = quantize_per_channel(t.values, layer.out, weight_levels);
       t.encoding = runs::TensorEncoding::kS8;
       t.values = dequantize(q);
       t.q = std::move(q.q);
@@ -297,7 +305,8 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
                        {"method", calibration_method_name(request.method)},
                        {"calibration_data", in.dataset},
                        {"calibration_samples", samples},
-                       {"qat_epochs", request.qat_epochs}};
+                       {"qat_epochs", request.qat_epochs},
+                       {"weight_levels", weight_levels}};
   child.weights_hash = compress::tensors_hash(child);
 
   reporter.note("scoring " + parent.record.ref() + " and its int8 version");
@@ -309,10 +318,12 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
   lineage["calibration_samples"] = samples;
   lineage["activation_scales"] = scales_json;
   lineage["qat_epochs"] = request.qat_epochs;
+  lineage["weight_levels"] = weight_levels;
   std::string config = "operation = quantize\nmodel = " + parent.record.ref() + "\nprecision = int8\ncalib = " +
                        in.dataset + "\ncalib_samples = " + std::to_string(samples) + "\nmethod = " +
                        calibration_method_name(request.method) + "\nqat_epochs = " +
-                       std::to_string(request.qat_epochs) + "\n";
+                       std::to_string(request.qat_epochs) + "\nweight_levels = " +
+                       std::to_string(weight_levels) + "\n";
   if (request.qat_epochs > 0) {
     lineage["qat_data"] = in.dataset;
     lineage["qat_lr"] = request.qat_lr;

@@ -273,7 +273,8 @@ enum class SparseKernel : std::uint8_t {
 struct InferenceWeights {
   std::vector<float> weight;  // (O, I...) real values (int8: q · scales, for reports only)
   std::vector<float> bias;    // (O), real values
-  // int8 only: weight ≈ q · scales[o], q (O, I...) in [-127, 127].
+  // int8 only: weight ≈ q · scales[o], q (O, I...) in [-127, 127] (any
+  // value there computes exactly, on every CPU).
   std::vector<std::int8_t> q;
   std::vector<float> scales;  // (O), > 0
 };
@@ -356,6 +357,12 @@ struct BackendCapabilities {
   bool bf16 = false;           // bf16 compute at speed (Precision::kBf16)
   bool fp16 = false;           // fp16 compute with loss scaling (Precision::kFp16)
   bool int8 = false;           // int8 inference ops
+  // The largest |s8 weight| the int8 ops multiply at full speed. 127 where
+  // products are summed in 32 bits (VNNI); 64 on CPUs without VNNI, whose
+  // int8 instructions add products in pairs into 16 bits: larger weights are
+  // still computed exactly there, at twice the cost. quantize_model
+  // quantizes weights to this many levels each side of zero.
+  int int8_weight_levels = 127;
   bool deterministic = false;  // reproducible bits: see "Determinism" at the top
   int threads = 1;             // compute threads the backend uses
   std::string device;          // the device kind it runs on: "cpu", "cuda"
@@ -455,10 +462,12 @@ class Backend : public MemoryAllocator {
   // relu; −127, 127 for s8).
   virtual void fake_quantize(const Tensor& x, Tensor& y, float scale, float lo, float hi) = 0;
   // Weights w (O, ...) quantized to s8 per output channel and back, with the
-  // arithmetic of quantize_per_channel + dequantize (bit for bit):
-  // s_o = max|w[o, ...]| / 127 (1 for an all-zero row),
-  // y[o, ...] (w's dims and layout) = clamp(nearbyint(w / s_o), −127, 127) · s_o.
-  virtual void fake_quantize_channels(const Tensor& w, Tensor& y) = 0;
+  // arithmetic of quantize_per_channel + dequantize (bit for bit), L =
+  // `levels` (1..127; 127, or 64 for CPUs without VNNI, see
+  // BackendCapabilities::int8_weight_levels):
+  // s_o = max|w[o, ...]| / L (1 for an all-zero row),
+  // y[o, ...] (w's dims and layout) = clamp(nearbyint(w / s_o), −L, L) · s_o.
+  virtual void fake_quantize_channels(const Tensor& w, Tensor& y, int levels) = 0;
 
   // Inverted dropout: y = x·mask/(1 − p), mask ~ Bernoulli(1 − p) drawn from a
   // counter-based generator keyed by (seed, stream), so the mask is a pure

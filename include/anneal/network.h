@@ -103,6 +103,7 @@ struct WeightedLayer {
 // rounding and clipping of the int8 model it will become.
 struct FakeQuantization {
   float input_scale = 0;  // the network input, s8 levels; 0: left as is
+  int weight_levels = 127;  // weights per channel to ±this (quantize_per_channel)
   struct Point {
     std::string prefix;       // a dense/conv layer, "3.conv": its weight per channel
     float output_scale = 0;   // its output (fused activation included); 0: left as is
@@ -215,6 +216,7 @@ class Network {
   };
   void restore_master_weights();
   float fq_input_scale_ = 0;
+  int fq_weight_levels_ = 127;
   Tensor fq_input_;
   std::vector<QuantizedWeight> fq_weights_;
   std::vector<QuantizedOutput> fq_outputs_;  // in layer order

@@ -2,7 +2,8 @@
 // benchmarks of registered models (quantize/, library anneal_quantize).
 //
 //   quantize_model: static PTQ. Weights of every dense and conv layer become
-//     s8 with one scale per output channel (max |w| / 127); activations get
+//     s8 with one scale per output channel (max |w| / 127; / 64 on a CPU
+//     without VNNI, see quantize_per_channel); activations get
 //     one scale each from calibration rows run through the fp32 network
 //     (minmax, percentile or entropy), u8 after a relu and s8 otherwise.
 //     eval/predict then run the model as an inference-only int8 Network
@@ -51,10 +52,13 @@ struct QuantizedWeights {
   std::vector<std::int8_t> q;
   std::vector<float> scales;
 };
-// Symmetric per-channel quantization of w (channels rows, row-major):
-// scale = max|w[o, :]| / 127 (1 for an all-zero row), q = round(w / scale)
-// clamped to [-127, 127]. |q·scale − w| <= scale/2 for every element.
-QuantizedWeights quantize_per_channel(std::span<const float> w, std::int64_t channels);
+// Symmetric per-channel quantization of w (channels rows, row-major) to
+// L = `levels` steps each side of zero (1..127): scale = max|w[o, :]| / L
+// (1 for an all-zero row), q = round(w / scale) clamped to [-L, L].
+// |q·scale − w| <= scale/2 for every element. quantize_model takes L from
+// BackendCapabilities::int8_weight_levels: 127 (8-bit weights) where int8
+// products are summed in 32 bits (VNNI), 64 elsewhere.
+QuantizedWeights quantize_per_channel(std::span<const float> w, std::int64_t channels, int levels = 127);
 std::vector<float> dequantize(const QuantizedWeights& w);
 
 enum class CalibrationMethod : std::uint8_t { kMinMax, kPercentile, kEntropy };

@@ -455,7 +455,7 @@ const Tensor& Network::forward(const Tensor& x, const PassContext& ctx, const La
     // Swapping Tensor objects keeps the Parameter (which layers and the
     // optimizer refer to) in place; only the storage changes hands.
     std::swap(w.param->value, w.master);
-    backend_.fake_quantize_channels(w.master, w.param->value);
+    backend_.fake_quantize_channels(w.master, w.param->value, fq_weight_levels_);
   }
   swapped_ = true;
   const Tensor* h = &x;
@@ -512,6 +512,7 @@ void Network::set_fake_quantization(const FakeQuantization& fq) {
   }
   std::sort(outputs.begin(), outputs.end(), [](const auto& a, const auto& b) { return a.layer < b.layer; });
   fq_input_scale_ = fq.input_scale;
+  fq_weight_levels_ = fq.weight_levels;
   fq_weights_ = std::move(weights);
   fq_outputs_ = std::move(outputs);
 }

@@ -1874,26 +1874,39 @@ TEST_P(BackendConformance, FakeQuantizeChannelsMatchesTheFormulaBitForBit) {
   Tensor wd, bd, wc, bc;
   dense->shape_parameters(wd, bd);
   conv->shape_parameters(wc, bc);
-  for (Tensor* w : {&wd, &wc}) {
-    SCOPED_TRACE(w->dims().str());
-    const auto o = std::size_t(w->dims()[0]);
-    const std::size_t per = std::size_t(w->elements()) / o;
-    HostTensor v = randn(std::size_t(w->elements()), 170, 0.3f);
-    std::fill(v.begin() + std::ptrdiff_t(per), v.begin() + std::ptrdiff_t(2 * per), 0.0f);
-    v[2 * per + 1] = -1.5f;  // the row's extreme is negative
-    upload(*w, v);
-    Tensor y;
-    be().fake_quantize_channels(*w, y);
-    EXPECT_EQ(y.dims(), w->dims());
-    HostTensor want(v.size());
-    for (std::size_t r = 0; r < o; ++r) {
-      float mx = 0;
-      for (std::size_t i = 0; i < per; ++i) mx = std::max(mx, std::fabs(v[r * per + i]));
-      const float s = mx > 0 ? mx / 127.0f : 1.0f;
-      for (std::size_t i = 0; i < per; ++i)
-        want[r * per + i] = std::clamp(std::nearbyint(v[r * per + i] / s), -127.0f, 127.0f) * s;
+  // 127 levels (8-bit weights) and 64 (the 7-bit weights of CPUs without VNNI).
+  for (Tensor* w : {&wd, &wc})
+    for (int levels : {127, 64}) {
+      SCOPED_TRACE(w->dims().str() + ", levels " + std::to_string(levels));
+      const auto o = std::size_t(w->dims()[0]);
+      const std::size_t per = std::size_t(w->elements()) / o;
+      HostTensor v = randn(std::size_t(w->elements()), 170, 0.3f);
+      std::fill(v.begin() + std::ptrdiff_t(per), v.begin() + std::ptrdiff_t(2 * per), 0.0f);
+      v[2 * per + 1] = -1.5f;  // the row's extreme is negative
+      upload(*w, v);
+      Tensor y;
+      be().fake_quantize_channels(*w, y, levels);
+      EXPECT_EQ(y.dims(), w->dims());
+      HostTensor want(v.size());
+      const float l = float(levels);
+      for (std::size_t r = 0; r < o; ++r) {
+        float mx = 0;
+        for (std::size_t i = 0; i < per; ++i) mx = std::max(mx, std::fabs(v[r * per + i]));
+        const float s = mx > 0 ? mx / l : 1.0f;
+        for (std::size_t i = 0; i < per; ++i)
+          want[r * per + i] = std::clamp(std::nearbyint(v[r * per + i] / s), -l, l) * s;
+      }
+      expect_same_bits("fake_quantize_channels", read(y), want);
     }
-    expect_same_bits("fake_quantize_channels", read(y), want);
+  // Levels outside 1..127 are a usage error on every backend.
+  Tensor y;
+  for (int levels : {0, 128, -1}) {
+    try {
+      be().fake_quantize_channels(wd, y, levels);
+      ADD_FAILURE() << "levels " << levels << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage) << levels;
+    }
   }
 }
 
@@ -1909,7 +1922,7 @@ TEST_P(BackendConformance, FakeQuantizeRefusesBf16WithAUsageError) {
     return ErrorKind::kBusy;  // not thrown: reported as a mismatch below
   };
   EXPECT_EQ(kind_of([&] { be().fake_quantize(x, y, 0.1f, -127, 127); }), ErrorKind::kUsage);
-  EXPECT_EQ(kind_of([&] { be().fake_quantize_channels(x, y); }), ErrorKind::kUsage);
+  EXPECT_EQ(kind_of([&] { be().fake_quantize_channels(x, y, 127); }), ErrorKind::kUsage);
 }
 
 // ======================================================================================
@@ -2275,6 +2288,89 @@ TEST_P(BackendConformance, Int8ConvIm2colAndDirectWithAndWithoutFusedPooling) {
                          terms, pooled_step);
           }
       }
+  }
+}
+
+// The worst case for int8 instructions without VNNI, which add two u8·s8
+// products into a saturating 16-bit sum: every input at the end of its range
+// (u8 255; s8 127 or −128) against weights of ±127 that give every product
+// the same sign, so a pair sums to ±2·255·127 = ±64770 (or 2·128·127 for s8
+// inputs, whatever offset a kernel adds). With unit scales, no bias and an
+// f32 output every result is an integer below 2^24: the op must give it
+// exactly. Dense, and conv both as im2col (1 channel) and as oneDNN's own
+// conv (5 channels).
+TEST_P(BackendConformance, Int8ProductsAreExactAtTheEndsOfTheirRanges) {
+  if (!caps().int8) GTEST_SKIP() << kNoInt8;
+  struct Case {
+    DType x_dt;
+    float x;        // every input element
+    int w_sign;     // every weight is w_sign · 127 ...
+    bool alternate; // ... or alternates in sign along the input
+  };
+  const Case cases[] = {{DType::kU8, 255, 1, false}, {DType::kU8, 255, -1, false}, {DType::kU8, 255, 1, true},
+                        {DType::kS8, 127, 1, false}, {DType::kS8, 127, -1, false}, {DType::kS8, -128, -1, false},
+                        {DType::kS8, -128, 1, true}};
+  const std::int64_t n = 3, out = 4;
+  auto weights = [](std::int64_t fan_in, const Case& c) {
+    InferenceWeights w;
+    for (std::int64_t o = 0; o < out; ++o)
+      for (std::int64_t i = 0; i < fan_in; ++i) {
+        const int q = c.w_sign * (c.alternate && i % 2 ? -127 : 127) * (o % 2 ? -1 : 1);
+        w.q.push_back(std::int8_t(q));
+        w.weight.push_back(float(q));
+      }
+    w.scales.assign(std::size_t(out), 1.0f);
+    w.bias.assign(std::size_t(out), 0.0f);
+    return w;
+  };
+  // The exact output of channel o: x · Σ_i q[o, i] (every input is x).
+  auto exact = [](const InferenceWeights& w, std::int64_t fan_in, std::int64_t o, float x) {
+    std::int64_t sum = 0;
+    for (std::int64_t i = 0; i < fan_in; ++i) sum += w.q[std::size_t(o * fan_in + i)];
+    return float(std::int64_t(x) * sum);
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string("x ") + dtype_name(c.x_dt) + " " + std::to_string(int(c.x)) + ", weights " +
+                 (c.w_sign > 0 ? "+" : "-") + "127" + (c.alternate ? " alternating" : ""));
+    {
+      const std::int64_t f = 48;
+      InferenceDenseSpec spec;
+      spec.in = Dims{f};
+      spec.out = out;
+      spec.weights = weights(f, c);
+      spec.int8 = true;
+      spec.quant = Int8Activations{1.0f, DType::kF32, 0.0f};
+      auto op = be().inference_dense(spec);
+      Tensor x = plain(Dims{n, f}, HostTensor(std::size_t(n * f), c.x), c.x_dt), y;
+      op->forward(x, y);
+      const HostTensor got = read(y);
+      for (std::int64_t r = 0; r < n; ++r)
+        for (std::int64_t o = 0; o < out; ++o)
+          ASSERT_EQ(got[std::size_t(r * out + o)], exact(spec.weights, f, o, c.x))
+              << "dense, row " << r << " channel " << o << " (" << op->kernel() << ")";
+    }
+    for (std::int64_t channels : {1, 5}) {
+      const std::int64_t k = 3, h = 5, fan_in = channels * k * k;
+      InferenceConvSpec spec;
+      spec.in = Dims{channels, h, h};
+      spec.out_channels = out;
+      spec.kernel = k;
+      spec.weights = weights(fan_in, c);
+      spec.int8 = true;
+      spec.quant = Int8Activations{1.0f, DType::kF32, 0.0f};
+      auto op = be().inference_conv(spec);
+      Tensor x = plain(Dims{n, channels, h, h}, HostTensor(std::size_t(n * channels * h * h), c.x), c.x_dt), y;
+      op->forward(x, y);
+      ASSERT_EQ(y.dims(), (Dims{n, out, h - k + 1, h - k + 1}));
+      const HostTensor got = read(y);
+      const std::int64_t pixels = (h - k + 1) * (h - k + 1);
+      for (std::int64_t r = 0; r < n; ++r)
+        for (std::int64_t o = 0; o < out; ++o)
+          for (std::int64_t p = 0; p < pixels; ++p)
+            ASSERT_EQ(got[std::size_t((r * out + o) * pixels + p)], exact(spec.weights, fan_in, o, c.x))
+                << "conv of " << channels << " channel(s), row " << r << " channel " << o << " pixel " << p << " ("
+                << op->kernel() << ")";
+    }
   }
 }
 
@@ -2691,7 +2787,7 @@ std::vector<HostTensor> run_thread_sensitive_ops(Backend& be) {
   be.fake_quantize(x, y, 0.05f, -127, 127);
   read(y);
   Tensor w = plain(Dims{61, 1639}, randn(61 * 1639, 202));
-  be.fake_quantize_channels(w, y);
+  be.fake_quantize_channels(w, y, 127);
   read(y);
   be.dropout_forward(x, y, 0.2f, 5, 6, 0);
   read(y);

@@ -163,7 +163,9 @@ TestModel int8_of(const TestModel& f32, const std::vector<float>& x, std::int64_
   float in = ranges[0].max() / 127.0f;
   for (std::size_t k = 0; k < layers.size(); ++k) {
     InferenceLayer& l = q.inference.layers[layers[k].prefix];
-    QuantizedWeights qw = quantize_per_channel(l.weights.weight, layers[k].out);
+    // As quantize_model does: 8-bit weights with VNNI, 7-bit (±64) without.
+    QuantizedWeights qw =
+        quantize_per_channel(l.weights.weight, layers[k].out, backend->capabilities().int8_weight_levels);
     l.weights.q = qw.q;
     l.weights.scales = qw.scales;
     l.input_scale = in;
@@ -185,6 +187,11 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
 }
 
 constexpr const char* kReadsImage = "none (the int8 dense reads the image)";
+// oneDNN's own int8 convolution; on a CPU without VNNI every int8 conv runs
+// as im2col and a matmul (cpu_int8_ops.cc: its input must reach oneDNN as u8).
+std::string direct_conv_kernel() {
+  return test::cpu_backend()->capabilities().int8_weight_levels == 127 ? "int8 convolution" : "int8 matmul (im2col)";
+}
 constexpr const char* kDenseOnHwc = "int8 inner product (image read in H, W, C order)";
 
 // Also checks that the int8 network's kernels, in order, are `kernels` when given.
@@ -238,7 +245,7 @@ TEST(QuantizeInt8Layer, ConvReluPoolChainMatchesFp32) {
 // output (9×9 by 2), which then runs on the conv's (N, H, W, C) output.
 TEST(QuantizeInt8Layer, FewChannelConvStrideAndWideKernelMatchesFp32) {
   check_int8_against_fp32("conv(6,5,pad=2,stride=2) relu conv(4,3) relu flatten dense(5)", Dims{3, 13, 11}, 5,
-                          {"int8 matmul (im2col)", "int8 convolution", kReadsImage, kDenseOnHwc});
+                          {"int8 matmul (im2col)", direct_conv_kernel(), kReadsImage, kDenseOnHwc});
 }
 
 TEST(QuantizeInt8Layer, FewChannelConvAvgpoolMatchesFp32) {
@@ -452,6 +459,10 @@ TEST_F(QuantizeStoreTest, QuantizedModelRoundTripsAndEvaluates) {
   const runs::ModelFile child = runs::decode_model(read_model(store, find_model(store, parse_model_ref("iris-mlp@v2"))), "child");
   EXPECT_TRUE(child.int8);
   EXPECT_EQ(child.activation_scales.size(), 3u);
+  // The levels this CPU's int8 products take at full speed, recorded.
+  const int levels = test::cpu_backend()->capabilities().int8_weight_levels;
+  EXPECT_EQ(child.compression.at("weight_levels"), levels);
+  EXPECT_EQ(r.lineage["weight_levels"], levels);
   for (std::size_t i = 0; i < child.tensors.size(); ++i) {
     const auto& t = child.tensors[i];
     if (!t.name.ends_with(".weight")) {
@@ -459,7 +470,7 @@ TEST_F(QuantizeStoreTest, QuantizedModelRoundTripsAndEvaluates) {
       continue;
     }
     EXPECT_EQ(t.encoding, runs::TensorEncoding::kS8);
-    const QuantizedWeights again = quantize_per_channel(parent.tensors[i].values, t.dims[0]);
+    const QuantizedWeights again = quantize_per_channel(parent.tensors[i].values, t.dims[0], levels);
     EXPECT_EQ(t.q, again.q);
     EXPECT_EQ(t.scales, again.scales);
   }
@@ -551,12 +562,14 @@ TEST(QuantizeQat, FakeQuantizeChannelsEqualsQuantizeDequantize) {
     std::fill_n(host.begin() + std::ptrdiff_t(2 * per), per, 0.0f);  // an all-zero (pruned) channel
     host[per] = 9.0f;                                                // an outlier channel
     backend->copy_from_host(host.data(), *w);
-    Tensor fq;
-    backend->fake_quantize_channels(*w, fq);
-    EXPECT_EQ(fq.dims(), w->dims());
-    std::vector<float> got(host.size());
-    backend->copy_to_host(fq, got.data());
-    EXPECT_EQ(got, dequantize(quantize_per_channel(host, w->dims()[0])));
+    for (int levels : {127, 64}) {
+      Tensor fq;
+      backend->fake_quantize_channels(*w, fq, levels);
+      EXPECT_EQ(fq.dims(), w->dims());
+      std::vector<float> got(host.size());
+      backend->copy_to_host(fq, got.data());
+      EXPECT_EQ(got, dequantize(quantize_per_channel(host, w->dims()[0], levels))) << levels;
+    }
     std::vector<float> unchanged(host.size());
     backend->copy_to_host(*w, unchanged.data());
     EXPECT_EQ(unchanged, host);
@@ -620,13 +633,17 @@ TEST_F(QuantizeQatStoreTest, QatFineTunesAndItsInt8ModelEvaluates) {
   const runs::ModelFile child =
       runs::decode_model(read_model(store, find_model(store, parse_model_ref("digits-mlp@v3"))), "child");
   ASSERT_TRUE(child.int8);
+  // The model records the weight levels it was quantized to: this CPU's.
+  const int levels = child.compression.at("weight_levels").get<int>();
+  EXPECT_EQ(levels, test::cpu_backend()->capabilities().int8_weight_levels);
   bool moved = false;
   for (std::size_t i = 0; i < child.tensors.size(); ++i) {
     const auto& t = child.tensors[i];
     if (!t.name.ends_with(".weight")) continue;
     ASSERT_EQ(t.encoding, runs::TensorEncoding::kS8);
-    moved = moved || t.q != quantize_per_channel(parent.tensors[i].values, t.dims[0]).q;
-    EXPECT_EQ(t.values, dequantize(quantize_per_channel(t.values, t.dims[0])));
+    for (std::int8_t q : t.q) ASSERT_LE(std::abs(int(q)), levels);
+    moved = moved || t.q != quantize_per_channel(parent.tensors[i].values, t.dims[0], levels).q;
+    EXPECT_EQ(t.values, dequantize(quantize_per_channel(t.values, t.dims[0], levels)));
   }
   EXPECT_TRUE(moved);
 

@@ -18,6 +18,7 @@
 #include "engine/cpu/cpu_kernels.h"
 #include "engine/cpu/cpu_ops.h"
 #include "engine/loss_scale.h"
+#include "engine/weight_levels.h"
 
 namespace anneal {
 
@@ -137,6 +138,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(const BackendOptions& options) {
     capabilities_.bf16 = cpu_has_bf16();
     capabilities_.int8 = true;
+    capabilities_.int8_weight_levels = int8_weight_levels();
     // Loops are schedule(static) over fixed chunks and the reductions add
     // fixed blocks in a fixed order; oneDNN's CPU primitives are
     // run-to-run reproducible for a fixed thread count.
@@ -336,8 +338,10 @@ class CpuBackend final : public Backend {
     y.mark_modified();
   }
 
-  void fake_quantize_channels(const Tensor& w, Tensor& y) override {
+  void fake_quantize_channels(const Tensor& w, Tensor& y, int levels) override {
     check_f32_usage(w, "fake_quantize_channels");  // fp32 only
+    engine::check_weight_levels(levels);
+    const float l = float(levels);
     // Per-channel maxima need the plain (O, I...) order; the weights are
     // small beside a batch's activations, so a round trip through a host
     // buffer (kept across steps, so steady state allocates nothing) is cheap.
@@ -354,9 +358,9 @@ class CpuBackend final : public Backend {
       for (std::size_t i = 0; i < per; ++i) max = std::max(max, std::fabs(row[i]));
       // The same expressions as quantize_per_channel and dequantize, so the
       // fine-tuned network sees exactly the weights the int8 model stores.
-      const float scale = max > 0 ? max / 127.0f : 1.0f;
+      const float scale = max > 0 ? max / l : 1.0f;
       for (std::size_t i = 0; i < per; ++i) {
-        const float q = std::clamp(std::nearbyint(row[i] / scale), -127.0f, 127.0f);
+        const float q = std::clamp(std::nearbyint(row[i] / scale), -l, l);
         row[i] = float(std::int8_t(q)) * scale;
       }
     }

@@ -275,4 +275,12 @@ dnnl::primitive_attr fused_attr(Activation fused) {
   return attr;
 }
 
+bool int8_pairs_saturate() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto vnni = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_vnni);
+  return (isa & vnni) != vnni;
+}
+
+int int8_weight_levels() { return int8_pairs_saturate() ? 64 : 127; }
+
 }  // namespace anneal::cpu

@@ -141,6 +141,17 @@ class Reorders {
 void reorder_now(CpuContext& ctx, const MemDesc& src_md, const void* src, const MemDesc& dst_md,
                  void* dst);
 
+// True when oneDNN's int8 kernels here add u8·s8 products in pairs into a
+// saturating 16-bit sum (vpmaddubsw: no VNNI, i.e. below avx512_core_vnni as
+// oneDNN dispatches, ONEDNN_MAX_CPU_ISA included). avx2_vnni counts as
+// saturating too: oneDNN 2.6 has no int8 gemm for it that we could rely on.
+bool int8_pairs_saturate();
+
+// The largest |s8 weight| this CPU's int8 products take at full speed:
+// 127 with VNNI, else 64 (255·64·2 fits a 16-bit pair sum). Larger weights
+// are still exact, at twice the cost (cpu_int8_ops.cc).
+int int8_weight_levels();
+
 // The fraction of zeros in `values` (0 when empty): a layer's sparsity.
 double zero_fraction(const std::vector<float>& values);
 

@@ -4,6 +4,24 @@
 // the bias pre-divided into the accumulator's scale, and the output rescaled
 // to the next layer's scale by oneDNN's output scales (oneDNN 2.x:
 // dst = oscale · (Σ src·wei + bias), then the post-ops).
+//
+// Exact on every ISA. oneDNN's int8 kernels multiply u8 by s8. With VNNI
+// (vpdpbusd) each product goes straight into a 32-bit sum. Without it
+// (AVX2, AVX-512 without VNNI) they use vpmaddubsw, which adds two
+// neighbouring products into a SATURATING 16-bit sum: 255·127·2 = 64770 does
+// not fit in 32767, so large inputs against large weights silently clip; and
+// for an s8 input oneDNN's non-VNNI convolutions halve the weights (a lost
+// bit). What stays exact there is a u8 input against weights of |w| <= 64
+// (255·64·2 = 32640). So on such a CPU (Int8Exactness) these ops
+//   * give oneDNN u8 inputs only: an s8 byte q goes in as q + 128 (its top
+//     bit flipped), and 128·Σw comes off the bias in accumulator units;
+//   * split weights beyond ±64 in two halves, hi = w >> 1 and lo = w − hi
+//     (both within ±64), against two copies of each input row:
+//     Σ x·hi + Σ x·lo = Σ x·w, exactly, at twice the multiply cost;
+//   * run every conv as im2col and a matmul (the copies are columns there).
+// quantize_model gives such a CPU weights within ±64 (int8_weight_levels),
+// which need no split; a model quantized with ±127 on a VNNI CPU still runs
+// exactly, only slower.
 #include <cstring>
 #include <string_view>
 
@@ -17,6 +35,37 @@ using tag = memory::format_tag;
 using dt = memory::data_type;
 
 bool is_int8(DType d) { return d == DType::kS8 || d == DType::kU8; }
+
+// The largest |weight| a non-VNNI product is exact for (see the top).
+constexpr int kPairExactWeight = 64;
+
+// (O, I) weights -> (O, copies·I): each row as is (copies 1), or its two
+// halves hi = w >> 1 and lo = w − hi side by side (copies 2).
+std::vector<std::int8_t> split_weights(const std::vector<std::int8_t>& q, std::int64_t out, std::int64_t in,
+                                       int copies) {
+  if (copies == 1) return q;
+  std::vector<std::int8_t> w(std::size_t(out * 2 * in));
+  for (std::int64_t o = 0; o < out; ++o)
+    for (std::int64_t i = 0; i < in; ++i) {
+      const int v = q[std::size_t(o * in + i)], hi = v >> 1;  // arithmetic shift: floor(v / 2)
+      w[std::size_t(o * 2 * in + i)] = std::int8_t(hi);
+      w[std::size_t(o * 2 * in + in + i)] = std::int8_t(v - hi);
+    }
+  return w;
+}
+
+// dst (n, copies·in) u8 = each row of src (n, in) `copies` times, every byte
+// XORed with `flip` (0x80: s8 q to u8 q + 128).
+void widen_rows(const std::uint8_t* src, std::int64_t n, std::int64_t in, int copies, std::uint8_t flip,
+                std::uint8_t* dst) {
+#pragma omp parallel for schedule(static)
+  for (std::int64_t b = 0; b < n; ++b)
+    for (int c = 0; c < copies; ++c) {
+      const std::uint8_t* from = src + b * in;
+      std::uint8_t* to = dst + (b * copies + c) * in;
+      for (std::int64_t i = 0; i < in; ++i) to[i] = from[i] ^ flip;
+    }
+}
 
 // What int8 dense and conv share: the weights checked, the per-channel
 // output scales and the bias in accumulator units, the primitive attribute.
@@ -46,6 +95,23 @@ class Int8Layer {
       bias_[std::size_t(i)] = w.bias[std::size_t(i)] / acc_scale;
     }
     q_ = w.q;
+    pairs_saturate_ = int8_pairs_saturate();
+    int max_w = 0;
+    for (std::int8_t v : q_) max_w = std::max(max_w, std::abs(int(v)));
+    copies_ = pairs_saturate_ && max_w > kPairExactWeight ? 2 : 1;
+  }
+
+  // 128 · Σ_i q[o, i] per output channel: what a u8 input of zero point 128
+  // adds to each accumulator.
+  std::vector<float> zero_point_share() const {
+    std::vector<float> share(std::size_t(out_), 0.0f);
+    const std::int64_t fan_in = std::int64_t(q_.size()) / out_;
+    for (std::int64_t o = 0; o < out_; ++o) {
+      std::int64_t sum = 0;
+      for (std::int64_t i = 0; i < fan_in; ++i) sum += q_[std::size_t(o * fan_in + i)];
+      share[std::size_t(o)] = float(128 * sum);
+    }
+    return share;
   }
 
   dnnl::primitive_attr attr() const {
@@ -66,6 +132,10 @@ class Int8Layer {
   std::int64_t out_;
   std::vector<float> oscales_, bias_;  // (O)
   std::vector<std::int8_t> q_;         // (O, I...) row-major
+  // This CPU's int8 products add pairs into 16 bits (no VNNI): inputs go in
+  // as u8, weights beyond ±64 are split over `copies_` = 2 (see the top).
+  bool pairs_saturate_ = false;
+  int copies_ = 1;
   Reorders reorders_;
   std::string kernel_;
 };
@@ -89,19 +159,28 @@ class CpuInt8DenseOp final : public InferenceOp, private Int8Layer {
       const void* plain = conform(ctx_, reorders_, x, plain_md(x.dims(), x.dtype()), plain_x_);
       src = plain;
       if (!is_int8(x.dtype())) {
-        void* q = quantized_x_.ensure(plan.src_md.get_size(), *ctx_.allocator);
-        reorders_.run_scaled(ctx_, MemDesc({x.batch(), in_.product()}, dt::f32, tag::ab), plain, plan.src_md, q,
+        const MemDesc q_md({x.batch(), in_.product()}, src_type(x), tag::ab);
+        void* q = quantized_x_.ensure(q_md.get_size(), *ctx_.allocator);
+        reorders_.run_scaled(ctx_, MemDesc({x.batch(), in_.product()}, dt::f32, tag::ab), plain, q_md, q,
                              input_ratio(x));
         src = q;
       }
     }
+    if (plan.widen) {
+      ctx_.stream.wait();  // the quantized rows must be complete before the host loop reads them
+      void* wide = widened_x_.ensure(plan.src_md.get_size(), *ctx_.allocator);
+      widen_rows(static_cast<const std::uint8_t*>(src), x.batch(), in_.product(), copies_, plan.flip,
+                 static_cast<std::uint8_t*>(wide));
+      src = wide;
+    }
     shape_output(ctx_, y, Dims{x.batch(), out_}, plan.y_layout);
     plan.exec.set(DNNL_ARG_SRC, src);
     plan.exec.set(DNNL_ARG_WEIGHTS, plan.weights.data());
-    plan.exec.set(DNNL_ARG_BIAS, bias_.data());
+    plan.exec.set(DNNL_ARG_BIAS, plan.bias.data());
     plan.exec.set(DNNL_ARG_DST, y.data());
     plan.exec.run(ctx_);
     kernel_ = plan.hwc ? "int8 inner product (image read in H, W, C order)" : "int8 inner product";
+    if (copies_ > 1) kernel_ += ", weights split in two halves";
   }
 
   std::string kernel() const override { return kernel_; }
@@ -109,7 +188,10 @@ class CpuInt8DenseOp final : public InferenceOp, private Int8Layer {
  private:
   struct Plan {
     MemDesc x_md, src_md;
-    bool hwc = false;  // x is an int8 image stored (N, H, W, C), read as it is
+    bool hwc = false;        // x is an int8 image stored (N, H, W, C), read as it is
+    bool widen = false;      // a host pass makes the u8 (N, copies·I) matrix the product reads
+    std::uint8_t flip = 0;   // 0x80 when that pass turns s8 bytes into u8 + 128
+    std::vector<float> bias; // bias_, less the zero point's share when flipped
     std::shared_ptr<const CpuLayout> y_layout;
     Exec exec;
     ScratchBuffer weights;
@@ -130,12 +212,22 @@ class CpuInt8DenseOp final : public InferenceOp, private Int8Layer {
     const Dims& d = x.dims();
     plan->hwc = d.rank() == 4 && is_int8(x.dtype()) &&
                 x_md == MemDesc(to_dnnl_dims(d), to_dnnl(x.dtype()), tag::acdb);
-    plan->src_md = MemDesc({n, in}, src_type(x), tag::ab);
+    // Where pairs saturate, the product reads u8 only: s8 rows are flipped
+    // (and copied `copies_` times) by widen_rows.
+    const dt bytes = src_type(x);
+    plan->flip = pairs_saturate_ && bytes == dt::s8 ? 0x80 : 0;
+    plan->widen = pairs_saturate_ && (plan->flip != 0 || copies_ > 1);
+    plan->src_md = MemDesc({n, copies_ * in}, pairs_saturate_ ? dt::u8 : bytes, tag::ab);
+    plan->bias = bias_;
+    if (plan->flip) {
+      const std::vector<float> share = zero_point_share();
+      for (std::int64_t i = 0; i < o; ++i) plan->bias[std::size_t(i)] -= share[std::size_t(i)];
+    }
     const MemDesc y_md({n, o}, to_dnnl(quant_.output), tag::ab), bias_md({o}, dt::f32, tag::a);
     plan->y_layout = make_layout(y_md);
     try {
       dnnl::inner_product_forward::desc desc(dnnl::prop_kind::forward_inference, plan->src_md,
-                                             MemDesc({o, in}, dt::s8, tag::any), bias_md, y_md);
+                                             MemDesc({o, copies_ * in}, dt::s8, tag::any), bias_md, y_md);
       dnnl::inner_product_forward::primitive_desc pd(desc, attr(), ctx_.engine);
       plan->exec = Exec(dnnl::inner_product_forward(pd), pd, ctx_,
                         {{DNNL_ARG_SRC, plan->src_md},
@@ -143,17 +235,16 @@ class CpuInt8DenseOp final : public InferenceOp, private Int8Layer {
                          {DNNL_ARG_BIAS, bias_md},
                          {DNNL_ARG_DST, y_md}});
       void* w = plan->weights.ensure(pd.weights_desc().get_size(), *ctx_.allocator);
-      const MemDesc plain_w({o, in}, dt::s8, tag::ab);
+      const MemDesc plain_w({o, copies_ * in}, dt::s8, tag::ab);
+      std::vector<std::int8_t> rows = q_;
       if (plan->hwc) {
         // Weights (O, C, H, W) row-major -> (O, H, W, C) row-major, the
-        // order of the input's features, then into the primitive's layout.
+        // order of the input's features.
         const memory::dims w4{o, d[1], d[2], d[3]};
-        std::vector<std::int8_t> ohwc(q_.size());
-        reorder_now(ctx_, MemDesc(w4, dt::s8, tag::abcd), q_.data(), MemDesc(w4, dt::s8, tag::acdb), ohwc.data());
-        reorder_now(ctx_, plain_w, ohwc.data(), pd.weights_desc(), w);
-      } else {
-        reorder_now(ctx_, plain_w, q_.data(), pd.weights_desc(), w);
+        reorder_now(ctx_, MemDesc(w4, dt::s8, tag::abcd), q_.data(), MemDesc(w4, dt::s8, tag::acdb), rows.data());
       }
+      const std::vector<std::int8_t> split = split_weights(rows, o, in, copies_);
+      reorder_now(ctx_, plain_w, split.data(), pd.weights_desc(), w);
     } catch (const dnnl::error& e) {
       rethrow_dnnl(e, "int8 dense for input " + md_string(x_md));
     }
@@ -163,7 +254,7 @@ class CpuInt8DenseOp final : public InferenceOp, private Int8Layer {
 
   Dims in_;
   std::vector<std::unique_ptr<Plan>> plans_;
-  ScratchBuffer plain_x_, quantized_x_;
+  ScratchBuffer plain_x_, quantized_x_, widened_x_;
 };
 
 // ---- conv -----------------------------------------------------------------------
@@ -173,7 +264,8 @@ class CpuInt8DenseOp final : public InferenceOp, private Int8Layer {
 // run of KW bytes padded to kq (a multiple of 4, VNNI's group of bytes):
 // row[(c·k + ky)·kq + kx] = input[c][y·stride + ky][x·stride + kx].
 // The padding columns meet zero weights, so im2col copies whole kq-byte runs
-// and leaves whatever follows each run's k bytes in them.
+// and leaves whatever follows each run's k bytes in them. With copies = 2
+// (split weights, see the top) each row holds its patch twice, side by side.
 //
 // Rows are ordered (n, oh, j, ow') with ow = group·ow' + j. With group 1
 // that is plain (N, OH, OW): the product (rows, O) is the conv's output in
@@ -185,10 +277,11 @@ class CpuInt8DenseOp final : public InferenceOp, private Int8Layer {
 // output pixel and vector).
 struct Im2col {
   std::int64_t c = 0, hp = 0, wp = 0;  // input channels, padded input height and width
-  std::int64_t oh = 0, ow = 0, k = 0, stride = 1, group = 1;
+  std::int64_t oh = 0, ow = 0, k = 0, stride = 1, group = 1, copies = 1;
   std::uint8_t flip = 0;  // XORed into every byte copied (0x80: s8 to u8 + 128)
   std::int64_t kq() const { return (k + 3) / 4 * 4; }
-  std::int64_t cols() const { return c * k * kq(); }
+  std::int64_t patch_cols() const { return c * k * kq(); }
+  std::int64_t cols() const { return copies * patch_cols(); }
   std::int64_t rows_per_image() const { return oh * ow; }
   // Bytes im2col may read past the end of the padded input.
   std::int64_t overread() const { return kq() - k; }
@@ -202,10 +295,11 @@ std::vector<std::int32_t> im2col_offsets(const Im2col& g) {
   offsets.reserve(std::size_t(g.ow * g.cols() / 4));
   for (std::int64_t j = 0; j < g.group; ++j)
     for (std::int64_t x = 0; x < g.ow / g.group; ++x)
-      for (std::int64_t ch = 0; ch < g.c; ++ch)
-        for (std::int64_t ky = 0; ky < g.k; ++ky)
-          for (std::int64_t q = 0; q < g.kq(); q += 4)
-            offsets.push_back(std::int32_t(ch * g.hp * g.wp + ky * g.wp + (g.group * x + j) * g.stride + q));
+      for (std::int64_t copy = 0; copy < g.copies; ++copy)
+        for (std::int64_t ch = 0; ch < g.c; ++ch)
+          for (std::int64_t ky = 0; ky < g.k; ++ky)
+            for (std::int64_t q = 0; q < g.kq(); q += 4)
+              offsets.push_back(std::int32_t(ch * g.hp * g.wp + ky * g.wp + (g.group * x + j) * g.stride + q));
   return offsets;
 }
 
@@ -239,7 +333,9 @@ class CpuInt8ConvOp final : public InferenceConvOp, private Int8Layer {
     // GOP/s (batch 256, 1 thread). As im2col (patches of 3 runs of 3 bytes,
     // each padded to 4) and a u8 matmul it took about 1 + 3.9 µs, and the
     // maxpool after it 1.0-1.9 µs instead of 3.7-6.6 (see Im2col).
-    as_matmul_ = spec.in[0] < 4;
+    // Where int8 pairs saturate (see the top) every conv runs this way: its
+    // input reaches oneDNN as u8 and split weights are extra columns.
+    as_matmul_ = spec.in[0] < 4 || pairs_saturate_;
     // A pooling whose window equals its stride and tiles the output exactly
     // runs on the matmul's rows.
     const std::int64_t p = spec.pool;
@@ -357,6 +453,7 @@ class CpuInt8ConvOp final : public InferenceConvOp, private Int8Layer {
     g.k = k;
     g.stride = spec_.stride;
     g.group = runs_pool_ ? spec_.pool : 1;
+    g.copies = copies_;
     const std::int64_t patch = ic * k * k, kq = g.kq(), kp = g.cols();
     const dt in_type = src_type(x);
 
@@ -387,18 +484,19 @@ class CpuInt8ConvOp final : public InferenceConvOp, private Int8Layer {
     try {
       dnnl::matmul::desc d(cols_md, MemDesc({kp, o}, dt::s8, tag::any), bias_md, product_md);
       dnnl::matmul::primitive_desc pd(d, attr(), ctx_.engine);
+      // split: (O, copies·patch), each copy's patch in (C, KH, KW) order.
+      const std::vector<std::int8_t> split = split_weights(q_, o, patch, copies_);
       std::vector<std::int8_t> wt(std::size_t(kp * o), 0);
       for (std::int64_t oc = 0; oc < o; ++oc)
-        for (std::int64_t run = 0; run < ic * k; ++run)  // (c, ky)
+        for (std::int64_t run = 0; run < copies_ * ic * k; ++run)  // (copy, c, ky)
           for (std::int64_t kx = 0; kx < k; ++kx)
-            wt[std::size_t((run * kq + kx) * o + oc)] = q_[std::size_t(oc * patch + run * k + kx)];
+            wt[std::size_t((run * kq + kx) * o + oc)] = split[std::size_t(oc * copies_ * patch + run * k + kx)];
       void* w = plan->weights.ensure(pd.weights_desc().get_size(), *ctx_.allocator);
       reorder_now(ctx_, MemDesc({kp, o}, dt::s8, tag::ab), wt.data(), pd.weights_desc(), w);
       plan->bias = bias_;
-      for (std::int64_t oc = 0; oc < o; ++oc) {
-        std::int64_t sum = 0;
-        for (std::int64_t t = 0; t < patch; ++t) sum += q_[std::size_t(oc * patch + t)];
-        plan->bias[std::size_t(oc)] -= float(zero_point * sum);
+      if (zero_point) {
+        const std::vector<float> share = zero_point_share();
+        for (std::int64_t oc = 0; oc < o; ++oc) plan->bias[std::size_t(oc)] -= share[std::size_t(oc)];
       }
       plan->matmul = Exec(dnnl::matmul(pd), pd, ctx_,
                           {{DNNL_ARG_SRC, cols_md},
@@ -459,6 +557,7 @@ class CpuInt8ConvOp final : public InferenceConvOp, private Int8Layer {
     kernel_ = runs_pool_ ? std::string("int8 matmul (im2col) with its ") + (spec_.pool_max ? "maxpool" : "avgpool") +
                                " on the rows"
                          : "int8 matmul (im2col)";
+    if (copies_ > 1) kernel_ += ", weights split in two halves";
   }
 
   InferenceConvSpec spec_;

@@ -29,6 +29,7 @@
 #include "engine/cuda/cuda_common.h"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/cuda_ops.h"
+#include "engine/weight_levels.h"
 
 namespace anneal::cuda {
 namespace {
@@ -264,12 +265,14 @@ class CudaBackend final : public Backend {
     y.mark_modified();
   }
 
-  void fake_quantize_channels(const Tensor& w, Tensor& y) override {
+  void fake_quantize_channels(const Tensor& w, Tensor& y, int levels) override {
     check_f32_usage(w, "fake_quantize_channels");
+    engine::check_weight_levels(levels);
     shape_like(y, w, DType::kF32);
     const std::int64_t channels = w.dims().rank() > 0 ? w.dims()[0] : 0;
     kernels::fake_quantize_channels(f32(w, "fake_quantize_channels"), f32(y, "fake_quantize_channels"),
-                                    int(channels), channels > 0 ? count(w) / int(channels) : 0, ctx_.stream);
+                                    int(channels), channels > 0 ? count(w) / int(channels) : 0, float(levels),
+                                    ctx_.stream);
     y.mark_modified();
   }
 

@@ -126,16 +126,16 @@ __global__ void fake_quantize_kernel(const float* x, float* y, int n, float scal
   ANNEAL_GRID_STRIDE(i, n) y[i] = fminf(fmaxf(rintf(__fdiv_rn(x[i], scale)), lo), hi) * scale;
 }
 
-__global__ void fake_quantize_channels_kernel(const float* w, float* y, int per) {
+__global__ void fake_quantize_channels_kernel(const float* w, float* y, int per, float levels) {
   __shared__ float shared[kThreads];
   const float* row = w + static_cast<std::int64_t>(blockIdx.x) * per;
   float* out = y + static_cast<std::int64_t>(blockIdx.x) * per;
   float m = 0.0f;
   for (int i = threadIdx.x; i < per; i += kThreads) m = fmaxf(m, fabsf(row[i]));
   m = block_max(m, shared);
-  const float scale = m > 0.0f ? __fdiv_rn(m, 127.0f) : 1.0f;
+  const float scale = m > 0.0f ? __fdiv_rn(m, levels) : 1.0f;
   for (int i = threadIdx.x; i < per; i += kThreads) {
-    const float q = fminf(fmaxf(rintf(__fdiv_rn(row[i], scale)), -127.0f), 127.0f);
+    const float q = fminf(fmaxf(rintf(__fdiv_rn(row[i], scale)), -levels), levels);
     out[i] = q * scale;
   }
 }
@@ -640,9 +640,9 @@ void fake_quantize(const float* x, float* y, int n, float scale, float lo, float
   fake_quantize_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n, scale, lo, hi);
   check_launch("fake_quantize");
 }
-void fake_quantize_channels(const float* w, float* y, int channels, int per, cudaStream_t stream) {
+void fake_quantize_channels(const float* w, float* y, int channels, int per, float levels, cudaStream_t stream) {
   if (channels == 0) return;
-  fake_quantize_channels_kernel<<<channels, kThreads, 0, stream>>>(w, y, per);
+  fake_quantize_channels_kernel<<<channels, kThreads, 0, stream>>>(w, y, per, levels);
   check_launch("fake_quantize_channels");
 }
 void dropout(ConstActivations x, Activations y, int n, std::uint64_t key, std::uint32_t threshold, float scale,

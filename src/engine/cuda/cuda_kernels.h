@@ -53,9 +53,9 @@ void scale(const float* x, float* y, int n, float s, cudaStream_t stream);
 void running_stat(float* r, const float* b, int n, float momentum, float scale, cudaStream_t stream);
 // y = clamp(rint(x / scale), lo, hi) · scale.
 void fake_quantize(const float* x, float* y, int n, float scale, float lo, float hi, cudaStream_t stream);
-// Per row o of w (channels rows of `per` values): s = max|w[o]| / 127 (1 for
-// an all-zero row), y = clamp(rint(w / s), −127, 127) · s.
-void fake_quantize_channels(const float* w, float* y, int channels, int per, cudaStream_t stream);
+// Per row o of w (channels rows of `per` values): s = max|w[o]| / L (1 for
+// an all-zero row), y = clamp(rint(w / s), −L, L) · s, L = levels.
+void fake_quantize_channels(const float* w, float* y, int channels, int per, float levels, cudaStream_t stream);
 // y = x · mask(i), mask(i) = scale when the keyed hash of i is ≥ threshold,
 // else 0: the CPU backend's DropoutMask, bit for bit.
 void dropout(ConstActivations x, Activations y, int n, std::uint64_t key, std::uint32_t threshold, float scale,
