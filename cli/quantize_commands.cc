@@ -30,7 +30,7 @@ std::string points(double v) {
 void print_compressed(const Invocation& inv, const CompressResult& r) {
   const json& l = r.lineage;
   if (inv.global.json) {
-    print_json({{"run", r.run.label()},
+    json out = {{"run", r.run.label()},
                 {"model", r.model.ref()},
                 {"parent", r.parent},
                 {"precision", l.value("precision", "")},
@@ -39,16 +39,22 @@ void print_compressed(const Invocation& inv, const CompressResult& r) {
                 {"size_on_disk", l.value("size_on_disk", 0)},
                 {"parent_size_bytes", l.value("parent_size_bytes", 0)},
                 {"parent_size_on_disk", l.value("parent_size_on_disk", 0)},
-                {"metrics", r.metrics}});
+                {"metrics", r.metrics}};
+    if (l.contains("weight_levels")) out["weight_levels"] = l["weight_levels"];
+    print_json(out);
     return;
   }
   std::cout << r.run.label() << " succeeded: registered " << r.model.ref() << " from " << r.parent << "\n";
-  std::vector<std::vector<std::string>> rows = {
-      {"  precision", l.value("precision", "")},
-      {"  sparsity", format_double(100.0 * l.value("sparsity", 0.0), 4) + "%"},
-      {"  size on disk", human_bytes(l.value("size_on_disk", 0)) + " (parent " +
-                             human_bytes(l.value("parent_size_on_disk", 0)) + ")"},
-      {"  size", human_bytes(l.value("size_bytes", 0)) + " (parent " + human_bytes(l.value("parent_size_bytes", 0)) + ")"}};
+  std::vector<std::vector<std::string>> rows = {{"  precision", l.value("precision", "")}};
+  // The s8 weight range quantize chose: 127 where the CPU has VNNI, else 64.
+  if (l.contains("weight_levels"))
+    rows.push_back({"  weight levels", "±" + l["weight_levels"].dump() +
+                                           (l["weight_levels"] == 127 ? " (8-bit)" : " (7-bit: this CPU has no VNNI)")});
+  rows.push_back({"  sparsity", format_double(100.0 * l.value("sparsity", 0.0), 4) + "%"});
+  rows.push_back({"  size on disk", human_bytes(l.value("size_on_disk", 0)) + " (parent " +
+                                        human_bytes(l.value("parent_size_on_disk", 0)) + ")"});
+  rows.push_back(
+      {"  size", human_bytes(l.value("size_bytes", 0)) + " (parent " + human_bytes(l.value("parent_size_bytes", 0)) + ")"});
   for (const auto& [key, value] : r.metrics.items())
     rows.push_back({"  " + key, value.is_number_float() ? format_double(value.get<double>(), 4)
                                 : value.is_string() ? value.get<std::string>() : value.dump()});
