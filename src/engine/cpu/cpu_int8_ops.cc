@@ -18,7 +18,9 @@
 //   * split weights beyond ±64 in two halves, hi = w >> 1 and lo = w − hi
 //     (both within ±64), against two copies of each input row:
 //     Σ x·hi + Σ x·lo = Σ x·w, exactly, at twice the multiply cost;
-//   * run every conv as im2col and a matmul (the copies are columns there).
+//   * run a conv on oneDNN's own int8 conv only for a u8 input and weights
+//     within ±64 (the usual case: a conv after a relu, 7-bit weights), else
+//     as im2col and a matmul (split weights' copies are columns there).
 // quantize_model gives such a CPU weights within ±64 (int8_weight_levels),
 // which need no split; a model quantized with ±127 on a VNNI CPU still runs
 // exactly, only slower.
@@ -333,9 +335,7 @@ class CpuInt8ConvOp final : public InferenceConvOp, private Int8Layer {
     // GOP/s (batch 256, 1 thread). As im2col (patches of 3 runs of 3 bytes,
     // each padded to 4) and a u8 matmul it took about 1 + 3.9 µs, and the
     // maxpool after it 1.0-1.9 µs instead of 3.7-6.6 (see Im2col).
-    // Where int8 pairs saturate (see the top) every conv runs this way: its
-    // input reaches oneDNN as u8 and split weights are extra columns.
-    as_matmul_ = spec.in[0] < 4 || pairs_saturate_;
+    as_matmul_ = spec.in[0] < 4;
     // A pooling whose window equals its stride and tiles the output exactly
     // runs on the matmul's rows.
     const std::int64_t p = spec.pool;
@@ -349,7 +349,10 @@ class CpuInt8ConvOp final : public InferenceConvOp, private Int8Layer {
   void forward(const Tensor& x, Tensor& y) override {
     if (x.dims().without_batch() != spec_.in)
       throw failure("int8 conv: input " + x.dims().str() + " does not match " + spec_.in.str());
-    if (as_matmul_) {
+    // Where int8 pairs saturate (see the top), oneDNN's conv is exact only
+    // for u8 inputs and weights within ±64; otherwise im2col, whose input
+    // reaches oneDNN as u8 and whose split weights are extra columns.
+    if (as_matmul_ || (pairs_saturate_ && (copies_ > 1 || src_type(x) != dt::u8))) {
       forward_as_matmul(matmul_plan_for(x), x, y);
       return;
     }
