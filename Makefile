@@ -6,7 +6,7 @@ DEMO_STORE ?= $(BUILD)/demo-store
 ANNEAL      = $(BUILD)/cli/anneal
 FMNIST      = /usr/share/datasets/fashion-mnist
 
-.PHONY: all deps build demo test test-sanitize bench package package-test clean fuzz
+.PHONY: all deps build build-anneal demo test test-sanitize bench package package-test clean fuzz
 
 all: build
 
@@ -19,11 +19,17 @@ $(BUILD)/CMakeCache.txt:
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The anneal executable and the libraries it links, nothing else: no GPU or
+# MPI plugin (nvcc), no test binaries, no fuzz replays. What the demo runs.
+build-anneal: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target anneal
+
 # The main job end to end on Fashion-MNIST, in a store under build/: import,
 # train the MLP of docs/examples/fmnist-mlp.ini and score it on the test split.
+# It builds only the anneal executable (build-anneal); make test builds the rest.
 demo:
 	@packaging/install-deps demo
-	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory build-anneal
 	rm -rf $(DEMO_STORE)
 	$(ANNEAL) --store $(DEMO_STORE) init
 	$(ANNEAL) --store $(DEMO_STORE) data import fmnist $(FMNIST)/train-images-idx3-ubyte.gz \

@@ -14,3 +14,15 @@ import_fmnist() {
   "$ANNEAL" data import fmnist "$FMNIST/train-images-idx3-ubyte.gz" --labels "$FMNIST/train-labels-idx1-ubyte.gz" \
     --test "$FMNIST/t10k-images-idx3-ubyte.gz" --test-labels "$FMNIST/t10k-labels-idx1-ubyte.gz" > /dev/null
 }
+
+# cpu_caps: the CPU as anneal's oneDNN sees it (`anneal --json devices`,
+# after ONEDNN_MAX_CPU_ISA): CPU_ISA ("avx2", "avx512_core_bf16"), CPU_BF16
+# and CPU_VNNI (1 or 0).
+cpu_caps() {
+  local caps
+  caps=$("$ANNEAL" --json devices | "$PYTHON" -c "
+import json, sys
+cpu = [d for d in json.load(sys.stdin)['devices'] if d['device'] == 'cpu'][0]
+print(cpu['isa'], int(cpu['bf16']), int(cpu['int8_vnni']))")
+  read -r CPU_ISA CPU_BF16 CPU_VNNI <<< "$caps"
+}

@@ -51,7 +51,11 @@ done > "$WORK/speed"
 # here so the peer runs on as many threads as anneal does.
 torch=$(OPENBLAS_NUM_THREADS="$THREADS" "$PYTHON" "$HERE/torch_quantize.py" "$THREADS" "$MLP_EPOCHS" "$BATCH")
 
-echo "== quantize/prune: Fashion-MNIST test split, batch $BATCH, $THREADS thread(s), medians of $ROUNDS interleaved rounds"
+cpu_caps
+vnni=no
+[ "$CPU_VNNI" = 1 ] && vnni=yes
+echo "== quantize/prune: Fashion-MNIST test split, batch $BATCH, $THREADS thread(s), medians of $ROUNDS interleaved rounds" \
+  "(oneDNN isa $CPU_ISA, int8 on VNNI: $vnni)"
 "$PYTHON" - "$WORK/static" "$WORK/speed" "$WORK/speed_medians" <<'PY'
 import statistics, sys
 static = {l.split()[0]: (float(l.split()[1]), float(l.split()[2])) for l in open(sys.argv[1])}

@@ -1,7 +1,10 @@
 // The machine's sgemm peak, the yardstick for training GFLOP/s:
-//   anneal-sgemm-peak THREADS  ->  "OPENBLAS_GFLOPS ONEDNN_GFLOPS"
+//   anneal-sgemm-peak THREADS  ->  "OPENBLAS_GFLOPS ONEDNN_GFLOPS OPENBLAS_CORE"
 // Best of several 2048^3 products with each library's sgemm (OpenBLAS's
 // cblas_sgemm and oneDNN's dnnl_sgemm), after a warm-up product.
+// OPENBLAS_CORE is the kernel set OpenBLAS picked for this CPU ("SkylakeX",
+// "Zen", "Haswell"): ONEDNN_MAX_CPU_ISA caps oneDNN's, not OpenBLAS's
+// (OPENBLAS_CORETYPE does that).
 #include <cblas.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -44,6 +47,6 @@ int main(int argc, char** argv) {
     dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
   }, flops);
   ok = ok && c[0] == 0.5f * 0.25f * n;
-  std::printf("%.1f %.1f\n", openblas, onednn);
+  std::printf("%.1f %.1f %s\n", openblas, onednn, openblas_get_corename());
   return ok ? 0 : 1;
 }

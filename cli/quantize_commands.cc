@@ -149,15 +149,37 @@ int run_bench(const Invocation& inv) {
   return kExitOk;
 }
 
+// Whether oneDNN's instruction set `isa` (BackendCapabilities::isa, as the
+// CPU backend names it) has the 8-bit dot product instructions (VNNI) its
+// int8 kernels run on at full speed with 8-bit weights.
+bool isa_has_vnni(const std::string& isa) {
+  return isa == "avx512_core_vnni" || isa == "avx512_core_bf16" || isa == "avx512_core_amx" ||
+         isa == "avx2_vnni";
+}
+
 int run_devices(const Invocation& inv) {
   const std::vector<BackendAvailability> backends = available_backends();
   // What `auto` picks: the first usable one.
   const auto chosen = std::find_if(backends.begin(), backends.end(), [](const auto& b) { return b.usable; });
+  // The CPU as oneDNN sees it (after ONEDNN_MAX_CPU_ISA): the instruction
+  // set its kernels use and what that gives. The CPU backend is always usable.
+  BackendOptions cpu_options;
+  cpu_options.device = Device::kCpu;
+  const BackendCapabilities cpu = make_backend(cpu_options)->capabilities();
+  const bool vnni = isa_has_vnni(cpu.isa);
   if (inv.global.json) {
     json out = json::array();
-    for (const auto& b : backends)
-      out.push_back({{"device", device_name(b.device)}, {"usable", b.usable}, {"reason", b.reason},
-                     {"auto", chosen != backends.end() && &b == &*chosen}});
+    for (const auto& b : backends) {
+      json device = {{"device", device_name(b.device)}, {"usable", b.usable}, {"reason", b.reason},
+                     {"auto", chosen != backends.end() && &b == &*chosen}};
+      if (b.device == Device::kCpu) {
+        device["isa"] = cpu.isa;
+        device["bf16"] = cpu.bf16;
+        device["int8"] = cpu.int8;
+        device["int8_vnni"] = cpu.int8 && vnni;
+      }
+      out.push_back(std::move(device));
+    }
     print_json({{"devices", out}});
     return kExitOk;
   }
@@ -166,6 +188,8 @@ int run_devices(const Invocation& inv) {
     rows.push_back({device_name(b.device), b.usable ? "yes" : "no",
                     chosen != backends.end() && &b == &*chosen ? "auto picks this" : b.reason});
   print_table(std::cout, rows);
+  std::cout << "cpu: isa " << cpu.isa << "; bf16 " << (cpu.bf16 ? "yes" : "no") << "; int8 "
+            << (!cpu.int8 ? "no" : vnni ? "vnni yes" : "vnni no") << "\n";
   return kExitOk;
 }
 
@@ -230,7 +254,9 @@ void add_quantize_commands(std::vector<Command>& out) {
   out.push_back({"devices", "", "list the compute devices and which one device auto picks",
                  "Every device this anneal knows, in the order device auto prefers them, whether it is usable on "
                  "this machine and, when not, why (the CUDA backend not installed, no GPU, a driver too old). "
-                 "Needs no store.",
+                 "Then the CPU as oneDNN sees it (ONEDNN_MAX_CPU_ISA lowers it): the instruction set its kernels "
+                 "use (isa), whether precision = bf16 trains on it (AVX512_BF16 or AMX), and whether int8 runs "
+                 "on 8-bit dot product instructions (VNNI). Needs no store.",
                  nullptr, {}, run_devices});
 }
 

@@ -4,8 +4,10 @@
 # usable (not built, not installed, or no GPU: `anneal devices` says which)
 # is a one-line error with exit 2 that leaves the store as it was, and auto
 # says in one line why it trains on the CPU; a misspelt device names the
-# closest one. The run records the device. The anneal executable links no
-# CUDA library; a plugin that is not one, or is damaged, is refused by name.
+# closest one. The run records the device and the CPU's instruction set,
+# which `anneal devices` prints with what it gives (bf16, VNNI), lowered by
+# ONEDNN_MAX_CPU_ISA. The anneal executable links no CUDA library; a plugin
+# that is not one, or is damaged, is refused by name.
 . "$E2E_LIB"
 
 # What the registry says of cuda on this machine. Where it is usable (a GPU
@@ -23,6 +25,24 @@ expect_eq "$(json_get '[d["device"] for d in j["devices"] if d["auto"]]')" "['cp
 expect_eq "$cuda_usable" "False" "cuda is not usable without a GPU or without the plugin"
 expect_rc 0 devices
 expect_contains "$OUT" "auto picks this" "devices says what auto picks"
+
+# The CPU as oneDNN sees it: its instruction set and what that gives, in
+# text and JSON alike. ONEDNN_MAX_CPU_ISA=AVX2 makes any newer x86-64 CPU an
+# AVX2 one: no bf16, no VNNI.
+cpu_caps
+[ -n "$CPU_ISA" ] && pass || fail "devices --json names the CPU's isa"
+yes_no() { if [ "$1" = 1 ]; then echo yes; else echo no; fi; }
+expect_contains "$OUT" "cpu: isa $CPU_ISA; bf16 $(yes_no "$CPU_BF16"); int8 vnni $(yes_no "$CPU_VNNI")" \
+  "devices prints what --json says of the CPU"
+case "$CPU_ISA" in
+  avx2 | avx2_vnni | avx512_*) capped=avx2 ;;
+  *) capped=$CPU_ISA ;;  # below AVX2 already: the cap changes nothing
+esac
+ONEDNN_MAX_CPU_ISA=AVX2 expect_rc 0 --json devices
+expect_eq "$(json_get '[(d["isa"], d["bf16"], d["int8_vnni"]) for d in j["devices"] if d["device"] == "cpu"][0]')" \
+  "('$capped', False, False)" "oneDNN capped at AVX2: its isa, no bf16, no VNNI"
+ONEDNN_MAX_CPU_ISA=AVX2 expect_rc 0 devices
+expect_contains "$OUT" "cpu: isa $capped; bf16 no; int8 vnni no" "devices prints the capped CPU"
 if readelf -d "$ANNEAL" | grep NEEDED | grep -qiE 'cuda|cublas|cudnn|nccl'; then
   fail "anneal links a CUDA library: $(readelf -d "$ANNEAL" | grep NEEDED)"
 else
@@ -67,6 +87,10 @@ expect_rc 0 --json model show iris-mlp@v2
 expect_eq "$(json_get 'j["lineage"]["device"]')" "cpu" "lineage records the device"
 json_get 'len(j["lineage"]["isa"]) > 0' | grep -q True && pass || fail "lineage records the ISA"
 expect_contains "$(json_get 'j["lineage"]["config"]')" "device = auto" "the resolved config records device"
+expect_eq "$(json_get 'j["lineage"]["isa"]')" "$CPU_ISA" "the lineage's ISA is the one devices prints"
+ONEDNN_MAX_CPU_ISA=AVX2 expect_rc 0 --json train "$WORK/iris.ini" --device cpu
+expect_rc 0 --json model show "$(json_get 'j["model"]')"
+expect_eq "$(json_get 'j["lineage"]["isa"]')" "$capped" "a run under ONEDNN_MAX_CPU_ISA=AVX2 records that ISA"
 
 # A run may go on on another device (a checkpoint is plain values): a
 # killed run resumes with --device, which is recorded. Where cuda is not

@@ -134,6 +134,28 @@ require_mpi() {
   fi
 }
 
+# cpu_caps: the CPU as anneal's oneDNN sees it (`anneal --json devices`,
+# after ONEDNN_MAX_CPU_ISA), not as /proc/cpuinfo does: sets CPU_ISA (its
+# instruction set, "avx2", "avx512_core_bf16"), CPU_BF16 and CPU_VNNI (1 or 0).
+cpu_caps() {
+  local caps
+  caps=$("$ANNEAL" --json devices | python3 -c "
+import json, sys
+cpu = [d for d in json.load(sys.stdin)['devices'] if d['device'] == 'cpu'][0]
+print(cpu['isa'], int(cpu['bf16']), int(cpu['int8_vnni']))") || { echo "anneal --json devices failed" >&2; exit 1; }
+  read -r CPU_ISA CPU_BF16 CPU_VNNI <<< "$caps"
+}
+
+# require_cpu_bf16: skips the test (77), naming the capability, where the
+# CPU cannot train precision = bf16 (no AVX512_BF16 or AMX for oneDNN).
+require_cpu_bf16() {
+  cpu_caps
+  if [ "$CPU_BF16" != 1 ]; then
+    echo "SKIPPED: the CPU lacks avx512_core_bf16 (oneDNN isa $CPU_ISA): precision = bf16 cannot train here"
+    exit 77
+  fi
+}
+
 # digits_mpi_config FILE NAME [LINE...]: the digits MLP the MPI tests train
 # on several ranks (a global batch of 50, one thread a rank, no baseline
 # model) with LINEs ("key = value", epochs among them) appended.

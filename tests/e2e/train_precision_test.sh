@@ -1,6 +1,8 @@
 #!/bin/bash
 # precision = bf16 lands within 1 point of fp32 test accuracy on digits; on a
-# CPU without bf16 support it is refused up front with a clear error.
+# CPU without bf16 support (as oneDNN sees it: `anneal devices`, which
+# ONEDNN_MAX_CPU_ISA lowers, not /proc/cpuinfo) it is refused up front with
+# a clear error.
 # precision = fp16 needs a GPU: the CPU backend refuses it the same way.
 . "$E2E_LIB"
 
@@ -20,7 +22,8 @@ INI
 expect_rc 0 --json train "$WORK/d.ini"
 fp32=$(json_get 'j["metrics"]["test_accuracy"]')
 fp32_hash=$(json_get 'j["weights_hash"]')
-if grep -qE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
+cpu_caps
+if [ "$CPU_BF16" = 1 ]; then
   expect_rc 0 --json train "$WORK/d.ini" --set precision=bf16
   bf16=$(json_get 'j["metrics"]["test_accuracy"]')
   [ "$(json_get 'j["weights_hash"]')" != "$fp32_hash" ] && pass || fail "bf16 trained in bf16 (same weights as fp32)"
@@ -31,8 +34,12 @@ if grep -qE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
   expect_rc 0 --json eval digits-mlp@v2 digits
   expect_eq "$(json_get 'j["metrics"]["accuracy"]')" "$bf16" "eval of the bf16 model matches the run"
 else
+  echo "the CPU lacks avx512_core_bf16 (oneDNN isa $CPU_ISA): checking that precision = bf16 is refused"
   expect_rc 2 train "$WORK/d.ini" --set precision=bf16
   expect_contains "$ERR" "bf16" "bf16 refused on this CPU"
+  expect_eq "$(printf '%s\n' "$ERR" | grep -c '^anneal: ')" "1" "the refusal is one error line"
+  expect_contains "$ERR" "anneal: precision bf16: the cpu backend has no native bf16 (on a CPU: AVX512_BF16 or AMX); use fp32" \
+    "the refusal names what the CPU lacks"
   expect_rc 0 --json runs list
   expect_eq "$(json_get 'len(j["runs"])')" "1" "the refused run left nothing behind"
 fi

@@ -1911,7 +1911,8 @@ TEST_P(BackendConformance, FakeQuantizeChannelsMatchesTheFormulaBitForBit) {
 }
 
 TEST_P(BackendConformance, FakeQuantizeRefusesBf16WithAUsageError) {
-  if (!caps().bf16) GTEST_SKIP() << "no bf16 on this backend";
+  if (!caps().bf16)
+    GTEST_SKIP() << "no bf16 on this backend (isa " << caps().isa << "; a CPU needs avx512_core_bf16 or AMX)";
   Tensor x = plain(Dims{2, 4}, randn(8, 180), DType::kBF16), y;
   auto kind_of = [](auto&& call) {
     try {

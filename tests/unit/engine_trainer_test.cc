@@ -229,7 +229,8 @@ TEST(Trainer, LoadStateRejectsOtherConfigsAndDamage) {
 }
 
 TEST(Trainer, Bf16LandsCloseToFp32) {
-  if (!test::cpu_backend()->capabilities().bf16) GTEST_SKIP() << "no bf16 on this CPU";
+  if (!test::cpu_backend()->capabilities().bf16)
+    GTEST_SKIP() << "the CPU lacks avx512_core_bf16 (oneDNN isa " << test::cpu_backend()->capabilities().isa << ")";
   const Dataset train = blobs(800, {32}, 4, 12, 1.5f), val = blobs(400, {32}, 4, 13, 1.5f);
   NullReporter reporter;
   TrainerConfig c = mlp_config();
@@ -252,7 +253,8 @@ TEST(Trainer, Bf16LandsCloseToFp32) {
 }
 
 TEST(Trainer, CnnBf16Trains) {
-  if (!test::cpu_backend()->capabilities().bf16) GTEST_SKIP() << "no bf16 on this CPU";
+  if (!test::cpu_backend()->capabilities().bf16)
+    GTEST_SKIP() << "the CPU lacks avx512_core_bf16 (oneDNN isa " << test::cpu_backend()->capabilities().isa << ")";
   const Dataset train = blobs(256, {1, 12, 12}, 3, 14, 1.5f), val = blobs(128, {1, 12, 12}, 3, 15, 1.5f);
   NullReporter reporter;
   TrainerConfig c = mlp_config();

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
 namespace anneal::cpu {
 namespace {
 
@@ -139,9 +141,18 @@ void gather_dwords_generic(const std::uint8_t* src, const std::int32_t* offsets,
   }
 }
 
+// The AVX-512 kernels run where the CPU has the instructions and oneDNN
+// uses AVX-512 too: ONEDNN_MAX_CPU_ISA=AVX2 (or lower) then runs these
+// kernels as an AVX2-only CPU does, so that such a machine's results can be
+// reproduced and tested on one with AVX-512 (the AVX-512 Adam rounds
+// differently from the generic one).
 bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("fma");
+  static const bool yes = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("fma") && (isa & avx512) == avx512;
+  }();
   return yes;
 }
 

@@ -1,7 +1,8 @@
 // Hand-written kernels for the CPU backend (the optimizers' elementwise
 // updates, the int8 im2col gather), compiled twice (AVX-512
 // and baseline x86-64) and picked at run time, since the project builds
-// without -march. Each processes one contiguous range; callers split work
+// without -march: AVX-512 where the CPU has it and oneDNN uses it (not under
+// ONEDNN_MAX_CPU_ISA=AVX2). Each processes one contiguous range; callers split work
 // across threads in fixed chunks, so results never depend on thread count.
 #pragma once
 
