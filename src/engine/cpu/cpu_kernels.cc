@@ -141,26 +141,29 @@ void gather_dwords_generic(const std::uint8_t* src, const std::int32_t* offsets,
   }
 }
 
-// The AVX-512 kernels run where the CPU has the instructions and oneDNN
-// uses AVX-512 too: ONEDNN_MAX_CPU_ISA=AVX2 (or lower) then runs these
-// kernels as an AVX2-only CPU does, so that such a machine's results can be
-// reproduced and tested on one with AVX-512 (the AVX-512 Adam rounds
-// differently from the generic one).
-bool has_avx512() {
-  static const bool yes = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("fma") && (isa & avx512) == avx512;
-  }();
-  return yes;
+// Whether oneDNN's effective ISA (after ONEDNN_MAX_CPU_ISA) includes `level`.
+bool onednn_allows(dnnl::cpu_isa level) {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto bits = static_cast<unsigned>(level);
+  return (isa & bits) == bits;
 }
 
 }  // namespace
 
+bool kernels_use_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("fma") && onednn_allows(dnnl::cpu_isa::avx512_core);
+  return yes;
+}
+
+bool kernels_use_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") && onednn_allows(dnnl::cpu_isa::avx2);
+  return yes;
+}
+
 void adam_kernel(float* w, const float* g, float* m, float* v, std::int64_t n,
                  const AdamKernelArgs& a) {
-  if (has_avx512()) {
+  if (kernels_use_avx512()) {
     adam_avx512(w, g, m, v, n, a);
   } else {
     adam_generic(w, g, m, v, n, a);
@@ -169,7 +172,7 @@ void adam_kernel(float* w, const float* g, float* m, float* v, std::int64_t n,
 
 void gather_dwords(const std::uint8_t* src, const std::int32_t* offsets, std::int64_t n,
                    std::uint32_t flip, std::uint8_t* dst) {
-  if (has_avx512()) {
+  if (kernels_use_avx512()) {
     gather_dwords_avx512(src, offsets, n, flip, dst);
   } else {
     gather_dwords_generic(src, offsets, n, flip, dst);
@@ -178,7 +181,7 @@ void gather_dwords(const std::uint8_t* src, const std::int32_t* offsets, std::in
 
 void sgd_kernel(float* w, const float* g, float* velocity, std::int64_t n,
                 const SgdKernelArgs& a) {
-  if (has_avx512()) {
+  if (kernels_use_avx512()) {
     sgd_avx512(w, g, velocity, n, a);
   } else {
     sgd_generic(w, g, velocity, n, a);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 
+#include "engine/cpu/cpu_kernels.h"
 #include "engine/cpu/cpu_ops.h"
 
 namespace anneal::cpu {
@@ -44,16 +45,40 @@ struct CsrMatrix {
 constexpr std::int64_t kCsrBlock = 64;  // samples per accumulator row: 4 AVX-512 registers
 
 // acc[0..64) += Σ_j values[j] · xt[col[j]·ld .. +64): one output neuron over a
-// block of 64 samples. Cloned for AVX-512 and AVX2 (the project builds
-// without -march), picked at load time.
-__attribute__((target_clones("avx512f", "avx2", "default")))
+// block of 64 samples. Compiled for AVX-512, AVX2 and baseline x86-64 (the
+// project builds without -march), picked once at run time as the other
+// hand-written kernels are (cpu_kernels.h: ONEDNN_MAX_CPU_ISA lowers it).
+// Each acc[t] is its own sum in the same order, but AVX-512 implies FMA,
+// which the compiler contracts w * x + acc into: its last bits differ from
+// the AVX2 and baseline versions', which agree.
+#define ANNEAL_CSR_ROW_BLOCK_LOOP                                          \
+  for (std::int64_t j = 0; j < nnz; ++j) {                                 \
+    const float w = values[j];                                             \
+    const float* x = xt + std::int64_t(col[j]) * ld;                       \
+    for (std::int64_t t = 0; t < kCsrBlock; ++t) acc[t] += w * x[t];       \
+  }
+
+__attribute__((target("avx512f"))) void csr_row_block_avx512(
+    const std::int32_t* col, const float* values, std::int64_t nnz, const float* xt, std::int64_t ld, float* acc) {
+  ANNEAL_CSR_ROW_BLOCK_LOOP
+}
+__attribute__((target("avx2"))) void csr_row_block_avx2(
+    const std::int32_t* col, const float* values, std::int64_t nnz, const float* xt, std::int64_t ld, float* acc) {
+  ANNEAL_CSR_ROW_BLOCK_LOOP
+}
+void csr_row_block_generic(const std::int32_t* col, const float* values, std::int64_t nnz, const float* xt,
+                           std::int64_t ld, float* acc) {
+  ANNEAL_CSR_ROW_BLOCK_LOOP
+}
+#undef ANNEAL_CSR_ROW_BLOCK_LOOP
+
 void csr_row_block(const std::int32_t* col, const float* values, std::int64_t nnz, const float* xt,
                    std::int64_t ld, float* acc) {
-  for (std::int64_t j = 0; j < nnz; ++j) {
-    const float w = values[j];
-    const float* x = xt + std::int64_t(col[j]) * ld;
-    for (std::int64_t t = 0; t < kCsrBlock; ++t) acc[t] += w * x[t];
-  }
+  using Kernel = void (*)(const std::int32_t*, const float*, std::int64_t, const float*, std::int64_t, float*);
+  static const Kernel kernel = kernels_use_avx512() ? csr_row_block_avx512
+                               : kernels_use_avx2() ? csr_row_block_avx2
+                                                    : csr_row_block_generic;
+  kernel(col, values, nnz, xt, ld, acc);
 }
 
 // y (n, O) = act(x (n, I) · Wᵀ + b) with W in CSR (O rows, I columns); act is
