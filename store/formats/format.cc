@@ -18,14 +18,15 @@ bool ends_with(std::string_view text, std::string_view suffix) {
 Format format_from_file_name(std::string name) {
   std::transform(name.begin(), name.end(), name.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::string_view base = name;  // without a compression suffix
   for (std::string_view compressed : {".gz", ".zst", ".zstd"})
-    if (ends_with(name, compressed)) name.resize(name.size() - compressed.size());
-  if (ends_with(name, ".csv")) return Format::kCsv;
-  if (ends_with(name, ".tsv") || ends_with(name, ".tab")) return Format::kTsv;
-  if (ends_with(name, ".svm") || ends_with(name, ".libsvm") || ends_with(name, ".svmlight"))
+    if (ends_with(base, compressed)) base.remove_suffix(compressed.size());
+  if (ends_with(base, ".csv")) return Format::kCsv;
+  if (ends_with(base, ".tsv") || ends_with(base, ".tab")) return Format::kTsv;
+  if (ends_with(base, ".svm") || ends_with(base, ".libsvm") || ends_with(base, ".svmlight"))
     return Format::kLibsvm;
   // MNIST's own names: train-images-idx3-ubyte, t10k-labels.idx1-ubyte, ...
-  if (ends_with(name, ".idx") || ends_with(name, "ubyte")) return Format::kIdx;
+  if (ends_with(base, ".idx") || ends_with(base, "ubyte")) return Format::kIdx;
   return Format::kAuto;
 }
 
