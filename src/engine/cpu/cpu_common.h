@@ -167,6 +167,40 @@ Plan* find_plan(std::vector<std::unique_ptr<Plan>>& plans, const MemDesc& x_md) 
   return nullptr;
 }
 
+// A convolution forward run one image at a time: one oneDNN primitive for
+// a batch of one, executed on each image of a batch in turn. Every image
+// then goes through the same kernel with the same blocking, so its output
+// is the same bits whatever images share its batch (a primitive for the
+// whole batch is chosen by the batch size). For the batch-invariant convs.
+struct ImageConvGeometry {
+  std::int64_t channels, height, width, out_channels, kernel, stride, pad, out_height, out_width;
+};
+class ImageConv {
+ public:
+  // Builds the primitive for one image in dtype `dt` (activations and
+  // weights; f32 bias), with `attr` (the fused activation): `alg` when
+  // oneDNN implements it for one image, else direct. Layouts are oneDNN's
+  // choice, with images outermost (plain when its choice is not).
+  void build(CpuContext& ctx, const ImageConvGeometry& g, memory::data_type dt, dnnl::algorithm alg,
+             const dnnl::primitive_attr& attr);
+  bool built() const { return exec_.valid(); }
+  // One image's layouts; a batch of n is with_batch(·, n) of them.
+  const MemDesc& src_md() const { return src_md_; }
+  const MemDesc& weights_md() const { return weights_md_; }
+  const MemDesc& dst_md() const { return dst_md_; }
+  // y's layout for a batch of n (kept for the latest n).
+  const std::shared_ptr<const CpuLayout>& dst_layout(std::int64_t n);
+  // dst[i] = conv(src[i]) for the n images at src (in with_batch(src_md(), n)).
+  void run(CpuContext& ctx, const void* src, const void* weights, const void* bias, void* dst, std::int64_t n);
+
+ private:
+  MemDesc src_md_, weights_md_, dst_md_;
+  std::size_t src_stride_ = 0, dst_stride_ = 0;  // bytes per image
+  Exec exec_;
+  std::int64_t layout_n_ = -1;
+  std::shared_ptr<const CpuLayout> layout_;
+};
+
 // The eltwise algorithm for an activation; `from_output` picks the
 // *_use_dst_for_bwd variant.
 dnnl::algorithm eltwise_algorithm(Activation kind, bool from_output);
