@@ -1,19 +1,18 @@
 // The fp32 dense layer of an inference-only network (Backend::inference_dense
 // without int8): pruned models' mostly-zero weights run through a CSR kernel
-// when it measures faster than oneDNN's dense inner product at that batch
-// size; other weights always run dense.
+// when it measures faster than the dense product (RowInvariantProduct);
+// other weights always run dense.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
 
+#include "engine/cpu/cpu_gemm.h"
 #include "engine/cpu/cpu_ops.h"
 
 namespace anneal::cpu {
 namespace {
 
-using tag = memory::format_tag;
-using dt = memory::data_type;
 
 // Compressed sparse rows of a (rows, cols) matrix: the nonzeros of row r are
 // values[row_ptr[r] .. row_ptr[r+1]) at columns col[...].
@@ -99,7 +98,7 @@ double median_seconds(const std::function<void()>& f) {
 class CpuSparseDenseOp final : public InferenceOp {
  public:
   CpuSparseDenseOp(CpuContext& ctx, InferenceDenseSpec spec)
-      : ctx_(ctx), spec_(std::move(spec)), in_(spec_.in.product()) {
+      : ctx_(ctx), spec_(std::move(spec)), in_(spec_.in.product()), dense_(ctx, spec_.out, spec_.fused, DType::kF32) {
     const std::int64_t o = spec_.out;
     if (std::int64_t(spec_.weights.weight.size()) != o * in_ || std::int64_t(spec_.weights.bias.size()) != o)
       throw corrupt("inference: dense " + spec_.in.str() + " -> " + std::to_string(o) +
@@ -109,107 +108,74 @@ class CpuSparseDenseOp final : public InferenceOp {
                  (spec_.fused == Activation::kNone || spec_.fused == Activation::kRelu) &&
                  spec_.sparse != SparseKernel::kDense;
     if (candidate_) csr_ = CsrMatrix::from_dense(spec_.weights.weight.data(), o, in_);
+    dense_.set_weights(spec_.weights.weight.data(), spec_.weights.bias.data(), in_);
   }
 
-  // x (N, I...) f32, any layout -> y (N, O) plain f32
+  // x (N, I...) f32, any layout -> y (N, O) plain f32. One kernel for every
+  // batch size (chosen at the first forward), so a sample's output is the
+  // same bits in any batch: both kernels compute each sample on its own.
   void forward(const Tensor& x, Tensor& y) override {
+    if (x.dims().without_batch() != spec_.in || x.dtype() != DType::kF32)
+      throw failure("inference dense: input " + x.dims().str() + " does not match f32 " + spec_.in.str());
+    if (kernel_.empty()) choose_kernel();
+    if (!use_csr_) {
+      dense_.forward(x, y);
+      return;
+    }
     const std::int64_t n = x.batch();
-    Plan& plan = plan_for(n);
-    // Plain (N, C, H, W) row-major is plain (N, C·H·W): the kernels read
+    // Plain (N, C, H, W) row-major is plain (N, C·H·W): the kernel reads
     // either as the (N, I) matrix.
     const auto* src = static_cast<const float*>(
         conform(ctx_, reorders_, x, plain_md(x.dims(), DType::kF32), converted_x_));
-    shape_output(ctx_, y, Dims{n, spec_.out}, plan.y_layout);
-    if (plan.use_csr) {
-      ctx_.stream.wait();  // the input must be complete before the host kernel reads it
-      sparse_dense_forward(csr_, spec_.weights.bias.data(), spec_.fused == Activation::kRelu, src, n,
-                           static_cast<float*>(y.data()), csr_scratch_);
-    } else {
-      run_dense(plan, src, static_cast<float*>(y.data()));
-    }
-    kernel_ = plan.kernel;
+    shape_output(ctx_, y, Dims{n, spec_.out}, make_layout(plain_md(Dims{n, spec_.out}, DType::kF32)));
+    ctx_.stream.wait();  // the input must be complete before the host kernel reads it
+    sparse_dense_forward(csr_, spec_.weights.bias.data(), spec_.fused == Activation::kRelu, src, n,
+                         static_cast<float*>(y.data()), csr_scratch_);
   }
 
   std::string kernel() const override { return kernel_; }
 
  private:
-  struct Plan {
-    std::int64_t n = 0;
-    bool use_csr = false;
-    const char* kernel = "";
-    std::shared_ptr<const CpuLayout> y_layout;
-    Exec dense;                // oneDNN's inner product (unused when use_csr)
-    ScratchBuffer weights;     // W in the layout `dense` reads
-  };
+  // kMeasure times both kernels once, on kMeasureRows zero rows of its own
+  // (no denormals or NaNs; the real input may not exist yet), whatever
+  // the first batch's size: a choice per batch size would give a sample
+  // other bits in a batch of another size.
+  static constexpr std::int64_t kMeasureRows = 256;
 
-  void run_dense(Plan& plan, const float* x, float* y) {
-    plan.dense.set(DNNL_ARG_SRC, x);
-    plan.dense.set(DNNL_ARG_WEIGHTS, plan.weights.data());
-    plan.dense.set(DNNL_ARG_BIAS, spec_.weights.bias.data());
-    plan.dense.set(DNNL_ARG_DST, y);
-    plan.dense.run(ctx_);
-  }
-
-  Plan& plan_for(std::int64_t n) {
-    for (auto& p : plans_)
-      if (p->n == n) return *p;
-    auto plan = std::make_unique<Plan>();
-    plan->n = n;
-    const std::int64_t o = spec_.out;
-    const MemDesc x_md({n, in_}, dt::f32, tag::ab), y_md({n, o}, dt::f32, tag::ab);
-    plan->y_layout = make_layout(y_md);
-    try {
-      const MemDesc bias_md({o}, dt::f32, tag::a);
-      dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_inference, x_md,
-                                          MemDesc({o, in_}, dt::f32, tag::any), bias_md, y_md);
-      const dnnl::primitive_attr attr = fused_attr(spec_.fused);
-      dnnl::inner_product_forward::primitive_desc pd(d, attr, ctx_.engine);
-      plan->dense = Exec(dnnl::inner_product_forward(pd), pd, ctx_,
-                         {{DNNL_ARG_SRC, x_md},
-                          {DNNL_ARG_WEIGHTS, pd.weights_desc()},
-                          {DNNL_ARG_BIAS, bias_md},
-                          {DNNL_ARG_DST, y_md}});
-      void* w = plan->weights.ensure(pd.weights_desc().get_size(), *ctx_.allocator);
-      reorder_now(ctx_, MemDesc({o, in_}, dt::f32, tag::ab), spec_.weights.weight.data(), pd.weights_desc(), w);
-    } catch (const dnnl::error& e) {
-      rethrow_dnnl(e, "inference dense " + spec_.in.str() + " -> " + std::to_string(o));
-    }
-    plan->kernel = "fp32 inner product";
-    if (candidate_ && spec_.sparse == SparseKernel::kSparse) {
-      plan->use_csr = true;
-    } else if (candidate_) {
-      // Time both at this batch size on a zeroed input of their own (no
-      // denormals or NaNs; the real input may not exist yet).
-      ScratchBuffer probe_x, probe_y;
-      auto* px = static_cast<float*>(probe_x.ensure(std::size_t(n * in_) * sizeof(float), *ctx_.allocator));
-      auto* py = static_cast<float*>(probe_y.ensure(std::size_t(n * o) * sizeof(float), *ctx_.allocator));
-      std::memset(px, 0, std::size_t(n * in_) * sizeof(float));
+  void choose_kernel() {
+    use_csr_ = candidate_ && spec_.sparse == SparseKernel::kSparse;
+    kernel_ = "fp32 inner product";
+    if (candidate_ && spec_.sparse == SparseKernel::kMeasure) {
+      const std::int64_t n = kMeasureRows, o = spec_.out;
+      std::vector<float> px(std::size_t(n * in_), 0.0f), py(std::size_t(n * o));
+      Tensor x, y;
+      x.reshape(Dims{n, in_}, DType::kF32, make_layout(plain_md(Dims{n, in_}, DType::kF32)), *ctx_.allocator);
+      std::fill_n(static_cast<float*>(x.data()), n * in_, 0.0f);
       const double dense_s = median_seconds([&] {
-        run_dense(*plan, px, py);
+        dense_.forward(x, y);
         ctx_.stream.wait();
       });
       const double csr_s = median_seconds([&] {
-        sparse_dense_forward(csr_, spec_.weights.bias.data(), spec_.fused == Activation::kRelu, px, n, py,
-                             csr_scratch_);
+        sparse_dense_forward(csr_, spec_.weights.bias.data(), spec_.fused == Activation::kRelu, px.data(), n,
+                             py.data(), csr_scratch_);
       });
-      plan->use_csr = csr_s < dense_s;
-      if (!plan->use_csr) plan->kernel = "fp32 inner product (measured faster than csr)";
+      use_csr_ = csr_s < dense_s;
+      if (!use_csr_) kernel_ = "fp32 inner product (measured faster than csr)";
     }
-    if (plan->use_csr) plan->kernel = "sparse csr";
-    plans_.push_back(std::move(plan));
-    return *plans_.back();
+    if (use_csr_) kernel_ = "sparse csr";
   }
 
   CpuContext& ctx_;
   InferenceDenseSpec spec_;
   std::int64_t in_;
   bool candidate_ = false;  // may run CSR
+  bool use_csr_ = false;
   CsrMatrix csr_;
   std::vector<float> csr_scratch_;
-  std::vector<std::unique_ptr<Plan>> plans_;
+  InvariantDense dense_;
   Reorders reorders_;
   ScratchBuffer converted_x_;
-  std::string kernel_;
+  std::string kernel_;  // empty until the first forward chooses
 };
 
 }  // namespace
