@@ -1,5 +1,9 @@
 #include "engine/cpu/cpu_common.h"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <exception>
 #include <utility>
 
 namespace anneal::cpu {
@@ -297,14 +301,15 @@ void ImageConv::build(CpuContext& ctx, const ImageConvGeometry& g, memory::data_
       pd = make(alg, tag::any);
     }
     if (image_stride(pd.src_desc()) == 0 || image_stride(pd.dst_desc()) == 0) pd = make(alg, tag::nchw);
+    pd_ = pd;
     src_md_ = pd.src_desc();
     weights_md_ = pd.weights_desc();
     dst_md_ = pd.dst_desc();
+    bias_md_ = bias_md;
     src_stride_ = image_stride(src_md_);
     dst_stride_ = image_stride(dst_md_);
-    exec_ = Exec(dnnl::convolution_forward(pd), pd, ctx,
-                 {{DNNL_ARG_SRC, src_md_}, {DNNL_ARG_WEIGHTS, weights_md_}, {DNNL_ARG_BIAS, bias_md},
-                  {DNNL_ARG_DST, dst_md_}});
+    lanes_.clear();
+    add_lane(ctx);
   } catch (const dnnl::error& e) {
     rethrow_dnnl(e, "conv of one image " + md_string(MemDesc({1, g.channels, g.height, g.width}, dt,
                                                                  tag::nchw)));
@@ -319,15 +324,42 @@ const std::shared_ptr<const CpuLayout>& ImageConv::dst_layout(std::int64_t n) {
   return layout_;
 }
 
+void ImageConv::add_lane(CpuContext& ctx) {
+  auto lane = std::make_unique<Lane>();
+  try {
+    lane->ctx = CpuContext{ctx.engine, dnnl::stream(ctx.engine), ctx.allocator};
+    lane->exec = Exec(dnnl::convolution_forward(pd_), pd_, lane->ctx,
+                      {{DNNL_ARG_SRC, src_md_}, {DNNL_ARG_WEIGHTS, weights_md_}, {DNNL_ARG_BIAS, bias_md_},
+                       {DNNL_ARG_DST, dst_md_}});
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl(e, "conv of one image");
+  }
+  lanes_.push_back(std::move(lane));
+}
+
 void ImageConv::run(CpuContext& ctx, const void* src, const void* weights, const void* bias, void* dst,
                     std::int64_t n) {
-  exec_.set(DNNL_ARG_WEIGHTS, weights);
-  exec_.set(DNNL_ARG_BIAS, bias);
+  const int threads = std::max(1, omp_get_max_threads());
+  while (int(lanes_.size()) < threads) add_lane(ctx);
+  ctx.stream.wait();  // src (a reorder on the op's stream) is complete
+  std::exception_ptr error;
+#pragma omp parallel for schedule(static) if (threads > 1)
   for (std::int64_t i = 0; i < n; ++i) {
-    exec_.set(DNNL_ARG_SRC, static_cast<const char*>(src) + std::size_t(i) * src_stride_);
-    exec_.set(DNNL_ARG_DST, static_cast<char*>(dst) + std::size_t(i) * dst_stride_);
-    exec_.run(ctx);
+    Lane& lane = *lanes_[std::size_t(omp_get_thread_num())];
+    try {
+      lane.exec.set(DNNL_ARG_WEIGHTS, weights);
+      lane.exec.set(DNNL_ARG_BIAS, bias);
+      lane.exec.set(DNNL_ARG_SRC, static_cast<const char*>(src) + std::size_t(i) * src_stride_);
+      lane.exec.set(DNNL_ARG_DST, static_cast<char*>(dst) + std::size_t(i) * dst_stride_);
+      lane.exec.run(lane.ctx);
+    } catch (...) {
+      // An exception must not leave an OpenMP region: the first is kept
+      // and thrown after it.
+#pragma omp critical(anneal_image_conv_error)
+      if (!error) error = std::current_exception();
+    }
   }
+  if (error) std::rethrow_exception(error);
 }
 
 dnnl::algorithm eltwise_algorithm(Activation kind, bool from_output) {
