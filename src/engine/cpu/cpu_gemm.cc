@@ -163,32 +163,30 @@ constexpr TileTable avx2_table(std::index_sequence<R...>) {
 constexpr TileTable kAvx512Tiles = avx512_table(std::make_index_sequence<kAvx512Rows + 1>());
 constexpr TileTable kAvx2Tiles = avx2_table(std::make_index_sequence<kAvx512Rows + 1>());
 
-enum class Isa { kAvx512, kAvx2, kScalar };
+}  // namespace
 
-// oneDNN's effective ISA (ONEDNN_MAX_CPU_ISA lowers it) capped by what
-// the CPU reports, read once.
-Isa isa() {
-  static const Isa chosen = [] {
+KernelIsa kernel_isa() {
+  // oneDNN's effective ISA (ONEDNN_MAX_CPU_ISA lowers it) capped by what
+  // the CPU reports, read once.
+  static const KernelIsa chosen = [] {
     const auto effective = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
     auto allows = [&](dnnl::cpu_isa level) {
       const auto bits = static_cast<unsigned>(level);
       return (effective & bits) == bits;
     };
-    if (allows(dnnl::cpu_isa::avx512_core) && __builtin_cpu_supports("avx512f")) return Isa::kAvx512;
+    if (allows(dnnl::cpu_isa::avx512_core) && __builtin_cpu_supports("avx512f")) return KernelIsa::kAvx512;
     if (allows(dnnl::cpu_isa::avx2) && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-      return Isa::kAvx2;
-    return Isa::kScalar;
+      return KernelIsa::kAvx2;
+    return KernelIsa::kScalar;
   }();
   return chosen;
 }
 
-}  // namespace
-
-const char* row_product_isa() {
-  switch (isa()) {
-    case Isa::kAvx512: return "avx512";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kScalar: break;
+const char* kernel_isa_name(KernelIsa isa) {
+  switch (isa) {
+    case KernelIsa::kAvx512: return "avx512";
+    case KernelIsa::kAvx2: return "avx2";
+    case KernelIsa::kScalar: break;
   }
   return "scalar";
 }
@@ -215,8 +213,8 @@ void RowInvariantProduct::run(const float* x, std::int64_t ldx, std::int64_t row
   const auto* bias = static_cast<const float*>(bias_.data());
   // (An OpenMP region costs even with a team of one.)
   const bool parallel = rows * out_ * in_ >= kParallelFmas && omp_get_max_threads() > 1;
-  const Isa chosen = isa();
-  if (chosen == Isa::kScalar) {
+  const KernelIsa chosen = kernel_isa();
+  if (chosen == KernelIsa::kScalar) {
     // One std::fma chain per element, as the vector tiles compute it.
 #pragma omp parallel for schedule(static) if (parallel)
     for (std::int64_t r = 0; r < rows; ++r)
@@ -229,10 +227,10 @@ void RowInvariantProduct::run(const float* x, std::int64_t ldx, std::int64_t row
       }
     return;
   }
-  const TileTable& tiles = chosen == Isa::kAvx512 ? kAvx512Tiles : kAvx2Tiles;
-  const int max_rows = chosen == Isa::kAvx512 ? kAvx512Rows : kAvx2Rows;
+  const TileTable& tiles = chosen == KernelIsa::kAvx512 ? kAvx512Tiles : kAvx2Tiles;
+  const int max_rows = chosen == KernelIsa::kAvx512 ? kAvx512Rows : kAvx2Rows;
   auto panels_for = [&](std::int64_t r) {
-    return std::int64_t(chosen == Isa::kAvx512 ? avx512_panels(int(r)) : avx2_panels(int(r)));
+    return std::int64_t(chosen == KernelIsa::kAvx512 ? avx512_panels(int(r)) : avx2_panels(int(r)));
   };
   // Work items: the full row blocks by groups of panels (group-major, so
   // a thread's consecutive items share panels), then the last, short

@@ -23,10 +23,14 @@
 
 namespace anneal::cpu {
 
-// Which kernels RowInvariantProduct runs: the widest the CPU has that
-// oneDNN may also use (so ONEDNN_MAX_CPU_ISA=AVX2 runs the AVX2 ones).
-// "avx512", "avx2" or "scalar". Results are the same bits on each.
-const char* row_product_isa();
+// The instruction set anneal's own inference kernels (this product, the
+// CSR kernel of pruned layers) run: the widest the CPU has that oneDNN may
+// also use, so ONEDNN_MAX_CPU_ISA=AVX2 runs and tests the AVX2 ones. They
+// give the same bits on each (their arithmetic is FMA chains in a fixed
+// order, which no vector width changes).
+enum class KernelIsa { kAvx512, kAvx2, kScalar };
+KernelIsa kernel_isa();
+const char* kernel_isa_name(KernelIsa isa);  // "avx512", "avx2", "scalar"
 
 class RowInvariantProduct {
  public:

@@ -2,8 +2,12 @@
 // without int8): pruned models' mostly-zero weights run through a CSR kernel
 // when it measures faster than the dense product (RowInvariantProduct);
 // other weights always run dense.
+#include <immintrin.h>
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
 
@@ -12,7 +16,6 @@
 
 namespace anneal::cpu {
 namespace {
-
 
 // Compressed sparse rows of a (rows, cols) matrix: the nonzeros of row r are
 // values[row_ptr[r] .. row_ptr[r+1]) at columns col[...].
@@ -40,18 +43,79 @@ struct CsrMatrix {
   }
 };
 
-constexpr std::int64_t kCsrBlock = 64;  // samples per accumulator row: 4 AVX-512 registers
+// The CSR kernels compute every output as one chain of fused multiply-adds
+// over its row's nonzeros in order, from the bias: acc = fma(w_j, x[col_j],
+// acc), then relu as (acc > 0 ? acc : 0). Whole blocks of kCsrBlock samples
+// run it in vector lanes (one sample per lane) over x transposed; the
+// samples past the last whole block run it one sample at a time straight
+// from x. Both are the same arithmetic, so a sample's outputs are the same
+// bits whichever way it ran, in whatever batch; and a lone sample costs one
+// sample's work, not a padded block's.
+constexpr std::int64_t kCsrBlock = 64;  // samples per block: 4 AVX-512 registers
 
-// acc[0..64) += Σ_j values[j] · xt[col[j]·ld .. +64): one output neuron over a
-// block of 64 samples. Cloned for AVX-512 and AVX2 (the project builds
-// without -march), picked at load time.
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void csr_row_block(const std::int32_t* col, const float* values, std::int64_t nnz, const float* xt,
-                   std::int64_t ld, float* acc) {
+inline float relu_of(float v) { return v > 0.0f ? v : 0.0f; }
+
+// acc[0..64) = fma(values[j], xt[col[j]·ld + t], acc[t]) for j in order:
+// one output neuron over a block of 64 samples.
+__attribute__((target("avx512f"))) void csr_block_avx512(const std::int32_t* col, const float* values,
+                                                         std::int64_t nnz, const float* xt, std::int64_t ld,
+                                                         float* acc) {
+  __m512 a0 = _mm512_loadu_ps(acc), a1 = _mm512_loadu_ps(acc + 16), a2 = _mm512_loadu_ps(acc + 32),
+         a3 = _mm512_loadu_ps(acc + 48);
   for (std::int64_t j = 0; j < nnz; ++j) {
-    const float w = values[j];
+    const __m512 w = _mm512_set1_ps(values[j]);
     const float* x = xt + std::int64_t(col[j]) * ld;
-    for (std::int64_t t = 0; t < kCsrBlock; ++t) acc[t] += w * x[t];
+    a0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x), a0);
+    a1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + 16), a1);
+    a2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + 32), a2);
+    a3 = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + 48), a3);
+  }
+  _mm512_storeu_ps(acc, a0);
+  _mm512_storeu_ps(acc + 16, a1);
+  _mm512_storeu_ps(acc + 32, a2);
+  _mm512_storeu_ps(acc + 48, a3);
+}
+
+__attribute__((target("avx2,fma"))) void csr_block_avx2(const std::int32_t* col, const float* values,
+                                                        std::int64_t nnz, const float* xt, std::int64_t ld,
+                                                        float* acc) {
+  __m256 a[8];
+  for (int v = 0; v < 8; ++v) a[v] = _mm256_loadu_ps(acc + 8 * v);
+  for (std::int64_t j = 0; j < nnz; ++j) {
+    const __m256 w = _mm256_set1_ps(values[j]);
+    const float* x = xt + std::int64_t(col[j]) * ld;
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) a[v] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + 8 * v), a[v]);
+  }
+  for (int v = 0; v < 8; ++v) _mm256_storeu_ps(acc + 8 * v, a[v]);
+}
+
+void csr_block_scalar(const std::int32_t* col, const float* values, std::int64_t nnz, const float* xt,
+                      std::int64_t ld, float* acc) {
+  for (std::int64_t j = 0; j < nnz; ++j) {
+    const float* x = xt + std::int64_t(col[j]) * ld;
+    for (std::int64_t t = 0; t < kCsrBlock; ++t) acc[t] = std::fma(values[j], x[t], acc[t]);
+  }
+}
+
+// One sample's outputs y[0..out) from its row x, the same chains. The FMA
+// build inlines the fma instruction (std::fma is a libm call without it).
+__attribute__((target("avx2,fma"))) void csr_sample_fma(const std::int64_t* row_ptr, const std::int32_t* col,
+                                                        const float* values, std::int64_t out, const float* bias,
+                                                        bool relu, const float* x, float* y) {
+  for (std::int64_t o = 0; o < out; ++o) {
+    float acc = bias[o];
+    for (std::int64_t j = row_ptr[o]; j < row_ptr[o + 1]; ++j) acc = __builtin_fmaf(values[j], x[col[j]], acc);
+    y[o] = relu ? relu_of(acc) : acc;
+  }
+}
+
+void csr_sample_scalar(const std::int64_t* row_ptr, const std::int32_t* col, const float* values,
+                       std::int64_t out, const float* bias, bool relu, const float* x, float* y) {
+  for (std::int64_t o = 0; o < out; ++o) {
+    float acc = bias[o];
+    for (std::int64_t j = row_ptr[o]; j < row_ptr[o + 1]; ++j) acc = std::fma(values[j], x[col[j]], acc);
+    y[o] = relu ? relu_of(acc) : acc;
   }
 }
 
@@ -59,27 +123,36 @@ void csr_row_block(const std::int32_t* col, const float* values, std::int64_t nn
 // relu when `relu`, else identity. `scratch` is reused between calls.
 void sparse_dense_forward(const CsrMatrix& w, const float* bias, bool relu, const float* x,
                           std::int64_t n, float* y, std::vector<float>& scratch) {
-  // xt (I, Np): x transposed and zero-padded to whole blocks, so each
-  // nonzero w[o, i] adds w times one contiguous row of samples.
   const std::int64_t in = w.cols, out = w.rows;
-  const std::int64_t np = (n + kCsrBlock - 1) / kCsrBlock * kCsrBlock;
-  scratch.assign(std::size_t(in * np), 0.0f);
-  float* xt = scratch.data();
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < in; ++i)
-    for (std::int64_t s = 0; s < n; ++s) xt[i * np + s] = x[s * in + i];
-  const std::int64_t blocks = np / kCsrBlock;
-#pragma omp parallel for schedule(static) collapse(2)
-  for (std::int64_t b = 0; b < blocks; ++b)
-    for (std::int64_t o = 0; o < out; ++o) {
-      alignas(64) float acc[kCsrBlock];
-      std::fill_n(acc, kCsrBlock, bias ? bias[o] : 0.0f);
-      const std::int64_t begin = w.row_ptr[std::size_t(o)], end = w.row_ptr[std::size_t(o) + 1];
-      csr_row_block(w.col.data() + begin, w.values.data() + begin, end - begin, xt + b * kCsrBlock, np, acc);
-      const std::int64_t rows = std::min(kCsrBlock, n - b * kCsrBlock);
-      for (std::int64_t t = 0; t < rows; ++t)
-        y[(b * kCsrBlock + t) * out + o] = relu ? std::max(acc[t], 0.0f) : acc[t];
-    }
+  const KernelIsa isa = kernel_isa();
+  const bool team = omp_get_max_threads() > 1;
+  // xt (I, whole): the whole blocks' samples transposed, so each nonzero
+  // w[o, i] multiplies one contiguous run of samples.
+  const std::int64_t blocks = n / kCsrBlock, whole = blocks * kCsrBlock;
+  if (blocks > 0) {
+    scratch.resize(std::size_t(in * whole));
+    float* xt = scratch.data();
+#pragma omp parallel for schedule(static) if (team)
+    for (std::int64_t i = 0; i < in; ++i)
+      for (std::int64_t s = 0; s < whole; ++s) xt[i * whole + s] = x[s * in + i];
+    auto* block = isa == KernelIsa::kAvx512 ? csr_block_avx512
+                  : isa == KernelIsa::kAvx2 ? csr_block_avx2
+                                            : csr_block_scalar;
+#pragma omp parallel for schedule(static) collapse(2) if (team)
+    for (std::int64_t b = 0; b < blocks; ++b)
+      for (std::int64_t o = 0; o < out; ++o) {
+        alignas(64) float acc[kCsrBlock];
+        std::fill_n(acc, kCsrBlock, bias[o]);
+        const std::int64_t begin = w.row_ptr[std::size_t(o)], end = w.row_ptr[std::size_t(o) + 1];
+        block(w.col.data() + begin, w.values.data() + begin, end - begin, xt + b * kCsrBlock, whole, acc);
+        for (std::int64_t t = 0; t < kCsrBlock; ++t)
+          y[(b * kCsrBlock + t) * out + o] = relu ? relu_of(acc[t]) : acc[t];
+      }
+  }
+  auto* sample = isa == KernelIsa::kScalar ? csr_sample_scalar : csr_sample_fma;
+#pragma omp parallel for schedule(static) if (team && n - whole > 1)
+  for (std::int64_t s = whole; s < n; ++s)
+    sample(w.row_ptr.data(), w.col.data(), w.values.data(), out, bias, relu, x + s * in, y + s * out);
 }
 
 // The median of 5 timed runs of f, after one untimed.
