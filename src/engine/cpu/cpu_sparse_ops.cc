@@ -98,25 +98,49 @@ void csr_block_scalar(const std::int32_t* col, const float* values, std::int64_t
   }
 }
 
-// One sample's outputs y[0..out) from its row x, the same chains. The FMA
-// build inlines the fma instruction (std::fma is a libm call without it).
-__attribute__((target("avx2,fma"))) void csr_sample_fma(const std::int64_t* row_ptr, const std::int32_t* col,
-                                                        const float* values, std::int64_t out, const float* bias,
-                                                        bool relu, const float* x, float* y) {
-  for (std::int64_t o = 0; o < out; ++o) {
-    float acc = bias[o];
-    for (std::int64_t j = row_ptr[o]; j < row_ptr[o + 1]; ++j) acc = __builtin_fmaf(values[j], x[col[j]], acc);
-    y[o] = relu ? relu_of(acc) : acc;
+// One sample's outputs y[0..out) from its row x, the same chains. Eight
+// outputs advance together, a nonzero of each in turn, so eight chains are
+// in flight instead of one (each chain still takes its nonzeros in order);
+// each finishes its own tail alone. Always inlined: into the FMA build its
+// std::fma is the fma instruction, into the scalar one a libm call.
+__attribute__((always_inline)) inline void csr_sample(const std::int64_t* row_ptr, const std::int32_t* col,
+                                                      const float* values, std::int64_t out, const float* bias,
+                                                      bool relu, const float* x, float* y) {
+  constexpr int kWays = 8;
+  std::int64_t o = 0;
+  for (; o + kWays <= out; o += kWays) {
+    float acc[kWays];
+    std::int64_t at[kWays], end[kWays], common = row_ptr[o + 1] - row_ptr[o];
+    for (int i = 0; i < kWays; ++i) {
+      acc[i] = bias[o + i];
+      at[i] = row_ptr[o + i];
+      end[i] = row_ptr[o + i + 1];
+      common = end[i] - at[i] < common ? end[i] - at[i] : common;
+    }
+    for (std::int64_t k = 0; k < common; ++k)
+#pragma GCC unroll 8
+      for (int i = 0; i < kWays; ++i) acc[i] = std::fma(values[at[i] + k], x[col[at[i] + k]], acc[i]);
+    for (int i = 0; i < kWays; ++i) {
+      for (std::int64_t j = at[i] + common; j < end[i]; ++j) acc[i] = std::fma(values[j], x[col[j]], acc[i]);
+      y[o + i] = relu ? relu_of(acc[i]) : acc[i];
+    }
   }
-}
-
-void csr_sample_scalar(const std::int64_t* row_ptr, const std::int32_t* col, const float* values,
-                       std::int64_t out, const float* bias, bool relu, const float* x, float* y) {
-  for (std::int64_t o = 0; o < out; ++o) {
+  for (; o < out; ++o) {
     float acc = bias[o];
     for (std::int64_t j = row_ptr[o]; j < row_ptr[o + 1]; ++j) acc = std::fma(values[j], x[col[j]], acc);
     y[o] = relu ? relu_of(acc) : acc;
   }
+}
+
+__attribute__((target("avx2,fma"))) void csr_sample_fma(const std::int64_t* row_ptr, const std::int32_t* col,
+                                                        const float* values, std::int64_t out, const float* bias,
+                                                        bool relu, const float* x, float* y) {
+  csr_sample(row_ptr, col, values, out, bias, relu, x, y);
+}
+
+void csr_sample_scalar(const std::int64_t* row_ptr, const std::int32_t* col, const float* values,
+                       std::int64_t out, const float* bias, bool relu, const float* x, float* y) {
+  csr_sample(row_ptr, col, values, out, bias, relu, x, y);
 }
 
 // y (n, O) = act(x (n, I) · Wᵀ + b) with W in CSR (O rows, I columns); act is
