@@ -34,6 +34,10 @@
 // elementwise ops and reductions (the optimizer updates, eltwise, dropout,
 // fake quantization, running statistics, clip_scale, loss totals) and the
 // int8 inference ops give the same bits for any thread count.
+// With capabilities().batch_invariant, every op an inference forward runs
+// (dense and conv built with batch_invariant, pooling, eltwise, batch norm's
+// forward_inference, layer norm, LossOp::predict, the inference-only ops)
+// gives a sample the same bits whatever samples share its batch.
 //
 // Numerics every backend shares (tests/unit/backend_conformance_test.cc
 // holds each to them): gelu is the exact erf form, 0.5·x·(1 + erf(x/√2));
@@ -90,6 +94,9 @@ struct DenseSpec {
   DType compute = DType::kF32;
   Activation fused = Activation::kNone;  // relu/tanh/sigmoid may be fused
   std::int64_t batch = 128;  // expected batch size: picks the weights' layout
+  // Forward only (backward_* fail), each sample's output independent of its
+  // batch (see Determinism): for networks that only predict.
+  bool batch_invariant = false;
 };
 class DenseOp {
  public:
@@ -118,6 +125,7 @@ struct ConvSpec {
   DType compute = DType::kF32;
   Activation fused = Activation::kNone;
   std::int64_t batch = 128;  // expected batch size: picks the weights' layout
+  bool batch_invariant = false;  // as DenseSpec's
 };
 class ConvOp {
  public:
@@ -364,6 +372,7 @@ struct BackendCapabilities {
   // quantizes weights to this many levels each side of zero.
   int int8_weight_levels = 127;
   bool deterministic = false;  // reproducible bits: see "Determinism" at the top
+  bool batch_invariant = false;  // inference bits ignore the batch: see "Determinism"
   int threads = 1;             // compute threads the backend uses
   std::string device;          // the device kind it runs on: "cpu", "cuda"
   std::string isa;             // the instruction set its kernels use: "avx512_core_bf16", "sm_90"

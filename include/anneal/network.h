@@ -82,6 +82,11 @@ struct NetworkOptions {
   std::uint64_t seed = 0;          // weight initialisation
   bool input_gradient = false;     // compute ∂L/∂input (gradient checks)
   std::int64_t batch = 128;        // expected batch size (lets the backend pick layouts)
+  // Forward passes only, each sample's output the same bits in any batch
+  // (DenseSpec::batch_invariant; what a Predictor builds): for a backend
+  // with capabilities().batch_invariant. Its dense and conv layers have no
+  // backward pass.
+  bool batch_invariant = false;
   // Set: an inference-only network with these weights (compute, seed and
   // input_gradient are then unused).
   std::optional<InferenceOptions> inference;

@@ -163,7 +163,10 @@ class Trainer {
   // The same over every row of a source, read in row order a window at a time.
   Evaluation evaluate(SampleSource& data);
   // rows x outputs() predictions for `features` (rows x sample size):
-  // softmax_ce class probabilities, bce P(1), mse/mae the value.
+  // softmax_ce class probabilities, bce P(1), mse/mae the value. The bits
+  // runs::Predictor (eval, predict) gives for the same weights: where the
+  // backend is batch-invariant, a forward-only copy of the network runs
+  // them (unless fake quantization is set).
   std::vector<float> predict(std::span<const float> features);
   // rows x outputs() predictions for every row of a source, in row order
   // (its labels are not read).

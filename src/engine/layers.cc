@@ -51,7 +51,7 @@ class DenseLayer final : public Layer {
       : backend_(ctx.backend), fused_(fused) {
     input_shape_ = ctx.input;
     output_shape_ = Dims{width};
-    op_ = backend_.dense(DenseSpec{ctx.input, width, ctx.compute, fused, ctx.batch});
+    op_ = backend_.dense(DenseSpec{ctx.input, width, ctx.compute, fused, ctx.batch, ctx.batch_invariant});
     if (fused != Activation::kNone) activation_ = backend_.eltwise(EltwiseSpec{fused, ctx.compute});
     weight_.name = param_name(ctx.index, "dense", "weight");
     bias_.name = param_name(ctx.index, "dense", "bias");
@@ -114,7 +114,7 @@ class ConvLayer final : public Layer {
     const std::int64_t w = (ctx.input[2] + 2 * pad - kernel) / stride + 1;
     output_shape_ = Dims{channels, h, w};
     op_ = backend_.conv(
-        ConvSpec{ctx.input, channels, kernel, stride, pad, ctx.compute, fused, ctx.batch});
+        ConvSpec{ctx.input, channels, kernel, stride, pad, ctx.compute, fused, ctx.batch, ctx.batch_invariant});
     if (fused != Activation::kNone && !relu_mask_downstream)
       activation_ = backend_.eltwise(EltwiseSpec{fused, ctx.compute});
     weight_.name = param_name(ctx.index, "conv", "weight");

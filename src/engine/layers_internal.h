@@ -18,6 +18,7 @@ struct LayerContext {
   std::uint64_t seed;  // initialisation stream of this layer
   int index;           // position in the network, 0-based (names, dropout streams)
   std::int64_t batch;  // expected batch size
+  bool batch_invariant = false;  // NetworkOptions::batch_invariant
 };
 
 std::unique_ptr<Layer> make_dense_layer(const LayerContext& ctx, std::int64_t width,

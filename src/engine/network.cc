@@ -229,9 +229,13 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const LayerSpec& s = layers[i];
     const int index = int(layers_.size());
-    engine::LayerContext ctx{backend, shape, options.compute,
-                             engine::derive_seed(options.seed, 0x1a7e5, std::uint64_t(index)), index,
-                             options.batch};
+    engine::LayerContext ctx{backend,
+                             shape,
+                             options.compute,
+                             engine::derive_seed(options.seed, 0x1a7e5, std::uint64_t(index)),
+                             index,
+                             options.batch,
+                             options.batch_invariant};
     // A relu/tanh/sigmoid right after dense or conv runs as the op's fused
     // post-op (one pass over the output instead of two).
     Activation fused = Activation::kNone;

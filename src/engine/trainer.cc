@@ -204,6 +204,7 @@ class Trainer::Impl {
     options.compute = compute_dtype(config_.precision);
     options.seed = config_.seed;
     options.batch = config_.batch;
+    network_options_ = options;
     network_ = std::make_unique<Network>(config_.layers, options, *backend_);
     optimizer_ = std::make_unique<Optimizer>(config_.optimizer, network_->parameters(), *backend_);
     train_loss_ = backend_->loss(config_.loss, options.outputs, config_.class_weights);
@@ -269,8 +270,35 @@ class Trainer::Impl {
     validate_source(data, "prediction", Dims(train_->sample_shape()), /*may_be_empty=*/true);
     const auto scope = backend_->enter();
     std::vector<float> out(std::size_t(data.rows()) * std::size_t(outputs()));
-    run_inference(data, "prediction", /*score=*/false, out.data());
+    run_inference(data, "prediction", /*score=*/false, out.data(), &prediction_network());
     return out;
+  }
+
+  // What predict() runs: the network runs::Predictor would build from the
+  // current weights (batch_invariant where the backend offers it), so the
+  // metrics a run records are the bits `anneal eval` reproduces; the
+  // training network's batched kernels would give other last bits. With
+  // fake quantization set, the training network itself (its pass quantizes).
+  Network& prediction_network() {
+    if (!backend_->capabilities().batch_invariant || fake_quantized_) return *network_;
+    if (!prediction_network_) {
+      NetworkOptions options = network_options_;
+      options.batch_invariant = true;
+      prediction_network_ = std::make_unique<Network>(config_.layers, options, *backend_);
+    }
+    std::vector<float> host;
+    auto copy = [&](const Tensor& from, Tensor& to) {
+      host.resize(std::size_t(from.elements()));
+      backend_->copy_to_host(from, host.data());
+      backend_->copy_from_host(host.data(), to);
+    };
+    const auto& from = network_->parameters();
+    const auto& to = prediction_network_->parameters();
+    for (std::size_t i = 0; i < from.size(); ++i) copy(from[i]->value, to[i]->value);
+    const auto& from_buffers = network_->buffers();
+    const auto& to_buffers = prediction_network_->buffers();
+    for (std::size_t i = 0; i < from_buffers.size(); ++i) copy(*from_buffers[i].tensor, *to_buffers[i].tensor);
+    return *prediction_network_;
   }
 
   std::int64_t outputs() const { return network_->output_shape()[0]; }
@@ -472,6 +500,7 @@ class Trainer::Impl {
     if (config_.precision != Precision::kFp32)
       throw usage_error("fake quantization: train in fp32 precision (the int8 model is built from fp32 weights)");
     network_->set_fake_quantization(fq);
+    fake_quantized_ = true;
   }
 
   TrainerConfig config_;
@@ -480,7 +509,10 @@ class Trainer::Impl {
   std::unique_ptr<ArraySource> owned_train_, owned_validation_;
   Reporter& reporter_;
   Backend* backend_;  // borrowed: outlives the Trainer
+  NetworkOptions network_options_;
   std::unique_ptr<Network> network_;
+  std::unique_ptr<Network> prediction_network_;  // predict()'s, made at its first call
+  bool fake_quantized_ = false;
   std::unique_ptr<Optimizer> optimizer_;
   // Two losses, two running totals: the epoch's training batches, and the
   // evaluation in progress (validation, evaluate()).
@@ -900,10 +932,13 @@ class Trainer::Impl {
     return buf;
   }
 
-  // Forward passes in inference mode over every row of `source` in order,
-  // announced to it a window of blocks at a time; scores them against the
-  // source's labels (`score`) and/or writes predictions to `predictions`.
-  LossTotals run_inference(SampleSource& source, const char* which, bool score, float* predictions) {
+  // Forward passes in inference mode of `network` (null: the training one)
+  // over every row of `source` in order, announced to it a window of blocks
+  // at a time; scores them against the source's labels (`score`) and/or
+  // writes predictions to `predictions`.
+  LossTotals run_inference(SampleSource& source, const char* which, bool score, float* predictions,
+                           Network* network = nullptr) {
+    if (network == nullptr) network = network_.get();
     const std::int64_t rows = source.rows();
     const Dims sample(train_->sample_shape());
     const std::int64_t k = outputs();
@@ -940,7 +975,7 @@ class Trainer::Impl {
       indices.resize(std::size_t(n));
       std::iota(indices.begin(), indices.end(), std::uint32_t(start));
       read_batch(source, which, indices, eval_x_, eval_y_, score);
-      const Tensor& out = network_->forward(eval_x_, ctx);
+      const Tensor& out = network->forward(eval_x_, ctx);
       if (score) eval_loss_->forward_backward(out, eval_y_, nullptr, 1.0f, nullptr);
       if (predictions != nullptr) eval_loss_->predict(out, predictions + start * k);
     }

@@ -322,6 +322,9 @@ Predictor::Predictor(const ModelFile& model, Backend& backend, std::int64_t batc
                         ? DType::kF32
                         : compute_dtype(model.precision);
   options.batch = batch_;
+  // A row's prediction must not depend on the rows predicted with it
+  // (predict's windows, eval's pieces, a server's batches of requests).
+  options.batch_invariant = backend.capabilities().batch_invariant;
   if (runs::inference_only(model)) {
     // int8 and pruned models: the ops own their weights, given here.
     options.inference = inference_options(model);

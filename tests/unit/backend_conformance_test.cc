@@ -2871,6 +2871,344 @@ TEST_P(BackendConformance, ElementwiseOpsAndReductionsGiveTheSameBitsRunTwiceAnd
                      third[i], first[i]);
 }
 
+// ======================================================================================
+// Batch invariance: a sample's inference output does not depend on its batch
+// ======================================================================================
+//
+// What `predict`, `eval` and a server that batches concurrent requests rely
+// on (backend.h, "Determinism"): every op an inference forward runs gives a
+// sample the same bits whatever samples share its batch and wherever in the
+// batch it sits. Each op below runs on kInvariantSamples samples at once, then
+// on the same samples cut into batches of 1, 3, 17, 64 and 256 (the last one
+// short), and cut after a first batch of 5 (so every later sample moves to
+// another place in its batch); every cut must give the whole batch's bits.
+// The shapes have odd feature counts (vector tails) and a wide dense layer
+// (several register tiles of outputs). The ops: dense and conv built with
+// batch_invariant (fp32, and bf16 where capabilities().bf16), each fused
+// activation; what else a network's inference pass runs (pooling, eltwise,
+// batch norm's forward_inference, layer norm, loss predict); and the
+// inference-only ops: fp32 dense on each sparse kernel (kMeasure included:
+// whatever it measured, every batch size must run the same kernel), fp32
+// conv, int8 dense and conv where capabilities().int8, pooling. One op
+// object serves every batch size, as in a Predictor.
+
+constexpr std::int64_t kInvariantSamples = 300;
+
+// The cuts: batch sizes in order, the last repeated until the samples end.
+const std::vector<std::vector<std::int64_t>>& invariance_cuts() {
+  static const std::vector<std::vector<std::int64_t>> cuts = {{1}, {3}, {17}, {64}, {256}, {5, 64}};
+  return cuts;
+}
+
+// `forward(first, count)`: the outputs of samples [first, first + count) run
+// as one batch, sample-major (row-major read back).
+void expect_batch_invariant(const std::string& what,
+                            const std::function<HostTensor(std::int64_t first, std::int64_t count)>& forward) {
+  SCOPED_TRACE(what);
+  const HostTensor whole = forward(0, kInvariantSamples);
+  ASSERT_EQ(whole.size() % std::size_t(kInvariantSamples), 0u);
+  for (const std::vector<std::int64_t>& cut : invariance_cuts()) {
+    HostTensor pieces;
+    std::string name = "batches of";
+    for (std::int64_t n : cut) name += " " + std::to_string(n);
+    std::size_t at = 0;
+    for (std::int64_t first = 0; first < kInvariantSamples;) {
+      const std::int64_t n = std::min(cut[std::min(at++, cut.size() - 1)], kInvariantSamples - first);
+      const HostTensor y = forward(first, n);
+      ASSERT_EQ(y.size(), whole.size() / std::size_t(kInvariantSamples) * std::size_t(n)) << name;
+      pieces.insert(pieces.end(), y.begin(), y.end());
+      first += n;
+    }
+    expect_same_bits(name + " vs one batch of " + std::to_string(kInvariantSamples), pieces, whole);
+  }
+}
+
+// Samples [first, first + count) of `all` (per_sample values each).
+HostTensor samples_of(const HostTensor& all, std::int64_t per_sample, std::int64_t first, std::int64_t count) {
+  return HostTensor(all.begin() + first * per_sample, all.begin() + (first + count) * per_sample);
+}
+
+TEST_P(BackendConformance, DenseForwardGivesEachSampleTheSameBitsInAnyBatch) {
+  if (!caps().batch_invariant) GTEST_SKIP() << "capabilities().batch_invariant is false";
+  struct Shape {
+    Dims in;
+    std::int64_t out;
+    bool conv_layout;  // x arrives in a conv's output layout (an image into dense)
+  };
+  const Shape shapes[] = {{Dims{37}, 19, false}, {Dims{130}, 150, false}, {Dims{16, 2, 3}, 11, true}};
+  for (DType dt : precisions())
+    for (const Shape& s : shapes)
+      for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kTanh, Activation::kSigmoid}) {
+        const std::int64_t f = s.in.product();
+        DenseSpec spec{s.in, s.out, dt, act, 256};
+        spec.batch_invariant = true;
+        auto op = be().dense(spec);
+        Tensor w, b, x, y;
+        op->shape_parameters(w, b);
+        upload(w, randn(std::size_t(w.elements()), 200, 0.3f));
+        upload(b, randn(std::size_t(b.elements()), 201, 0.5f));
+        const HostTensor xv = stored(randn(std::size_t(kInvariantSamples * f), 202), dt);
+        expect_batch_invariant(dtype_trace(dt) + ", dense " + s.in.str() + " -> " + std::to_string(s.out) +
+                                   (s.conv_layout ? " (conv output layout)" : "") + ", fused " + activation_name(act),
+                               [&](std::int64_t first, std::int64_t n) {
+                                 if (s.conv_layout) {
+                                   be().shape_like(x, conv_output_like(s.in.with_batch(n), dt), dt);
+                                 } else {
+                                   be().shape_plain(x, s.in.with_batch(n), dt);
+                                 }
+                                 upload(x, samples_of(xv, f, first, n));
+                                 op->forward(x, w, b, y);
+                                 return read(y);
+                               });
+      }
+}
+
+TEST_P(BackendConformance, ConvForwardGivesEachSampleTheSameBitsInAnyBatch) {
+  if (!caps().batch_invariant) GTEST_SKIP() << "capabilities().batch_invariant is false";
+  // (n unused) c, h, w, out, k, stride, pad: strided and padded; 16 channels
+  // in and out, 3x3 stride 1 (where the CPU backend runs Winograd); 1x1.
+  const ConvShape shapes[] = {{0, 3, 6, 7, 4, 3, 2, 1}, {0, 16, 6, 6, 16, 3, 1, 1}, {0, 5, 4, 4, 7, 1, 1, 0}};
+  for (DType dt : precisions())
+    for (const ConvShape& s : shapes)
+      for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSigmoid}) {
+        ConvSpec spec{Dims{s.c, s.h, s.w}, s.out, s.k, s.stride, s.pad, dt, act, 256};
+        spec.batch_invariant = true;
+        auto op = be().conv(spec);
+        Tensor w, b, x, y;
+        op->shape_parameters(w, b);
+        upload(w, randn(std::size_t(w.elements()), 210, 0.3f));
+        upload(b, randn(std::size_t(b.elements()), 211, 0.5f));
+        const std::int64_t per = s.c * s.h * s.w;
+        const HostTensor xv = stored(randn(std::size_t(kInvariantSamples * per), 212), dt);
+        expect_batch_invariant(dtype_trace(dt) + ", conv " + (Dims{s.c, s.h, s.w}).str() + " -> " +
+                                   std::to_string(s.out) + " k" + std::to_string(s.k) + " stride " +
+                                   std::to_string(s.stride) + " pad " + std::to_string(s.pad) + ", fused " +
+                                   activation_name(act),
+                               [&](std::int64_t first, std::int64_t n) {
+                                 be().shape_plain(x, Dims{n, s.c, s.h, s.w}, dt);
+                                 upload(x, samples_of(xv, per, first, n));
+                                 op->forward(x, w, b, y);
+                                 return read(y);
+                               });
+      }
+}
+
+TEST_P(BackendConformance, PoolEltwiseNormAndPredictGiveEachSampleTheSameBitsInAnyBatch) {
+  if (!caps().batch_invariant) GTEST_SKIP() << "capabilities().batch_invariant is false";
+  const Dims image{16, 6, 6};
+  const std::int64_t pixels = image.product();
+  for (DType dt : precisions()) {
+    // Pooling, on an image in a conv's output layout (what follows a conv).
+    for (bool max : {true, false}) {
+      auto op = be().pool(PoolSpec{image, 2, 2, max, dt});
+      const HostTensor xv = stored(randn(std::size_t(kInvariantSamples * pixels), 220), dt);
+      Tensor x, y;
+      expect_batch_invariant(dtype_trace(dt) + (max ? ", max pool" : ", avg pool"),
+                             [&](std::int64_t first, std::int64_t n) {
+                               be().shape_like(x, conv_output_like(image.with_batch(n), dt), dt);
+                               upload(x, samples_of(xv, pixels, first, n));
+                               op->forward(x, y);
+                               return read(y);
+                             });
+    }
+    // Eltwise on flat rows of an odd width.
+    for (Activation act : {Activation::kRelu, Activation::kGelu, Activation::kTanh, Activation::kSigmoid}) {
+      auto op = be().eltwise(EltwiseSpec{act, dt});
+      const std::int64_t f = 21;
+      const HostTensor xv = stored(randn(std::size_t(kInvariantSamples * f), 221, 2.0f), dt);
+      Tensor x, y;
+      expect_batch_invariant(dtype_trace(dt) + ", eltwise " + activation_name(act),
+                             [&](std::int64_t first, std::int64_t n) {
+                               be().shape_plain(x, Dims{n, f}, dt);
+                               upload(x, samples_of(xv, f, first, n));
+                               op->forward(x, y);
+                               return read(y);
+                             });
+    }
+    // Batch norm with running statistics (flat, and an image in a conv's
+    // output layout); layer norm with each sample's own (its forward_training,
+    // which a network's inference pass runs).
+    for (bool flat : {true, false}) {
+      const Dims in = flat ? Dims{21} : image;
+      const std::int64_t per = in.product(), channels = in[0];
+      auto op = be().batch_norm(NormSpec{in, 1e-5f, dt});
+      Tensor scale, shift, x, y;
+      op->shape_parameters(scale, shift);
+      upload(scale, randn(std::size_t(channels), 222, 0.5f));
+      upload(shift, randn(std::size_t(channels), 223, 0.5f));
+      HostTensor rv = randn(std::size_t(channels), 224);
+      for (float& v : rv) v = 0.5f + v * v;
+      Tensor mean = plain(Dims{channels}, randn(std::size_t(channels), 225)), var = plain(Dims{channels}, rv);
+      const HostTensor xv = stored(randn(std::size_t(kInvariantSamples * per), 226), dt);
+      expect_batch_invariant(dtype_trace(dt) + ", batch norm forward_inference " + in.str(),
+                             [&](std::int64_t first, std::int64_t n) {
+                               if (flat) {
+                                 be().shape_plain(x, in.with_batch(n), dt);
+                               } else {
+                                 be().shape_like(x, conv_output_like(in.with_batch(n), dt), dt);
+                               }
+                               upload(x, samples_of(xv, per, first, n));
+                               op->forward_inference(x, scale, shift, mean, var, y);
+                               return read(y);
+                             });
+    }
+    {
+      const std::int64_t f = 21;
+      auto op = be().layer_norm(NormSpec{Dims{f}, 1e-5f, dt});
+      Tensor scale, shift, x, y, mean, var;
+      op->shape_parameters(scale, shift);
+      upload(scale, randn(std::size_t(f), 227, 0.5f));
+      upload(shift, randn(std::size_t(f), 228, 0.5f));
+      const HostTensor xv = stored(randn(std::size_t(kInvariantSamples * f), 229, 1.5f), dt);
+      expect_batch_invariant(dtype_trace(dt) + ", layer norm", [&](std::int64_t first, std::int64_t n) {
+        be().shape_plain(x, Dims{n, f}, dt);
+        upload(x, samples_of(xv, f, first, n));
+        op->forward_training(x, scale, shift, y, mean, var);
+        return read(y);
+      });
+    }
+    // The loss's predict (softmax, sigmoid, identity) of the network output.
+    for (LossKind kind : {LossKind::kSoftmaxCrossEntropy, LossKind::kBinaryCrossEntropy, LossKind::kMeanSquaredError}) {
+      const std::int64_t k = kind == LossKind::kSoftmaxCrossEntropy ? 7 : 1;
+      auto op = be().loss(kind, k, {});
+      const HostTensor pv = stored(randn(std::size_t(kInvariantSamples * k), 230, 3.0f), dt);
+      Tensor pred;
+      expect_batch_invariant(dtype_trace(dt) + ", loss predict " + loss_name(kind),
+                             [&](std::int64_t first, std::int64_t n) {
+                               be().shape_plain(pred, Dims{n, k}, dt);
+                               upload(pred, samples_of(pv, k, first, n));
+                               HostTensor out(std::size_t(n * k));
+                               op->predict(pred, out.data());
+                               return out;
+                             });
+    }
+  }
+}
+
+TEST_P(BackendConformance, InferenceOnlyOpsGiveEachSampleTheSameBitsInAnyBatch) {
+  if (!caps().batch_invariant) GTEST_SKIP() << "capabilities().batch_invariant is false";
+  // Dense: dense weights (the inner product), and 90% zero weights on each
+  // sparse kernel, kMeasure included.
+  struct DenseCase {
+    const char* name;
+    double zeros;
+    SparseKernel kernel;
+  };
+  const DenseCase dense_cases[] = {{"dense weights", 0, SparseKernel::kDense},
+                                   {"90% zero weights, kDense", 0.9, SparseKernel::kDense},
+                                   {"90% zero weights, kSparse", 0.9, SparseKernel::kSparse},
+                                   {"90% zero weights, kMeasure", 0.9, SparseKernel::kMeasure}};
+  for (const DenseCase& c : dense_cases)
+    for (bool conv_layout : {false, true})
+      for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSigmoid}) {
+        const Dims in = conv_layout ? Dims{16, 2, 3} : Dims{70};
+        const std::int64_t f = in.product(), out = 33;
+        InferenceDenseSpec spec;
+        spec.in = in;
+        spec.out = out;
+        spec.fused = act;
+        spec.weights = f32_weights(out, f, 240, c.zeros);
+        spec.sparse = c.kernel;
+        auto op = be().inference_dense(spec);
+        const HostTensor xv = randn(std::size_t(kInvariantSamples * f), 241);
+        Tensor x, y;
+        expect_batch_invariant(std::string("inference dense, ") + c.name +
+                                   (conv_layout ? ", image in a conv output layout" : ", flat") + ", fused " +
+                                   activation_name(act),
+                               [&](std::int64_t first, std::int64_t n) {
+                                 if (conv_layout) {
+                                   be().shape_like(x, conv_output_like(in.with_batch(n), DType::kF32), DType::kF32);
+                                 } else {
+                                   be().shape_plain(x, in.with_batch(n), DType::kF32);
+                                 }
+                                 upload(x, samples_of(xv, f, first, n));
+                                 op->forward(x, y);
+                                 return read(y);
+                               });
+      }
+  const ConvShape shapes[] = {{0, 3, 6, 7, 4, 3, 2, 1}, {0, 16, 6, 6, 16, 3, 1, 1}};
+  for (const ConvShape& s : shapes)
+    for (Activation act : {Activation::kNone, Activation::kRelu}) {
+      InferenceConvSpec spec;
+      spec.in = Dims{s.c, s.h, s.w};
+      spec.out_channels = s.out;
+      spec.kernel = s.k;
+      spec.stride = s.stride;
+      spec.pad = s.pad;
+      spec.fused = act;
+      spec.weights = f32_weights(s.out, s.c * s.k * s.k, 242);
+      auto op = be().inference_conv(spec);
+      const std::int64_t per = s.c * s.h * s.w;
+      const HostTensor xv = randn(std::size_t(kInvariantSamples * per), 243);
+      Tensor x, y;
+      expect_batch_invariant("inference conv " + spec.in.str() + " -> " + std::to_string(s.out) + ", fused " +
+                                 activation_name(act),
+                             [&](std::int64_t first, std::int64_t n) {
+                               x = plain(Dims{n, s.c, s.h, s.w}, samples_of(xv, per, first, n));
+                               op->forward(x, y);
+                               return read(y);
+                             });
+    }
+  // int8: dense from s8 (u8 out after relu) and from f32 (f32 out); conv of
+  // 3 channels with a fused max pool (the im2col product) and of 8 (oneDNN's
+  // int8 conv), u8 out.
+  if (caps().int8) {
+    const float s_in = 0.02f;
+    for (DType x_dt : {DType::kS8, DType::kF32}) {
+      const std::int64_t f = 77, out = 40;
+      InferenceDenseSpec spec;
+      spec.in = Dims{f};
+      spec.out = out;
+      spec.fused = x_dt == DType::kS8 ? Activation::kRelu : Activation::kNone;
+      spec.weights = int8_weights(out, f, 245);
+      spec.int8 = true;
+      spec.quant = x_dt == DType::kS8 ? Int8Activations{s_in, DType::kU8, 0.01f} : Int8Activations{s_in, DType::kF32, 0};
+      auto op = be().inference_dense(spec);
+      const HostTensor xv = int8_input(std::size_t(kInvariantSamples * f), x_dt, s_in, 246).host;
+      Tensor x, y;
+      expect_batch_invariant("int8 dense from " + dtype_trace(x_dt), [&](std::int64_t first, std::int64_t n) {
+        x = plain_tensor(be(), Dims{n, f}, samples_of(xv, f, first, n), x_dt);
+        op->forward(x, y);
+        return read(y);
+      });
+    }
+    for (std::int64_t c : {3, 8}) {
+      const Dims in{c, 6, 6};
+      InferenceConvSpec spec;
+      spec.in = in;
+      spec.out_channels = 16;
+      spec.kernel = 3;
+      spec.pad = 1;
+      spec.fused = Activation::kRelu;
+      spec.weights = int8_weights(16, c * 9, 247);
+      spec.int8 = true;
+      spec.quant = Int8Activations{s_in, DType::kU8, 0.01f};
+      spec.pool = c == 3 ? 2 : 0;
+      auto op = be().inference_conv(spec);
+      const HostTensor xv = int8_input(std::size_t(kInvariantSamples * in.product()), DType::kS8, s_in, 248).host;
+      Tensor x, y;
+      expect_batch_invariant("int8 conv of " + std::to_string(c) + " channels", [&](std::int64_t first, std::int64_t n) {
+        x = plain_tensor(be(), in.with_batch(n), samples_of(xv, in.product(), first, n), DType::kS8);
+        op->forward(x, y);
+        return read(y);
+      });
+    }
+  }
+  for (bool max : {true, false}) {
+    const Dims image{16, 6, 6};
+    auto op = be().inference_pool(InferencePoolSpec{image, 2, 2, max});
+    const HostTensor xv = randn(std::size_t(kInvariantSamples * image.product()), 244);
+    Tensor x, y;
+    expect_batch_invariant(std::string("inference pool, ") + (max ? "max" : "avg"),
+                           [&](std::int64_t first, std::int64_t n) {
+                             be().shape_like(x, conv_output_like(image.with_batch(n), DType::kF32), DType::kF32);
+                             upload(x, samples_of(xv, image.product(), first, n));
+                             op->forward(x, y);
+                             return read(y);
+                           });
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, BackendConformance, ::testing::ValuesIn(known_backends()),
                          case_name);
 

@@ -143,6 +143,10 @@ class CpuBackend final : public Backend {
     // fixed blocks in a fixed order; oneDNN's CPU primitives are
     // run-to-run reproducible for a fixed thread count.
     capabilities_.deterministic = true;
+    // Ops built batch_invariant compute each sample on its own (cpu_gemm.h,
+    // ImageConv); the others an inference pass runs are elementwise or
+    // per-sample in oneDNN (the conformance suite checks every one).
+    capabilities_.batch_invariant = true;
     capabilities_.threads = options.threads;
     capabilities_.device = "cpu";
     capabilities_.isa = onednn_cpu_isa();

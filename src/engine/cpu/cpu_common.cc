@@ -1,5 +1,9 @@
 #include "engine/cpu/cpu_common.h"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <exception>
 #include <utility>
 
 namespace anneal::cpu {
@@ -247,6 +251,115 @@ const void* conform(CpuContext& ctx, Reorders& reorders, const Tensor& t, const 
 void shape_output(CpuContext& ctx, Tensor& t, const Dims& dims,
                   const std::shared_ptr<const CpuLayout>& layout) {
   t.reshape(dims, from_dnnl(layout->md().data_type()), layout, *ctx.allocator);
+}
+
+namespace {
+
+// The bytes from one image to the next when images are the descriptor's
+// outermost dim, unblocked, with nothing between them; 0 otherwise.
+std::size_t image_stride(const MemDesc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked || d.offset0 != 0) return 0;
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  for (int i = 0; i < b.inner_nblks; ++i)
+    if (b.inner_idxs[i] == 0) return 0;
+  const std::size_t one = with_batch(md, 1).get_size();
+  const auto stride = std::size_t(b.strides[0]) * memory::data_type_size(md.data_type());
+  return stride == one ? stride : 0;
+}
+
+}  // namespace
+
+void ImageConv::build(CpuContext& ctx, const ImageConvGeometry& g, memory::data_type dt, dnnl::algorithm alg,
+                      const dnnl::primitive_attr& attr) {
+  using tag = memory::format_tag;
+  const MemDesc bias_md({g.out_channels}, memory::data_type::f32, tag::a);
+  auto make = [&](dnnl::algorithm a, tag activations) {
+    const MemDesc src({1, g.channels, g.height, g.width}, dt, activations);
+    const MemDesc w({g.out_channels, g.channels, g.kernel, g.kernel}, dt, tag::any);
+    const MemDesc dst({1, g.out_channels, g.out_height, g.out_width}, dt, activations);
+    // oneDNN 2.6 ranks its kernels by the propagation kind, and for one
+    // image the two fastest here are, on AVX-512, Winograd as
+    // forward_inference (F(2,3) on weights transformed once: the training
+    // F(4,3) kernel transforms them at every call, 2x slower per image)
+    // and direct as forward_training (jit; forward_inference ranks brgconv
+    // in nhwc first, 1.2-1.4x slower). On AVX2 both kinds run the same jit
+    // kernel. Neither keeps a workspace: nothing is trained.
+    const auto kind = a == dnnl::algorithm::convolution_winograd ? dnnl::prop_kind::forward_inference
+                                                                  : dnnl::prop_kind::forward_training;
+    dnnl::convolution_forward::desc d(kind, a, src, w, bias_md, dst, {g.stride, g.stride}, {g.pad, g.pad},
+                                      {g.pad, g.pad});
+    return dnnl::convolution_forward::primitive_desc(d, attr, ctx.engine);
+  };
+  try {
+    dnnl::convolution_forward::primitive_desc pd;
+    try {
+      pd = make(alg, tag::any);
+    } catch (const dnnl::error&) {
+      if (alg == dnnl::algorithm::convolution_direct) throw;
+      alg = dnnl::algorithm::convolution_direct;
+      pd = make(alg, tag::any);
+    }
+    if (image_stride(pd.src_desc()) == 0 || image_stride(pd.dst_desc()) == 0) pd = make(alg, tag::nchw);
+    pd_ = pd;
+    src_md_ = pd.src_desc();
+    weights_md_ = pd.weights_desc();
+    dst_md_ = pd.dst_desc();
+    bias_md_ = bias_md;
+    src_stride_ = image_stride(src_md_);
+    dst_stride_ = image_stride(dst_md_);
+    lanes_.clear();
+    add_lane(ctx);
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl(e, "conv of one image " + md_string(MemDesc({1, g.channels, g.height, g.width}, dt,
+                                                                 tag::nchw)));
+  }
+}
+
+const std::shared_ptr<const CpuLayout>& ImageConv::dst_layout(std::int64_t n) {
+  if (n != layout_n_) {
+    layout_ = make_layout(with_batch(dst_md_, n));
+    layout_n_ = n;
+  }
+  return layout_;
+}
+
+void ImageConv::add_lane(CpuContext& ctx) {
+  auto lane = std::make_unique<Lane>();
+  try {
+    lane->ctx = CpuContext{ctx.engine, dnnl::stream(ctx.engine), ctx.allocator};
+    lane->exec = Exec(dnnl::convolution_forward(pd_), pd_, lane->ctx,
+                      {{DNNL_ARG_SRC, src_md_}, {DNNL_ARG_WEIGHTS, weights_md_}, {DNNL_ARG_BIAS, bias_md_},
+                       {DNNL_ARG_DST, dst_md_}});
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl(e, "conv of one image");
+  }
+  lanes_.push_back(std::move(lane));
+}
+
+void ImageConv::run(CpuContext& ctx, const void* src, const void* weights, const void* bias, void* dst,
+                    std::int64_t n) {
+  const int threads = std::max(1, omp_get_max_threads());
+  while (int(lanes_.size()) < threads) add_lane(ctx);
+  ctx.stream.wait();  // src (a reorder on the op's stream) is complete
+  std::exception_ptr error;
+#pragma omp parallel for schedule(static) if (threads > 1)
+  for (std::int64_t i = 0; i < n; ++i) {
+    Lane& lane = *lanes_[std::size_t(omp_get_thread_num())];
+    try {
+      lane.exec.set(DNNL_ARG_WEIGHTS, weights);
+      lane.exec.set(DNNL_ARG_BIAS, bias);
+      lane.exec.set(DNNL_ARG_SRC, static_cast<const char*>(src) + std::size_t(i) * src_stride_);
+      lane.exec.set(DNNL_ARG_DST, static_cast<char*>(dst) + std::size_t(i) * dst_stride_);
+      lane.exec.run(lane.ctx);
+    } catch (...) {
+      // An exception must not leave an OpenMP region: the first is kept
+      // and thrown after it.
+#pragma omp critical(anneal_image_conv_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 dnnl::algorithm eltwise_algorithm(Activation kind, bool from_output) {

@@ -178,6 +178,57 @@ Plan* find_plan(std::vector<std::unique_ptr<Plan>>& plans, const MemDesc& x_md) 
   return nullptr;
 }
 
+// A convolution forward run one image at a time: one oneDNN primitive for
+// a batch of one, executed on each image of a batch in turn. Every image
+// then goes through the same kernel with the same blocking, so its output
+// is the same bits whatever images share its batch (a primitive for the
+// whole batch is chosen by the batch size). For the batch-invariant convs.
+//
+// With a team of several OpenMP threads the images are shared out among
+// them, each thread running the primitive alone on its images (oneDNN runs
+// a primitive called inside a parallel region on the calling thread): one
+// image's work is too small to split well across threads, a batch's
+// images are not. A lone image runs on one thread too, so an image never
+// runs another way than its neighbours.
+struct ImageConvGeometry {
+  std::int64_t channels, height, width, out_channels, kernel, stride, pad, out_height, out_width;
+};
+class ImageConv {
+ public:
+  // Builds the primitive for one image in dtype `dt` (activations and
+  // weights; f32 bias), with `attr` (the fused activation): `alg` when
+  // oneDNN implements it for one image, else direct. Layouts are oneDNN's
+  // choice, with images outermost (plain when its choice is not).
+  void build(CpuContext& ctx, const ImageConvGeometry& g, memory::data_type dt, dnnl::algorithm alg,
+             const dnnl::primitive_attr& attr);
+  bool built() const { return !lanes_.empty(); }
+  // One image's layouts; a batch of n is with_batch(·, n) of them.
+  const MemDesc& src_md() const { return src_md_; }
+  const MemDesc& weights_md() const { return weights_md_; }
+  const MemDesc& dst_md() const { return dst_md_; }
+  // y's layout for a batch of n (kept for the latest n).
+  const std::shared_ptr<const CpuLayout>& dst_layout(std::int64_t n);
+  // dst[i] = conv(src[i]) for the n images at src (in with_batch(src_md(), n)),
+  // on the calling thread's OpenMP team.
+  void run(CpuContext& ctx, const void* src, const void* weights, const void* bias, void* dst, std::int64_t n);
+
+ private:
+  // What one thread runs the primitive with: its own argument memories,
+  // scratchpad and stream.
+  struct Lane {
+    CpuContext ctx;
+    Exec exec;
+  };
+  void add_lane(CpuContext& ctx);
+
+  dnnl::convolution_forward::primitive_desc pd_;
+  MemDesc src_md_, weights_md_, dst_md_, bias_md_;
+  std::size_t src_stride_ = 0, dst_stride_ = 0;  // bytes per image
+  std::vector<std::unique_ptr<Lane>> lanes_;      // by OpenMP thread number
+  std::int64_t layout_n_ = -1;
+  std::shared_ptr<const CpuLayout> layout_;
+};
+
 // The eltwise algorithm for an activation; `from_output` picks the
 // *_use_dst_for_bwd variant.
 dnnl::algorithm eltwise_algorithm(Activation kind, bool from_output);

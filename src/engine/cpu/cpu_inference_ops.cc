@@ -1,7 +1,7 @@
 // The rest of the inference-only ops: the fp32 convolution of pruned models
 // (Backend::inference_conv without int8) and pooling of f32, s8 or u8
 // tensors (Backend::inference_pool). Both run oneDNN's forward_inference
-// primitives in the layouts oneDNN picks.
+// primitives in the layouts oneDNN picks; the conv one image at a time.
 #include "engine/cpu/cpu_ops.h"
 
 namespace anneal::cpu {
@@ -24,67 +24,35 @@ class CpuFp32ConvOp final : public InferenceConvOp {
 
   bool runs_pool() const override { return false; }
 
-  // x (N, C, H, W) f32, any layout -> y (N, O, Ho, Wo) f32 in the layout oneDNN picks
+  // x (N, C, H, W) f32, any layout -> y (N, O, Ho, Wo) f32 in the layout
+  // oneDNN picks, one image at a time (ImageConv: a sample's output is the
+  // same bits in any batch).
   void forward(const Tensor& x, Tensor& y) override {
-    Plan& plan = plan_for(x);
-    shape_output(ctx_, y, Dims{x.batch(), spec_.out_channels, out_h_, out_w_}, plan.y_layout);
-    plan.exec.set(DNNL_ARG_SRC, conform(ctx_, reorders_, x, plan.src_md, converted_x_));
-    plan.exec.set(DNNL_ARG_WEIGHTS, plan.weights.data());
-    plan.exec.set(DNNL_ARG_BIAS, spec_.weights.bias.data());
-    plan.exec.set(DNNL_ARG_DST, y.data());
-    plan.exec.run(ctx_);
+    if (x.dims().without_batch() != spec_.in || x.dtype() != DType::kF32)
+      throw failure("inference conv: input " + x.dims().str() + " does not match f32 " + spec_.in.str());
+    const std::int64_t o = spec_.out_channels, c = spec_.in[0], k = spec_.kernel;
+    if (!image_.built()) {
+      image_.build(ctx_, ImageConvGeometry{c, spec_.in[1], spec_.in[2], o, k, spec_.stride, spec_.pad, out_h_, out_w_},
+                   dt::f32, dnnl::algorithm::convolution_direct, fused_attr(spec_.fused));
+      void* w = weights_.ensure(image_.weights_md().get_size(), *ctx_.allocator);
+      reorder_now(ctx_, MemDesc({o, c, k, k}, dt::f32, tag::abcd), spec_.weights.weight.data(), image_.weights_md(),
+                  w);
+    }
+    const std::int64_t n = x.batch();
+    const void* src = conform(ctx_, reorders_, x, with_batch(image_.src_md(), n), converted_x_);
+    shape_output(ctx_, y, Dims{n, o, out_h_, out_w_}, image_.dst_layout(n));
+    image_.run(ctx_, src, weights_.data(), spec_.weights.bias.data(), y.data(), n);
     kernel_ = "fp32 convolution";
   }
 
   std::string kernel() const override { return kernel_; }
 
  private:
-  struct Plan {
-    MemDesc x_md, src_md;
-    std::shared_ptr<const CpuLayout> y_layout;
-    Exec exec;
-    ScratchBuffer weights;
-  };
-
-  Plan& plan_for(const Tensor& x) {
-    const MemDesc& x_md = md_of(x);
-    if (Plan* p = find_plan(plans_, x_md)) return *p;
-    if (x.dims().without_batch() != spec_.in || x.dtype() != DType::kF32)
-      throw failure("inference conv: input " + x.dims().str() + " does not match f32 " + spec_.in.str());
-    auto plan = std::make_unique<Plan>();
-    plan->x_md = x_md;
-    const std::int64_t n = x.batch(), o = spec_.out_channels, c = spec_.in[0], k = spec_.kernel;
-    const MemDesc bias_md({o}, dt::f32, tag::a);
-    try {
-      MemDesc src_any({n, c, spec_.in[1], spec_.in[2]}, dt::f32, tag::any);
-      MemDesc w_any({o, c, k, k}, dt::f32, tag::any);
-      MemDesc dst_any({n, o, out_h_, out_w_}, dt::f32, tag::any);
-      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                        src_any, w_any, bias_md, dst_any, {spec_.stride, spec_.stride},
-                                        {spec_.pad, spec_.pad}, {spec_.pad, spec_.pad});
-      const dnnl::primitive_attr attr = fused_attr(spec_.fused);
-      dnnl::convolution_forward::primitive_desc pd(d, attr, ctx_.engine);
-      plan->src_md = pd.src_desc();
-      plan->y_layout = make_layout(pd.dst_desc());
-      plan->exec = Exec(dnnl::convolution_forward(pd), pd, ctx_,
-                        {{DNNL_ARG_SRC, pd.src_desc()},
-                         {DNNL_ARG_WEIGHTS, pd.weights_desc()},
-                         {DNNL_ARG_BIAS, bias_md},
-                         {DNNL_ARG_DST, pd.dst_desc()}});
-      void* w = plan->weights.ensure(pd.weights_desc().get_size(), *ctx_.allocator);
-      reorder_now(ctx_, MemDesc({o, c, k, k}, dt::f32, tag::abcd), spec_.weights.weight.data(),
-                  pd.weights_desc(), w);
-    } catch (const dnnl::error& e) {
-      rethrow_dnnl(e, "inference conv for input " + md_string(x_md));
-    }
-    plans_.push_back(std::move(plan));
-    return *plans_.back();
-  }
-
   CpuContext& ctx_;
   InferenceConvSpec spec_;
   std::int64_t out_h_ = 0, out_w_ = 0;
-  std::vector<std::unique_ptr<Plan>> plans_;
+  ImageConv image_;        // built at the first forward
+  ScratchBuffer weights_;  // in the layout image_ reads
   Reorders reorders_;
   ScratchBuffer converted_x_;
   std::string kernel_;

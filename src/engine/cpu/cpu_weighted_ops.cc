@@ -3,8 +3,17 @@
 // layout checkpoints and optimizers see — and let oneDNN pick the layout it
 // computes in (format_tag::any). When the two differ, the working copy is
 // refreshed once per weight update (keyed on Tensor::version), not per call.
+//
+// Built batch_invariant (networks that only predict), forward runs so that
+// a sample's output is the same bits in any batch: dense on
+// RowInvariantProduct (cpu_gemm.h), conv as one oneDNN primitive for a
+// single image run image by image. oneDNN's batched primitives choose
+// kernels, blocking and layouts by the batch size (an AVX2 inner product of
+// 232 rows sums in another order than one of 256).
 #include <algorithm>
+#include <optional>
 
+#include "engine/cpu/cpu_gemm.h"
 #include "engine/cpu/cpu_ops.h"
 
 namespace anneal::cpu {
@@ -187,7 +196,9 @@ class CpuDenseOp final : public DenseOp, private WeightedOpBase {
       : WeightedOpBase(ctx, spec.in.with_batch(spec.out), spec.out, spec.compute), spec_(spec) {
     // An image input arrives in whatever layout the previous op picked,
     // unknown here: keep master weights plain and let each primitive choose.
-    if (spec_.in.rank() != 1) {
+    // A batch-invariant op packs plain weights for its own kernel.
+    if (spec_.in.rank() != 1 || spec_.batch_invariant) {
+      if (spec_.batch_invariant) invariant_.emplace(ctx_, spec_.out, spec_.fused, spec_.compute);
       choose_master_layout(plain_md(weight_dims_, DType::kF32));
       return;
     }
@@ -213,16 +224,22 @@ class CpuDenseOp final : public DenseOp, private WeightedOpBase {
   void shape_parameters(Tensor& weights, Tensor& bias) override { shape_master(weights, bias); }
 
   void forward(const Tensor& x, const Tensor& weights, const Tensor& bias, Tensor& y) override {
+    if (invariant_) {
+      invariant_forward(x, weights, bias, y);
+      return;
+    }
     run_forward(plan_for(x), x, weights, bias, y);
   }
 
   void backward_data(const Tensor& dy, const Tensor& weights, Tensor& dx) override {
+    if (invariant_) throw failure("dense: an op built batch_invariant has no backward pass");
     WeightedPlan& plan = backward_plan_for_batch(dy.batch());
     run_backward_data(plan, dy, weights, dx);
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweights, Tensor& dbias,
                         bool accumulate) override {
+    if (invariant_) throw failure("dense: an op built batch_invariant has no backward pass");
     WeightedPlan& plan = plan_for(x);
     make_backward(plan);
     run_backward_weights(plan, x, dy, dweights, dbias, accumulate);
@@ -301,9 +318,33 @@ class CpuDenseOp final : public DenseOp, private WeightedOpBase {
     plan.backward_ready = true;
   }
 
+  // The plain master weights and bias handed to the kernel, repacked when
+  // either changes (a checkpoint load, a weight update).
+  void invariant_forward(const Tensor& x, const Tensor& weights, const Tensor& bias, Tensor& y) {
+    check_master(weights, bias);
+    if (x.dims().without_batch() != spec_.in)
+      throw failure("dense: input " + x.dims().str() + " does not match " + spec_.in.str());
+    const Packed now{weights.data(), weights.version(), bias.data(), bias.version()};
+    if (!invariant_->has_weights() || !(now == packed_)) {
+      ctx_.stream.wait();  // the host reads the weights next
+      invariant_->set_weights(static_cast<const float*>(weights.data()), static_cast<const float*>(bias.data()),
+                              spec_.in.product());
+      packed_ = now;
+    }
+    invariant_->forward(x, y);
+  }
+
   DenseSpec spec_;
   dnnl::inner_product_forward::primitive_desc fwd_pd_;
   WeightedPlan* last_ = nullptr;
+  std::optional<InvariantDense> invariant_;  // set when built batch_invariant
+  struct Packed {
+    const void* weights;
+    std::uint64_t weights_version;
+    const void* bias;
+    std::uint64_t bias_version;
+    bool operator==(const Packed&) const = default;
+  } packed_{};
 };
 
 // ---- Convolution ------------------------------------------------------------
@@ -325,12 +366,22 @@ class CpuConvOp final : public ConvOp, private WeightedOpBase {
     if (spec_.compute == DType::kF32 && spec_.kernel == 3 && spec_.stride == 1 &&
         spec_.in[0] % 16 == 0 && spec_.out_channels % 16 == 0) {
       alg_ = dnnl::algorithm::convolution_winograd;
+      // Forward only: plain masters, and ImageConv falls back to direct
+      // where Winograd has no kernel for one image.
+      if (spec_.batch_invariant) {
+        choose_master_layout(plain_md(weight_dims_, DType::kF32));
+        return;
+      }
       try {
         choose_master_layout(master_layout_for(alg_));
         return;
       } catch (const dnnl::error&) {
         alg_ = dnnl::algorithm::convolution_direct;
       }
+    }
+    if (spec_.batch_invariant) {
+      choose_master_layout(plain_md(weight_dims_, DType::kF32));
+      return;
     }
     try {
       choose_master_layout(master_layout_for(alg_));
@@ -342,10 +393,15 @@ class CpuConvOp final : public ConvOp, private WeightedOpBase {
   void shape_parameters(Tensor& weights, Tensor& bias) override { shape_master(weights, bias); }
 
   void forward(const Tensor& x, const Tensor& weights, const Tensor& bias, Tensor& y) override {
+    if (spec_.batch_invariant) {
+      invariant_forward(x, weights, bias, y);
+      return;
+    }
     run_forward(plan_for(x), x, weights, bias, y);
   }
 
   void backward_data(const Tensor& dy, const Tensor& weights, Tensor& dx) override {
+    if (spec_.batch_invariant) throw failure("conv: an op built batch_invariant has no backward pass");
     WeightedPlan* plan = nullptr;
     if (last_ != nullptr && last_->y_dims[0] == dy.batch()) plan = last_;
     for (auto& p : plans_)
@@ -357,12 +413,31 @@ class CpuConvOp final : public ConvOp, private WeightedOpBase {
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweights, Tensor& dbias,
                         bool accumulate) override {
+    if (spec_.batch_invariant) throw failure("conv: an op built batch_invariant has no backward pass");
     WeightedPlan& plan = plan_for(x);
     make_backward(plan);
     run_backward_weights(plan, x, dy, dweights, dbias, accumulate);
   }
 
  private:
+  // One image at a time through one primitive (ImageConv), the weights in
+  // its layout through the working copy kept per weight version.
+  void invariant_forward(const Tensor& x, const Tensor& weights, const Tensor& bias, Tensor& y) {
+    check_master(weights, bias);
+    if (x.dims().without_batch() != spec_.in)
+      throw failure("conv: input " + x.dims().str() + " does not match " + spec_.in.str());
+    if (!image_.built())
+      image_.build(ctx_,
+                   ImageConvGeometry{spec_.in[0], spec_.in[1], spec_.in[2], spec_.out_channels, spec_.kernel,
+                                     spec_.stride, spec_.pad, out_h_, out_w_},
+                   to_dnnl(spec_.compute), alg_, attr_with(spec_.fused));
+    const std::int64_t n = x.batch();
+    const void* src = conform(ctx_, reorders_, x, with_batch(image_.src_md(), n), converted_x_);
+    const void* w = weights_as(weights, image_.weights_md());
+    shape_output(ctx_, y, Dims{n, spec_.out_channels, out_h_, out_w_}, image_.dst_layout(n));
+    image_.run(ctx_, src, w, bias.data(), y.data(), n);
+  }
+
   // The layout backward-weights writes dW in for the expected batch under
   // `alg`; throws dnnl::error when `alg` has no implementation for this conv
   // (forward with the fused activation, backward data or backward weights).
@@ -462,6 +537,7 @@ class CpuConvOp final : public ConvOp, private WeightedOpBase {
   dnnl::algorithm alg_ = dnnl::algorithm::convolution_direct;
   dnnl::convolution_forward::primitive_desc fwd_pd_;
   WeightedPlan* last_ = nullptr;
+  ImageConv image_;  // built batch_invariant: the forward, built at the first one
 };
 
 }  // namespace
