@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include <oneapi/dnnl/dnnl.hpp>
+#include "engine/cpu/cpu_gemm.h"
 
 namespace anneal::cpu {
 namespace {
@@ -141,25 +141,12 @@ void gather_dwords_generic(const std::uint8_t* src, const std::int32_t* offsets,
   }
 }
 
-// Whether oneDNN's effective ISA (after ONEDNN_MAX_CPU_ISA) includes `level`.
-bool onednn_allows(dnnl::cpu_isa level) {
-  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const auto bits = static_cast<unsigned>(level);
-  return (isa & bits) == bits;
-}
-
 }  // namespace
 
-bool kernels_use_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("fma") && onednn_allows(dnnl::cpu_isa::avx512_core);
-  return yes;
-}
-
-bool kernels_use_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && onednn_allows(dnnl::cpu_isa::avx2);
-  return yes;
-}
+// One choice for every hand-written kernel (cpu_gemm.h, kernel_isa): the
+// CPU's, lowered by ONEDNN_MAX_CPU_ISA as oneDNN's is. oneDNN's avx512_core
+// implies AVX-512F, VL, BW and DQ, and this CPU has FMA with them.
+bool kernels_use_avx512() { return kernel_isa() == KernelIsa::kAvx512; }
 
 void adam_kernel(float* w, const float* g, float* m, float* v, std::int64_t n,
                  const AdamKernelArgs& a) {

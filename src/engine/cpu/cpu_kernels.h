@@ -12,13 +12,12 @@
 
 namespace anneal::cpu {
 
-// Whether anneal's own kernels use AVX-512 (AVX-512F, VL and FMA) or AVX2
-// here: the CPU has the instructions and oneDNN's effective ISA includes
-// them, so that ONEDNN_MAX_CPU_ISA=AVX2 runs every kernel as an AVX2-only
-// CPU does (its results, e.g. the AVX-512 Adam rounds differently, can be
-// reproduced and tested on a machine with AVX-512).
+// Whether anneal's own kernels use AVX-512 here: the CPU has it and
+// oneDNN's effective ISA includes it (kernel_isa() in cpu_gemm.h), so that
+// ONEDNN_MAX_CPU_ISA=AVX2 runs every kernel as an AVX2-only CPU does (its
+// results, e.g. the AVX-512 Adam rounds differently, can be reproduced and
+// tested on a machine with AVX-512).
 bool kernels_use_avx512();
-bool kernels_use_avx2();
 
 struct AdamKernelArgs : engine::AdamScalars {
   float grad_scale;
