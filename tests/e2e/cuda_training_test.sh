@@ -53,12 +53,6 @@ expect_eq "$(json_get 'j["weights_hash"]')" "$want" "kill -9 and --resume give t
 
 # The GPU-trained model on the CPU: the same predictions.
 # confusion CM_JSON_A CM_JSON_B: how many predictions at least differ.
-confusion_diff() {
-  python3 -c "
-import json, sys
-a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-print(sum(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)) // 2)" "$1" "$2"
-}
 eval_on() {  # MODEL DATA DEVICE: the confusion matrix (JSON) into $CM, the accuracy into $ACC
   expect_rc 0 --json eval "$1" "$2" --device "$3"
   ACC=$(json_get 'j["metrics"]["accuracy"]')

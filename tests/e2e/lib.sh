@@ -52,6 +52,15 @@ json_get() {
   printf '%s' "$OUT" | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"
 }
 
+# confusion_diff CM_A CM_B: half the L1 distance of two confusion matrices
+# (JSON), the fewest rows whose predicted class differs between them.
+confusion_diff() {
+  python3 -c "
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+print(sum(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)) // 2)" "$1" "$2"
+}
+
 # latest_run: the id of the newest run (run-N).
 latest_run() { "$ANNEAL" --json runs list | python3 -c "import json,sys; print(json.load(sys.stdin)['runs'][-1]['id'])"; }
 

@@ -25,14 +25,6 @@ accuracy_of() {
   ACC=$(json_get 'j["metrics"]["accuracy"]')
   CM=$(json_get 'json.dumps(j["metrics"]["confusion"])')
 }
-# rows_moved CM_A CM_B: half the L1 distance of two confusion matrices, the
-# fewest rows whose predicted class differs between them.
-rows_moved() {
-  python3 -c "
-import json, sys
-a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-print(sum(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)) // 2)" "$1" "$2"
-}
 # within WHAT VALUE LIMIT: passes when VALUE <= LIMIT.
 within() {
   python3 -c "import sys; sys.exit(0 if $2 <= $3 else 1)" && pass || fail "$1: $2 > $3"
@@ -79,7 +71,7 @@ for model in fm-mlp fm-cnn; do
   accuracy_of "$model@v2"; acc_vnni=$ACC cm_vnni=$CM
   accuracy_of "$model@v3"; acc_avx2=$ACC cm_avx2=$CM
   accuracy_of "$model@v1"; acc_fp32=$ACC
-  moved=$(rows_moved "$cm_vnni" "$cm_avx2")
+  moved=$(confusion_diff "$cm_vnni" "$cm_avx2")
   echo "$model: fp32 $acc_fp32, int8 quantized with VNNI $acc_vnni, without $acc_avx2; at least $moved of 10000 rows differ"
   within "$model: accuracy gap between the two quantizations" "abs($acc_vnni - $acc_avx2)" 0.005
   within "$model: rows whose class differs between the two quantizations" "$moved" 200
@@ -90,7 +82,7 @@ for model in fm-mlp fm-cnn; do
     avx2 "$ANNEAL" --json eval "$ref" fmnist >"$WORK/stdout" 2>"$WORK/stderr" && pass || fail "eval capped at AVX2 failed"
     OUT=$(cat "$WORK/stdout")
     cm_capped=$(json_get 'json.dumps(j["metrics"]["confusion"])')
-    within "$ref: rows that move between the native and the AVX2 run" "$(rows_moved "$cm_native" "$cm_capped")" 10
+    within "$ref: rows that move between the native and the AVX2 run" "$(confusion_diff "$cm_native" "$cm_capped")" 10
   done
 done
 
