@@ -101,9 +101,10 @@ void mark_trained_rows(const Table& test, const Table& train, std::vector<bool>&
   }
   std::unordered_set<std::uint64_t> seen;
   seen.reserve(train.rows);
-  for (std::uint64_t r = 0; r < train.rows; ++r) seen.insert(row_content_key(train, r, train_columns));
+  const RowContentKeys train_keys(train, train_columns), test_keys(test, test_columns);
+  for (std::uint64_t r = 0; r < train.rows; ++r) seen.insert(train_keys.key(r));
   for (std::uint64_t r = 0; r < test.rows; ++r)
-    if (seen.count(row_content_key(test, r, test_columns))) trained_on[r] = true;
+    if (seen.count(test_keys.key(r))) trained_on[r] = true;
 }
 
 // The rows `keep` marks of `table`, as a table of their own (the schema as
