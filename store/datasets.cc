@@ -205,10 +205,11 @@ std::vector<std::uint8_t> content_split(const Table& table, double fraction, std
   if (fraction <= 0 || table.rows == 0) return split;
   // fraction < 1, so the threshold is below 2^64 (at most 2^64 - 2^11).
   const auto threshold = static_cast<std::uint64_t>(std::ldexp(fraction, 64));
+  const RowContentKeys keys(table);
   tbb::parallel_for(std::uint64_t{0}, table.rows, [&](std::uint64_t row) {
     // splitmix64's finalizer over the key mixed with the seed: the seed
     // picks a different, equally sized split of the same rows.
-    std::uint64_t z = row_content_key(table, row) ^ (seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL);
+    std::uint64_t z = keys.key(row) ^ (seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     z ^= z >> 31;
@@ -599,17 +600,6 @@ bool compressed_file(const FileReader& file) {
   return is_compressed_input(std::string_view(magic.data(), n));
 }
 
-// Every byte of `file`, in order, a piece at a time.
-void read_pieces(const FileReader& file, const std::function<void(std::string_view)>& sink) {
-  std::string piece(std::size_t{1} << 20, '\0');
-  for (std::uint64_t at = 0; at < file.size(); at += piece.size()) {
-    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), file.size() - at));
-    file.read_at(at, std::span<char>(piece.data(), n));
-    sink(std::string_view(piece.data(), n));
-  }
-  file.check_end();
-}
-
 // A tensor stream a streamed import builds chunk by chunk.
 struct BuiltTensor {
   std::string role;
@@ -618,26 +608,23 @@ struct BuiltTensor {
   StreamBuilder builder;
 };
 
-// Finishes `tensors`' streams, adding them to `streams` and what they
-// wrote to `bytes_added`.
-void finish_tensors(std::vector<BuiltTensor>& tensors, std::vector<VersionStream>& streams,
-                    std::uint64_t& bytes_added) {
-  for (BuiltTensor& t : tensors) {
-    StreamChunks chunks = t.builder.finish();
-    bytes_added += t.builder.bytes_added();
-    streams.push_back({t.role, std::move(chunks), std::nullopt, t.dtype, t.shape});
-  }
+// Finishes `tensors`' streams, adding them to `streams`.
+void finish_tensors(std::vector<BuiltTensor>& tensors, std::vector<VersionStream>& streams) {
+  for (BuiltTensor& t : tensors) streams.push_back({t.role, t.builder.finish(), std::nullopt, t.dtype, t.shape});
 }
 
-// CSV/TSV in bounded memory, in two passes over each file. Pass 1 (nothing
-// written) finds the types, dictionaries, statistics, every error and the
-// source's hash, so bad input fails before anything is written, as in the
-// whole-file import. Pass 2, under the writer lock, parses the file again
-// with that schema and streams the source, features, labels and split mask
-// through StreamBuilders that commit each chunk as it is cut: the chunks,
-// hashes, fingerprint and version are those of the whole-file import. Held
-// in memory besides a window of text and its rows: the dictionaries, the
-// chunk lists (about 100 bytes a chunk) and nothing per row.
+// CSV/TSV in bounded memory, in one pass over each file (train, then
+// test), under the writer lock. The scan checks the encoding, infers the
+// types from the first rows, parses every record and hands on batches of
+// rows; the source, features, labels and split mask stream through
+// StreamBuilders that stage each chunk as soon as it is cut (compressed
+// into tmp/, nothing under objects/). Only once every file has been read
+// without error are the objects published and the version recorded, so
+// bad input, wherever it is in the file, leaves the store as it was. The
+// chunks, hashes, fingerprint and version are those of the whole-file
+// import. Held in memory besides a window of text and its rows: the
+// dictionaries, the chunk lists (about 100 bytes a chunk), the staged
+// objects' names (about 200 bytes a chunk) and nothing per row.
 ImportResult import_delimited_streamed(Store& store, const ImportRequest& request, Reporter& reporter,
                                        Format format) {
   const ObjectStore& objects = store.objects();
@@ -649,44 +636,49 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
     std::string role;  // of its source stream
     fs::path path;
     FileReader file;
-    Table schema;  // pass 1's result: columns, rows; no row data
-    StreamChunks source;
+    Table schema;  // the scan's result: columns, rows; no row data
     // Compressed input: its text, decompressed once into a scratch file
-    // that both passes scan; the source stream is the file as it is.
+    // that the scan reads; the source stream is the file as it is.
     std::unique_ptr<ScratchFile> scratch;
     std::optional<FileReader> decompressed;
     const FileReader& text() const { return decompressed ? *decompressed : file; }
   };
   std::vector<Part> parts;
-  parts.push_back({"source", request.file, open_input<FileReader>(request.file, Subject::kDataFile), {}, {}, {}, {}});
+  parts.push_back({"source", request.file, open_input<FileReader>(request.file, Subject::kDataFile), {}, {}, {}});
   if (request.test)
-    parts.push_back(
-        {"test.source", *request.test, open_input<FileReader>(*request.test, Subject::kTestFile), {}, {}, {}, {}});
+    parts.push_back({"test.source", *request.test, open_input<FileReader>(*request.test, Subject::kTestFile), {}, {}, {}});
 
   ImportResult result;
   for (const Part& part : parts) result.source_bytes += part.file.size();
   reporter.note("reading " + std::to_string(result.source_bytes) + " bytes");
+  fault_point("import.prepared");
 
-  auto parse_options = [&](const Part& part, const Table* reference, std::vector<DateFormatHint>* hints) {
-    ParseOptions options = parse_options_of(request, display_name(part.path));
-    if (reference) options.reference = &reference->columns;
-    options.date_format_hints = hints;
-    return options;
+  // From the first object staged until the catalog commit, hold the writer
+  // lock so a concurrent gc cannot take staged files or objects that are
+  // not yet referenced. An import of bytes already stored goes through all
+  // the same: staging verifies every object and rewrites any that is
+  // missing or damaged, so importing the same file again heals the store.
+  FileLock writer = store.writer_lock();
+  ObjectStaging staging(objects);
+  std::vector<BuiltTensor> tensors;
+  auto tensor = [&](const std::string& role, const std::string& dtype) {
+    tensors.push_back({role, dtype, {}, StreamBuilder(objects, kTensorChunking, &staging)});
+    return tensors.size() - 1;
   };
-
-  // The source stream is the file as it is: for a plain file the bytes the
-  // scan reads; for a compressed one, the compressed bytes, fed while it
-  // is decompressed (pass 1) or read again (pass 2).
-  auto scan_callbacks = [](const Part& part, StreamBuilder& source, std::function<void(Table&)> on_rows) {
-    DelimitedScanCallbacks callbacks{nullptr, std::move(on_rows), nullptr};
-    if (!part.decompressed) callbacks.on_bytes = [&source](std::string_view bytes) { source.append(bytes); };
-    return callbacks;
-  };
-
-  // Pass 1: read and check everything, hash the sources; write nothing.
+  const std::size_t features = tensor("features", "f32");
+  const std::size_t labels = tensor("labels", "f32");
+  std::optional<std::size_t> test_features, test_labels, split;
+  if (request.test) {
+    test_features = tensor("test.features", "f32");
+    test_labels = tensor("test.labels", "f32");
+  } else if (request.split > 0) {
+    split = tensor("split", "u8");
+  }
+  std::uint64_t test_rows_in_split = 0;
+  std::vector<VersionStream> streams;
   for (std::size_t i = 0; i < parts.size(); ++i) {
     Part& part = parts[i];
-    StreamBuilder source(objects, kSourceChunking, /*write=*/false);
+    StreamBuilder source(objects, kSourceChunking, &staging);
     if (compressed_file(part.file)) {
       part.scratch = std::make_unique<ScratchFile>(store.root() / "tmp");
       DecompressingReader text(part.file, display_name(part.path), request.decompress_limits,
@@ -695,80 +687,60 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
       for (std::size_t n; (n = text.read(piece)) > 0;) part.scratch->append(std::string_view(piece.data(), n));
       part.decompressed.emplace(part.scratch->reader(part.path));
     }
-    const Table* reference = i == 0 ? nullptr : &parts[0].schema;
-    part.schema = scan_delimited(part.text(), delimiter, parse_options(part, reference, i == 0 ? &result.date_format_hints : nullptr),
-                                 scan_callbacks(part, source, nullptr), window_bytes);
-    part.source = source.finish();
+    BuiltTensor& part_features = tensors[i == 0 ? features : *test_features];
+    BuiltTensor& part_labels = tensors[i == 0 ? labels : *test_labels];
+    // The split's row key reads categorical values by their text: the
+    // values each batch added (on_categories) join the dictionaries kept in
+    // the batch's own columns, which the scan never reads and hands on the
+    // same each time, so a batch's codes always have their text.
+    std::vector<std::vector<std::string>> added_categories;
+    DelimitedScanCallbacks callbacks;
+    if (!part.decompressed) callbacks.on_bytes = [&source](std::string_view bytes) { source.append(bytes); };
+    if (i == 0 && split)
+      callbacks.on_categories = [&](const Table& batch, std::size_t column, std::span<const std::string> added) {
+        added_categories.resize(batch.columns.size());
+        added_categories[column].insert(added_categories[column].end(), added.begin(), added.end());
+      };
+    callbacks.on_rows = [&](Table& batch) {
+      part_features.builder.append(as_bytes(batch.features));
+      part_labels.builder.append(as_bytes(batch.labels));
+      if (i != 0 || !split) return;
+      for (std::size_t c = 0; c < added_categories.size(); ++c) {
+        std::vector<std::string>& dictionary = batch.columns[c].categories;
+        dictionary.insert(dictionary.end(), std::make_move_iterator(added_categories[c].begin()),
+                          std::make_move_iterator(added_categories[c].end()));
+        added_categories[c].clear();
+      }
+      std::vector<std::uint8_t> mask = content_split(batch, request.split, request.seed);
+      test_rows_in_split += static_cast<std::uint64_t>(std::count(mask.begin(), mask.end(), 1));
+      tensors[*split].builder.append(as_bytes(mask));
+    };
+    ParseOptions options = parse_options_of(request, display_name(part.path));
+    if (i > 0) options.reference = &parts[0].schema.columns;
+    if (i == 0) options.date_format_hints = &result.date_format_hints;
+    part.schema = scan_delimited(part.text(), delimiter, options, callbacks, window_bytes);
+    streams.push_back({part.role, source.finish(), part.path.filename().string(), {}, {}});
   }
   const Table& train = parts[0].schema;
+  tensors[features].shape = with_rows(train.rows, train.sample_shape);
+  tensors[labels].shape = {static_cast<std::int64_t>(train.rows)};
+  if (request.test) {
+    const Table& test = parts[1].schema;
+    tensors[*test_features].shape = with_rows(test.rows, test.sample_shape);
+    tensors[*test_labels].shape = {static_cast<std::int64_t>(test.rows)};
+  } else if (split) {
+    tensors[*split].shape = {static_cast<std::int64_t>(train.rows)};
+  }
   const std::string label = train.columns[train.label_column].name;
   std::vector<std::pair<std::string, std::string>> source_hashes;
-  for (const Part& part : parts) source_hashes.emplace_back(part.role, part.source.hash);
+  for (std::size_t i = 0; i < parts.size(); ++i) source_hashes.emplace_back(parts[i].role, streams[i].chunks.hash);
   const ImportIdentity identity = import_identity(request, format, label, source_hashes, {});
   std::vector<ColumnSchema> columns = train.columns;
   if (request.test)
     for (std::size_t c = 0; c < columns.size(); ++c) columns[c] = merge_column(train.columns[c], parts[1].schema.columns[c]);
   const std::string schema_text = schema_text_of(request, columns, train.sample_shape);
-  fault_point("import.prepared");
-
-  // Pass 2: from the first object written until the catalog commit, hold
-  // the writer lock so a concurrent gc cannot take objects that are not yet
-  // referenced. An import of bytes already stored goes through all the
-  // same: the commit verifies every object and rewrites any that is missing
-  // or damaged, so importing the same file again heals the store.
-  FileLock writer = store.writer_lock();
-  reporter.note("writing objects");
-  std::vector<BuiltTensor> tensors;
-  auto tensor = [&](const std::string& role, const std::string& dtype, std::vector<std::int64_t> shape) {
-    tensors.push_back({role, dtype, std::move(shape), StreamBuilder(objects, kTensorChunking, /*write=*/true)});
-    return tensors.size() - 1;
-  };
-  const std::size_t features = tensor("features", "f32", with_rows(train.rows, train.sample_shape));
-  const std::size_t labels = tensor("labels", "f32", {static_cast<std::int64_t>(train.rows)});
-  std::optional<std::size_t> test_features, test_labels, split;
-  if (request.test) {
-    const Table& test = parts[1].schema;
-    test_features = tensor("test.features", "f32", with_rows(test.rows, test.sample_shape));
-    test_labels = tensor("test.labels", "f32", {static_cast<std::int64_t>(test.rows)});
-  } else if (request.split > 0) {
-    split = tensor("split", "u8", {static_cast<std::int64_t>(train.rows)});
-  }
-  std::uint64_t test_rows_in_split = 0;
-  std::vector<VersionStream> streams;
-  std::uint64_t bytes_added = 0;
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    Part& part = parts[i];
-    StreamBuilder source(objects, kSourceChunking, /*write=*/true);
-    BuiltTensor& part_features = tensors[i == 0 ? features : *test_features];
-    BuiltTensor& part_labels = tensors[i == 0 ? labels : *test_labels];
-    bool batch_has_dictionaries = false;
-    auto on_rows = [&](Table& batch) {
-      part_features.builder.append(as_bytes(batch.features));
-      part_labels.builder.append(as_bytes(batch.labels));
-      if (i != 0 || !split) return;
-      // The split's row key reads categorical values by their text: the
-      // batch gets the complete dictionaries of pass 1 (the scan never
-      // reads its batch's columns, and hands on the same batch each time).
-      if (!batch_has_dictionaries) batch.columns = part.schema.columns;
-      batch_has_dictionaries = true;
-      std::vector<std::uint8_t> mask = content_split(batch, request.split, request.seed);
-      test_rows_in_split += static_cast<std::uint64_t>(std::count(mask.begin(), mask.end(), 1));
-      tensors[*split].builder.append(as_bytes(mask));
-    };
-    if (part.decompressed) read_pieces(part.file, [&](std::string_view bytes) { source.append(bytes); });
-    const Table* reference = i == 0 ? nullptr : &parts[0].schema;
-    Table again = scan_delimited(part.text(), delimiter, parse_options(part, reference, nullptr),
-                                 scan_callbacks(part, source, on_rows), window_bytes);
-    StreamChunks stored = source.finish();
-    bytes_added += source.bytes_added();
-    if (stored.hash != part.source.hash || again.rows != part.schema.rows)
-      throw data_error(display_name(part.path) +
-                       ": the file changed between the two reads of the import (still being written?); "
-                       "nothing was recorded, import it again once it is complete");
-    streams.push_back({part.role, std::move(stored), part.path.filename().string(), {}, {}});
-  }
-  finish_tensors(tensors, streams, bytes_added);
-  result.bytes_added = bytes_added;
+  finish_tensors(tensors, streams);
+  result.bytes_added = staging.publish();
   fault_point("import.objects-written");
 
   VersionRow row;
@@ -1030,8 +1002,8 @@ std::optional<ImportResult> import_u8_idx_streamed(Store& store, const ImportReq
       const std::string head = files[2 * part].head(request.decompress_limits);
       if (std::optional<unsigned char> type = idx_element_type(head); type && *type != kIdxU8Type) return std::nullopt;
     }
-    StreamBuilder images_source(objects, kSourceChunking, /*write=*/false);
-    StreamBuilder labels_source(objects, kSourceChunking, /*write=*/false);
+    StreamBuilder images_source(objects, kSourceChunking, nullptr);
+    StreamBuilder labels_source(objects, kSourceChunking, nullptr);
     tables[part] = scan_part(part, part == 0 ? nullptr : &tables[0], {}, images_source, labels_source);
     sources[2 * part] = images_source.finish();
     sources[2 * part + 1] = labels_source.finish();
@@ -1055,17 +1027,18 @@ std::optional<ImportResult> import_u8_idx_streamed(Store& store, const ImportReq
   // other imports do).
   FileLock writer = store.writer_lock();
   reporter.note("writing objects");
+  ObjectStaging staging(objects);
   std::vector<VersionStream> streams;
-  std::uint64_t bytes_added = 0, test_rows_in_split = 0;
+  std::uint64_t test_rows_in_split = 0;
   std::vector<BuiltTensor> tensors;
   for (std::size_t part = 0; part < parts; ++part) {
     IdxFile& images = files[2 * part];
     IdxFile& labels = files[2 * part + 1];
     const Table& table = tables[part];
     const std::string prefix = part == 0 ? "" : "test.";
-    StreamBuilder images_source(objects, kSourceChunking, /*write=*/true);
-    StreamBuilder labels_source(objects, kSourceChunking, /*write=*/true);
-    StreamBuilder features(objects, kTensorChunking, /*write=*/true);
+    StreamBuilder images_source(objects, kSourceChunking, &staging);
+    StreamBuilder labels_source(objects, kSourceChunking, &staging);
+    StreamBuilder features(objects, kTensorChunking, &staging);
     const bool split = part == 0 && !request.test && request.split > 0;
     std::optional<ByteRowSplit> splitter;
     std::vector<std::uint8_t> mask;
@@ -1085,7 +1058,6 @@ std::optional<ImportResult> import_u8_idx_streamed(Store& store, const ImportReq
     const Table again = scan_part(part, part == 0 ? nullptr : &tables[0], callbacks, images_source, labels_source);
     for (auto [file, builder] : {std::pair{&images, &images_source}, std::pair{&labels, &labels_source}}) {
       StreamChunks stored = builder->finish();
-      bytes_added += builder->bytes_added();
       const StreamChunks& checked = sources[file == &images ? 2 * part : 2 * part + 1];
       if (stored.hash != checked.hash || again.rows != table.rows)
         throw data_error(display_name(file->path) +
@@ -1094,18 +1066,18 @@ std::optional<ImportResult> import_u8_idx_streamed(Store& store, const ImportReq
       streams.push_back({file->role, std::move(stored), file->path.filename().string(), {}, {}});
     }
     tensors.push_back({prefix + "features", "u8", with_rows(table.rows, table.sample_shape), std::move(features)});
-    StreamBuilder label_values(objects, kTensorChunking, /*write=*/true);
+    StreamBuilder label_values(objects, kTensorChunking, &staging);
     label_values.append(as_bytes(again.labels));
     tensors.push_back({prefix + "labels", "f32", {static_cast<std::int64_t>(table.rows)}, std::move(label_values)});
     if (split) {
       test_rows_in_split = static_cast<std::uint64_t>(std::count(mask.begin(), mask.end(), 1));
-      StreamBuilder mask_stream(objects, kTensorChunking, /*write=*/true);
+      StreamBuilder mask_stream(objects, kTensorChunking, &staging);
       mask_stream.append(as_bytes(mask));
       tensors.push_back({"split", "u8", {static_cast<std::int64_t>(mask.size())}, std::move(mask_stream)});
     }
   }
-  finish_tensors(tensors, streams, bytes_added);
-  result.bytes_added = bytes_added;
+  finish_tensors(tensors, streams);
+  result.bytes_added = staging.publish();
   fault_point("import.objects-written");
 
   VersionRow row;

@@ -284,6 +284,11 @@ void write_new_file(const fs::path& path, std::string_view bytes) {
     }
     bytes.remove_prefix(static_cast<std::size_t>(w));
   }
+  // Start writing the file back now, without waiting: the fsync before it
+  // is linked into place (ObjectStaging::publish) then finds it written
+  // rather than writing a whole import's objects at the end. Only a hint;
+  // the fsync is what makes the file durable.
+  ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
   ::close(fd);
 }
 
@@ -409,88 +414,118 @@ constexpr std::size_t kIoThreads = 16;
 
 }  // namespace
 
-std::uint64_t ObjectStore::commit(const std::vector<const PreparedObject*>& objects) const {
-  struct Pending {
-    const PreparedObject* object;
-    fs::path tmp;
-    std::uint64_t size = 0;
-    bool written = false;
-  };
+struct ObjectStaging::Staged {
+  std::string id;
+  fs::path tmp;
+  std::uint64_t size = 0;
+  bool replace = false;  // a damaged copy is on disk: the new file takes its name
+};
+
+ObjectStaging::ObjectStaging(const ObjectStore& store)
+    : store_(&store), batch_(std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}())) {}
+
+ObjectStaging::~ObjectStaging() {
+  for (const Staged& s : staged_) ::unlink(s.tmp.c_str());
+}
+
+void ObjectStaging::stage(const std::vector<const PreparedObject*>& objects) {
+  const ObjectStore::Impl& impl = *store_->impl_;
+  std::vector<const PreparedObject*> unique;
+  {
+    std::lock_guard lock(mutex_);
+    if (published_) throw std::logic_error("ObjectStaging::stage after publish");
+    for (const PreparedObject* object : objects)
+      if (ids_.insert(object->id).second) unique.push_back(object);
+  }
   // What is on disk is decided here, under the caller's writer lock (gc
   // cannot run), not when the object was prepared: an object that existed
   // then, unreferenced, may have been collected since. An object file that
   // exists but fails verification is written again and replaces the damaged
   // copy, so importing the same data heals it.
-  std::vector<const PreparedObject*> unique;
-  std::set<std::string> seen;  // the same chunk may appear twice in a batch
-  for (const PreparedObject* object : objects)
-    if (seen.insert(object->id).second) unique.push_back(object);
   enum class OnDisk : std::uint8_t { kIntact, kMissing, kDamaged };
   std::vector<OnDisk> state(unique.size());
   tbb::parallel_for(std::size_t(0), unique.size(), [&](std::size_t i) {
-    if (!contains(unique[i]->id)) state[i] = OnDisk::kMissing;
-    else state[i] = check(unique[i]->id) ? OnDisk::kDamaged : OnDisk::kIntact;
+    if (!store_->contains(unique[i]->id)) state[i] = OnDisk::kMissing;
+    else state[i] = store_->check(unique[i]->id) ? OnDisk::kDamaged : OnDisk::kIntact;
   });
-  std::vector<Pending> pending;
-  std::vector<bool> replace;
+  std::vector<const PreparedObject*> to_write;
+  std::vector<Staged> batch;
   for (std::size_t i = 0; i < unique.size(); ++i) {
     if (state[i] == OnDisk::kIntact) continue;
-    pending.push_back({unique[i], {}, 0, false});
-    replace.push_back(state[i] == OnDisk::kDamaged);
+    to_write.push_back(unique[i]);
+    batch.push_back({unique[i]->id, {}, 0, state[i] == OnDisk::kDamaged});
   }
-
-  if (!pending.empty()) check_key_current();
-
-  // Temporary names unique among concurrent commits in this and other processes.
-  const std::string batch = std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}());
-
-  // 1. Compress into temporary files: CPU work, on oneTBB.
+  if (to_write.empty()) return;
+  store_->check_key_current();
+  std::size_t first = 0;
+  {
+    std::lock_guard lock(mutex_);
+    first = files_named_;
+    files_named_ += batch.size();
+  }
+  for (std::size_t i = 0; i < batch.size(); ++i)
+    batch[i].tmp = impl.tmp / (batch[i].id + "." + batch_ + "-" + std::to_string(first + i) + ".tmp");
   try {
-    tbb::parallel_for(std::size_t(0), pending.size(), [&](std::size_t i) {
-      Pending& p = pending[i];
-      std::string& file = impl_->scratch.local();
-      p.size = encode(p.object->raw, p.object->id, impl_->keys ? impl_->keys->write.get() : nullptr,
-                      impl_->cctx.local().get(), impl_->level, file, impl_->frame.local());
-      p.tmp = impl_->tmp / (p.object->id + "." + batch + "-" + std::to_string(i) + ".tmp");
-      write_new_file(p.tmp, std::string_view(file.data(), p.size));
+    tbb::parallel_for(std::size_t(0), to_write.size(), [&](std::size_t i) {
+      Staged& s = batch[i];
+      std::string& file = impl.scratch.local();
+      s.size = encode(to_write[i]->raw, s.id, impl.keys ? impl.keys->write.get() : nullptr, impl.cctx.local().get(),
+                      impl.level, file, impl.frame.local());
+      write_new_file(s.tmp, std::string_view(file.data(), s.size));
     });
-    fault_point("objects.tmp-written");
-
-    // 2. Make each durable and link it into place: waits on the disk.
-    std::set<fs::path> dirs;
-    for (const Pending& p : pending) dirs.insert(impl_->objects / p.object->id.substr(0, 2));
-    parallel_io(pending.size(), kIoThreads, [&](std::size_t i) {
-      Pending& p = pending[i];
-      fsync_path(p.tmp, O_RDONLY);
-      fs::path final_path = path_of(p.object->id);
-      if (replace[i]) {  // a damaged copy: the verified new file takes its name
-        if (::rename(p.tmp.c_str(), final_path.c_str()) != 0)
-          throw failure(errno_message(final_path, "cannot replace damaged object"));
-        p.written = true;
-        return;
-      }
-      // link() fails with EEXIST rather than replacing: an object a
-      // concurrent writer stored first is kept as it is.
-      int rc = ::link(p.tmp.c_str(), final_path.c_str());
-      if (rc != 0 && errno == ENOENT) {  // a fan-out directory init did not create
-        make_private_dir(final_path.parent_path());
-        rc = ::link(p.tmp.c_str(), final_path.c_str());
-      }
-      if (rc == 0) p.written = true;
-      else if (errno != EEXIST) throw failure(errno_message(final_path, "link failed"));
-      ::unlink(p.tmp.c_str());
-    });
-
-    // 3. Make the new names durable.
-    std::vector<fs::path> dir_list(dirs.begin(), dirs.end());
-    parallel_io(dir_list.size(), kIoThreads, [&](std::size_t i) { fsync_path(dir_list[i], O_RDONLY | O_DIRECTORY); });
   } catch (...) {
-    for (const Pending& p : pending) ::unlink(p.tmp.c_str());
+    for (const Staged& s : batch) ::unlink(s.tmp.c_str());  // a name never created: a no-op
     throw;
   }
+  std::lock_guard lock(mutex_);
+  staged_.insert(staged_.end(), batch.begin(), batch.end());
+}
+
+std::uint64_t ObjectStaging::publish() {
+  {
+    std::lock_guard lock(mutex_);
+    if (published_) throw std::logic_error("ObjectStaging::publish called twice");
+    published_ = true;
+  }
+  fault_point("objects.tmp-written");
+  // Make each durable and link it into place: waits on the disk.
+  std::vector<std::uint8_t> written(staged_.size(), 0);  // one byte each: set from several threads
+  std::set<fs::path> dirs;
+  for (const Staged& s : staged_) dirs.insert(store_->path_of(s.id).parent_path());
+  parallel_io(staged_.size(), kIoThreads, [&](std::size_t i) {
+    const Staged& s = staged_[i];
+    fsync_path(s.tmp, O_RDONLY);
+    fs::path final_path = store_->path_of(s.id);
+    if (s.replace) {
+      if (::rename(s.tmp.c_str(), final_path.c_str()) != 0)
+        throw failure(errno_message(final_path, "cannot replace damaged object"));
+      written[i] = 1;
+      return;
+    }
+    // link() fails with EEXIST rather than replacing: an object a
+    // concurrent writer stored first is kept as it is.
+    int rc = ::link(s.tmp.c_str(), final_path.c_str());
+    if (rc != 0 && errno == ENOENT) {  // a fan-out directory init did not create
+      make_private_dir(final_path.parent_path());
+      rc = ::link(s.tmp.c_str(), final_path.c_str());
+    }
+    if (rc == 0) written[i] = 1;
+    else if (errno != EEXIST) throw failure(errno_message(final_path, "link failed"));
+  });
+  // Make the new names durable.
+  std::vector<fs::path> dir_list(dirs.begin(), dirs.end());
+  parallel_io(dir_list.size(), kIoThreads, [&](std::size_t i) { fsync_path(dir_list[i], O_RDONLY | O_DIRECTORY); });
   std::uint64_t added = 0;
-  for (const Pending& p : pending) added += p.written ? p.size : 0;
+  for (std::size_t i = 0; i < staged_.size(); ++i) added += written[i] ? staged_[i].size : 0;
+  for (const Staged& s : staged_) ::unlink(s.tmp.c_str());  // the linked name keeps the file
+  staged_.clear();
   return added;
+}
+
+std::uint64_t ObjectStore::commit(const std::vector<const PreparedObject*>& objects) const {
+  ObjectStaging staging(*this);
+  staging.stage(objects);
+  return staging.publish();
 }
 
 std::string ObjectStore::put(std::string_view raw) const {

@@ -1,6 +1,7 @@
 #include "streams.h"
 
 #include <tbb/parallel_for.h>
+#include <tbb/task_group.h>
 
 #include <stdexcept>
 
@@ -48,46 +49,76 @@ std::uint64_t commit_streams(const ObjectStore& objects,
   return objects.commit(chunks);
 }
 
+struct StreamBuilder::State {
+  const ObjectStore* objects;
+  ChunkParams params;
+  ObjectStaging* staging;
+  std::string carry;  // bytes after the last cut, then the piece being cut
+  std::string piece;  // the next piece, copied in while `carry` is cut
+  StreamChunks stream;
+  tbb::task_group cutting;  // at most one task: the cut of `carry`
+
+  // Cuts every chunk of `carry` that is final: once max_size bytes lie
+  // ahead of it (a cut never looks further) or the stream has ended.
+  void cut(bool at_end) {
+    std::vector<std::size_t> ends;
+    std::size_t at = 0;
+    while (at < carry.size() && (at_end || carry.size() - at >= params.max_size)) {
+      at += first_chunk_end(std::string_view(carry).substr(at), params);
+      ends.push_back(at);
+    }
+    if (ends.empty()) return;
+    std::vector<PreparedObject> chunks(ends.size());
+    tbb::parallel_for(std::size_t(0), ends.size(), [&](std::size_t i) {
+      std::size_t begin = i == 0 ? 0 : ends[i - 1];
+      chunks[i] = objects->prepare(std::string_view(carry).substr(begin, ends[i] - begin));
+    });
+    if (staging != nullptr) {
+      std::vector<const PreparedObject*> pointers;
+      for (const auto& chunk : chunks) pointers.push_back(&chunk);
+      staging->stage(pointers);
+    }
+    for (const auto& chunk : chunks) {
+      stream.chunks.emplace_back(chunk.id, chunk.raw.size());
+      stream.size += chunk.raw.size();
+    }
+    carry.erase(0, at);
+  }
+};
+
+StreamBuilder::StreamBuilder(const ObjectStore& objects, const ChunkParams& params, ObjectStaging* staging)
+    : state_(new State{&objects, params, staging, {}, {}, {}, {}}) {}
+
+StreamBuilder::StreamBuilder(StreamBuilder&&) noexcept = default;
+
+StreamBuilder::~StreamBuilder() {
+  if (!state_) return;
+  // Reached with work in flight only when the operation is failing anyway
+  // (an error thrown past the builder): that error is the one to report,
+  // and the background work's own is dropped with the stream.
+  try {
+    state_->cutting.wait();
+  } catch (...) {
+  }
+}
+
 void StreamBuilder::append(std::string_view bytes) {
-  carry_.append(bytes);
-  cut(false);
+  State& s = *state_;
+  s.piece.assign(bytes);  // while the last piece is cut
+  s.cutting.wait();       // rethrows what that cut threw
+  s.carry.append(s.piece);
+  s.cutting.run([&s] { s.cut(false); });
 }
 
 StreamChunks StreamBuilder::finish() {
-  cut(true);
-  std::vector<std::pair<std::string, std::uint64_t>>& list = stream_.chunks;
-  stream_.hash = stream_hash(list);
-  StreamChunks done = std::move(stream_);
-  stream_ = StreamChunks{};
-  carry_.clear();
+  State& s = *state_;
+  s.cutting.wait();
+  s.cut(true);
+  s.stream.hash = stream_hash(s.stream.chunks);
+  StreamChunks done = std::move(s.stream);
+  s.stream = StreamChunks{};
+  s.carry.clear();
   return done;
-}
-
-void StreamBuilder::cut(bool at_end) {
-  // A cut is final once max_size bytes lie ahead of it (it never looks
-  // further) or the stream has ended.
-  std::vector<std::size_t> ends;
-  std::size_t at = 0;
-  while (at < carry_.size() && (at_end || carry_.size() - at >= params_.max_size)) {
-    at += first_chunk_end(std::string_view(carry_).substr(at), params_);
-    ends.push_back(at);
-  }
-  if (ends.empty()) return;
-  std::vector<PreparedObject> chunks(ends.size());
-  tbb::parallel_for(std::size_t(0), ends.size(), [&](std::size_t i) {
-    std::size_t begin = i == 0 ? 0 : ends[i - 1];
-    chunks[i] = objects_->prepare(std::string_view(carry_).substr(begin, ends[i] - begin));
-  });
-  if (write_) {
-    std::vector<const PreparedObject*> pointers;
-    for (const auto& chunk : chunks) pointers.push_back(&chunk);
-    bytes_added_ += objects_->commit(pointers);
-  }
-  for (const auto& chunk : chunks) {
-    stream_.chunks.emplace_back(chunk.id, chunk.raw.size());
-    stream_.size += chunk.raw.size();
-  }
-  carry_.erase(0, at);
 }
 
 void record_blob(sql::Database& db, const PreparedStream& stream) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -56,33 +57,35 @@ struct StreamChunks {
 // Builds a stream from bytes that arrive in pieces, keeping only what the
 // next cut needs: it cuts exactly the chunks prepare_stream cuts from the
 // whole stream (first_chunk_end), so the stream's hash and objects do not
-// depend on how it was fed. With `write` set each piece's finished chunks
-// are committed (ObjectStore::commit; the caller holds the writer lock) as
-// soon as they are cut; without, they are only hashed. Memory: the last
-// piece appended plus less than params.max_size bytes carried to the next.
+// depend on how it was fed. Given a staging, each piece's finished chunks
+// are staged (ObjectStaging::stage; the caller holds the writer lock and
+// publishes once the whole operation has succeeded) as soon as they are
+// cut; without one, they are only hashed.
+//
+// The cutting, hashing and staging of a piece run in the background (a
+// oneTBB task) while the caller produces the next piece: append() copies
+// the piece, waits for the previous piece's work and starts this one's;
+// finish() waits for all of it. An error in the background work is thrown
+// by the next append() or finish(). Memory: two pieces plus less than
+// params.max_size bytes carried to the next. Not thread-safe; one thread
+// feeds a builder (several builders may share a staging).
 class StreamBuilder {
  public:
-  StreamBuilder(const ObjectStore& objects, const ChunkParams& params, bool write)
-      : objects_(&objects), params_(params), write_(write) {}
+  StreamBuilder(const ObjectStore& objects, const ChunkParams& params, ObjectStaging* staging);
+  ~StreamBuilder();  // waits for the background work
+  StreamBuilder(StreamBuilder&&) noexcept;
+  StreamBuilder& operator=(StreamBuilder&&) = delete;
 
-  // Appends the stream's next bytes; cuts, hashes (in parallel) and, when
-  // writing, commits every chunk they complete.
+  // Appends the stream's next bytes; cuts, hashes (in parallel) and, with
+  // a staging, stages every chunk they complete, in the background.
   void append(std::string_view bytes);
   // Cuts the rest as the stream's last chunk(s) and returns the stream.
   // The builder is empty afterwards.
   StreamChunks finish();
-  // Compressed bytes committed so far (0 without `write`).
-  std::uint64_t bytes_added() const { return bytes_added_; }
 
  private:
-  void cut(bool at_end);
-
-  const ObjectStore* objects_;
-  ChunkParams params_;
-  bool write_;
-  std::string carry_;  // bytes after the last cut
-  StreamChunks stream_;
-  std::uint64_t bytes_added_ = 0;
+  struct State;
+  std::unique_ptr<State> state_;
 };
 
 // Records the blob and its chunk list (a no-op when the blob is known).

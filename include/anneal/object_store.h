@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -61,14 +63,10 @@ class ObjectStore {
 
   // Hashes `raw`; touches no file.
   PreparedObject prepare(std::string_view raw) const;
-  // Writes every prepared object that is not stored intact, durably. The
-  // caller holds Store::writer_lock(), so what exists cannot change under
-  // it (gc waits): an object present and verifying is skipped, one missing
-  // is written, one whose file is damaged is written again and replaces it.
-  // Compresses into temporary files (in parallel on oneTBB), then on a pool
-  // of I/O threads (they wait on the disk, not the CPU) fsyncs each, links
-  // it into place and fsyncs every directory it touched. Returns the bytes
-  // added to disk (0 for objects already there).
+  // Writes every prepared object that is not stored intact, durably: one
+  // ObjectStaging's stage() and publish(). The caller holds
+  // Store::writer_lock(). Returns the bytes added to disk (0 for objects
+  // already there).
   std::uint64_t commit(const std::vector<const PreparedObject*>& objects) const;
 
   // prepare + commit for one object; returns its id.
@@ -107,11 +105,65 @@ class ObjectStore {
   Rewrite rewrite(const std::string& id, std::string& problem) const;
 
  private:
+  friend class ObjectStaging;
   // Throws when the store's encryption record no longer names the key this
   // process writes with (see commit).
   void check_key_current() const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// Objects on their way into the store, in two steps, so that an operation
+// that writes as it reads (a streamed import) can write as it goes and
+// still leave objects/ untouched when it fails half way:
+//   stage()    compresses each object (in parallel on oneTBB) into its own
+//              file in tmp/; nothing under objects/ changes;
+//   publish()  on a pool of I/O threads (they wait on the disk, not the
+//              CPU) fsyncs every staged file, links it into place and
+//              fsyncs every directory it touched; returns the bytes added.
+// Destroyed unpublished (an error, a refused input), the staging unlinks
+// its files; a crash leaves them in tmp/, where gc removes them.
+//
+// What is stored is decided by stage(), under the caller's writer lock
+// (Store::writer_lock(), held from the first stage() until the catalog
+// commit that refers to the objects, so gc waits): an object present and
+// verifying is skipped, one missing is staged, one whose file is damaged is
+// staged again and replaces it at publish(); an object staged already (a
+// chunk that occurs twice) is skipped. Memory: about 200 bytes per object
+// staged, never its bytes.
+//
+// stage() is thread-safe (several stream builders stage into one staging
+// at once); publish() is called once every stage() has returned. Each runs
+// in parallel inside. The ObjectStore must outlive the staging.
+class ObjectStaging {
+ public:
+  explicit ObjectStaging(const ObjectStore& store);
+  ~ObjectStaging();
+  ObjectStaging(const ObjectStaging&) = delete;
+  ObjectStaging& operator=(const ObjectStaging&) = delete;
+
+  // Stages every object of `objects` that is neither stored intact nor
+  // staged already. The objects' bytes are read here and not kept. Throws on
+  // a write error (the disk full: the message names the file) and when the
+  // store's key changed since this process opened it; what was staged
+  // before stays staged, what this call wrote is unlinked.
+  void stage(const std::vector<const PreparedObject*>& objects);
+
+  // Makes every staged object durable and puts it in place; an object a
+  // concurrent writer put there first is kept as it is. Returns the bytes
+  // added to disk. Called once; afterwards the staging is empty. On an
+  // error the files not yet in place are unlinked.
+  std::uint64_t publish();
+
+ private:
+  struct Staged;
+  const ObjectStore* store_;
+  std::string batch_;  // makes temporary names unique among writers
+  std::mutex mutex_;  // guards what follows
+  std::vector<Staged> staged_;
+  std::set<std::string> ids_;  // staged, being staged, or found intact
+  std::size_t files_named_ = 0;
+  bool published_ = false;
 };
 
 }  // namespace anneal

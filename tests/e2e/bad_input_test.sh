@@ -36,6 +36,13 @@ printf '5,bad,y\n' >> "$WORK/late.csv"
 bad_case "non-numeric in numeric column" "late.csv:1102:3" "$WORK/late.csv"
 expect_contains "$ERR" "'b'" "non-numeric: names the column"
 
+# The same far into a file of many windows: the import has staged the
+# chunks it read by then (in tmp/), and none of them may stay behind.
+awk 'BEGIN { print "a,b,c"; for (i = 1; i <= 600000; i++) printf "%d,%d.25,%d\n", i, i % 977, i % 3;
+             print "7,bad,1" }' > "$WORK/late-big.csv"
+bad_case "non-numeric after 10 MB" "late-big.csv:600002:3" "$WORK/late-big.csv"
+[ -z "$(find "$ANNEAL_HOME/tmp" -type f)" ] && pass || fail "late error: staged files left in tmp/"
+
 : > "$WORK/empty.csv"
 bad_case "empty file" "empty.csv" "$WORK/empty.csv"
 

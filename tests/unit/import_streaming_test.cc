@@ -127,7 +127,7 @@ TEST(ImportStreaming, StreamBuiltFromPiecesEqualsWholeBuffer) {
   for (const ChunkParams& params : {kSourceChunking, kTensorChunking}) {
     PreparedStream whole = prepare_stream(objects, bytes, params);
     for (std::size_t piece : {std::size_t{1} << 10, std::size_t{333333}, std::size_t{5} << 20}) {
-      StreamBuilder builder(objects, params, /*write=*/false);
+      StreamBuilder builder(objects, params, nullptr);
       for (std::size_t at = 0; at < bytes.size(); at += piece) builder.append(std::string_view(bytes).substr(at, piece));
       StreamChunks pieces = builder.finish();
       EXPECT_EQ(pieces.hash, whole.hash) << "piece " << piece;

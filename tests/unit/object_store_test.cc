@@ -52,6 +52,55 @@ TEST_F(ObjectStoreTest, WritingAnExistingObjectIsANoOp) {
   EXPECT_EQ(store_.list().size(), 1u);
 }
 
+// A streamed import stages as it reads and publishes only at the end: a
+// staging dropped unpublished (bad input found late) leaves objects/ and
+// tmp/ exactly as they were.
+TEST_F(ObjectStoreTest, StagingDroppedUnpublishedLeavesNothing) {
+  const std::string kept = store_.put("stored before");
+  std::string a(50000, 'a'), b(50000, 'b');
+  PreparedObject pa = store_.prepare(a), pb = store_.prepare(b);
+  {
+    ObjectStaging staging(store_);
+    staging.stage({&pa});
+    staging.stage({&pb});
+    EXPECT_FALSE(store_.contains(pa.id));
+    EXPECT_EQ(std::distance(fs::directory_iterator(dir_.path() / "tmp"), fs::directory_iterator()), 2);
+  }
+  EXPECT_TRUE(fs::is_empty(dir_.path() / "tmp"));
+  EXPECT_EQ(store_.list(), std::vector<std::string>{kept});
+}
+
+TEST_F(ObjectStoreTest, StagingPublishesEachObjectOnceAndCountsOnlyNewBytes) {
+  const std::string old_id = store_.put("stored before");
+  std::string a(50000, 'a');
+  PreparedObject pa = store_.prepare(a), again = store_.prepare(a), old = store_.prepare("stored before");
+  ObjectStaging staging(store_);
+  staging.stage({&pa, &old});
+  staging.stage({&again});  // the same chunk in a later piece: staged once
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_.path() / "tmp"), fs::directory_iterator()), 1);
+  const std::uint64_t added = staging.publish();
+  EXPECT_EQ(added, store_.stored_size(pa.id));
+  EXPECT_EQ(store_.get(pa.id, "test"), a);
+  EXPECT_EQ(store_.get(old_id, "test"), "stored before");
+  EXPECT_TRUE(fs::is_empty(dir_.path() / "tmp"));
+  EXPECT_THROW(staging.stage({&pa}), std::logic_error);
+}
+
+// Staging decides what to write when it stages: a damaged file is staged
+// again and replaced at publish (importing the same data heals it).
+TEST_F(ObjectStoreTest, StagingReplacesADamagedObjectAtPublish) {
+  std::string bytes(20000, 'd');
+  const std::string id = store_.put(bytes);
+  { std::ofstream(store_.path_of(id), std::ios::binary | std::ios::trunc) << "garbage"; }
+  ASSERT_TRUE(store_.check(id));
+  PreparedObject p = store_.prepare(bytes);
+  ObjectStaging staging(store_);
+  staging.stage({&p});
+  EXPECT_TRUE(store_.check(id)) << "replaced only at publish";
+  EXPECT_GT(staging.publish(), 0u);
+  EXPECT_FALSE(store_.check(id));
+}
+
 TEST_F(ObjectStoreTest, FlippedByteAnywhereIsCaughtOnReadAndCheck) {
   std::string bytes;
   for (int i = 0; i < 5000; ++i) bytes += std::to_string(i * 7919) + ",";
