@@ -1,7 +1,8 @@
 #!/bin/bash
 # Quantization and pruning benchmark (quantize issue), on the Fashion-MNIST
 # MLP and CNN of docs/examples, in one invocation:
-#   INT8 PTQ: batch-inference samples/s against fp32 (goal >= 3x) and test
+#   INT8 PTQ: batch-inference samples/s against fp32 (goal >= 3x with VNNI,
+#     >= 2x without) and test
 #     accuracy change (goal >= -0.5 points); PyTorch's quantize_dynamic on the
 #     MLP as the peer, its own ratio printed beside.
 #   90% unstructured sparsity (gradual, fine-tuned) of the MLP: accuracy
@@ -56,18 +57,22 @@ vnni=no
 [ "$CPU_VNNI" = 1 ] && vnni=yes
 echo "== quantize/prune: Fashion-MNIST test split, batch $BATCH, $THREADS thread(s), medians of $ROUNDS interleaved rounds" \
   "(oneDNN isa $CPU_ISA, int8 on VNNI: $vnni)"
-"$PYTHON" - "$WORK/static" "$WORK/speed" "$WORK/speed_medians" <<'PY'
+"$PYTHON" - "$WORK/static" "$WORK/speed" "$WORK/speed_medians" "$CPU_VNNI" <<'PY'
 import statistics, sys
 static = {l.split()[0]: (float(l.split()[1]), float(l.split()[2])) for l in open(sys.argv[1])}
+# INT8's speed goal: 3x fp32 with VNNI; 2x without, where a u8·s8 pair
+# costs two instructions (vpmaddubsw, vpmaddwd) for 16 products against an
+# FMA's 8, so 2x is the ceiling of the arithmetic itself.
+int8_goal = 3 if sys.argv[4] == "1" else 2
 speed, medians = {}, open(sys.argv[3], "w")
 for l in open(sys.argv[2]):
     r, m, s = l.split()
     speed.setdefault(m, {})[r] = float(s)
 rows = [("MLP fp32 (parent)", "fmnist-mlp@v1", "fmnist-mlp@v1", 0, 100),
-        ("MLP int8 PTQ (minmax)", "fmnist-mlp@v2", "fmnist-mlp@v1", 3, 0.5),
+        ("MLP int8 PTQ (minmax)", "fmnist-mlp@v2", "fmnist-mlp@v1", int8_goal, 0.5),
         ("MLP 90% unstructured, gradual", "fmnist-mlp@v3", "fmnist-mlp@v1", 0, 1),
         ("CNN fp32 (parent)", "fmnist-cnn@v1", "fmnist-cnn@v1", 0, 100),
-        ("CNN int8 PTQ (minmax)", "fmnist-cnn@v2", "fmnist-cnn@v1", 3, 0.5),
+        ("CNN int8 PTQ (minmax)", "fmnist-cnn@v2", "fmnist-cnn@v1", int8_goal, 0.5),
         ("CNN 50% structured channels", "fmnist-cnn@v3", "fmnist-cnn@v1", 1.8, 1)]
 print("%-34s %9s %10s %10s %7s %13s %9s" % ("model", "test acc", "vs fp32", "samples/s", "speed", "(min-max)", "on disk"))
 for name, m, parent, goal_speed, goal_drop in rows:
@@ -87,4 +92,4 @@ a = dict(l.split() for l in open('$WORK/speed_medians'))
 print('pytorch 1.13 MLP quantize_dynamic: fp32 %.0f, int8 %.0f samples/s (%.2fx), accuracy %.2f%% -> %.2f%%'
       % (t['fp32_samples_per_s'], t['int8_samples_per_s'], t['int8_samples_per_s'] / t['fp32_samples_per_s'],
          100 * t['fp32_accuracy'], 100 * t['int8_accuracy']))
-print('ratio anneal/pytorch: fp32 %.2fx, int8 %.2fx' % (float(a['fmnist-mlp@v1']) / t['fp32_samples_per_s'], float(a['fmnist-mlp@v2']) / t['int8_samples_per_s']))"
+print('ratio anneal/pytorch: fp32 %.2fx (goal >= 1.5), int8 %.2fx' % (float(a['fmnist-mlp@v1']) / t['fp32_samples_per_s'], float(a['fmnist-mlp@v2']) / t['int8_samples_per_s']))"

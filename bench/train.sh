@@ -108,10 +108,10 @@ if not bf16_here:
     print("%-16s skipped, the CPU lacks avx512_core_bf16 (oneDNN isa %s)" % ("anneal bf16", isa))
 ratios = lambda k: [r[k] / r[torch] for r in rounds]
 line = lambda name, x: "%s %.2fx (rounds %s)" % (name, st.median(x), " ".join("%.2f" % v for v in x))
-print("ratio anneal/pytorch: %s; accuracy difference (fp32) %+.2f points"
+print("ratio anneal/pytorch (goal >= 2.5x): %s; accuracy difference (fp32) %+.2f points"
       % ("; ".join([line("fp32", ratios(0))] + ([line("bf16", ratios(3))] if bf16_here else [])),
          100 * (med(1) - med(torch + 1))))
-print("fp32 GFLOP/s are %.0f%% of the best sgemm peak (%.0f GFLOP/s on 2 threads)" % (100 * med(0) * flops / 1e9 / peak, peak))
+print("fp32 GFLOP/s are %.0f%% of the best sgemm peak (%.0f GFLOP/s on 2 threads; goal >= 60%%)" % (100 * med(0) * flops / 1e9 / peak, peak))
 PY
 }
 for model in mlp cnn; do
