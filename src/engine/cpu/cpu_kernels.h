@@ -1,8 +1,8 @@
 // Hand-written kernels for the CPU backend (the optimizers' elementwise
-// updates, the int8 im2col gather), compiled twice (AVX-512
-// and baseline x86-64) and picked at run time, since the project builds
-// without -march: AVX-512 where the CPU has it and oneDNN uses it (not under
-// ONEDNN_MAX_CPU_ISA=AVX2). Each processes one contiguous range; callers split work
+// updates, the int8 im2col gather), compiled for AVX-512, for baseline
+// x86-64 and, for Adam, for AVX2, and picked at run time, since the project
+// builds without -march: the widest the CPU has and oneDNN uses
+// (kernel_isa(); AVX2 under ONEDNN_MAX_CPU_ISA=AVX2). Each processes one contiguous range; callers split work
 // across threads in fixed chunks, so results never depend on thread count.
 #pragma once
 
@@ -23,8 +23,14 @@ struct AdamKernelArgs : engine::AdamScalars {
   float grad_scale;
 };
 
+// Picks the kernel by kernel_isa(): AVX-512 (rsqrt/rcp refined by Newton
+// steps, about 1 ulp: its own bits), AVX2 (the scalar loop's bits exactly,
+// eight lanes at a time) or the scalar loop.
 void adam_kernel(float* w, const float* g, float* m, float* v, std::int64_t n,
                  const AdamKernelArgs& a);
+// The scalar loop itself, whatever the CPU: what the AVX2 kernel must equal
+// bit for bit (engine_kernels_test).
+void adam_kernel_scalar(float* w, const float* g, float* m, float* v, std::int64_t n, const AdamKernelArgs& a);
 
 struct SgdKernelArgs {
   float lr, momentum, weight_decay, grad_scale;
