@@ -18,7 +18,8 @@
 #include "engine/cpu/cpu_kernels.h"
 #include "engine/cpu/cpu_ops.h"
 #include "engine/loss_scale.h"
-#include "engine/weight_levels.h"
+#include "engine/backend_rules.h"
+#include "engine/random.h"
 
 namespace anneal {
 
@@ -89,12 +90,6 @@ const float* f32_data(const Tensor& t, const char* what) {
 std::int64_t stored_elements(const Tensor& t) {
   return static_cast<std::int64_t>(t.bytes() / dtype_size(t.dtype()));
 }
-// backend.h: fake quantization takes fp32 tensors only, kUsage otherwise
-// (f32_data's kFailure is for an internal mismatch, not a caller's request).
-void check_f32_usage(const Tensor& t, const char* what) {
-  if (t.dtype() != DType::kF32)
-    throw usage_error(std::string(what) + ": expects an f32 tensor, not " + dtype_name(t.dtype()));
-}
 void check_same_layout(const Tensor& a, const Tensor& b, const char* what) {
   if (!a.layout() || !b.layout() || !a.layout()->same_as(*b.layout()))
     throw failure(std::string(what) + ": tensors differ in layout");
@@ -110,28 +105,6 @@ void for_chunks(std::int64_t n, Fn fn) {
 #pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
   for (std::int64_t c = 0; c < chunks; ++c) fn(c * kChunk, std::min(kChunk, n - c * kChunk));
 }
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Dropout's keep/drop decision for element i under a key: a pure function.
-struct DropoutMask {
-  DropoutMask(float p, std::uint64_t seed, std::uint64_t stream)
-      : key(splitmix64(seed ^ splitmix64(stream))),
-        threshold(static_cast<std::uint32_t>(std::min(double(p) * 4294967296.0, 4294967295.0))),
-        scale(p < 1.0f ? 1.0f / (1.0f - p) : 0.0f) {}
-  float operator()(std::int64_t i) const {
-    const auto u = static_cast<std::uint32_t>(splitmix64(key + std::uint64_t(i)) >> 32);
-    return u >= threshold ? scale : 0.0f;
-  }
-  std::uint64_t key;
-  std::uint32_t threshold;
-  float scale;
-};
 
 class CpuBackend final : public Backend {
  public:
@@ -330,7 +303,7 @@ class CpuBackend final : public Backend {
 
   void fake_quantize(const Tensor& x, Tensor& y, float scale, float lo, float hi) override {
     if (!(scale > 0)) throw usage_error("fake_quantize: the scale must be > 0");
-    check_f32_usage(x, "fake_quantize");
+    engine::check_f32_usage(x, "fake_quantize");
     const float* in = f32_data(x, "fake_quantize");
     shape_like(y, x, DType::kF32);
     float* out = static_cast<float*>(y.data());
@@ -343,7 +316,7 @@ class CpuBackend final : public Backend {
   }
 
   void fake_quantize_channels(const Tensor& w, Tensor& y, int levels) override {
-    check_f32_usage(w, "fake_quantize_channels");  // fp32 only
+    engine::check_f32_usage(w, "fake_quantize_channels");  // fp32 only
     engine::check_weight_levels(levels);
     const float l = float(levels);
     // Per-channel maxima need the plain (O, I...) order; the weights are
@@ -375,13 +348,13 @@ class CpuBackend final : public Backend {
   void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed, std::uint64_t stream,
                        std::int64_t first_sample) override {
     shape_like(y, x, x.dtype());
-    apply_mask(x, y, DropoutMask(p, seed, stream), first_sample);
+    apply_mask(x, y, engine::DropoutRule::of(p, seed, stream), first_sample);
   }
 
   void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed, std::uint64_t stream,
                         std::int64_t first_sample) override {
     shape_like(dx, dy, dy.dtype());
-    apply_mask(dy, dx, DropoutMask(p, seed, stream), first_sample);
+    apply_mask(dy, dx, engine::DropoutRule::of(p, seed, stream), first_sample);
   }
 
   void adam_update(Tensor& w, const Tensor& g, Tensor& m, Tensor& v,
@@ -485,7 +458,7 @@ class CpuBackend final : public Backend {
   // elements per sample) + i: the batch dim is outermost and unblocked in
   // every activation layout (with_batch), so that is its index in the
   // storage of the whole batch.
-  void apply_mask(const Tensor& in, Tensor& out, const DropoutMask& mask, std::int64_t first_sample) {
+  void apply_mask(const Tensor& in, Tensor& out, const engine::DropoutRule& mask, std::int64_t first_sample) {
     const std::int64_t n = stored_elements(in);
     const std::int64_t rows = in.dims().rank() > 0 ? in.dims()[0] : 1;
     const std::int64_t offset = rows > 0 ? first_sample * (n / rows) : 0;
@@ -493,12 +466,12 @@ class CpuBackend final : public Backend {
       const float* a = static_cast<const float*>(in.data());
       float* b = static_cast<float*>(out.data());
 #pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
-      for (std::int64_t i = 0; i < n; ++i) b[i] = a[i] * mask(offset + i);
+      for (std::int64_t i = 0; i < n; ++i) b[i] = a[i] * mask.factor(std::uint64_t(offset + i));
     } else {
       const auto* a = static_cast<const std::uint16_t*>(in.data());
       auto* b = static_cast<std::uint16_t*>(out.data());
 #pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
-      for (std::int64_t i = 0; i < n; ++i) b[i] = f32_to_bf16(bf16_to_f32(a[i]) * mask(offset + i));
+      for (std::int64_t i = 0; i < n; ++i) b[i] = f32_to_bf16(bf16_to_f32(a[i]) * mask.factor(std::uint64_t(offset + i)));
     }
   }
 

@@ -29,19 +29,10 @@
 #include "engine/cuda/cuda_common.h"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/cuda_ops.h"
-#include "engine/weight_levels.h"
+#include "engine/backend_rules.h"
 
 namespace anneal::cuda {
 namespace {
-
-// The CPU backend's dropout key (splitmix64 of the seed and stream), so a
-// mask is the same function of its key on either device.
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Binds the calling thread to the backend's device, restoring the previous
 // binding when it ends.
@@ -258,7 +249,7 @@ class CudaBackend final : public Backend {
 
   void fake_quantize(const Tensor& x, Tensor& y, float scale, float lo, float hi) override {
     if (!(scale > 0)) throw usage_error("fake_quantize: the scale must be > 0");
-    check_f32_usage(x, "fake_quantize");
+    engine::check_f32_usage(x, "fake_quantize");
     shape_like(y, x, DType::kF32);
     kernels::fake_quantize(f32(x, "fake_quantize"), f32(y, "fake_quantize"), count(x), scale, lo, hi,
                            ctx_.stream);
@@ -266,7 +257,7 @@ class CudaBackend final : public Backend {
   }
 
   void fake_quantize_channels(const Tensor& w, Tensor& y, int levels) override {
-    check_f32_usage(w, "fake_quantize_channels");
+    engine::check_f32_usage(w, "fake_quantize_channels");
     engine::check_weight_levels(levels);
     shape_like(y, w, DType::kF32);
     const std::int64_t channels = w.dims().rank() > 0 ? w.dims()[0] : 0;
@@ -361,10 +352,6 @@ class CudaBackend final : public Backend {
  private:
   static int count(const Tensor& t) { return kernel_count(t.elements(), "tensor"); }
 
-  static void check_f32_usage(const Tensor& t, const char* what) {
-    if (t.dtype() != DType::kF32)
-      throw usage_error(std::string(what) + ": expects an f32 tensor, not " + dtype_name(t.dtype()));
-  }
   void check_precision(DType compute) const {
     if (compute == DType::kF32 || (compute == DType::kBF16 && capabilities_.bf16) ||
         (compute == DType::kF16 && capabilities_.fp16))
@@ -382,11 +369,9 @@ class CudaBackend final : public Backend {
                std::int64_t first_sample) {
     const std::int64_t rows = in.dims().rank() > 0 ? in.dims()[0] : 1;
     const std::int64_t offset = rows > 0 ? first_sample * (std::int64_t(count(in)) / rows) : 0;
-    const std::uint64_t key = splitmix64(seed ^ splitmix64(stream)) + std::uint64_t(offset);
-    const auto threshold = static_cast<std::uint32_t>(std::min(double(p) * 4294967296.0, 4294967295.0));
-    const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    kernels::dropout(kernels::activations(in), kernels::activations(out), count(in), key, threshold, scale,
-                     ctx_.stream);
+    engine::DropoutRule rule = engine::DropoutRule::of(p, seed, stream);
+    rule.key += std::uint64_t(offset);  // the kernel counts from this share's first element
+    kernels::dropout(kernels::activations(in), kernels::activations(out), count(in), rule, ctx_.stream);
   }
 
   void release() noexcept {

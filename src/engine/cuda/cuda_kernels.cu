@@ -140,19 +140,9 @@ __global__ void fake_quantize_channels_kernel(const float* w, float* y, int per,
   }
 }
 
-__device__ std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 template <typename T>
-__global__ void dropout_kernel(const T* x, T* y, int n, std::uint64_t key, std::uint32_t threshold, float scale) {
-  ANNEAL_GRID_STRIDE(i, n) {
-    const auto u = static_cast<std::uint32_t>(splitmix64(key + static_cast<std::uint64_t>(i)) >> 32);
-    y[i] = st<T>(ld(x[i]) * (u >= threshold ? scale : 0.0f));
-  }
+__global__ void dropout_kernel(const T* x, T* y, int n, engine::DropoutRule rule) {
+  ANNEAL_GRID_STRIDE(i, n) { y[i] = st<T>(ld(x[i]) * rule.factor(static_cast<std::uint64_t>(i))); }
 }
 
 // ---- Activations ----
@@ -645,11 +635,10 @@ void fake_quantize_channels(const float* w, float* y, int channels, int per, flo
   fake_quantize_channels_kernel<<<channels, kThreads, 0, stream>>>(w, y, per, levels);
   check_launch("fake_quantize_channels");
 }
-void dropout(ConstActivations x, Activations y, int n, std::uint64_t key, std::uint32_t threshold, float scale,
-             cudaStream_t stream) {
+void dropout(ConstActivations x, Activations y, int n, engine::DropoutRule rule, cudaStream_t stream) {
   with_type(x.dtype, "dropout", [&](auto t) {
     using T = typename decltype(t)::type;
-    dropout_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(as<T>(x), as<T>(y), n, key, threshold, scale);
+    dropout_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(as<T>(x), as<T>(y), n, rule);
   });
   check_launch("dropout");
 }

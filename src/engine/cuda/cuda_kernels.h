@@ -17,6 +17,7 @@
 #include "anneal/backend.h"
 #include "anneal/loss.h"
 #include "engine/adam_scalars.h"
+#include "engine/random.h"
 
 namespace anneal::cuda::kernels {
 
@@ -56,10 +57,9 @@ void fake_quantize(const float* x, float* y, int n, float scale, float lo, float
 // Per row o of w (channels rows of `per` values): s = max|w[o]| / L (1 for
 // an all-zero row), y = clamp(rint(w / s), −L, L) · s, L = levels.
 void fake_quantize_channels(const float* w, float* y, int channels, int per, float levels, cudaStream_t stream);
-// y = x · mask(i), mask(i) = scale when the keyed hash of i is ≥ threshold,
-// else 0: the CPU backend's DropoutMask, bit for bit.
-void dropout(ConstActivations x, Activations y, int n, std::uint64_t key, std::uint32_t threshold, float scale,
-             cudaStream_t stream);
+// y[i] = x[i] · rule.factor(i) (engine/random.h, the rule the CPU backend
+// applies too).
+void dropout(ConstActivations x, Activations y, int n, engine::DropoutRule rule, cudaStream_t stream);
 
 // ---- Activations ------------------------------------------------------------
 
