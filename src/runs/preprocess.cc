@@ -432,14 +432,16 @@ void FeatureTransform::transform_row(const float* row, std::span<const std::size
     } else {
       const float mean = static_cast<float>(c.mean);
       const float inv = static_cast<float>(1.0 / c.scale);
+      // Branch-free, so the compiler vectorizes it: an image column is
+      // hundreds of cells, transformed again for every batch of every epoch.
+      std::uint64_t missing = 0;
       for (std::int64_t k = 0; k < c.width; ++k) {
-        if (std::isnan(x[k])) {
-          ++counts.missing;
-          y[k] = 0.0f;
-        } else {
-          y[k] = (x[k] - mean) * inv;
-        }
+        const float v = x[k];
+        const bool nan = v != v;
+        missing += nan;
+        y[k] = nan ? 0.0f : (v - mean) * inv;
       }
+      counts.missing += missing;
     }
     y += c.output_width();
   }
