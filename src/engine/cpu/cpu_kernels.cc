@@ -93,6 +93,9 @@ __attribute__((target("avx512f,avx512vl,fma"))) void adam_avx512(
   }
 }
 
+void adam_generic(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m,
+                  float* __restrict__ v, std::int64_t n, const AdamKernelArgs& a);
+
 // The scalar loop's arithmetic eight lanes at a time: the same multiplies,
 // adds, correctly rounded sqrt and divide in the same order, and no FMA
 // (the target has none to contract them into), so it gives the scalar
@@ -119,16 +122,7 @@ __attribute__((target("avx2"))) void adam_avx2(
     const __m256 denom = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(vi), ibc2), eps);
     _mm256_storeu_ps(w + i, _mm256_sub_ps(_mm256_mul_ps(wi, decay), _mm256_div_ps(_mm256_mul_ps(step, mi), denom)));
   }
-  const std::int64_t rest = n - i;
-  w += i, g += i, m += i, v += i;
-  for (std::int64_t j = 0; j < rest; ++j) {
-    const float grad = g[j] * a.grad_scale + a.l2 * w[j];
-    const float mi = a.beta1 * m[j] + (1.0f - a.beta1) * grad;
-    const float vi = a.beta2 * v[j] + (1.0f - a.beta2) * grad * grad;
-    m[j] = mi;
-    v[j] = vi;
-    w[j] = w[j] * a.decay - a.step_size * mi / (std::sqrt(vi) * a.inv_sqrt_bc2 + a.epsilon);
-  }
+  adam_generic(w + i, g + i, m + i, v + i, n - i, a);  // the tail: the loop itself
 }
 
 void adam_generic(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m,
