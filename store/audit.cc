@@ -229,7 +229,9 @@ AuditVerdict verify_audit(Store& store, const std::optional<std::string>& expect
   };
   std::string prev = audit_genesis_hash();
   std::int64_t expected = 1;
-  bool expected_found = !expect_head;
+  // The genesis hash is the head an empty chain prints, and every chain
+  // starts from it (record 1's prev_hash): noted then, it is still there.
+  bool expected_found = !expect_head || *expect_head == audit_genesis_hash();
   auto stmt = db.prepare(std::string("SELECT ") + kRecordColumns + " FROM audit ORDER BY seq");
   while (stmt.step()) {
     AuditRecord r = read_record(stmt);

@@ -125,6 +125,29 @@ RetrainRecord read_retrain(sql::Statement& row) {
   return r;
 }
 
+// The retrains row and its audit record, inside the caller's transaction.
+void insert_retrain(Store& store, const RetrainRecord& r) {
+  sql::Database& db = store.db();
+  auto stmt = db.prepare(
+      "INSERT INTO retrains(config, config_hash, dataset, outcome, started, ended, run_id, model_id, detail, gate) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  stmt.bind(1, r.config).bind(2, r.config_hash).bind(3, r.dataset).bind(4, retrain_outcome_name(r.outcome))
+      .bind(5, r.started).bind(6, r.ended);
+  if (r.run) stmt.bind(7, *r.run);
+  else stmt.bind_null(7);
+  if (auto id = model_id_of(db, r.model)) stmt.bind(8, *id);
+  else stmt.bind_null(8);
+  stmt.bind(9, r.detail);
+  if (r.gate.is_null()) stmt.bind_null(10);
+  else stmt.bind(10, r.gate.dump());
+  stmt.run();
+  nlohmann::json detail = {{"retrain", db.last_insert_id()}, {"config", r.config}, {"config_hash", r.config_hash},
+                           {"outcome", retrain_outcome_name(r.outcome)}};
+  detail["run"] = r.run ? nlohmann::json(*r.run) : nlohmann::json(nullptr);
+  detail["model"] = r.model.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.model);
+  append_audit(store, "retrain.record", detail);
+}
+
 }  // namespace
 
 double unix_now() {
@@ -362,7 +385,8 @@ void validate_alias_name(std::string_view alias) {
 }
 
 void set_alias(Store& store, const ModelRecord& model, const std::string& alias, const std::string& action,
-               const std::string& by, const std::string& reason, const nlohmann::json& gate) {
+               const std::string& by, const std::string& reason, const nlohmann::json& gate,
+               const RetrainRecord* retrain) {
   validate_alias_name(alias);
   sql::Database& db = store.db();
   sql::Transaction txn(db);
@@ -389,6 +413,10 @@ void set_alias(Store& store, const ModelRecord& model, const std::string& alias,
                            {"history_id", db.last_insert_id()}};
   detail["previous_model_id"] = had ? nlohmann::json(previous_id) : nlohmann::json(nullptr);
   append_audit(store, "alias." + action, detail);
+  // The retrain that moved the alias is recorded in the same transaction:
+  // committed apart, a crash between the two left production moved with no
+  // record, and the next `retrain --if-changed` trained again.
+  if (retrain) insert_retrain(store, *retrain);
   fault_point("alias.before-commit");
   txn.commit();
   fault_point("alias.committed");
@@ -465,26 +493,8 @@ const char* retrain_outcome_name(RetrainOutcome outcome) {
 }
 
 void record_retrain(Store& store, const RetrainRecord& r) {
-  sql::Database& db = store.db();
-  sql::Transaction txn(db);
-  auto stmt = db.prepare(
-      "INSERT INTO retrains(config, config_hash, dataset, outcome, started, ended, run_id, model_id, detail, gate) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  stmt.bind(1, r.config).bind(2, r.config_hash).bind(3, r.dataset).bind(4, retrain_outcome_name(r.outcome))
-      .bind(5, r.started).bind(6, r.ended);
-  if (r.run) stmt.bind(7, *r.run);
-  else stmt.bind_null(7);
-  if (auto id = model_id_of(db, r.model)) stmt.bind(8, *id);
-  else stmt.bind_null(8);
-  stmt.bind(9, r.detail);
-  if (r.gate.is_null()) stmt.bind_null(10);
-  else stmt.bind(10, r.gate.dump());
-  stmt.run();
-  nlohmann::json detail = {{"retrain", db.last_insert_id()}, {"config", r.config}, {"config_hash", r.config_hash},
-                           {"outcome", retrain_outcome_name(r.outcome)}};
-  detail["run"] = r.run ? nlohmann::json(*r.run) : nlohmann::json(nullptr);
-  detail["model"] = r.model.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.model);
-  append_audit(store, "retrain.record", detail);
+  sql::Transaction txn(store.db());
+  insert_retrain(store, r);
   txn.commit();
 }
 

@@ -20,6 +20,7 @@
 #include "anneal/fault_point.h"
 #include "anneal/audit.h"
 #include "audit_trail.h"
+#include "permissions.h"
 #include "sqlite.h"
 #include "streams.h"
 
@@ -331,6 +332,20 @@ FsckReport fsck(Store& store, Reporter& reporter) {
     report.problems.push_back("object " + on_disk[i] + " (" + owners_of_object(db, on_disk[i]) +
                               "): " + *damage[i]);
   }
+
+  // Owners and modes. Store::open has refused a store whose own entries
+  // break the rule; this finds the rest, each file and directory: an object
+  // another user made (root importing into the store, before open refused
+  // that), which its owner then cannot read, or one others may write.
+  checking(report, "permissions", [&] {
+    const fs::path object_dir = store.root() / "objects";
+    for (const auto& [path, problem] : store_permission_problems(store.root())) {
+      const bool object_file = path.parent_path().parent_path() == object_dir;
+      const std::string id = path.filename().string();
+      report.problems.push_back(object_file ? "object " + id + " (" + owners_of_object(db, id) + "): " + problem
+                                            : problem);
+    }
+  });
 
   std::unordered_set<std::string> referenced;
   check_blobs(db, objects, intact, referenced, report);

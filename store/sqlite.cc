@@ -1,6 +1,8 @@
 #include "sqlite.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <utility>
 
@@ -9,9 +11,47 @@
 namespace anneal::sql {
 namespace {
 
+// The catalog file an I/O error of `db` is about. SQLite says only "disk
+// I/O error" or "database or disk is full"; its extended code tells the
+// shared-memory index (-shm: mapping or growing it) from the rest, which
+// in WAL mode is the -wal journal a change is appended to or the database
+// a checkpoint copies it into.
+std::string failed_catalog_file(sqlite3* db, int rc) {
+  const char* name = sqlite3_db_filename(db, "main");
+  const std::string path = name && *name ? name : "catalog.db";
+  switch (rc) {
+    case SQLITE_IOERR_SHMOPEN:
+    case SQLITE_IOERR_SHMSIZE:
+    case SQLITE_IOERR_SHMLOCK:
+    case SQLITE_IOERR_SHMMAP: return path + "-shm";
+    default: return path + " (or its -wal journal)";
+  }
+}
+
+// One line for a catalog operation that failed with `rc` (an extended
+// code): a full disk or quota (SQLITE_FULL, or an I/O error whose errno is
+// ENOSPC or EDQUOT) and any other I/O error name the catalog file and the
+// cause, which SQLite's own message ("disk I/O error") names neither of;
+// everything else is SQLite's message.
+std::string catalog_message(sqlite3* db, int rc, std::string_view what, std::string_view sqlite_message) {
+  const int primary = rc & 0xff;
+  if (db && (primary == SQLITE_FULL || primary == SQLITE_IOERR)) {
+    const int err = sqlite3_system_errno(db);
+    const std::string file = failed_catalog_file(db, rc);
+    if (err == EDQUOT)
+      return file + ": cannot write the catalog: the disk quota is exceeded (" + std::strerror(err) +
+             "); free space within the quota or raise it, then run the command again";
+    if (primary == SQLITE_FULL || err == ENOSPC)
+      return file + ": cannot write the catalog: the disk is full (" + std::strerror(ENOSPC) +
+             "); free space on its file system, then run the command again";
+    return file + ": catalog I/O error" + (err != 0 ? std::string(" (") + std::strerror(err) + ")" : std::string()) +
+           " in " + std::string(what) + ": " + std::string(sqlite_message);
+  }
+  return "catalog: " + std::string(what) + ": " + std::string(sqlite_message);
+}
+
 [[noreturn]] void raise(sqlite3* db, int rc, std::string_view what) {
-  std::string message = "catalog: " + std::string(what) + ": " +
-                        (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+  std::string message = catalog_message(db, rc, what, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
   if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)
     throw busy(message + " (another anneal process holds the catalog)");
   throw failure(message);
@@ -57,6 +97,9 @@ void Database::exec(std::string_view sql) {
     std::string message = err ? err : sqlite3_errstr(rc);
     sqlite3_free(err);
     if ((rc & 0xff) == SQLITE_BUSY) throw busy("catalog: " + message);
+    const int primary = rc & 0xff;
+    if (primary == SQLITE_FULL || primary == SQLITE_IOERR)
+      throw failure(catalog_message(db_, sqlite3_extended_errcode(db_), text.substr(0, 60), message));
     throw failure("catalog: " + message);
   }
 }

@@ -9,6 +9,7 @@
 
 #include "anneal/encryption.h"
 #include "anneal/error.h"
+#include "permissions.h"
 #include "sqlite.h"
 
 namespace anneal {
@@ -297,6 +298,10 @@ bool Store::init(const fs::path& root) {
       throw usage_error(root.string() + " is not empty and holds no store; a store is created only in a new or "
                         "empty directory, because it is made owner-only (0700)");
   }
+  // An existing store another user owns is refused before anything in it
+  // is touched (the catalog migrated, directories made), as every command
+  // refuses it; modes that are too open are what init tightens below.
+  if (existed) check_store_permissions(root, /*owner_only=*/true);
   make_private_dir(root);
   for (const char* sub : {"objects", "tmp", "locks"}) make_private_dir(root / sub);
   // All 256 fan-out directories up front, as restic does: a store is
@@ -322,6 +327,9 @@ bool Store::init(const fs::path& root) {
 Store Store::open(const fs::path& root, const StoreAccess& access) {
   if (!fs::exists(root / "catalog.db"))
     throw not_found("no anneal store at " + root.string()).with(Remedy::kCreateStore);
+  // Before anything is opened or created: a store another user owns or
+  // others may write is not used (docs/STORE.md, "Permissions").
+  check_store_permissions(root);
   for (const char* sub : {"objects", "tmp", "locks"}) make_private_dir(root / sub);
   // The key first: a missing or wrong one fails before anything is changed.
   auto keys = open_store_keys(root, access.key_file);
@@ -334,6 +342,9 @@ Store Store::open(const fs::path& root, const StoreAccess& access) {
 Store Store::open_catalog(const fs::path& root, const StoreAccess& access) {
   if (!fs::exists(root / "catalog.db"))
     throw not_found("no anneal store at " + root.string()).with(Remedy::kCreateStore);
+  // Before anything is opened or created: a store another user owns or
+  // others may write is not used (docs/STORE.md, "Permissions").
+  check_store_permissions(root);
   for (const char* sub : {"objects", "tmp", "locks"}) make_private_dir(root / sub);
   auto impl = std::make_unique<Impl>(root, /*create=*/false, access);
   migrate(impl->db, root);

@@ -152,11 +152,16 @@ struct AliasEvent {
 // "latest" and not of the form vN (those are versions). Throws kUsage.
 void validate_alias_name(std::string_view alias);
 
+struct RetrainRecord;
+
 // Points NAME@ALIAS at `model` (any version of NAME), recording who, when,
 // why, the previous holder and the gate that allowed it (null: none) in the
-// alias history.
+// alias history. `retrain`, when given, is the record of the retrain that
+// moves the alias: it commits in the same transaction, so a crash leaves
+// both or neither.
 void set_alias(Store& store, const ModelRecord& model, const std::string& alias, const std::string& action,
-               const std::string& by, const std::string& reason, const nlohmann::json& gate = nullptr);
+               const std::string& by, const std::string& reason, const nlohmann::json& gate = nullptr,
+               const RetrainRecord* retrain = nullptr);
 
 // The model NAME@ALIAS points at; std::nullopt when the alias is unset.
 std::optional<ModelRecord> find_alias(Store& store, const std::string& name, const std::string& alias);

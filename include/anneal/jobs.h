@@ -150,10 +150,12 @@ std::string acting_user();
 // Moves NAME@ALIAS to `model` when `gate` (if any, judged on `on` as
 // evaluate_gate does) holds; records who, when, why and the gate's object
 // in the alias history. Returns the verdict (passed true when there was no
-// gate).
+// gate). `retrain`, when given and the gate holds, is completed as promoted
+// (outcome, the verdict's reason, the gate's object when there is a gate,
+// the end time) and committed in the move's transaction (set_alias).
 GateVerdict promote_model(Store& store, const ModelRecord& model, const std::string& alias,
                           const std::optional<Gate>& gate, const std::string& reason,
-                          const std::optional<DatasetRef>& on = std::nullopt);
+                          const std::optional<DatasetRef>& on = std::nullopt, RetrainRecord* retrain = nullptr);
 
 // ---- Retrain -------------------------------------------------------------
 

@@ -373,7 +373,7 @@ std::string acting_user() {
 
 GateVerdict promote_model(Store& store, const ModelRecord& model, const std::string& alias,
                           const std::optional<Gate>& gate, const std::string& reason,
-                          const std::optional<DatasetRef>& on) {
+                          const std::optional<DatasetRef>& on, RetrainRecord* retrain) {
   validate_alias_name(alias);
   if (on && !gate) throw usage_error("--on: give --gate too; --on names the rows the gate scores both models on");
   GateVerdict verdict;
@@ -382,7 +382,14 @@ GateVerdict promote_model(Store& store, const ModelRecord& model, const std::str
   if (!verdict.passed) return verdict;
   std::string why = reason;
   if (why.empty()) why = gate ? "gate " + gate->text + ": " + verdict.reason : "promoted";
-  set_alias(store, model, alias, "promote", acting_user(), why, gate ? verdict.to_json() : nlohmann::json(nullptr));
+  if (retrain) {
+    retrain->outcome = RetrainOutcome::kPromoted;
+    retrain->detail = verdict.reason;
+    if (gate) retrain->gate = verdict.to_json();
+    retrain->ended = unix_now();
+  }
+  set_alias(store, model, alias, "promote", acting_user(), why, gate ? verdict.to_json() : nlohmann::json(nullptr),
+            retrain);
   return verdict;
 }
 

@@ -202,16 +202,26 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
     result.outcome = RetrainOutcome::kTrained;
     if (request.promote) {
       // The gate is judged on the version just trained: its test split,
-      // less the rows either model trained on.
+      // less the rows either model trained on. A promotion commits this
+      // retrain's record with the alias move (one transaction), so the
+      // next --if-changed never sees production moved and no record.
       result.gate = promote_model(store, model, *request.promote, request.gate,
                                   request.gate ? "" : "retrain " + config.name,
                                   request.gate && !request.gate->constant
                                       ? std::optional<DatasetRef>(parse_dataset_ref(version.ref(), "dataset"))
-                                      : std::nullopt);
+                                      : std::nullopt,
+                                  &record);
+      if (result.gate->passed) {
+        recorded = true;
+        // Killed here, the move and its record are both there (the crash
+        // matrix checks that they always agree).
+        fault_point("retrain.promoted");
+        result.outcome = RetrainOutcome::kPromoted;
+        return result;
+      }
       if (request.gate) record.gate = result.gate->to_json();
-      result.outcome = result.gate->passed ? RetrainOutcome::kPromoted : RetrainOutcome::kRefused;
-      if (!result.gate->passed)
-        result.reason = "gate " + request.gate->text + " refused: " + result.gate->reason;
+      result.outcome = RetrainOutcome::kRefused;
+      result.reason = "gate " + request.gate->text + " refused: " + result.gate->reason;
     }
     finish(result.outcome, result.gate ? result.gate->reason : "");
     return result;

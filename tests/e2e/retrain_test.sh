@@ -146,4 +146,29 @@ python3 -c "import json,sys; o=json.loads(open(sys.argv[1]).read()); assert o['l
   "$WORK/err.jsonl" && pass || fail "errors are JSON log lines too: $(cat "$WORK/err.jsonl")"
 expect_rc 2 --log-format xml data list
 
+# --- the alias move and the retrain record commit together -------------------
+# Killed just before the commit of a promotion, neither is visible; killed
+# just after it, both are, so the next --if-changed night skips (before the
+# fix it found no record, with production already moved, and trained again).
+retrain_rows() {
+  python3 - "$ANNEAL_HOME/catalog.db" "$1" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+print(db.execute("SELECT count(*) FROM retrains WHERE config = ? AND outcome = 'promoted'", (sys.argv[2],)).fetchone()[0],
+      db.execute("SELECT count(*) FROM model_aliases WHERE name = ?", (sys.argv[2],)).fetchone()[0])
+PY
+}
+{ ANNEAL_FAULT='alias.before-commit=crash' "$ANNEAL_FAULTS_BIN" retrain "$WORK/iris.ini" --set name=iris-atomic \
+    --set epochs=2 --if-changed --promote production > /dev/null 2>&1; rc=$?; } 2>/dev/null
+expect_eq "$rc" "137" "the retrain was killed before its promotion's commit"
+expect_eq "$(retrain_rows iris-atomic)" "0 0" "killed before the commit: neither the alias nor the record"
+{ ANNEAL_FAULT='alias.committed=crash' "$ANNEAL_FAULTS_BIN" retrain "$WORK/iris.ini" --set name=iris-atomic \
+    --set epochs=2 --if-changed --promote production > /dev/null 2>&1; rc=$?; } 2>/dev/null
+expect_eq "$rc" "137" "the retrain was killed after its promotion's commit"
+expect_eq "$(retrain_rows iris-atomic)" "1 1" "killed after the commit: both the alias and the record"
+expect_rc 0 --json retrain "$WORK/iris.ini" --set name=iris-atomic --set epochs=2 --if-changed --promote production
+expect_eq "$(json_get "j['outcome']")" "skipped" "the next --if-changed night finds the promotion recorded"
+expect_rc 0 fsck
+expect_rc 0 audit verify
+
 finish
