@@ -26,7 +26,7 @@ std::shared_ptr<const StoreKey> key_to_encrypt_with(const std::string& command, 
                       "(a new key is written there when FILE does not exist)");
   created = false;
   try {
-    return read_key_file(*source);
+    return read_key_file(*source, store);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kNotFound || source->source == "systemd credential anneal-key") throw;
     std::error_code ec;
@@ -35,7 +35,7 @@ std::shared_ptr<const StoreKey> key_to_encrypt_with(const std::string& command, 
                     "; give the store's key (a new one is written only for a store not yet encrypted)");
   }
   created = true;
-  return create_key_file(source->path);
+  return create_key_file(*source, store);
 }
 
 void note_created(bool created, const StoreKey& key) {
@@ -78,15 +78,15 @@ int run_rekey(const Invocation& inv) {
   auto source = configured_key_source(inv.global.access.key_file);
   if (!source)
     throw usage_error("anneal rekey: give the current key with --key-file FILE or $ANNEAL_KEY_FILE");
-  auto old_key = read_key_file(*source);
-  const fs::path new_path = inv.args["new-key-file"].as<std::string>();
+  auto old_key = read_key_file(*source, inv.global.store);
+  const KeySource new_source{inv.args["new-key-file"].as<std::string>(), "--new-key-file"};
   std::shared_ptr<const StoreKey> new_key;
   bool created = false;
   try {
-    new_key = read_key_file({new_path, "--new-key-file"});
+    new_key = read_key_file(new_source, inv.global.store);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kNotFound) throw;
-    new_key = create_key_file(new_path);
+    new_key = create_key_file(new_source, inv.global.store);
     created = true;
   }
   note_created(created, *new_key);
