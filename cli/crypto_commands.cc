@@ -58,7 +58,7 @@ int report(const Invocation& inv, const char* verb, const StoreKey& key, const R
   } else {
     std::cout << verb << " " << r.rewritten << " objects with key " << key.id_hex() << " (" << r.already
               << " were already)\n";
-    for (const std::string& d : r.damaged) std::cout << "damaged, left as it is: " << d << "\n";
+    for (const std::string& d : r.damaged) std::cout << "damaged, left as it is: " << terminal_text(d) << "\n";
   }
   if (r.damaged.empty()) return kExitOk;
   std::cerr << "anneal: " << r.damaged.size()
@@ -105,8 +105,8 @@ int run_init_encrypted(const Invocation& inv) {
   const bool created = Store::init(inv.global.store);
   RewriteReport r = encrypt_store(inv.global.store, key, inv.global.access);
   if (!inv.global.json && r.damaged.empty()) {
-    if (created) std::cout << "created store " << inv.global.store.string() << ", encrypted with key " << key->id_hex() << "\n";
-    else std::cout << "store at " << inv.global.store.string() << " is encrypted with key " << key->id_hex() << " ("
+    if (created) std::cout << "created store " << terminal_text(inv.global.store.string()) << ", encrypted with key " << key->id_hex() << "\n";
+    else std::cout << "store at " << terminal_text(inv.global.store.string()) << " is encrypted with key " << key->id_hex() << " ("
                    << r.rewritten << " objects encrypted now)\n";
     return kExitOk;
   }

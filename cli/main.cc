@@ -259,7 +259,8 @@ bool json_logs(int argc, char** argv) {
 
 int report_error(bool json, const std::string& message, int code) {
   if (json) std::cerr << anneal::cli::json_log_line("error", message) << std::flush;
-  else std::cerr << "anneal: " << message << "\n";
+  // The message quotes paths, names and values as given: shown escaped.
+  else std::cerr << "anneal: " << anneal::cli::terminal_text(message) << "\n";
   return code;
 }
 

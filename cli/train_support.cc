@@ -48,14 +48,14 @@ class TrainReporter final : public TrainingReporter {
       return;
     }
     if (bar_shown_) std::cerr << "\r\x1b[K";
-    std::cerr << message << "\n";
+    std::cerr << terminal_text(message) << "\n";
     if (bar_shown_) std::cerr << bar_ << std::flush;
   }
 
   void progress(std::string_view stage, std::uint64_t done, std::uint64_t total) override {
     if (!terminal_) return;
     std::lock_guard lock(mutex_);
-    std::cerr << "\r\x1b[K" << stage << " " << done;
+    std::cerr << "\r\x1b[K" << terminal_text(stage) << " " << done;
     if (total) std::cerr << "/" << total;
     std::cerr << (done == total ? "\n" : "") << std::flush;
   }
@@ -181,7 +181,7 @@ BackendOptions compute_options_of(const Invocation& inv) {
 void note_auto_device(const BackendOptions& options) {
   if (options.device != Device::kAuto) return;
   for (const std::string& why : passed_over_by_auto())
-    std::cerr << "device auto: running on the cpu (" << why << ")\n";
+    std::cerr << "device auto: running on the cpu (" << terminal_text(why) << ")\n";
 }
 
 }  // namespace anneal::cli
@@ -194,7 +194,7 @@ int run_on_ranks(const Invocation& inv, const std::function<int(Communicator&)>&
     const std::string line = "rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->size()) +
                              ": " + message;
     if (inv.global.log_format == LogFormat::kJson) std::cerr << json_log_line("error", line) << std::flush;
-    else std::cerr << "anneal: " << line << "\n" << std::flush;
+    else std::cerr << "anneal: " << terminal_text(line) << "\n" << std::flush;
     comm->abort(code);
   };
   try {
