@@ -300,6 +300,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
   tc.loss = data.loss;
   tc.classes = data.labels.classification() ? data.labels.classes() : 0;
   tc.class_weights = data.class_weights;
+  tc.memory_limit = runs::physical_memory();
   // A warm-started run keeps its parent's choice, made on the parent's rows.
   for (const ExcludedColumn& e : data.features.excluded())
     if (e.identifier)

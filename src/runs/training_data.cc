@@ -87,11 +87,13 @@ void check_trainable(const LoadedDataset& loaded, const TrainConfig& config) {
   if (loaded.train.rows == 0) throw usage_error("dataset " + v.ref() + " has no training rows");
 }
 
-std::uint64_t default_memory_budget() {
+std::uint64_t physical_memory() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || page <= 0) return std::uint64_t{1} << 30;
-  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 2;
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
 }
+
+std::uint64_t default_memory_budget() { return physical_memory() / 2; }
 
 namespace {
 
