@@ -420,7 +420,7 @@ int run_alias_list(const Invocation& inv) {
 int run_alias_history(const Invocation& inv) {
   Store store = Store::open(inv.global.store, inv.global.access);
   const std::string name = inv.args["NAME"].as<std::string>();
-  validate_dataset_name(name);
+  validate_model_name(name);
   auto events = alias_history(store, name);
   auto v = [&](const std::optional<int>& version) { return version ? name + "@v" + std::to_string(*version) : std::string("-"); };
   if (inv.global.json) {
@@ -470,7 +470,7 @@ int run_promote(const Invocation& inv) {
 int run_rollback(const Invocation& inv) {
   Store store = Store::open(inv.global.store, inv.global.access);
   const std::string name = inv.args["NAME"].as<std::string>();
-  validate_dataset_name(name);
+  validate_model_name(name);
   const std::string alias = inv.args["ALIAS"].as<std::string>();
   ModelRecord now = rollback_alias(store, name, alias, acting_user(), reason_of(inv, "rollback"));
   if (inv.global.json) print_json({{"alias", name + "@" + alias}, {"model", now.ref()}});

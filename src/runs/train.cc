@@ -219,7 +219,7 @@ Setup resolve(Store& store, const TrainRequest& request) {
     }
     s.config.sources["memory_budget"] = "--memory-budget";
   }
-  validate_dataset_name(s.config.name);
+  validate_model_name(s.config.name);
   s.dataset = parse_dataset_ref(s.config.dataset, "dataset");
   // Record the exact version: a resume must not drift to a newer @latest.
   DatasetVersion v = find_dataset(store, s.dataset);

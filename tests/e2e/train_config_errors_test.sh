@@ -50,6 +50,8 @@ expect_error 2 "--set layers: layers = dense(1e9) dense(10): layer 1 'dense(1e9)
   train "$WORK/ok.ini" --set "layers=dense(1e9) dense(10)"
 expect_contains "$ERR" "more than the limit of $memory bytes" "the limit is the machine's memory"
 expect_error 2 "layer 2 'dense(1e9)'" train "$WORK/ok.ini" --set "layers=dense(1e3) dense(1e9) dense(10)"
+# Issue 29: a bad model name is called a model name, under its key.
+expect_error 2 "--set name: name = '模型': expected a model name" train "$WORK/ok.ini" --set name=模型
 
 expect_rc 0 --json runs list
 expect_eq "$(json_get 'len(j["runs"])')" "0" "bad configs leave no run behind"
