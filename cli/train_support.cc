@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -147,6 +148,15 @@ StopOnSignal::~StopOnSignal() {
 }
 
 std::string read_text_file(const std::string& path, const std::string& what) {
+  // A directory opens and reads as nothing (an empty config, a hostfile
+  // mpirun would reject only when the job starts): only a regular file is
+  // a text file (a link to one is followed).
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!ec && status.type() != std::filesystem::file_type::regular)
+    throw usage_error(what + " " + path + ": not a regular file" +
+                      (status.type() == std::filesystem::file_type::directory ? " (a directory)" : "") +
+                      "; expected a text file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw usage_error(what + " " + path + ": cannot read the file");
   std::ostringstream out;
