@@ -98,6 +98,11 @@ int run_rekey(const Invocation& inv) {
 
 }  // namespace
 
+unsigned outside_file_mode(const GlobalOptions& global) {
+  const unsigned mode = 0666u & ~global.user_umask;
+  return read_encryption_record(global.store) ? mode & 0600u : mode;
+}
+
 int run_init_encrypted(const Invocation& inv) {
   bool created_key = false;
   auto key = key_to_encrypt_with("init --encrypt", inv.global, created_key);

@@ -346,7 +346,7 @@ int run_retrain(const Invocation& inv) {
     const ModelRecord& model = *result.train->model;
     report = *report_dir / (model.name + "-v" + std::to_string(model.version) + ".html");
     try {
-      write_run_report(store, result.train->run.id, *report, /*replace=*/true);
+      write_run_report(store, result.train->run.id, *report, /*replace=*/true, outside_file_mode(inv.global));
     } catch (const Error& e) {
       throw failure(result.train->run.label() + " registered " + model.ref() + " (" + retrain_outcome_name(result.outcome) +
                     "), but writing its report failed: " + e.what());

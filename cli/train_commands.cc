@@ -238,7 +238,7 @@ int run_runs_show(const Invocation& inv) {
 int write_report(const Invocation& inv, Store& store, std::int64_t run) {
   if (!inv.args.count("output")) throw usage_error("-o: give the file to write the report to (-o report.html)");
   const std::string out = inv.args["output"].as<std::string>();
-  write_run_report(store, run, out, inv.args["force"].as<bool>());
+  write_run_report(store, run, out, inv.args["force"].as<bool>(), outside_file_mode(inv.global));
   if (inv.global.json) print_json({{"run", "run-" + std::to_string(run)}, {"report", out}});
   else std::cout << "wrote the report of run-" << run << " to " << terminal_text(out) << "\n";
   return kExitOk;
@@ -398,7 +398,8 @@ int run_model_export(const Invocation& inv) {
   const std::string out = inv.args["output"].as<std::string>();
   Store store = Store::open(inv.global.store, inv.global.access);
   const ModelRef ref = parse_model_ref(inv.args["REF"].as<std::string>(), "REF");
-  const runs::ExportResult r = runs::export_model_onnx(store, ref, out, inv.args["force"].as<bool>());
+  const runs::ExportResult r = runs::export_model_onnx(store, ref, out, inv.args["force"].as<bool>(),
+                                                           outside_file_mode(inv.global));
   if (inv.global.json) {
     print_json({{"model", r.model.ref()}, {"format", format}, {"output", out}, {"bytes", r.bytes}});
     return kExitOk;
