@@ -24,8 +24,9 @@ namespace anneal::cli {
 // to U+009F, each byte as \xNN), the bidirectional overrides and isolates
 // (U+202A-U+202E, U+2066-U+2069, which reorder what follows them) and every
 // byte that is not part of valid UTF-8. Everything else, non-ASCII letters
-// included, passes unchanged. For text output only: JSON output escapes
-// by its own rules and stays exact.
+// included, passes unchanged; so does a backslash (messages quote '\t' and
+// the like), so an escape is told from a literal by context alone. For text
+// output only: JSON output escapes by its own rules and stays exact.
 std::string terminal_text(std::string_view text);
 
 // Prints rows as left-aligned columns separated by two spaces. Every cell
