@@ -10,6 +10,7 @@
 #include "anneal/hash.h"
 #include "anneal/store.h"
 #include "command.h"
+#include "output.h"
 
 namespace anneal::cli {
 namespace {
@@ -41,9 +42,12 @@ int run_audit_log(const Invocation& inv) {
     print_json({{"records", out}});
     return kExitOk;
   }
+  // Every field as recorded, escaped: a command line holds whatever file
+  // names and values it was given, and a record must not pose as another.
   for (const AuditRecord& r : records)
-    std::cout << r.seq << "  " << r.at << "  " << r.user << "@" << r.host << "  " << r.action << "  " << r.detail
-              << "\n    " << r.command << "\n";
+    std::cout << r.seq << "  " << terminal_text(r.at) << "  " << terminal_text(r.user) << "@" << terminal_text(r.host)
+              << "  " << terminal_text(r.action) << "  " << terminal_text(r.detail) << "\n    "
+              << terminal_text(r.command) << "\n";
   return kExitOk;
 }
 

@@ -23,7 +23,16 @@ struct GlobalOptions {
   bool json = false;
   LogFormat log_format = LogFormat::kText;  // --log-format
   StoreAccess access;  // the audit actor (this command line) and --key-file, for every Store::open
+  // The umask anneal was started with (main() sets 077 for the store):
+  // what the files it writes outside the store follow (outside_file_mode).
+  unsigned user_umask = 022;
 };
+
+// The mode of a file written where the user asks (a report, an ONNX export):
+// 0666 under the user's umask, as any program's output, but owner-only
+// (0600 at most) when the store is encrypted, since what is derived from
+// an encrypted store's data is as private as the store.
+unsigned outside_file_mode(const GlobalOptions& global);
 
 struct Invocation {
   GlobalOptions global;

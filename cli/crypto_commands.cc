@@ -26,7 +26,7 @@ std::shared_ptr<const StoreKey> key_to_encrypt_with(const std::string& command, 
                       "(a new key is written there when FILE does not exist)");
   created = false;
   try {
-    return read_key_file(*source);
+    return read_key_file(*source, store);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kNotFound || source->source == "systemd credential anneal-key") throw;
     std::error_code ec;
@@ -35,7 +35,7 @@ std::shared_ptr<const StoreKey> key_to_encrypt_with(const std::string& command, 
                     "; give the store's key (a new one is written only for a store not yet encrypted)");
   }
   created = true;
-  return create_key_file(source->path);
+  return create_key_file(*source, store);
 }
 
 void note_created(bool created, const StoreKey& key) {
@@ -58,7 +58,7 @@ int report(const Invocation& inv, const char* verb, const StoreKey& key, const R
   } else {
     std::cout << verb << " " << r.rewritten << " objects with key " << key.id_hex() << " (" << r.already
               << " were already)\n";
-    for (const std::string& d : r.damaged) std::cout << "damaged, left as it is: " << d << "\n";
+    for (const std::string& d : r.damaged) std::cout << "damaged, left as it is: " << terminal_text(d) << "\n";
   }
   if (r.damaged.empty()) return kExitOk;
   std::cerr << "anneal: " << r.damaged.size()
@@ -78,15 +78,15 @@ int run_rekey(const Invocation& inv) {
   auto source = configured_key_source(inv.global.access.key_file);
   if (!source)
     throw usage_error("anneal rekey: give the current key with --key-file FILE or $ANNEAL_KEY_FILE");
-  auto old_key = read_key_file(*source);
-  const fs::path new_path = inv.args["new-key-file"].as<std::string>();
+  auto old_key = read_key_file(*source, inv.global.store);
+  const KeySource new_source{inv.args["new-key-file"].as<std::string>(), "--new-key-file"};
   std::shared_ptr<const StoreKey> new_key;
   bool created = false;
   try {
-    new_key = read_key_file({new_path, "--new-key-file"});
+    new_key = read_key_file(new_source, inv.global.store);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kNotFound) throw;
-    new_key = create_key_file(new_path);
+    new_key = create_key_file(new_source, inv.global.store);
     created = true;
   }
   note_created(created, *new_key);
@@ -98,6 +98,11 @@ int run_rekey(const Invocation& inv) {
 
 }  // namespace
 
+unsigned outside_file_mode(const GlobalOptions& global) {
+  const unsigned mode = 0666u & ~global.user_umask;
+  return read_encryption_record(global.store) ? mode & 0600u : mode;
+}
+
 int run_init_encrypted(const Invocation& inv) {
   bool created_key = false;
   auto key = key_to_encrypt_with("init --encrypt", inv.global, created_key);
@@ -105,8 +110,8 @@ int run_init_encrypted(const Invocation& inv) {
   const bool created = Store::init(inv.global.store);
   RewriteReport r = encrypt_store(inv.global.store, key, inv.global.access);
   if (!inv.global.json && r.damaged.empty()) {
-    if (created) std::cout << "created store " << inv.global.store.string() << ", encrypted with key " << key->id_hex() << "\n";
-    else std::cout << "store at " << inv.global.store.string() << " is encrypted with key " << key->id_hex() << " ("
+    if (created) std::cout << "created store " << terminal_text(inv.global.store.string()) << ", encrypted with key " << key->id_hex() << "\n";
+    else std::cout << "store at " << terminal_text(inv.global.store.string()) << " is encrypted with key " << key->id_hex() << " ("
                    << r.rewritten << " objects encrypted now)\n";
     return kExitOk;
   }

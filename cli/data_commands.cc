@@ -78,7 +78,7 @@ std::string rows_text(const DatasetVersion& v) {
 }
 
 void print_version(const DatasetVersion& v) {
-  std::cout << v.ref() << "\n";
+  std::cout << terminal_text(v.ref()) << "\n";
   std::vector<std::vector<std::string>> info = {
       {"  created", v.created_at},
       {"  format", v.format},
@@ -126,7 +126,7 @@ int run_init(const Invocation& inv) {
     print_json({{"store", inv.global.store.string()}, {"created", created},
                 {"schema_version", Store::schema_version()}});
   else
-    std::cout << (created ? "created store " : "store already exists at ") << inv.global.store.string()
+    std::cout << (created ? "created store " : "store already exists at ") << terminal_text(inv.global.store.string())
               << "\n";
   return kExitOk;
 }
@@ -178,15 +178,15 @@ int run_import(const Invocation& inv) {
     std::string flags;
     for (const auto& format : hint.formats)
       flags += (flags.empty() ? "--date-format " : " or ") + hint.column + "=" + format;
-    std::cerr << "note: column '" << hint.column << "' is read as text though its values look like dates in "
-              << join(hint.formats, " or ") << "; " << flags << " reads them as dates\n";
+    std::cerr << "note: column '" << terminal_text(hint.column) << "' is read as text though its values look like dates in "
+              << join(hint.formats, " or ") << "; " << terminal_text(flags) << " reads them as dates\n";
   }
   if (result.created) {
-    std::cout << "imported " << result.version.ref() << ": " << rows_text(result.version) << " rows, "
+    std::cout << "imported " << terminal_text(result.version.ref()) << ": " << rows_text(result.version) << " rows, "
               << result.version.columns.size() << " columns; " << human_bytes(result.bytes_added)
               << " new in the store\n";
   } else {
-    std::cout << "unchanged: identical content and options are already " << result.version.ref();
+    std::cout << "unchanged: identical content and options are already " << terminal_text(result.version.ref());
     if (result.bytes_added > 0)
       std::cout << "; rewrote " << human_bytes(result.bytes_added) << " of missing or damaged objects";
     std::cout << "\n";
@@ -236,12 +236,12 @@ int run_diff(const Invocation& inv) {
                            {"shared", diff.shared_bytes}, {"source_shared", diff.source_shared_bytes}}}});
     return kExitOk;
   }
-  std::cout << diff.from.ref() << " -> " << diff.to.ref() << "\n";
+  std::cout << terminal_text(diff.from.ref()) << " -> " << terminal_text(diff.to.ref()) << "\n";
   long long delta = static_cast<long long>(diff.to.rows) - static_cast<long long>(diff.from.rows);
   std::cout << "  rows: " << diff.from.rows << " -> " << diff.to.rows << " ("
             << (delta >= 0 ? "+" : "") << delta << ")\n";
   if (diff.schema_changes.empty()) std::cout << "  schema: unchanged\n";
-  for (const auto& change : diff.schema_changes) std::cout << "  schema: " << change << "\n";
+  for (const auto& change : diff.schema_changes) std::cout << "  schema: " << terminal_text(change) << "\n";
   double pct = diff.to_bytes ? 100.0 * static_cast<double>(diff.shared_bytes) / static_cast<double>(diff.to_bytes) : 0;
   std::cout << "  bytes shared: " << human_bytes(diff.shared_bytes) << " of " << human_bytes(diff.to_bytes)
             << " (" << format_double(pct, 3) << "%)\n";
@@ -272,8 +272,8 @@ int run_fsck(const Invocation& inv) {
                 {"unreferenced_objects", report.unreferenced_objects},
                 {"stale_temp_files", report.stale_temp_files}});
   } else {
-    for (const auto& p : report.problems) std::cout << "BROKEN " << p << "\n";
-    for (const auto& f : findings) std::cout << "NOTE " << f << "\n";
+    for (const auto& p : report.problems) std::cout << "BROKEN " << terminal_text(p) << "\n";
+    for (const auto& f : findings) std::cout << "NOTE " << terminal_text(f) << "\n";
     std::cout << "checked " << report.objects_checked << " objects, " << report.blobs_checked << " streams: "
               << (report.ok() ? "ok" : std::to_string(report.problems.size()) + " problems") << "\n";
     if (report.unreferenced_objects || report.stale_temp_files)

@@ -140,7 +140,7 @@ int run_worker_command(const Invocation& inv) {
     explicit AlwaysNotes(LogFormat f) : format_(f) {}
     void note(std::string_view m) override {
       if (format_ == LogFormat::kJson) std::cerr << json_log_line("info", m) << std::flush;
-      else std::cerr << m << std::endl;
+      else std::cerr << terminal_text(m) << std::endl;
     }
     void progress(std::string_view, std::uint64_t, std::uint64_t) override {}
 
@@ -242,24 +242,40 @@ int run_jobs_logs(const Invocation& inv) {
   const bool follow = inv.args["follow"].as<bool>();
   std::ifstream in;
   std::streamoff offset = 0;
-  for (;;) {
-    if (!in.is_open()) in.open(path, std::ios::binary);
+  // The log holds what the job's processes wrote (mpirun and the ranks
+  // too): shown a whole line at a time, each escaped (terminal_text), so a
+  // line is never cut inside a UTF-8 character; `pending` holds a line not
+  // yet ended, shown once the job has ended.
+  std::string pending;
+  auto show = [&](bool all) {
     if (in.is_open()) {
       in.clear();
       in.seekg(offset);
       std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       offset += static_cast<std::streamoff>(chunk.size());
-      std::cout << chunk << std::flush;
+      pending += chunk;
     }
-    if (!follow) break;
+    std::size_t start = 0;
+    for (std::size_t end; (end = pending.find('\n', start)) != std::string::npos; start = end + 1)
+      std::cout << terminal_text(std::string_view(pending).substr(start, end - start)) << "\n";
+    pending.erase(0, start);
+    if (all && !pending.empty()) {
+      std::cout << terminal_text(pending) << "\n";
+      pending.clear();
+    }
+    std::cout << std::flush;
+  };
+  for (;;) {
+    if (!in.is_open()) in.open(path, std::ios::binary);
+    if (!follow) {
+      show(true);
+      break;
+    }
+    show(false);
     // Once the job has ended, print what the log gained meanwhile and stop.
     const JobState state = find_job(store, id).state;
     if (state != JobState::kQueued && state != JobState::kRunning) {
-      if (in.is_open()) {
-        in.clear();
-        in.seekg(offset);
-        std::cout << std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()) << std::flush;
-      }
+      show(true);
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
@@ -330,7 +346,7 @@ int run_retrain(const Invocation& inv) {
     const ModelRecord& model = *result.train->model;
     report = *report_dir / (model.name + "-v" + std::to_string(model.version) + ".html");
     try {
-      write_run_report(store, result.train->run.id, *report, /*replace=*/true);
+      write_run_report(store, result.train->run.id, *report, /*replace=*/true, outside_file_mode(inv.global));
     } catch (const Error& e) {
       throw failure(result.train->run.label() + " registered " + model.ref() + " (" + retrain_outcome_name(result.outcome) +
                     "), but writing its report failed: " + e.what());
@@ -344,17 +360,17 @@ int run_retrain(const Invocation& inv) {
     return code;
   }
   switch (result.outcome) {
-    case RetrainOutcome::kSkipped: std::cout << "skipped: " << result.reason << "\n"; break;
+    case RetrainOutcome::kSkipped: std::cout << "skipped: " << terminal_text(result.reason) << "\n"; break;
     case RetrainOutcome::kRefused:
-      std::cout << "trained " << result.train->model->ref() << "; not promoted: " << result.reason << "\n";
+      std::cout << "trained " << result.train->model->ref() << "; not promoted: " << terminal_text(result.reason) << "\n";
       break;
     case RetrainOutcome::kPromoted:
       std::cout << "trained " << result.train->model->ref() << " and promoted it to " << result.train->model->name
-                << "@" << *request.promote << " (" << result.gate->reason << ")\n";
+                << "@" << *request.promote << " (" << terminal_text(result.gate->reason) << ")\n";
       break;
-    default: std::cout << "trained " << result.train->model->ref() << " on " << result.dataset << "\n";
+    default: std::cout << "trained " << result.train->model->ref() << " on " << terminal_text(result.dataset) << "\n";
   }
-  if (report) std::cout << "report: " << report->string() << "\n";
+  if (report) std::cout << "report: " << terminal_text(report->string()) << "\n";
   return code;
 }
 
@@ -404,7 +420,7 @@ int run_alias_list(const Invocation& inv) {
 int run_alias_history(const Invocation& inv) {
   Store store = Store::open(inv.global.store, inv.global.access);
   const std::string name = inv.args["NAME"].as<std::string>();
-  validate_dataset_name(name);
+  validate_model_name(name);
   auto events = alias_history(store, name);
   auto v = [&](const std::optional<int>& version) { return version ? name + "@v" + std::to_string(*version) : std::string("-"); };
   if (inv.global.json) {
@@ -444,9 +460,9 @@ int run_promote(const Invocation& inv) {
                 {"reason", verdict.reason.empty() ? json(nullptr) : json(verdict.reason)},
                 {"gate", gate ? verdict.to_json() : json(nullptr)}, {"exit_code", code}});
   } else if (verdict.passed) {
-    std::cout << model.name << "@" << alias << " -> " << model.ref() << (verdict.reason.empty() ? "" : " (" + verdict.reason + ")") << "\n";
+    std::cout << model.name << "@" << alias << " -> " << model.ref() << (verdict.reason.empty() ? "" : " (" + terminal_text(verdict.reason) + ")") << "\n";
   } else {
-    std::cout << "not promoted: " << verdict.reason << "\n";
+    std::cout << "not promoted: " << terminal_text(verdict.reason) << "\n";
   }
   return code;
 }
@@ -454,7 +470,7 @@ int run_promote(const Invocation& inv) {
 int run_rollback(const Invocation& inv) {
   Store store = Store::open(inv.global.store, inv.global.access);
   const std::string name = inv.args["NAME"].as<std::string>();
-  validate_dataset_name(name);
+  validate_model_name(name);
   const std::string alias = inv.args["ALIAS"].as<std::string>();
   ModelRecord now = rollback_alias(store, name, alias, acting_user(), reason_of(inv, "rollback"));
   if (inv.global.json) print_json({{"alias", name + "@" + alias}, {"model", now.ref()}});

@@ -150,7 +150,7 @@ const Command* find_command(const std::vector<std::string>& words, std::size_t& 
   throw usage_error("unknown command '" + given + "'" + hint + " (see 'anneal --help')");
 }
 
-int run(int argc, char** argv) {
+int run(int argc, char** argv, unsigned user_umask) {
   std::vector<std::string> args(argv + 1, argv + argc);
   // Hidden, for the build: the man page and the bash completion are printed
   // from the same text as --help (manpage.cc), so they cannot drift from it.
@@ -220,6 +220,7 @@ int run(int argc, char** argv) {
 
   invocation.global.json = global["json"].as<bool>() || invocation.args["json"].as<bool>();
   invocation.global.log_format = parse_log_format(global["log-format"].as<std::string>());
+  invocation.global.user_umask = user_umask;
   if (invocation.args.count("store")) invocation.global.store = invocation.args["store"].as<std::string>();
   else if (global.count("store")) invocation.global.store = global["store"].as<std::string>();
   else invocation.global.store = default_store();
@@ -259,18 +260,21 @@ bool json_logs(int argc, char** argv) {
 
 int report_error(bool json, const std::string& message, int code) {
   if (json) std::cerr << anneal::cli::json_log_line("error", message) << std::flush;
-  else std::cerr << "anneal: " << message << "\n";
+  // The message quotes paths, names and values as given: shown escaped.
+  else std::cerr << "anneal: " << anneal::cli::terminal_text(message) << "\n";
   return code;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Everything anneal creates in a store is owner-only.
-  ::umask(077);
+  // Everything anneal creates in a store is owner-only. The user's own
+  // umask still governs what anneal writes outside it (reports, exports:
+  // GlobalOptions::user_umask).
+  const mode_t user_umask = ::umask(077);
   const bool json = json_logs(argc, argv);
   try {
-    return anneal::cli::run(argc, argv);
+    return anneal::cli::run(argc, argv, static_cast<unsigned>(user_umask));
   } catch (const anneal::Error& e) {
     return report_error(json, anneal::cli::error_text(e), anneal::exit_code(e.kind()));
   } catch (const boost::program_options::error& e) {

@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -14,7 +15,22 @@
 
 namespace anneal::cli {
 
-// Prints rows as left-aligned columns separated by two spaces.
+// `text` made safe to show on a terminal: every byte that a terminal would
+// act on rather than show is written as an escape, so that a string from a
+// user or a file (a file name, a column name, a recorded command line, a job
+// log) cannot move the cursor, erase what was printed or retitle the window,
+// and one record cannot pose as two. Escaped: C0 controls (\n, \r and \t
+// as such, the rest as \xNN: ESC is \x1b), DEL (\x7f), C1 controls (U+0080
+// to U+009F, each byte as \xNN), the bidirectional overrides and isolates
+// (U+202A-U+202E, U+2066-U+2069, which reorder what follows them) and every
+// byte that is not part of valid UTF-8. Everything else, non-ASCII letters
+// included, passes unchanged; so does a backslash (messages quote '\t' and
+// the like), so an escape is told from a literal by context alone. For text
+// output only: JSON output escapes by its own rules and stays exact.
+std::string terminal_text(std::string_view text);
+
+// Prints rows as left-aligned columns separated by two spaces. Every cell
+// goes through terminal_text (a table's cells are data: names, paths).
 void print_table(std::ostream& out, const std::vector<std::vector<std::string>>& rows);
 
 std::string human_bytes(std::uint64_t bytes);  // "1.5 MiB"

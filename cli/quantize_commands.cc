@@ -44,7 +44,7 @@ void print_compressed(const Invocation& inv, const CompressResult& r) {
     print_json(out);
     return;
   }
-  std::cout << r.run.label() << " succeeded: registered " << r.model.ref() << " from " << r.parent << "\n";
+  std::cout << r.run.label() << " succeeded: registered " << terminal_text(r.model.ref()) << " from " << terminal_text(r.parent) << "\n";
   std::vector<std::vector<std::string>> rows = {{"  precision", l.value("precision", "")}};
   // The s8 weight range quantize chose: 127 where the CPU has VNNI, else 64.
   if (l.contains("weight_levels"))
@@ -137,7 +137,7 @@ int run_bench(const Invocation& inv) {
                 {"layers", layers}});
     return kExitOk;
   }
-  std::cout << r.model.ref() << ": " << r.precision << ", " << format_double(100 * r.sparsity, 3)
+  std::cout << terminal_text(r.model.ref()) << ": " << r.precision << ", " << format_double(100 * r.sparsity, 3)
             << "% zero weights, batch " << r.batch << ", " << request.threads << " thread(s)\n";
   std::cout << "  " << std::llround(r.samples_per_s) << " samples/s (median of " << r.repeat_samples_per_s.size()
             << " repeats of " << r.rows_per_repeat << " rows)\n";

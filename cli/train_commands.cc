@@ -213,7 +213,7 @@ int run_runs_show(const Invocation& inv) {
   }
   std::cout << "\nconfig:\n";
   std::istringstream config(run.config_text);
-  for (std::string line; std::getline(config, line);) std::cout << "  " << line << "\n";
+  for (std::string line; std::getline(config, line);) std::cout << "  " << terminal_text(line) << "\n";
   if (!epochs.empty()) {
     std::cout << "\n";
     std::vector<std::vector<std::string>> rows(1, {"EPOCH"});
@@ -238,9 +238,9 @@ int run_runs_show(const Invocation& inv) {
 int write_report(const Invocation& inv, Store& store, std::int64_t run) {
   if (!inv.args.count("output")) throw usage_error("-o: give the file to write the report to (-o report.html)");
   const std::string out = inv.args["output"].as<std::string>();
-  write_run_report(store, run, out, inv.args["force"].as<bool>());
+  write_run_report(store, run, out, inv.args["force"].as<bool>(), outside_file_mode(inv.global));
   if (inv.global.json) print_json({{"run", "run-" + std::to_string(run)}, {"report", out}});
-  else std::cout << "wrote the report of run-" << run << " to " << out << "\n";
+  else std::cout << "wrote the report of run-" << run << " to " << terminal_text(out) << "\n";
   return kExitOk;
 }
 
@@ -295,7 +295,7 @@ int run_model_show(const Invocation& inv) {
     print_json(model_json(m));
     return kExitOk;
   }
-  std::cout << m.ref() << "\n";
+  std::cout << terminal_text(m.ref()) << "\n";
   std::vector<std::vector<std::string>> info = {{"  created", m.created_at},
                                                 {"  run", "run-" + std::to_string(m.run)},
                                                 {"  blob", m.blob + "  " + human_bytes(m.size)}};
@@ -309,7 +309,7 @@ int run_model_show(const Invocation& inv) {
   if (m.lineage.contains("config")) {
     std::cout << "\nconfig:\n";
     std::istringstream config(m.lineage["config"].get<std::string>());
-    for (std::string line; std::getline(config, line);) std::cout << "  " << line << "\n";
+    for (std::string line; std::getline(config, line);) std::cout << "  " << terminal_text(line) << "\n";
   }
   return kExitOk;
 }
@@ -335,7 +335,7 @@ int run_eval(const Invocation& inv) {
     print_json(j);
     return kExitOk;
   }
-  std::cout << r.model.ref() << " on " << r.dataset << " (" << r.split << " split)\n";
+  std::cout << terminal_text(r.model.ref()) << " on " << terminal_text(r.dataset) << " (" << terminal_text(r.split) << " split)\n";
   if (r.classification) {
     const ClassificationMetrics& m = r.classification_metrics;
     std::vector<std::vector<std::string>> rows = {{"  rows", std::to_string(m.rows)},
@@ -382,8 +382,8 @@ int run_predict(const Invocation& inv) {
                 {"missing_values", r.missing}, {"unseen_categories", r.unseen}});
     return kExitOk;
   }
-  std::cout << "wrote " << r.rows << " predictions of " << r.model.ref() << " to "
-            << inv.args["output"].as<std::string>() << "\n";
+  std::cout << "wrote " << r.rows << " predictions of " << terminal_text(r.model.ref()) << " to "
+            << terminal_text(inv.args["output"].as<std::string>()) << "\n";
   if (r.unseen) std::cout << r.unseen << " categorical values the model never saw were encoded as its column's 'other' level, or as all zeros "
                                "where the column has none\n";
   if (r.missing) std::cout << r.missing << " missing values were imputed with the training mean\n";
@@ -398,12 +398,13 @@ int run_model_export(const Invocation& inv) {
   const std::string out = inv.args["output"].as<std::string>();
   Store store = Store::open(inv.global.store, inv.global.access);
   const ModelRef ref = parse_model_ref(inv.args["REF"].as<std::string>(), "REF");
-  const runs::ExportResult r = runs::export_model_onnx(store, ref, out, inv.args["force"].as<bool>());
+  const runs::ExportResult r = runs::export_model_onnx(store, ref, out, inv.args["force"].as<bool>(),
+                                                           outside_file_mode(inv.global));
   if (inv.global.json) {
     print_json({{"model", r.model.ref()}, {"format", format}, {"output", out}, {"bytes", r.bytes}});
     return kExitOk;
   }
-  std::cout << "wrote " << r.model.ref() << " as ONNX to " << out << " (" << human_bytes(r.bytes) << ")\n";
+  std::cout << "wrote " << terminal_text(r.model.ref()) << " as ONNX to " << terminal_text(out) << " (" << human_bytes(r.bytes) << ")\n";
   return kExitOk;
 }
 

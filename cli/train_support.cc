@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -48,14 +49,14 @@ class TrainReporter final : public TrainingReporter {
       return;
     }
     if (bar_shown_) std::cerr << "\r\x1b[K";
-    std::cerr << message << "\n";
+    std::cerr << terminal_text(message) << "\n";
     if (bar_shown_) std::cerr << bar_ << std::flush;
   }
 
   void progress(std::string_view stage, std::uint64_t done, std::uint64_t total) override {
     if (!terminal_) return;
     std::lock_guard lock(mutex_);
-    std::cerr << "\r\x1b[K" << stage << " " << done;
+    std::cerr << "\r\x1b[K" << terminal_text(stage) << " " << done;
     if (total) std::cerr << "/" << total;
     std::cerr << (done == total ? "\n" : "") << std::flush;
   }
@@ -147,6 +148,15 @@ StopOnSignal::~StopOnSignal() {
 }
 
 std::string read_text_file(const std::string& path, const std::string& what) {
+  // A directory opens and reads as nothing (an empty config, a hostfile
+  // mpirun would reject only when the job starts): only a regular file is
+  // a text file (a link to one is followed).
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!ec && status.type() != std::filesystem::file_type::regular)
+    throw usage_error(what + " " + path + ": not a regular file" +
+                      (status.type() == std::filesystem::file_type::directory ? " (a directory)" : "") +
+                      "; expected a text file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw usage_error(what + " " + path + ": cannot read the file");
   std::ostringstream out;
@@ -181,7 +191,7 @@ BackendOptions compute_options_of(const Invocation& inv) {
 void note_auto_device(const BackendOptions& options) {
   if (options.device != Device::kAuto) return;
   for (const std::string& why : passed_over_by_auto())
-    std::cerr << "device auto: running on the cpu (" << why << ")\n";
+    std::cerr << "device auto: running on the cpu (" << terminal_text(why) << ")\n";
 }
 
 }  // namespace anneal::cli
@@ -194,7 +204,7 @@ int run_on_ranks(const Invocation& inv, const std::function<int(Communicator&)>&
     const std::string line = "rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->size()) +
                              ": " + message;
     if (inv.global.log_format == LogFormat::kJson) std::cerr << json_log_line("error", line) << std::flush;
-    else std::cerr << "anneal: " << line << "\n" << std::flush;
+    else std::cerr << "anneal: " << terminal_text(line) << "\n" << std::flush;
     comm->abort(code);
   };
   try {

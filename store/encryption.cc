@@ -112,7 +112,51 @@ std::optional<KeySource> configured_key_source(const std::optional<fs::path>& ke
   return std::nullopt;
 }
 
-std::shared_ptr<const StoreKey> read_key_file(const KeySource& key) {
+namespace {
+
+// `path` absolute, with every symbolic link of the part that exists
+// followed and the rest normalized (a directory not yet created holds no
+// link).
+fs::path resolved(const fs::path& path) {
+  std::error_code ec;
+  fs::path absolute = fs::absolute(path, ec);
+  if (ec) absolute = path;
+  // A link whose target does not exist yet is followed too (weakly_canonical
+  // stops at it): the file would be created where it leads.
+  for (int hops = 0; hops < 40 && fs::is_symlink(absolute, ec); ++hops) {
+    const fs::path target = fs::read_symlink(absolute, ec);
+    if (ec) break;
+    absolute = target.is_absolute() ? target : absolute.parent_path() / target;
+  }
+  fs::path real = fs::weakly_canonical(absolute, ec);
+  if (ec) real = absolute.lexically_normal();
+  // "dir/" and "dir" are the same directory: compare without the empty
+  // last component a trailing separator leaves.
+  if (!real.has_filename() && real.has_parent_path() && real != real.root_path()) real = real.parent_path();
+  return real;
+}
+
+// Whether `inner` is `outer` or lies under it (both resolved): compared
+// component by component, so /data/store2 is not inside /data/store.
+bool within(const fs::path& inner, const fs::path& outer) {
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i)
+    if (i == inner.end() || *i != *o) return false;
+  return true;
+}
+
+}  // namespace
+
+void check_key_outside_store(const KeySource& key, const fs::path& store) {
+  const fs::path real_key = resolved(key.path), real_store = resolved(store);
+  if (within(real_key, real_store))
+    throw usage_error(key.source + " " + key.path.string() + ": the key file lies inside the store (" +
+                      real_store.string() + "); keep it outside: a copy of the store would carry its key, and "
+                      "'anneal gc' deletes what lies in the store's tmp/");
+}
+
+std::shared_ptr<const StoreKey> read_key_file(const KeySource& key, const fs::path& store) {
+  check_key_outside_store(key, store);
   const std::string where = "key file (" + key.source + ")";
   // A symbolic link is followed (secrets mounted by an orchestrator are
   // links); the checks below are of the file it leads to.
@@ -150,7 +194,9 @@ std::shared_ptr<const StoreKey> read_key_file(const KeySource& key) {
   return out;
 }
 
-std::shared_ptr<const StoreKey> create_key_file(const fs::path& path) {
+std::shared_ptr<const StoreKey> create_key_file(const KeySource& source, const fs::path& store) {
+  check_key_outside_store(source, store);
+  const fs::path& path = source.path;
   auto key = StoreKey::generate();
   std::string text = hex(key->bytes(), StoreKey::kSize) + "\n";
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -251,8 +297,9 @@ std::shared_ptr<const KeyRing> open_store_keys(const fs::path& root, const std::
                   "or the systemd credential anneal-key");
   std::shared_ptr<const StoreKey> key;
   try {
-    key = read_key_file(*source);
+    key = read_key_file(*source, root);
   } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kUsage) throw;  // a key file inside the store: the flag's fault, exit 2
     throw failure(store + ": " + e.what());
   }
   if (sodium_memcmp(key->check().data(), record->check.data(), 32) != 0)

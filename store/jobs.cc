@@ -182,7 +182,9 @@ JobRecord submit_job(Store& store, const JobSpec& spec, double now) {
   if (spec.cores < 1) throw usage_error(Subject::kJobCores, "must be at least 1");
   if (spec.retries < 0) throw usage_error(Subject::kJobRetries, "must be at least 0");
   if (spec.timeout_s && !(*spec.timeout_s > 0)) throw usage_error(Subject::kJobTimeout, "must be positive");
-  if (spec.ranks < 1) throw usage_error("--ranks " + std::to_string(spec.ranks) + ": must be at least 1");
+  if (spec.ranks < 1 || spec.ranks > kMaxJobRanks)
+    throw usage_error("--ranks " + std::to_string(spec.ranks) + ": expected 1 to " + std::to_string(kMaxJobRanks) +
+                      " processes");
   if (!spec.hostfile.empty() && spec.ranks < 2)
     throw usage_error("--hostfile: only with --ranks 2 or more (a job on one rank runs on the worker's host)");
   sql::Database& db = store.db();

@@ -308,10 +308,20 @@ ModelRef parse_model_ref(std::string_view text, std::string_view what) {
   return {same_syntax.name, same_syntax.version, std::nullopt};
 }
 
+void validate_model_name(std::string_view name) {
+  try {
+    validate_dataset_name(name);  // one naming rule for both
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kUsage) throw;
+    throw usage_error("invalid model name '" + std::string(name) +
+                      "': expected 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit");
+  }
+}
+
 ModelRecord register_model(Store& store, std::int64_t run, const std::string& name,
                            std::string_view bytes, const json& lineage, const json& metrics,
                            const json& summary, const JobFence* fence) {
-  validate_dataset_name(name);  // models follow the same naming rules
+  validate_model_name(name);
   const ObjectStore& objects = store.objects();
   PreparedStream prepared = prepare_stream(objects, bytes, kTensorChunking);
   fault_point("model.prepared");

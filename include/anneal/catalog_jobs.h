@@ -50,6 +50,12 @@ struct JobSpec {
   std::int64_t ranks = 1;
   std::string hostfile;
 };
+// The most ranks a job may ask for: mpirun starts every one of them (a
+// process each, with its own copy of the network and a share of the data),
+// so a mistyped count (100000) would fork until the hosts give out before
+// the job could fail. 4096 is well above any cluster a queue of this kind
+// serves; submit_job refuses more (kUsage naming --ranks and the limit).
+inline constexpr std::int64_t kMaxJobRanks = 4096;
 
 struct JobRecord {
   std::int64_t id = 0;

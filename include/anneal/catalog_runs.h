@@ -144,6 +144,10 @@ struct ModelRef {
   std::string to_string() const;
 };
 ModelRef parse_model_ref(std::string_view text, std::string_view what = "MODEL");
+// A model name follows a dataset name's rule (validate_dataset_name); a
+// name that breaks it is kUsage "invalid model name '...': expected ...",
+// so that the message says which kind of name it is about.
+void validate_model_name(std::string_view name);
 
 // In one transaction: writes `bytes` as the model blob, registers the next
 // version NAME@vN of `name` owned by `run`, and marks the run succeeded with

@@ -67,14 +67,25 @@ struct KeySource {
 // `key_file`: the --key-file given, if any.
 std::optional<KeySource> configured_key_source(const std::optional<std::filesystem::path>& key_file);
 
-// Reads a key file. It must be a regular file that neither group nor others
-// may read or write (as ssh demands of a private key), holding 64 hex
-// digits. kNotFound when it does not exist; kFailure for the rest, one line
-// naming `source` and what was expected.
-std::shared_ptr<const StoreKey> read_key_file(const KeySource& key);
-// Writes a new random key to `path` (mode 0600, created exclusively: an
-// existing file is never overwritten) and returns it.
-std::shared_ptr<const StoreKey> create_key_file(const std::filesystem::path& path);
+// Refuses (kUsage, one line naming key.source and the path) a key file that
+// lies inside the store at `store`: resolved with symbolic links followed
+// (of the file and of every directory above it), it must not be the store
+// or anything under it. A key beside the data it protects protects nothing
+// (a copy or backup of the store carries it), and the store's tmp/ is
+// emptied by gc, which would delete the only copy of the key. Every
+// function below that takes a key path checks this first.
+void check_key_outside_store(const KeySource& key, const std::filesystem::path& store);
+
+// Reads the key file of the store at `store`, which must lie outside it
+// (check_key_outside_store). It must be a regular file that neither group
+// nor others may read or write (as ssh demands of a private key), holding
+// 64 hex digits. kNotFound when it does not exist; kFailure for the rest,
+// one line naming `source` and what was expected.
+std::shared_ptr<const StoreKey> read_key_file(const KeySource& key, const std::filesystem::path& store);
+// Writes a new random key to key.path, outside the store at `store` (mode
+// 0600, created exclusively: an existing file is never overwritten) and
+// returns it.
+std::shared_ptr<const StoreKey> create_key_file(const KeySource& key, const std::filesystem::path& store);
 
 std::string key_id_hex(const KeyId& id);
 

@@ -90,7 +90,21 @@ struct NetworkOptions {
   // Set: an inference-only network with these weights (compute, seed and
   // input_gradient are then unused).
   std::optional<InferenceOptions> inference;
+  // The most memory training this network may need, in bytes; 0: unchecked.
+  // Checked layer by layer before each dense or conv layer is allocated, so
+  // a spec too large for the machine (dense(1e9)) is refused instead of
+  // being killed by the kernel: kUsage naming the layer, what it needs and
+  // the limit. What it needs, at least: kTrainBytesPerParameter for each
+  // parameter and kTrainBytesPerOutput for each value of the input and of
+  // each dense/conv output, per sample of a batch.
+  std::uint64_t memory_limit = 0;
 };
+
+// Bytes a parameter takes while training: fp32 weights, their gradients and
+// the optimizer's two moments (Adam's m and v; SGD's momentum is one of them).
+inline constexpr std::uint64_t kTrainBytesPerParameter = 4 * 4;
+// Bytes an activation value takes while training: fp32 output and gradient.
+inline constexpr std::uint64_t kTrainBytesPerOutput = 2 * 4;
 
 // A dense or conv layer of a network, in order, with its parameter prefix.
 struct WeightedLayer {

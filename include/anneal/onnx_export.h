@@ -38,6 +38,7 @@ struct ExportResult {
 // file beside it, renamed into place). kUsage when `out` exists and not
 // `force`; kFailure naming the file when it cannot be written. Reads the
 // store only.
-ExportResult export_model_onnx(Store& store, const ModelRef& ref, const std::filesystem::path& out, bool force);
+ExportResult export_model_onnx(Store& store, const ModelRef& ref, const std::filesystem::path& out, bool force,
+                               unsigned mode);
 
 }  // namespace anneal::runs

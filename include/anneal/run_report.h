@@ -35,10 +35,12 @@ namespace anneal {
 std::string run_report_html(Store& store, std::int64_t run);
 
 // Writes run_report_html() to `out` atomically (a temporary file in out's
-// directory renamed over it), mode 0644 before the umask: a report is made
-// to be served. An existing `out` is replaced only with `replace`; without
+// directory renamed over it) with permission bits `mode` exactly (the
+// caller applies the user's umask, and keeps it owner-only for an encrypted
+// store). An existing `out` is replaced only with `replace`; without
 // it, and when out's directory does not exist, kUsage naming the file
 // (Subject::kOutputFile). On any error `out` is untouched.
-void write_run_report(Store& store, std::int64_t run, const std::filesystem::path& out, bool replace);
+void write_run_report(Store& store, std::int64_t run, const std::filesystem::path& out, bool replace,
+                      unsigned mode);
 
 }  // namespace anneal

@@ -84,6 +84,9 @@ struct TrainerConfig {
   // is not cut into thousands of messages (and, on a GPU, host copies).
   std::size_t allreduce_bucket_bytes = kDefaultAllreduceBucketBytes;
   static constexpr std::size_t kDefaultAllreduceBucketBytes = std::size_t(1) << 20;
+  // The most memory the network may need while training (NetworkOptions::
+  // memory_limit); 0: unchecked. A run sets the machine's physical memory.
+  std::uint64_t memory_limit = 0;
 };
 
 // Borrowed in-memory data; must outlive every Trainer call that uses it

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <utility>
 
@@ -224,6 +225,24 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
     return q;
   };
   Dims shape = input_shape_;
+  // What training the layers built so far needs (NetworkOptions::
+  // memory_limit), counted in doubles: a spec may ask for 1e9 x 1e9.
+  double parameters = 0, outputs = static_cast<double>(input_shape_.product());
+  auto check_memory = [&](const LayerSpec& s, double layer_parameters, double layer_outputs) {
+    parameters += layer_parameters;
+    outputs += layer_outputs;
+    if (options.memory_limit == 0 || inference) return;
+    const double batch = static_cast<double>(std::max<std::int64_t>(options.batch, 1));
+    const double needed = parameters * double(kTrainBytesPerParameter) + outputs * batch * double(kTrainBytesPerOutput);
+    if (needed <= static_cast<double>(options.memory_limit)) return;
+    char text[160];
+    std::snprintf(text, sizeof text, "%.4g parameters and %.4g values a sample in batches of %lld", parameters,
+                  outputs, static_cast<long long>(batch));
+    char bytes[64];
+    std::snprintf(bytes, sizeof bytes, "%.4g", needed);
+    throw usage_error(where(s) + ": training the network up to here needs at least " + bytes + " bytes (" + text +
+                      "), more than the limit of " + std::to_string(options.memory_limit) + " bytes");
+  };
   bool pool_masks_relu = false;  // the next layer is a maxpool after conv relu
   bool pool_fused = false;       // the next layer is a pooling the int8 conv before it runs
   for (std::size_t i = 0; i < layers.size(); ++i) {
@@ -252,6 +271,7 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
       a.expect_positional(1, 1);
       a.allow_options({});
       const std::int64_t width = a.positive_int(s.args[0], "WIDTH");
+      check_memory(s, double(width) * (double(shape.product()) + 1), double(width));
       if (shape.rank() != 1) {
         // An image into dense flattens implicitly. A real (plain, row-major)
         // flatten first lets the inner product run on a 2-D input, which
@@ -292,6 +312,9 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
                           " is larger than its padded input " + std::to_string(shape[1] + 2 * pad) +
                           "x" + std::to_string(shape[2] + 2 * pad));
       if (pad >= kernel) a.fail("pad must be smaller than the kernel");
+      check_memory(s, double(channels) * (double(shape[0]) * double(kernel) * double(kernel) + 1),
+                   double(channels) * double((shape[1] + 2 * pad - kernel) / stride + 1) *
+                       double((shape[2] + 2 * pad - kernel) / stride + 1));
       if (inference) {
         const std::string prefix = std::to_string(index) + ".conv";
         const InferenceLayer& l = inference_layer(*inference, prefix, channels, shape[0] * kernel * kernel);

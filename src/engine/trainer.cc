@@ -204,6 +204,7 @@ class Trainer::Impl {
     options.compute = compute_dtype(config_.precision);
     options.seed = config_.seed;
     options.batch = config_.batch;
+    options.memory_limit = config_.memory_limit;
     network_options_ = options;
     network_ = std::make_unique<Network>(config_.layers, options, *backend_);
     optimizer_ = std::make_unique<Optimizer>(config_.optimizer, network_->parameters(), *backend_);

@@ -34,7 +34,7 @@ class FaultingReporter final : public TrainingReporter {
 JobSpec make_job_spec(const std::string& config_text, const std::string& config_source,
                       const std::vector<std::string>& overrides) {
   TrainConfig config = parse_train_config(config_text, config_source, overrides);
-  validate_dataset_name(config.name);
+  validate_model_name(config.name);
   parse_dataset_ref(config.dataset, config_source + ": dataset");
   JobSpec spec;
   spec.name = config.name;

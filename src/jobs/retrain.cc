@@ -118,7 +118,7 @@ json RetrainResult::to_json() const {
 RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingReporter& reporter) {
   // Everything about the config is checked before the lock or the store.
   TrainConfig config = parse_train_config(request.config_text, request.config_source, request.overrides);
-  validate_dataset_name(config.name);
+  validate_model_name(config.name);
   DatasetRef dataset_ref = parse_dataset_ref(config.dataset, request.config_source + ": dataset");
   if (request.promote) validate_alias_name(*request.promote);
   if (request.warm_start) {

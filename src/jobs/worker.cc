@@ -35,6 +35,7 @@
 #include "anneal/fault_point.h"
 #include "anneal/fs.h"
 #include "anneal/jobs.h"
+#include "jobs/job_log.h"
 
 extern char** environ;
 
@@ -55,13 +56,12 @@ std::string signal_text(int sig) {
   return text;
 }
 
-// The last non-empty line of a job's log: usually the child's error message.
-std::string last_log_line(const std::filesystem::path& log) {
-  std::ifstream in(log);
-  std::string line, last;
-  while (std::getline(in, line))
-    if (!line.empty()) last = line;
-  return last;
+// What a failed job's log says went wrong (job_log.h): anneal's error, not
+// the row of dashes mpirun ends its banner with.
+std::string log_failure_line(const std::filesystem::path& log) {
+  std::ifstream in(log, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return job_failure_line(text);
 }
 
 // The CPUs this process may run on, lowest first.
@@ -441,8 +441,8 @@ class Worker {
       why = signal_text(WTERMSIG(status));
     } else {
       why = "exited with status " + std::to_string(WEXITSTATUS(status));
-      std::string last = last_log_line(job_log_path(store_, job.id));
-      if (!last.empty()) why += ": " + last;
+      std::string line = log_failure_line(job_log_path(store_, job.id));
+      if (!line.empty()) why += ": " + line;
     }
     finish(job, JobState::kFailed, "", why);
   }

@@ -330,6 +330,11 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
     if (!v.has(required) || v.text(required).empty())
       throw usage_error(std::string(source) + ": missing key '" + required + "'");
   c.name = v.text("name");
+  try {
+    validate_model_name(c.name);
+  } catch (const Error&) {
+    v.bad("name", "a model name: 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit");
+  }
   c.dataset = v.text("dataset");
   c.label = v.text("label");
   std::string layers = v.text("layers");

@@ -10,6 +10,7 @@
 #include "anneal/fault_point.h"
 #include "anneal/runs.h"
 #include "anneal/trainer.h"
+#include "runs/training_data.h"
 
 namespace anneal::runs {
 using nlohmann::json;
@@ -129,6 +130,7 @@ void follow_training(Communicator& comm) {
     tc.loss = static_cast<LossKind>(setup.at("loss").get<int>());
     tc.classes = setup.at("classes").get<std::int64_t>();
     tc.class_weights = setup.at("class_weights").get<std::vector<float>>();
+    tc.memory_limit = runs::physical_memory();
     train = std::make_unique<runs::RemoteSource>(setup.at("train"), comm);
     if (!setup.at("validation").is_null()) validation = std::make_unique<runs::RemoteSource>(setup["validation"], comm);
   } catch (const json::exception& e) {

@@ -657,7 +657,8 @@ void write_graph(Graph& g, onnx::GraphProto& graph, const ModelFile& model) {
 
 }  // namespace
 
-ExportResult export_model_onnx(Store& store, const ModelRef& ref, const std::filesystem::path& out, bool force) {
+ExportResult export_model_onnx(Store& store, const ModelRef& ref, const std::filesystem::path& out, bool force,
+                               unsigned mode) {
   ExportResult result;
   result.model = find_model(store, ref);
   if (!force && std::filesystem::exists(out))
@@ -665,8 +666,8 @@ ExportResult export_model_onnx(Store& store, const ModelRef& ref, const std::fil
   const ModelFile model = load_model(store, result.model);
   const std::string bytes = export_onnx(model, result.model.ref());
   const std::filesystem::path dir = out.parent_path().empty() ? std::filesystem::path(".") : out.parent_path();
-  // 0644: an exported model is meant for other programs (and users) to read.
-  AtomicFileWriter file(out, dir, 0644);
+  // The caller's mode: the user's umask, owner-only from an encrypted store.
+  AtomicFileWriter file(out, dir, mode);
   file.append(bytes);
   fault_point("export.written");  // the bytes are in the temporary file, OUT not yet in place
   if (!file.commit(/*replace=*/force))

@@ -797,14 +797,15 @@ std::string run_report_html(Store& store, std::int64_t run_id) {
   return html;
 }
 
-void write_run_report(Store& store, std::int64_t run, const std::filesystem::path& out, bool replace) {
+void write_run_report(Store& store, std::int64_t run, const std::filesystem::path& out, bool replace,
+                      unsigned mode) {
   const std::filesystem::path dir = out.has_parent_path() ? out.parent_path() : std::filesystem::path(".");
   if (!std::filesystem::is_directory(dir))
     throw Error(ErrorKind::kUsage, Subject::kOutputFile, out.string() + ": no such directory " + dir.string());
   if (!replace && std::filesystem::exists(out))
     throw Error(ErrorKind::kUsage, Subject::kOutputFile, out.string() + ": file exists", Remedy::kReplaceExisting);
   const std::string html = run_report_html(store, run);
-  if (!write_file_atomic(out, html, dir, replace, true, 0644))
+  if (!write_file_atomic(out, html, dir, replace, true, mode))
     throw Error(ErrorKind::kUsage, Subject::kOutputFile, out.string() + ": file exists", Remedy::kReplaceExisting);
 }
 

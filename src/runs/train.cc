@@ -219,7 +219,7 @@ Setup resolve(Store& store, const TrainRequest& request) {
     }
     s.config.sources["memory_budget"] = "--memory-budget";
   }
-  validate_dataset_name(s.config.name);
+  validate_model_name(s.config.name);
   s.dataset = parse_dataset_ref(s.config.dataset, "dataset");
   // Record the exact version: a resume must not drift to a newer @latest.
   DatasetVersion v = find_dataset(store, s.dataset);
@@ -300,6 +300,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
   tc.loss = data.loss;
   tc.classes = data.labels.classification() ? data.labels.classes() : 0;
   tc.class_weights = data.class_weights;
+  tc.memory_limit = runs::physical_memory();
   // A warm-started run keeps its parent's choice, made on the parent's rows.
   for (const ExcludedColumn& e : data.features.excluded())
     if (e.identifier)

@@ -87,11 +87,13 @@ void check_trainable(const LoadedDataset& loaded, const TrainConfig& config) {
   if (loaded.train.rows == 0) throw usage_error("dataset " + v.ref() + " has no training rows");
 }
 
-std::uint64_t default_memory_budget() {
+std::uint64_t physical_memory() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || page <= 0) return std::uint64_t{1} << 30;
-  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 2;
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
 }
+
+std::uint64_t default_memory_budget() { return physical_memory() / 2; }
 
 namespace {
 
@@ -113,6 +115,31 @@ std::vector<T> read_whole(Store& store, const DatasetVersion& version, const std
 std::uint64_t block_rows_for(std::uint64_t row_bytes, std::uint64_t data_budget) {
   const std::uint64_t block_bytes = std::min<std::uint64_t>(std::uint64_t{1} << 20, data_budget / 16);
   return std::max<std::uint64_t>(1, block_bytes / std::max<std::uint64_t>(row_bytes, 1));
+}
+
+// How many of a source's rows (part_rows[i] for i in picked, ascending in
+// the stream) one block of `block_rows` stored rows holds: the most, and the
+// fewest of any block but the last (all of them when there is one block),
+// as StoredSource::max_block_rows and min_block_rows count them.
+struct BlockSpread {
+  std::uint64_t most = 0;
+  std::uint64_t fewest = 0;
+};
+BlockSpread block_spread(const std::vector<std::uint32_t>& part_rows, std::span<const std::uint32_t> picked,
+                         std::uint64_t block_rows) {
+  std::vector<std::uint64_t> counts;
+  std::uint64_t block = ~std::uint64_t{0};
+  for (std::uint32_t i : picked) {
+    const std::uint64_t b = part_rows[i] / block_rows;
+    if (counts.empty() || b != block) counts.push_back(0);
+    block = b;
+    ++counts.back();
+  }
+  BlockSpread spread;
+  if (counts.empty()) return spread;
+  spread.most = *std::max_element(counts.begin(), counts.end());
+  spread.fewest = counts.size() == 1 ? counts[0] : *std::min_element(counts.begin(), counts.end() - 1);
+  return spread;
 }
 
 }  // namespace
@@ -213,16 +240,52 @@ PreparedData prepare_data(Store& store, LabelParts label_parts, const TrainConfi
   const std::uint64_t stored_bytes =
       features.rows() * features.row_bytes() + (test_features ? test_features->rows() * test_features->row_bytes() : 0);
   const std::uint64_t row_bytes = std::max(features.row_bytes(), test_features ? test_features->row_bytes() : 0);
-  if (rows.fixed_bytes + 4 * row_bytes > memory_budget)
-    throw usage_error(where(config, "memory_budget") + "memory_budget = " + memory_budget_text(memory_budget) +
-                      ": dataset " + v.ref() + " needs at least " + std::to_string(rows.fixed_bytes + 4 * row_bytes) +
-                      " bytes (its labels and row lists, and four of its rows); raise it");
   // Besides the rows sources keep, whole blocks pass through memory as
   // they are read: one per loading thread and one for the prefetch.
   const std::uint64_t loaders = std::max(1u, std::thread::hardware_concurrency()) + 1;
+  const std::uint64_t batch = static_cast<std::uint64_t>(config.trainer.batch);
+  // What streaming in blocks of `r` stored rows needs (the checks below, on
+  // windows, solved for the budget): the fixed bytes, a block per loader,
+  // and the larger of two training windows of the blocks a batch spans plus
+  // a validation pass's blocks (two batches), and a test pass's.
+  auto stream_need = [&](std::uint64_t r) {
+    const BlockSpread train = block_spread(train_part, train_rows, r);
+    const BlockSpread val = block_spread(train_part, val_rows, r);
+    std::vector<std::uint32_t> all_test(test_part.size());
+    std::iota(all_test.begin(), all_test.end(), 0u);
+    const BlockSpread test = block_spread(test_part, all_test, r);
+    const std::uint64_t least_window = (batch + std::max<std::uint64_t>(train.fewest, 1) - 1) /
+                                           std::max<std::uint64_t>(train.fewest, 1) + 1;
+    const std::uint64_t val_bytes = val_rows.empty() ? 0 : 2 * (batch + 2 * val.most) * row_bytes;
+    const std::uint64_t test_bytes = test_part.empty() ? 0 : 2 * (batch + 2 * test.most) * row_bytes;
+    return rows.fixed_bytes + loaders * r * row_bytes +
+           std::max(2 * least_window * train.most * row_bytes + val_bytes, test_bytes);
+  };
+  // The least budget, one figure whatever budget was given: every row in
+  // memory, or streamed in blocks of one row (which needs less than blocks
+  // of more: docs/TRAINING.md, "Memory budget"). At or above it the run
+  // fits: in memory, or streamed in the largest blocks that fit.
+  const std::uint64_t in_memory_need =
+      rows.fixed_bytes + stored_bytes + loaders * block_rows_for(row_bytes, ~std::uint64_t{0}) * row_bytes;
+  const std::uint64_t least_budget = std::min(in_memory_need, stream_need(1));
+  if (memory_budget < least_budget)
+    throw usage_error(where(config, "memory_budget") + "memory_budget = " + memory_budget_text(memory_budget) +
+                      ": too small for dataset " + v.ref() + " in batches of " + std::to_string(batch) +
+                      "; it needs at least " + std::to_string(least_budget) + " bytes");
   std::uint64_t data_budget = memory_budget - rows.fixed_bytes;
   rows.streamed = stored_bytes + loaders * block_rows_for(row_bytes, ~std::uint64_t{0}) * row_bytes > data_budget;
   rows.block_rows = block_rows_for(row_bytes, rows.streamed ? data_budget : ~std::uint64_t{0});
+  if (rows.streamed && stream_need(rows.block_rows) > memory_budget) {
+    // Blocks of the usual size (a sixteenth of the budget) leave too little
+    // for the windows: the largest smaller blocks that fit. Blocks of one
+    // row fit (the budget is at least least_budget), so `fits` stays true.
+    std::uint64_t fits = 1, too_large = rows.block_rows;
+    while (too_large - fits > 1) {
+      const std::uint64_t mid = fits + (too_large - fits) / 2;
+      (stream_need(mid) <= memory_budget ? fits : too_large) = mid;
+    }
+    rows.block_rows = fits;
+  }
   data_budget -= std::min(data_budget, loaders * rows.block_rows * row_bytes);
   const std::int64_t all_blocks = std::numeric_limits<std::int32_t>::max();
   rows.window = all_blocks;  // the streaming windows are set below, once the sources' blocks are known
@@ -265,7 +328,7 @@ PreparedData prepare_data(Store& store, LabelParts label_parts, const TrainConfi
     // the blocks of two batches (an evaluation announces at least the
     // blocks a batch spans, see Trainer); the test pass comes after
     // training has let its blocks go. A window needs a batch's rows.
-    const std::uint64_t batch = static_cast<std::uint64_t>(config.trainer.batch);
+    // (stream_need above is this, solved for the budget.)
     auto pass_bytes = [&](const StoredSource* s) {
       return s ? 2 * (batch + 2 * static_cast<std::uint64_t>(s->max_block_rows())) * row_bytes : 0;
     };
@@ -275,13 +338,12 @@ PreparedData prepare_data(Store& store, LabelParts label_parts, const TrainConfi
         (batch + static_cast<std::uint64_t>(train->min_block_rows()) - 1) / static_cast<std::uint64_t>(train->min_block_rows()) + 1;
     const std::uint64_t window =
         data_budget > val_bytes ? (data_budget - val_bytes) / (2 * train_block_bytes) : 0;
-    if (window < least_window || test_bytes > data_budget) {
-      const std::uint64_t needed = memory_budget - data_budget +
-                                   std::max(2 * least_window * train_block_bytes + val_bytes, test_bytes);
-      throw usage_error(where(config, "memory_budget") + "memory_budget = " + memory_budget_text(memory_budget) +
-                        ": too small to stream dataset " + v.ref() + " in batches of " + std::to_string(batch) +
-                        "; it needs at least " + std::to_string(needed) + " bytes");
-    }
+    // The block size was chosen so that this holds: a miss is anneal's bug.
+    if (window < least_window || test_bytes > data_budget)
+      throw failure("memory_budget = " + memory_budget_text(memory_budget) + ": blocks of " +
+                    std::to_string(rows.block_rows) + " rows leave windows of " + std::to_string(window) +
+                    " blocks for batches of " + std::to_string(batch) + ", which need " + std::to_string(least_window) +
+                    " (internal error: the block size should fit)");
     rows.window = static_cast<std::int64_t>(window);
     train->set_window(rows.window);
   }

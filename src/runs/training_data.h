@@ -99,6 +99,10 @@ LabelParts read_label_parts(Store& store, const DatasetRef& ref);
 PreparedData prepare_data(Store& store, LabelParts label_parts, const TrainConfig& config,
                           std::uint64_t memory_budget, const ModelFile* parent = nullptr);
 
+// The machine's physical memory in bytes (1 GiB when the system does not
+// say): the most a run's network may need while training
+// (TrainerConfig::memory_limit).
+std::uint64_t physical_memory();
 // The default memory_budget: half the machine's physical memory.
 std::uint64_t default_memory_budget();
 

@@ -52,6 +52,16 @@ expect_contains "$ERR" "--timeout 'soon'" "bad duration names the flag"
 expect_rc 2 submit "$WORK/missing.ini"
 expect_rc 2 submit "$WORK/tiny.ini" --cores 0
 expect_contains "$ERR" "--cores must be at least 1" "the store's 'job core count' is named as its flag"
+# Issue 29: a rank count mpirun would fork until the host gave out, and a
+# directory as the hostfile (or the config), were accepted.
+expect_rc 2 submit "$WORK/tiny.ini" --ranks 100000
+expect_contains "$ERR" "--ranks 100000: expected 1 to 4096 processes" "ranks are bounded"
+mkdir -p "$WORK/hosts.d"
+expect_rc 2 submit "$WORK/tiny.ini" --ranks 2 --hostfile "$WORK/hosts.d"
+expect_contains "$ERR" "--hostfile $WORK/hosts.d: not a regular file (a directory); expected a text file" \
+  "a directory is no hostfile"
+expect_rc 2 submit "$WORK/hosts.d"
+expect_contains "$ERR" "CONFIG $WORK/hosts.d: not a regular file" "a directory is no config"
 # A value the frozen INI text could not carry: '#' would start a comment
 # (the job would run with label 'y'), a line break would add a key.
 expect_rc 2 submit "$WORK/tiny.ini" --set 'label=y#z'

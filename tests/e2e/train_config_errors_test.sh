@@ -42,6 +42,16 @@ expect_error 2 "expected key=value" train "$WORK/ok.ini" --set lr
 expect_error 2 "cannot read" train "$WORK/none.ini"
 expect_error 1 "no run run-4" train --resume run-4
 expect_error 2 "expected a run id" train --resume latest
+# Issue 29: a network larger than the machine is refused before it is
+# allocated (it was killed by the kernel at 24 GB, no run recorded), naming
+# the key and the limit (the machine's physical memory).
+memory=$(( $(getconf _PHYS_PAGES) * $(getconf PAGE_SIZE) ))
+expect_error 2 "--set layers: layers = dense(1e9) dense(10): layer 1 'dense(1e9)': training the network up to here needs at least" \
+  train "$WORK/ok.ini" --set "layers=dense(1e9) dense(10)"
+expect_contains "$ERR" "more than the limit of $memory bytes" "the limit is the machine's memory"
+expect_error 2 "layer 2 'dense(1e9)'" train "$WORK/ok.ini" --set "layers=dense(1e3) dense(1e9) dense(10)"
+# Issue 29: a bad model name is called a model name, under its key.
+expect_error 2 "--set name: name = '模型': expected a model name" train "$WORK/ok.ini" --set name=模型
 
 expect_rc 0 --json runs list
 expect_eq "$(json_get 'len(j["runs"])')" "0" "bad configs leave no run behind"

@@ -168,27 +168,29 @@ TEST_F(EncryptedObjectsTest, CommitRefusesAKeyTheRecordNoLongerNames) {
 
 class KeyFileTest : public ::testing::Test {
  protected:
+  // The store the key files belong to; they lie beside it, in dir_.
+  fs::path store() const { return dir_.path() / "store"; }
   test::TempDir dir_;
 };
 
 TEST_F(KeyFileTest, CreatedOwnerOnlyAndReadBack) {
   const fs::path path = dir_.path() / "key";
-  auto key = create_key_file(path);
+  auto key = create_key_file({path, "--key-file"}, store());
   struct stat st;
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(test::read_file(path).size(), 65u);
-  auto again = read_key_file({path, "--key-file"});
+  auto again = read_key_file({path, "--key-file"}, store());
   EXPECT_EQ(again->check(), key->check());
-  EXPECT_THROW(create_key_file(path), Error) << "an existing key file is never overwritten";
+  EXPECT_THROW(create_key_file({path, "--key-file"}, store()), Error) << "an existing key file is never overwritten";
 }
 
 TEST_F(KeyFileTest, RefusesGroupOrWorldAccessBadContentAndMissingFiles) {
   const fs::path path = dir_.path() / "key";
-  create_key_file(path);
+  create_key_file({path, "--key-file"}, store());
   ::chmod(path.c_str(), 0644);
   try {
-    read_key_file({path, "--key-file"});
+    read_key_file({path, "--key-file"}, store());
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("0644"), std::string::npos) << e.what();
@@ -197,19 +199,51 @@ TEST_F(KeyFileTest, RefusesGroupOrWorldAccessBadContentAndMissingFiles) {
   ::chmod(path.c_str(), 0600);
   test::write_file(path, "not hex at all\n");
   ::chmod(path.c_str(), 0600);
-  EXPECT_THROW(read_key_file({path, "--key-file"}), Error);
+  EXPECT_THROW(read_key_file({path, "--key-file"}, store()), Error);
   try {
-    read_key_file({dir_.path() / "absent", "--key-file"});
+    read_key_file({dir_.path() / "absent", "--key-file"}, store());
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kNotFound);
   }
 }
 
+TEST_F(KeyFileTest, RefusesAKeyFileInsideTheStore) {
+  fs::create_directories(store() / "tmp");
+  fs::create_directories(dir_.path() / "store2");
+  fs::create_directory_symlink(store() / "tmp", dir_.path() / "link-to-tmp");
+  fs::create_symlink(store() / "tmp" / "target.key", dir_.path() / "link.key");
+  const std::vector<fs::path> inside = {
+      store() / "tmp" / "store.key", store() / "key", store(), store() / "tmp" / ".." / "key",
+      dir_.path() / "link-to-tmp" / "store.key",  // a directory that leads into the store
+      dir_.path() / "link.key",                   // a file that does
+      store() / "not-yet" / "key"};               // under a directory not yet made
+  for (const fs::path& path : inside) {
+    try {
+      check_key_outside_store({path, "--key-file"}, store());
+      ADD_FAILURE() << path << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+      EXPECT_TRUE(std::string(e.what()).starts_with("--key-file " + path.string() + ": ")) << e.what();
+      EXPECT_NE(std::string(e.what()).find("inside the store"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(create_key_file({path, "--new-key-file"}, store()), Error) << path;
+  }
+  EXPECT_FALSE(fs::exists(store() / "tmp" / "store.key")) << "refused before anything was written";
+  EXPECT_FALSE(fs::exists(store() / "key"));
+  // Beside the store, in a sibling whose name starts with the store's, and
+  // a store reached through a link of its own: all outside.
+  check_key_outside_store({dir_.path() / "key", "--key-file"}, store());
+  check_key_outside_store({dir_.path() / "store2" / "key", "--key-file"}, store());
+  fs::create_directory_symlink(store(), dir_.path() / "store-link");
+  check_key_outside_store({dir_.path() / "key", "--key-file"}, dir_.path() / "store-link");
+  EXPECT_THROW(check_key_outside_store({store() / "tmp" / "k", "$ANNEAL_KEY_FILE"}, dir_.path() / "store-link"), Error);
+}
+
 TEST_F(KeyFileTest, StoreOpenChecksTheKeyBeforeAnythingElse) {
   const fs::path root = dir_.path() / "store";
   Store::init(root);
-  auto key = create_key_file(dir_.path() / "key");
+  auto key = create_key_file({dir_.path() / "key", "--key-file"}, store());
   encrypt_store(root, key, StoreAccess{});
   ::unsetenv("ANNEAL_KEY_FILE");
   ::unsetenv("CREDENTIALS_DIRECTORY");
@@ -219,7 +253,7 @@ TEST_F(KeyFileTest, StoreOpenChecksTheKeyBeforeAnythingElse) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("encrypted"), std::string::npos) << e.what();
   }
-  create_key_file(dir_.path() / "wrong");
+  create_key_file({dir_.path() / "wrong", "--key-file"}, store());
   ::setenv("ANNEAL_KEY_FILE", (dir_.path() / "wrong").c_str(), 1);
   try {
     Store::open(root);

@@ -14,10 +14,12 @@ namespace anneal {
 namespace {
 
 // Builds `spec` and returns the kUsage message it fails with ("" if it builds).
-std::string build_error(const std::string& spec, const Dims& input, std::int64_t outputs = 0) {
+std::string build_error(const std::string& spec, const Dims& input, std::int64_t outputs = 0,
+                        std::uint64_t memory_limit = 0) {
   auto backend = test::cpu_backend();
   NetworkOptions options;
   options.input_shape = input;
+  options.memory_limit = memory_limit;
   options.outputs = outputs;
   options.output_meaning = std::to_string(outputs) + " classes";
   try {
@@ -95,6 +97,25 @@ TEST(LayerSpec, FinalWidthMustMatchTheClasses) {
   EXPECT_NE(m.find("10 classes"), std::string::npos) << m;
   const std::string m2 = build_error("conv(4,3)", Dims{1, 8, 8}, 10);
   EXPECT_NE(m2.find("ends with an image"), std::string::npos) << m2;
+}
+
+// Issue 29: dense(1e9) passed the width check and the kernel killed the
+// process allocating it. The limit is checked before each layer is made.
+TEST(LayerSpec, ANetworkLargerThanTheMemoryLimitIsRefusedBeforeItIsAllocated) {
+  const std::uint64_t gib = std::uint64_t{1} << 30;
+  const std::string m = build_error("dense(1e9) dense(3)", Dims{4}, 3, 16 * gib);
+  EXPECT_TRUE(m.starts_with("layer 1 'dense(1e9)': ")) << m;
+  EXPECT_NE(m.find("more than the limit of " + std::to_string(16 * gib) + " bytes"), std::string::npos) << m;
+  // Two layers each fine alone: their sum is over; 1e9 x 1e9 does not overflow.
+  const std::string sum = build_error("dense(30000) dense(30000) dense(3)", Dims{4}, 3, gib * 10);
+  EXPECT_TRUE(sum.starts_with("layer 2 'dense(30000)': ")) << sum;
+  EXPECT_TRUE(build_error("dense(1e9) dense(1e9)", Dims{4}, 0, gib).starts_with("layer 1 "));
+  // Conv: parameters and per-sample outputs (64 x 1000 x 1000 x 128 x 8 bytes).
+  EXPECT_TRUE(build_error("conv(64,3,pad=1) flatten dense(2)", Dims{1, 1000, 1000}, 2, 4 * gib).starts_with("layer 1 "));
+  // Exactly the formula: 16 bytes a parameter, 8 a value a sample (batch 128).
+  const std::uint64_t needed = (10 * 5 + 3 * 11) * kTrainBytesPerParameter + (4 + 10 + 3) * 128 * kTrainBytesPerOutput;
+  EXPECT_EQ(build_error("dense(10) relu dense(3)", Dims{4}, 3, needed), "");
+  EXPECT_NE(build_error("dense(10) relu dense(3)", Dims{4}, 3, needed - 1), "");
 }
 
 TEST(LayerSpec, BadArgumentsAreUsageErrors) {

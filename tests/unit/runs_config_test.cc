@@ -78,6 +78,18 @@ TEST(RunsConfig, BadValuesSayWhereAndWhatWasExpected) {
   EXPECT_NE(error_of(std::string(kExample) + "lr = 0.1\n").find("set twice"), std::string::npos);
 }
 
+// Issue 29: `--set name=模型` said "invalid dataset name".
+TEST(RunsConfig, AnInvalidModelNameNamesTheKeyAndSaysModelName) {
+  for (const std::string& name : std::vector<std::string>{"模型", "-lead", "has space", std::string(129, 'm')}) {
+    const std::string set = error_of(kExample, {"name=" + name});
+    EXPECT_TRUE(set.starts_with("--set name: name = '" + name + "': expected a model name")) << set;
+    EXPECT_EQ(set.find("dataset"), std::string::npos) << set;
+  }
+  const std::string file = error_of("name = 模型\ndataset = d\nlayers = dense(3)\n");
+  EXPECT_TRUE(file.starts_with("cfg.ini:1: name = '模型': expected a model name")) << file;
+  EXPECT_NO_THROW(parse_train_config(kExample, "cfg.ini", {"name=a.b_c-9"}));
+}
+
 TEST(RunsConfig, ResolvedTextParsesBackToTheSameConfig) {
   TrainConfig c = parse_train_config(kExample, "cfg.ini", {"lr=0.0003", "validation=0.15", "threads=3",
                                                             "checkpoint_every=250", "weight_decay=0.01"});
