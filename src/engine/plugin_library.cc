@@ -2,8 +2,13 @@
 #include "engine/plugin_library.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -20,6 +25,26 @@ std::vector<fs::path> plugin_dirs() {
   return {exe.parent_path(), exe.parent_path().parent_path() / "lib" / "anneal"};
 }
 
+// A plugin runs with the rights of whoever runs anneal, root's included: it
+// is loaded only when the file and its directory belong to root or to that
+// user and nobody else may write them (as ssh judges its key files), so no
+// other local user can plant or swap the code. Links are judged by what
+// they point at. Returns why a path fails that, or "".
+std::string unsafe_to_load(const fs::path& file) {
+  for (const fs::path& path : {file, file.parent_path()}) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return path.string() + ": cannot stat: " + std::strerror(errno);
+    if (st.st_uid != 0 && st.st_uid != ::geteuid())
+      return path.string() + " belongs to uid " + std::to_string(st.st_uid) + ", neither root nor this user";
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+      return path.string() + " may be written by others (mode " + mode + "); chmod go-w " + path.string();
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 PluginEntry find_plugin_entry(const std::string& file, const char* symbol, const std::string& what,
@@ -29,6 +54,8 @@ PluginEntry find_plugin_entry(const std::string& file, const char* symbol, const
     const fs::path path = dir / file;
     searched += (searched.empty() ? "" : ", ") + dir.string();
     if (!fs::exists(path)) continue;
+    if (std::string unsafe = unsafe_to_load(path); !unsafe.empty())
+      return {nullptr, path.string(), file + " is not loaded: " + unsafe};
     void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!handle) {
       const char* why = ::dlerror();

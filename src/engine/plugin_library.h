@@ -4,8 +4,10 @@
 // anneal/communicator.h). Looked for in $ANNEAL_PLUGIN_DIR when set, else
 // beside the executable (the build tree), else in ../lib/anneal/ from the
 // executable's directory (what the packages install: /usr/lib/anneal/).
-// A library, once opened, stays loaded for the life of the process
-// (RTLD_NODELETE): objects it made may outlive any handle.
+// Only a file whose file and directory belong to root or to the user
+// running anneal, writable by nobody else, is loaded; any other is refused
+// with the reason. A library, once opened, stays loaded for the life of
+// the process (RTLD_NODELETE): objects it made may outlive any handle.
 #pragma once
 
 #include <string>

@@ -144,6 +144,19 @@ ANNEAL_PLUGIN_DIR="$WORK/plugins/junk" expect_rc 2 train "$WORK/iris.ini" --devi
 expect_contains "$ERR" "libanneal-cuda.so cannot be loaded" "a damaged plugin is refused"
 ANNEAL_PLUGIN_DIR="$WORK/plugins/junk" expect_rc 0 train "$WORK/iris.ini"
 expect_contains "$ERR" "device auto: training on the cpu (cuda: libanneal-cuda.so cannot be loaded" "auto trains past it"
+# A plugin others may write, or in a directory others may write, is never
+# loaded (issue 29): anyone could have planted it.
+mkdir -p "$WORK/plugins/open"
+cp "$WORK/plugins/junk/libanneal-cuda.so" "$WORK/plugins/open/"
+chmod 0666 "$WORK/plugins/open/libanneal-cuda.so"
+ANNEAL_PLUGIN_DIR="$WORK/plugins/open" expect_rc 2 train "$WORK/iris.ini" --device cuda
+expect_contains "$ERR" "libanneal-cuda.so is not loaded: $WORK/plugins/open/libanneal-cuda.so may be written by others (mode 0666); chmod go-w" \
+  "a plugin writable by others is refused"
+chmod 0644 "$WORK/plugins/open/libanneal-cuda.so"
+chmod 0777 "$WORK/plugins/open"
+ANNEAL_PLUGIN_DIR="$WORK/plugins/open" expect_rc 2 train "$WORK/iris.ini" --device cuda
+expect_contains "$ERR" "$WORK/plugins/open may be written by others (mode 0777)" "a plugin in a directory others may write is refused"
+chmod 0755 "$WORK/plugins/open"
 if command -v cc > /dev/null; then
   echo 'int not_a_plugin(void) { return 1; }' > "$WORK/plugins/other.c"
   cc -shared -fPIC -o "$WORK/plugins/other/libanneal-cuda.so" "$WORK/plugins/other.c"
