@@ -86,6 +86,13 @@ int run_rekey(const Invocation& inv) {
     new_key = read_key_file(new_source, inv.global.store);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kNotFound) throw;
+    // Finishing an interrupted rotation needs the key it was rotating to,
+    // which exists: a new one could never open the store, and would be a
+    // stray secret left behind.
+    if (auto record = read_encryption_record(inv.global.store); record && record->retiring)
+      throw usage_error("--new-key-file " + new_source.path.string() +
+                        ": no such file; a key rotation was interrupted, and finishing it takes the key file it "
+                        "was rotating to");
     new_key = create_key_file(new_source, inv.global.store);
     created = true;
   }

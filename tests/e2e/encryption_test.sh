@@ -191,6 +191,11 @@ one_line "interrupted rekey"
 expect_contains "$ERR" "key rotation ('anneal rekey') was interrupted" "an unfinished rekey is refused, saying how to finish"
 expect_rc 1 --key-file "$KEY" rekey --new-key-file "$KEY3"
 expect_contains "$ERR" "wrong key" "rekey with a key that is neither"
+# A rerun naming a key file that does not exist cannot finish the rotation:
+# refused before any new key file is written (issue 29).
+expect_rc 2 --key-file "$KEY2" rekey --new-key-file "$WORK/typo.key"
+expect_contains "$ERR" "a key rotation was interrupted" "a rerun with a missing new key is refused"
+[ ! -e "$WORK/typo.key" ] && pass || fail "the refused rerun wrote a new key file"
 expect_rc 0 --key-file "$KEY2" rekey --new-key-file "$KEY3"
 expect_contains "$OUT" "re-encrypted $((n - 2)) objects" "the rerun finishes the rotation"
 expect_rc 1 --key-file "$KEY2" data list
