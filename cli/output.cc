@@ -127,7 +127,12 @@ std::string join(const std::vector<std::string>& parts, const std::string& sep) 
   return out;
 }
 
-void print_json(const nlohmann::json& document) { std::cout << document.dump(2) << "\n"; }
+// JSON carries text as UTF-8 only: a byte that is not (a file name in
+// Latin-1, recorded in the audit log) is printed as U+FFFD rather than
+// failing the whole document; the text output shows it escaped, exactly.
+void print_json(const nlohmann::json& document) {
+  std::cout << document.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+}
 
 LogFormat parse_log_format(const std::string& text) {
   if (text == "text") return LogFormat::kText;

@@ -32,6 +32,17 @@ expect_rc 0 --json audit log
 expect_eq "$(json_get "[r['command'] for r in j['records'] if r['action'] == 'dataset.import'][0]" |
   grep -c $'innocent.csv\r\033\\[Kevil.csv')" "1" "audit log --json keeps the exact command line"
 
+# A name that is not UTF-8 at all: text shows the byte escaped, --json
+# (UTF-8 only) a replacement character instead of failing the document.
+latin1_csv="$WORK/caf"$'\xe9'".csv"
+cp "$TEST_DATA/iris.csv" "$latin1_csv"
+expect_rc 0 data import latin1 "$latin1_csv"
+expect_rc 0 audit log
+expect_contains "$OUT" 'caf\xe9.csv' "audit log shows a non-UTF-8 byte escaped"
+expect_rc 0 --json audit log
+expect_contains "$(json_get "[r['command'] for r in j['records'] if 'latin1' in r['command']][0]")" \
+  $'caf\xef\xbf\xbd.csv' "audit log --json replaces a non-UTF-8 byte"
+
 expect_rc 0 data show iris
 raw_controls "data show" "$OUT"
 expect_contains "$OUT" 'innocent.csv\r\x1b[Kevil.csv' "data show: the source file's name escaped"
