@@ -97,7 +97,7 @@ int run_submit(const Invocation& inv) {
   spec.ranks = int_arg(inv, "ranks", 1);
   if (inv.args.count("hostfile")) {
     const std::string hostfile = inv.args["hostfile"].as<std::string>();
-    read_text_file(hostfile, "--hostfile");  // there and readable now; mpirun reads it when the job starts
+    read_text_file(hostfile, "--hostfile", TextSource::kReadAgainLater);  // there and readable now; mpirun reads it when the job starts
     spec.hostfile = std::filesystem::absolute(hostfile).lexically_normal().string();
   }
   Store store = Store::open(inv.global.store, inv.global.access);

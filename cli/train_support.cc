@@ -147,15 +147,20 @@ StopOnSignal::~StopOnSignal() {
   ::close(pipe_[1]);
 }
 
-std::string read_text_file(const std::string& path, const std::string& what) {
+std::string read_text_file(const std::string& path, const std::string& what, TextSource source) {
   // A directory opens and reads as nothing (an empty config, a hostfile
-  // mpirun would reject only when the job starts): only a regular file is
-  // a text file (a link to one is followed).
+  // mpirun would reject only when the job starts): never a text file. A
+  // pipe is one read once (`anneal train <(...)`, /dev/stdin), fine for
+  // what is read now, not for a file that is read again later.
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
-  if (!ec && status.type() != std::filesystem::file_type::regular)
+  const auto type = status.type();
+  const bool ok = type == std::filesystem::file_type::regular ||
+                  (source == TextSource::kReadOnce && (type == std::filesystem::file_type::fifo ||
+                                                       type == std::filesystem::file_type::character));
+  if (!ec && !ok)
     throw usage_error(what + " " + path + ": not a regular file" +
-                      (status.type() == std::filesystem::file_type::directory ? " (a directory)" : "") +
+                      (type == std::filesystem::file_type::directory ? " (a directory)" : "") +
                       "; expected a text file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw usage_error(what + " " + path + ": cannot read the file");

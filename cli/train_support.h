@@ -50,7 +50,12 @@ class StopOnSignal {
 int run_on_ranks(const Invocation& inv, const std::function<int(Communicator&)>& rank0);
 
 // The whole file; kUsage naming `what` ("CONFIG path: cannot read the file").
-std::string read_text_file(const std::string& path, const std::string& what);
+// How a text file given on the command line is used: read once, now (a
+// config: a pipe will do), or read again later by another program (a
+// hostfile, which mpirun opens when the job starts: a regular file only).
+enum class TextSource { kReadOnce, kReadAgainLater };
+std::string read_text_file(const std::string& path, const std::string& what,
+                           TextSource source = TextSource::kReadOnce);
 
 // "42s", "3m5s", "1h2m".
 std::string duration_text(double seconds);

@@ -15,7 +15,7 @@ digits_mpi_config "$WORK/d.ini" digits-job "epochs = 2"
 # Bad requests: one line, exit 2, nothing queued.
 before=$(catalog_dump | sha256sum)
 expect_rc 2 submit "$WORK/d.ini" --ranks 0
-expect_contains "$ERR" "--ranks 0: must be at least 1" "--ranks 0 refused"
+expect_contains "$ERR" "--ranks 0: expected 1 to 4096 processes" "--ranks 0 refused"
 expect_rc 2 submit "$WORK/d.ini" --ranks 2 --hostfile "$WORK/no-such-hostfile"
 expect_contains "$ERR" "--hostfile" "a missing hostfile named"
 printf 'localhost slots=2\n' > "$WORK/hostfile"
