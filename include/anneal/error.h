@@ -27,8 +27,8 @@ enum class ErrorKind {
   kBusy,      // a lock is held by another process                  -> exit 75
 };
 
-// Process exit codes: the one place they are defined. README.md documents
-// them; cli/main.cc's help text (and the man page made from it) is checked
+// Process exit codes: the one place they are defined. docs/USAGE.md
+// ("Exit codes") documents them; cli/main.cc's help text (and the man page made from it) is checked
 // at compile time to describe exactly the codes in kExitCodes.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;

@@ -92,14 +92,14 @@ if [ "$check" = rpm-requires ]; then
     esac
     [[ $req =~ $glibc_re ]] || fail "rpm requires $req, which is not glibc's"
   done <<<"$requires"
-  # The newest glibc symbol version it needs is the minimum glibc README.md
-  # states for the rpm.
+  # The newest glibc symbol version it needs is the minimum glibc
+  # docs/OPERATIONS.md states for the rpm.
   newest=$(grep -o 'GLIBC_[0-9.]*[0-9]' <<<"$requires" | sed 's/GLIBC_//' | sort -uV | tail -n1)
-  readme=$here/../../README.md
+  readme=$here/../../docs/OPERATIONS.md
   stated=$(sed -n 's/.*rpm needs glibc \([0-9][0-9.]*[0-9]\) or later.*/\1/p' "$readme" | head -n1)
   [ -n "$newest" ] || fail "rpm requires no versioned glibc symbols: the minimum glibc is unknown"
   [ -n "$stated" ] || fail "$readme does not say 'rpm needs glibc X.Y or later'"
-  [ "$newest" = "$stated" ] || fail "the rpm needs glibc $newest, README.md says $stated"
+  [ "$newest" = "$stated" ] || fail "the rpm needs glibc $newest, docs/OPERATIONS.md says $stated"
   if [ "$cuda" = cuda ]; then
     # anneal-cuda requires anneal, glibc and the CUDA libraries by soname; the
     # C++ runtime it uses is the one anneal bundles (loaded before it).
