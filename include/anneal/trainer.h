@@ -68,6 +68,12 @@ struct TrainerConfig {
   Precision precision = Precision::kFp32;
   EarlyStopMetric early_stop = EarlyStopMetric::kNone;
   int patience = 0;                   // epochs without improvement before stopping
+  // With early stopping: when training finishes (stopped early or out of
+  // epochs), the parameters and state buffers of the epoch with the best
+  // early-stopping metric replace the last epoch's, so the model is the one
+  // that validated best and not the one that overfit for `patience` more
+  // epochs. The best epoch's values are kept on the host and checkpointed.
+  bool restore_best = false;
   // softmax_ce / bce: a weight per class (bce: labels 0 and 1), empty for
   // none. Training and validation losses are then the mean over samples of
   // w[label] · loss (see LossOp in backend.h).

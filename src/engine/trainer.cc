@@ -375,6 +375,12 @@ class Trainer::Impl {
       w.u64(host.size());
       w.bytes(host.data(), host.size() * sizeof(float));
     }
+    w.i64(best_epoch_);
+    w.u64(best_values_.size());
+    for (const std::vector<float>& values : best_values_) {
+      w.u64(values.size());
+      w.bytes(values.data(), values.size() * sizeof(float));
+    }
     return w.take();
   }
 
@@ -385,8 +391,8 @@ class Trainer::Impl {
     r.bytes(magic, sizeof magic);
     if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) throw corrupt("trainer state: not an anneal trainer state");
     const std::uint32_t version = r.u32();
-    if (version != kStateVersion)
-      throw corrupt("trainer state: version " + std::to_string(version) + ", this build reads " +
+    if (version != 1 && version != kStateVersion)
+      throw corrupt("trainer state: version " + std::to_string(version) + ", this build reads 1 to " +
                     std::to_string(kStateVersion));
     const std::string saved = r.str();
     const std::string mine = fingerprint();
@@ -431,6 +437,23 @@ class Trainer::Impl {
       values[i].resize(count);
       r.bytes(values[i].data(), count * sizeof(float));
     }
+    std::int64_t best_epoch = 0;
+    std::vector<std::vector<float>> best_values;
+    if (version >= 2) {
+      best_epoch = r.i64();
+      const std::uint64_t kept = r.u64();
+      const std::size_t model_count = model_tensors().size();
+      if ((kept != 0 && kept != model_count) || (kept == 0) != (best_epoch == 0) || best_epoch < 0 ||
+          best_epoch > epoch)
+        throw corrupt("trainer state: the best epoch's values do not match the model");
+      best_values.resize(kept);
+      for (std::size_t i = 0; i < kept; ++i) {
+        const std::uint64_t count = r.u64();
+        if (count != values[i].size()) throw corrupt("trainer state: the best epoch's " + tensors[i].name + " has the wrong size");
+        best_values[i].resize(count);
+        r.bytes(best_values[i].data(), count * sizeof(float));
+      }
+    }
     if (!r.at_end()) throw corrupt("trainer state: trailing bytes");
     if (micro_index < 0 || micro_index > micro_per_epoch_ || epoch < 0 || step < 0)
       throw corrupt("trainer state: position out of range");
@@ -447,6 +470,8 @@ class Trainer::Impl {
     bad_epochs_ = bad;
     finished_ = finished || epoch_ >= config_.epochs;
     stopped_early_ = stopped;
+    best_epoch_ = best_epoch;
+    best_values_ = std::move(best_values);
     last_lr_ = last_lr;
     history_ = std::move(history);
     order_.reset();
@@ -529,6 +554,10 @@ class Trainer::Impl {
   std::uint64_t micro_step_ = 0;  // micro-batches done over the run (dropout streams)
   double best_metric_ = std::numeric_limits<double>::infinity();
   std::int64_t bad_epochs_ = 0;
+  // restore_best: the epoch whose metric was best_metric_ (0: none yet) and
+  // its parameters and state buffers (model_tensors() order), on the host.
+  std::int64_t best_epoch_ = 0;
+  std::vector<std::vector<float>> best_values_;
   bool finished_ = false, stopped_early_ = false;
   double last_lr_ = 0;
   std::vector<EpochMetrics> history_;
@@ -536,7 +565,9 @@ class Trainer::Impl {
  private:
   using Clock = std::chrono::steady_clock;
   static constexpr char kMagic[8] = {'A', 'N', 'N', 'E', 'A', 'L', 'T', 'S'};
-  static constexpr std::uint32_t kStateVersion = 1;
+  // 2 appends the best epoch and its values (restore_best); 1 is read as
+  // a state without them.
+  static constexpr std::uint32_t kStateVersion = 2;
 
   // A batch buffer: features (n, sample...) and labels (n), plain fp32.
   struct Slot {
@@ -573,10 +604,18 @@ class Trainer::Impl {
     return out;
   }
 
-  std::vector<StateBuffer> state_tensors() const {
+  // What the model is: every parameter's value, then the state buffers.
+  std::vector<StateBuffer> model_tensors() const {
     std::vector<StateBuffer> out;
     for (Parameter* p : network_->parameters()) out.push_back({p->name, &p->value});
     for (const StateBuffer& b : network_->buffers()) out.push_back(b);
+    return out;
+  }
+
+  // Everything a checkpoint holds on the device: the model, the
+  // optimizer's state and the loss scale.
+  std::vector<StateBuffer> state_tensors() const {
+    std::vector<StateBuffer> out = model_tensors();
     for (const StateBuffer& s : optimizer_->state()) out.push_back(s);
     // Const: a StateBuffer names a tensor for reading and, on load, writing.
     if (loss_scaled()) out.push_back({"loss_scale", const_cast<Tensor*>(&loss_scale_)});
@@ -918,13 +957,40 @@ class Trainer::Impl {
       if (value < best_metric_) {
         best_metric_ = value;
         bad_epochs_ = 0;
+        if (config_.restore_best) keep_best(m.epoch);
       } else if (++bad_epochs_ >= config_.patience && !finished_) {
         finished_ = true;
         stopped_early_ = true;
         reporter_.note("early stop: " + std::string(early_stop_metric_name(config_.early_stop)) +
                        " did not improve for " + std::to_string(config_.patience) + " epochs");
       }
+      if (finished_ && config_.restore_best) restore_best_epoch(m.epoch);
     }
+  }
+
+  // restore_best: copies the model's values to the host as the best epoch's.
+  void keep_best(std::int64_t epoch) {
+    const auto tensors = model_tensors();
+    best_values_.resize(tensors.size());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      best_values_[i].resize(std::size_t(tensors[i].tensor->elements()));
+      backend_->copy_to_host(*tensors[i].tensor, best_values_[i].data());
+    }
+    best_epoch_ = epoch;
+  }
+
+  // restore_best, once training has finished after epoch `last`: puts the
+  // best epoch's values back (nothing to do when the last epoch was best).
+  void restore_best_epoch(std::int64_t last) {
+    if (best_epoch_ == 0 || best_epoch_ == last) return;
+    const auto tensors = model_tensors();
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+      backend_->copy_from_host(best_values_[i].data(), *tensors[i].tensor);
+    reporter_.note("restored the weights of epoch " + std::to_string(best_epoch_) + ", the best " +
+                   early_stop_metric_name(config_.early_stop) + " (" + fmt(config_.early_stop == EarlyStopMetric::kValAccuracy
+                                                                               ? -best_metric_
+                                                                               : best_metric_) +
+                   ")");
   }
 
   static std::string fmt(double v) {

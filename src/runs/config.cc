@@ -46,7 +46,8 @@ const std::vector<ConfigKey>& known_config_keys() {
       {"precision", "fp32", "fp32 | bf16 | fp16 (fp16: GPU only, with dynamic loss scaling)"},
       {"deterministic", "true", "false lets a GPU pick faster algorithms whose weights vary run to run (recorded)"},
       {"tf32", "false", "true lets a GPU run fp32 products and convolutions on TF32 tensor cores"},
-      {"early_stop", "none", "METRIC:PATIENCE, METRIC = val_loss | val_accuracy | train_loss"},
+      {"early_stop", "auto", "METRIC:PATIENCE (METRIC = val_loss | val_accuracy | train_loss), none, or auto: val_loss:10 with a validation split, else none"},
+      {"restore_best", "true", "with early stopping: the model keeps the weights of its best epoch, not its last"},
       {"validation", "0", "fraction of the train split held out for validation"},
       {"checkpoint_every", "60s", "N steps or a duration (30s, 5m, 1h); 0: only at the end"},
       {"keep_checkpoints", "3", "checkpoints kept per run besides the best one"},
@@ -64,6 +65,10 @@ const std::vector<ConfigKey>& known_config_keys() {
 }
 
 namespace {
+
+// early_stop = auto with a validation split: epochs without a better
+// validation loss before training stops (and restore_best takes the best).
+constexpr int kAutoPatience = 10;
 
 // "; did you mean 'K'?" for an unknown config key, or "".
 std::string suggest_key(std::string_view key) {
@@ -375,7 +380,12 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
   c.deterministic = v.boolean("deterministic");
   c.tf32 = v.boolean("tf32");
   t.precision = v.named("precision", [](const std::string& s) { return parse_precision(s); });
+  c.validation = v.real("validation", 0, 0.95, "in [0, 0.95]");
   std::string early = v.text("early_stop");
+  // auto: a network that holds rows out for validation stops when they stop
+  // improving, as a user who set validation expects; recorded resolved
+  // (to_text), so a rerun of the run's config does what the run did.
+  if (early == "auto") early = c.validation > 0 ? "val_loss:" + std::to_string(kAutoPatience) : "none";
   if (early != "none" && !early.empty()) {
     std::size_t colon = early.find(':');
     if (colon == std::string::npos) v.bad("early_stop", "METRIC:PATIENCE such as val_loss:3");
@@ -391,7 +401,7 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
       v.bad("early_stop", "METRIC:PATIENCE with PATIENCE >= 1 epochs");
     t.patience = static_cast<int>(patience);
   }
-  c.validation = v.real("validation", 0, 0.95, "in [0, 0.95]");
+  t.restore_best = v.boolean("restore_best");
   if (t.early_stop != EarlyStopMetric::kNone && t.early_stop != EarlyStopMetric::kTrainLoss &&
       c.validation <= 0)
     v.bad("early_stop", "a training metric (train_loss:N), or set validation = FRACTION to stop on " +
@@ -498,6 +508,7 @@ std::string TrainConfig::to_text() const {
       {"early_stop", t.early_stop == EarlyStopMetric::kNone
                          ? std::string("none")
                          : std::string(early_stop_metric_name(t.early_stop)) + ":" + std::to_string(t.patience)},
+      {"restore_best", t.restore_best ? "true" : "false"},
       {"validation", format_real(validation)},
       {"checkpoint_every", checkpoint_every.text},
       {"keep_checkpoints", std::to_string(keep_checkpoints)},

@@ -390,6 +390,104 @@ TEST(Trainer, EarlyStopsWhenTheMetricStalls) {
   EXPECT_EQ(t.history().size(), 3u);
 }
 
+// Few noisy rows, a wide network and a high learning rate: the validation
+// loss bottoms out early and climbs as the network memorizes the noise.
+struct Overfitting {
+  Dataset train = blobs(48, {8}, 3, 30, 3.0f), val = blobs(200, {8}, 3, 31, 3.0f);
+  TrainerConfig config() const {
+    TrainerConfig c = mlp_config();
+    c.layers = "dense(128) relu dense(128) relu dense(3)";
+    c.batch = 16;
+    c.epochs = 40;
+    c.optimizer.kind = OptimizerKind::kAdam;
+    c.optimizer.lr = 1e-2f;
+    c.early_stop = EarlyStopMetric::kValLoss;
+    c.patience = 5;
+    return c;
+  }
+};
+
+std::size_t best_epoch_index(const std::vector<EpochMetrics>& history) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < history.size(); ++i)
+    if (history[i].val_loss < history[best].val_loss) best = i;
+  return best;
+}
+
+TEST(Trainer, RestoreBestEndsWithTheBestEpochsWeights) {
+  const Overfitting task;
+  TrainerConfig c = task.config();
+  RecordingReporter reporter;
+  test::CpuTrainer last(c, task.train.view(), task.val.view(), reporter);
+  last.train();
+  ASSERT_TRUE(last.stopped_early());
+  const std::size_t best = best_epoch_index(last.history());
+  ASSERT_LT(best + 1, last.history().size()) << "the last epoch was the best: the task does not overfit";
+  // Without restore_best the model is the last epoch's: worse on validation.
+  EXPECT_GT(last.evaluate(task.val.view()).loss, last.history()[best].val_loss);
+
+  c.restore_best = true;
+  test::CpuTrainer restored(c, task.train.view(), task.val.view(), reporter);
+  restored.train();
+  ASSERT_EQ(restored.history().size(), last.history().size());
+  // The same validation loss as the best epoch measured, bit for bit.
+  EXPECT_EQ(restored.evaluate(task.val.view()).loss, restored.history()[best].val_loss);
+  // And the same weights as a run that simply stopped after that epoch.
+  TrainerConfig stop_there = task.config();
+  stop_there.early_stop = EarlyStopMetric::kNone;
+  stop_there.epochs = static_cast<std::int64_t>(best) + 1;
+  NullReporter quiet;
+  test::CpuTrainer reference(stop_there, task.train.view(), task.val.view(), quiet);
+  reference.train();
+  EXPECT_EQ(restored.weights_hash(), reference.weights_hash());
+  bool noted = false;
+  for (const std::string& n : reporter.notes)
+    noted |= n.find("restored the weights of epoch " + std::to_string(best + 1)) != std::string::npos;
+  EXPECT_TRUE(noted);
+}
+
+TEST(Trainer, RestoreBestSurvivesACheckpointAndResume) {
+  const Overfitting task;
+  TrainerConfig c = task.config();
+  c.restore_best = true;
+  NullReporter reporter;
+  test::CpuTrainer uninterrupted(c, task.train.view(), task.val.view(), reporter);
+  uninterrupted.train();
+  const std::size_t best = best_epoch_index(uninterrupted.history());
+  // Stop after the best epoch, before early stopping fires: the best
+  // epoch's weights live only in the saved state from here on.
+  test::CpuTrainer first(c, task.train.view(), task.val.view(), reporter);
+  first.train(static_cast<std::uint64_t>(first.steps_per_epoch()) * (best + 2));
+  ASSERT_FALSE(first.finished());
+  const std::vector<std::uint8_t> state = first.save_state();
+  test::CpuTrainer resumed(c, task.train.view(), task.val.view(), reporter);
+  resumed.load_state(state);
+  resumed.train();
+  EXPECT_EQ(resumed.weights_hash(), uninterrupted.weights_hash());
+  // Damage in the best epoch's values is refused, not trained on.
+  std::vector<std::uint8_t> truncated(state.begin(), state.end() - 4);
+  test::CpuTrainer damaged(c, task.train.view(), task.val.view(), reporter);
+  EXPECT_THROW(damaged.load_state(truncated), Error);
+}
+
+TEST(Trainer, ReadsAVersion1StateWithoutABestEpoch) {
+  // Version 1 is version 2 less the tail: best epoch 0, no values.
+  const Dataset d = blobs(64, {12}, 3, 11);
+  NullReporter reporter;
+  TrainerConfig c = mlp_config();
+  test::CpuTrainer t(c, d.view(), std::nullopt, reporter);
+  t.train(2);
+  std::vector<std::uint8_t> state = t.save_state();
+  ASSERT_GT(state.size(), 16u);
+  state.resize(state.size() - 16);  // i64 best epoch = 0, u64 count = 0
+  state[8] = 1;                     // the u32 version after the 8-byte magic
+  test::CpuTrainer v1(c, d.view(), std::nullopt, reporter);
+  v1.load_state(state);
+  EXPECT_EQ(v1.weights_hash(), t.weights_hash());
+  state[8] = 3;
+  EXPECT_THROW(v1.load_state(state), Error);
+}
+
 TEST(Trainer, GradAccumulationMatchesOneBigBatch) {
   // With no batch-dependent layers, 4 micro-batches of 8 accumulate to the
   // gradient of one batch of 32 (up to summation order).

@@ -117,6 +117,30 @@ TEST(RunsConfig, SetValuesTheFrozenTextCannotCarryAreRefused) {
   }
 }
 
+TEST(RunsConfig, EarlyStopAutoStopsOnValidationLossAndRestoresTheBestEpoch) {
+  // auto: val_loss:10 with a validation split, none without one; recorded
+  // resolved, so the frozen text says what the run did.
+  TrainConfig with = parse_train_config(kExample, "cfg.ini", {"validation=0.1"});
+  EXPECT_EQ(with.trainer.early_stop, EarlyStopMetric::kValLoss);
+  EXPECT_EQ(with.trainer.patience, 10);
+  EXPECT_TRUE(with.trainer.restore_best);
+  EXPECT_NE(with.to_text().find("early_stop = val_loss:10\n"), std::string::npos);
+  EXPECT_NE(with.to_text().find("restore_best = true\n"), std::string::npos);
+  TrainConfig without = parse_train_config(kExample, "cfg.ini", {"validation=0"});
+  EXPECT_EQ(without.trainer.early_stop, EarlyStopMetric::kNone);
+  EXPECT_NE(without.to_text().find("early_stop = none\n"), std::string::npos);
+  // What a user writes wins.
+  TrainConfig off = parse_train_config(kExample, "cfg.ini", {"validation=0.1", "early_stop=none"});
+  EXPECT_EQ(off.trainer.early_stop, EarlyStopMetric::kNone);
+  TrainConfig last = parse_train_config(kExample, "cfg.ini", {"validation=0.1", "early_stop=val_accuracy:3",
+                                                              "restore_best=false"});
+  EXPECT_EQ(last.trainer.early_stop, EarlyStopMetric::kValAccuracy);
+  EXPECT_EQ(last.trainer.patience, 3);
+  EXPECT_FALSE(last.trainer.restore_best);
+  EXPECT_EQ(parse_train_config(last.to_text(), "frozen", {}).to_text(), last.to_text());
+  EXPECT_NE(error_of(kExample, {"restore_best=maybe"}).find("restore_best"), std::string::npos);
+}
+
 TEST(RunsConfig, LinearLayersMeanTheLinearModel) {
   TrainConfig c = parse_train_config("name = a\ndataset = b\nlayers = linear\n", "cfg.ini", {});
   EXPECT_TRUE(c.linear_only);
