@@ -16,6 +16,7 @@
 #include "anneal/error.h"
 #include "anneal/spelling.h"
 #include "engine/data_order.h"
+#include "engine/gradient_reducer.h"
 #include "engine/state_io.h"
 
 namespace anneal {
@@ -209,7 +210,9 @@ class Trainer::Impl {
     network_ = std::make_unique<Network>(config_.layers, options, *backend_);
     optimizer_ = std::make_unique<Optimizer>(config_.optimizer, network_->parameters(), *backend_);
     train_loss_ = backend_->loss(config_.loss, options.outputs, config_.class_weights);
-    if (comm_) plan_buckets();
+    if (comm_)
+      reducer_ = std::make_unique<engine::GradientReducer>(network_->parameters(), *backend_, *comm_,
+                                                           config_.allreduce_bucket_bytes, reporter_);
     eval_loss_ = backend_->loss(config_.loss, options.outputs, config_.class_weights);
 
     // Batch buffers sized for a full batch once, so steps never reallocate.
@@ -716,146 +719,8 @@ class Trainer::Impl {
     return out;
   }
 
-  // Data parallelism: every rank's gradients summed into every rank's, so
-  // all apply the same step. Each rank's loss gradient was already scaled
-  // by 1/(the global step's samples), so the sum is the global mean's.
-  //
-  // The parameters are summed in buckets of about allreduce_bucket_bytes,
-  // taken from the last parameter back, the order in which backward
-  // finishes their gradients. During the step's last backward, a bucket is
-  // started (handed to start_allreduce_sum) as soon as its gradients are
-  // final, and the communicator is given a chance to move the started ones
-  // after every layer, so the transfers overlap the layers still to run;
-  // after the backward pass the rest are started and all are waited for,
-  // in order. Each element is still the rank-order sum of its ranks'
-  // values, so the bits do not depend on the buckets.
-  //
-  // Small gradients are copied into one host buffer per bucket, which is
-  // summed and copied back. A gradient of kInPlaceBytes or more (or that
-  // fills a bucket by itself) is a bucket of its own and, where the backend
-  // computes in host memory (storage_view), is summed where it lies, in
-  // the backend's own layout, without either copy: on the CPU the large
-  // dense weights are most of the bytes a step sends, and copying them to
-  // plain floats and back is a reorder each way. An element-wise sum needs
-  // no particular order of the elements, only the same one on every rank,
-  // which plan_buckets checks once: ranks on different processors may
-  // choose different blocked layouts, and then every gradient is summed
-  // as plain floats.
-  static constexpr std::size_t kInPlaceBytes = std::size_t(256) << 10;
-  struct Bucket {
-    std::size_t first = 0, end = 0;     // parameters [first, end) of network_->parameters()
-    std::size_t offset = 0, elements = 0;  // where their gradients sit in grad_host_
-    bool alone = false;                 // one large parameter
-    std::string layout;                 // alone: its storage layout, the same on every rank, summed in place; empty: copied
-    Communicator::SumRequest request = 0;
-  };
-
-  void plan_buckets() {
-    const auto& params = network_->parameters();
-    std::size_t end = params.size(), offset = 0, elements = 0;
-    auto close = [&](std::size_t first, bool alone) {
-      buckets_.push_back(Bucket{first, end, offset, elements, alone, {}, 0});
-      offset += elements;
-      end = first;
-      elements = 0;
-    };
-    for (std::size_t i = params.size(); i-- > 0;) {
-      const std::size_t own = std::size_t(params[i]->grad.elements());
-      if (own * sizeof(float) >= std::min(kInPlaceBytes, config_.allreduce_bucket_bytes)) {
-        if (elements > 0) close(i + 1, false);  // the small ones after it
-        elements = own;
-        close(i, true);
-        continue;
-      }
-      elements += own;
-      if (elements * sizeof(float) >= config_.allreduce_bucket_bytes || (i == 0 && elements > 0)) close(i, false);
-    }
-    if (end > 0) close(0, false);  // parameters without elements before the first bucket
-    grad_host_.resize(offset);
-  }
-
-  // Before the first step (a collective call, so not in the constructor:
-  // rank 0 makes its trainer before it sends the others the run): the
-  // alone gradients are summed in place only if every rank lays them out
-  // as rank 0 does.
-  void agree_on_layouts() {
-    const auto& params = network_->parameters();
-    std::string layouts;  // every alone gradient's storage layout, in bucket order
-    for (Bucket& bucket : buckets_) {
-      if (!bucket.alone) continue;
-      bucket.layout = backend_->storage_view(params[bucket.first]->grad).layout;
-      layouts += bucket.layout + "\n";
-    }
-    if (!same_on_every_rank(layouts)) {
-      for (Bucket& bucket : buckets_) bucket.layout.clear();
-      reporter_.note("the ranks lay out gradients differently (other processors?): summing them as plain floats");
-    }
-    layouts_agreed_ = true;
-  }
-
-  // True on every rank when `text` is the same on every rank, else false
-  // on every rank. A collective call.
-  bool same_on_every_rank(const std::string& text) {
-    std::uint64_t size = text.size();
-    comm_->broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&size, 1)), 0);
-    std::string rank0 = comm_->rank() == 0 ? text : std::string(size, '\0');
-    comm_->broadcast(std::as_writable_bytes(std::span<char>(rank0)), 0);
-    std::array<double, 1> differing{rank0 == text ? 0.0 : 1.0};
-    comm_->allreduce_sum(std::span<double>(differing));
-    return differing[0] == 0.0;
-  }
-
-  void start_bucket(Bucket& bucket) {
-    const auto& params = network_->parameters();
-    if (!bucket.layout.empty()) {
-      // Gradients keep the layout they were made with; were one to change
-      // on one rank, the ranks would add up unrelated elements.
-      const Backend::StorageView view = backend_->storage_view(params[bucket.first]->grad);
-      if (view.data == nullptr || view.layout != bucket.layout)
-        throw failure("data parallel: the gradient of " + params[bucket.first]->name +
-                      " changed its layout during training");
-      bucket.request = comm_->start_allreduce_sum(std::span<float>(view.data, view.elements));
-      return;
-    }
-    std::size_t at = bucket.offset;
-    for (std::size_t i = bucket.first; i < bucket.end; ++i) {
-      backend_->copy_to_host(params[i]->grad, grad_host_.data() + at);
-      at += std::size_t(params[i]->grad.elements());
-    }
-    bucket.request = comm_->start_allreduce_sum(std::span<float>(grad_host_).subspan(bucket.offset, bucket.elements));
-  }
-
-  // The gradients of parameters [pending, ...) are final: starts the
-  // buckets they complete, and lets the started ones move.
-  void gradients_ready(std::size_t pending) {
-    while (started_ < buckets_.size() && buckets_[started_].first >= pending) start_bucket(buckets_[started_++]);
-    comm_->progress();
-  }
-
-  // After the step's backward passes: starts the buckets not started yet
-  // (all of them on a rank without rows in the last micro-batch), waits for
-  // every sum and puts the summed gradients back.
-  void reduce_gradients() {
-    if (!comm_) return;
-    gradients_ready(0);
-    const auto& params = network_->parameters();
-    for (const Bucket& bucket : buckets_) {
-      comm_->wait(bucket.request);
-      if (!bucket.layout.empty()) {  // summed in place
-        params[bucket.first]->grad.mark_modified();
-        continue;
-      }
-      std::size_t at = bucket.offset;
-      for (std::size_t i = bucket.first; i < bucket.end; ++i) {
-        backend_->copy_from_host(grad_host_.data() + at, params[i]->grad);
-        at += std::size_t(params[i]->grad.elements());
-      }
-    }
-    started_ = 0;
-  }
-
   void run_step() {
-    if (comm_ && !layouts_agreed_) agree_on_layouts();
+    if (reducer_) reducer_->agree_on_layouts();
     const std::int64_t first = micro_index_;
     const std::int64_t last = std::min(first + config_.grad_accum, micro_per_epoch_);
     std::int64_t samples = 0;
@@ -877,14 +742,14 @@ class Trainer::Impl {
       // The step's last backward hands each bucket to the communicator as
       // soon as its gradients are final; earlier micro-batches only add up.
       if (comm_ && m + 1 == last)
-        network_->backward(dloss_, ctx, [this](std::size_t pending) { gradients_ready(pending); });
+        network_->backward(dloss_, ctx, [this](std::size_t pending) { reducer_->gradients_ready(pending); });
       else
         network_->backward(dloss_, ctx);
       any_rows = true;
     }
     if (!any_rows)
       for (Parameter* p : network_->parameters()) backend_->fill_zero(p->grad);
-    reduce_gradients();
+    if (reducer_) reducer_->reduce();
     // fp16: the gradients came scaled by the loss scale; the optimizer
     // takes them times step_scale_ (1/scale, or 0 to skip the step when
     // they overflowed), and the scale adapts, all without a read-back.
@@ -1056,10 +921,7 @@ class Trainer::Impl {
   std::vector<std::uint32_t> batch_rows_;
   std::vector<float> stage_x_, stage_y_;  // batches for a backend the host cannot write
   Communicator* comm_ = nullptr;          // null: this process alone (or a communicator of one)
-  std::vector<float> grad_host_;          // every gradient, bucket after bucket, for the sums across ranks
-  std::vector<Bucket> buckets_;           // in the order backward finishes them (reduce_gradients)
-  std::size_t started_ = 0;               // buckets started in this step
-  bool layouts_agreed_ = false;           // agree_on_layouts has run (a bucket's layout set: in place)
+  std::unique_ptr<engine::GradientReducer> reducer_;  // with comm_: sums the ranks' gradients
   Tensor dloss_, eval_x_, eval_y_;
   // fp16's dynamic loss scale: Backend::unscale_gradients's state
   // [scale, good steps, skipped steps, skipped steps when the epoch began]
