@@ -71,7 +71,7 @@ class CudaBackend final : public Backend {
     capabilities_.int8 = false;
     // Every kernel reduces in a fixed order and, unless the options allow
     // otherwise, the library algorithms are chosen deterministic
-    // (cuda_ops.cc).
+    // (cuda_ops.h).
     capabilities_.deterministic = options.deterministic;
     capabilities_.threads = options.threads;
     capabilities_.device = "cuda";
@@ -317,11 +317,11 @@ class CudaBackend final : public Backend {
   }
   std::unique_ptr<NormOp> batch_norm(const NormSpec& spec) override {
     check_precision(spec.compute);
-    return make_norm_op(ctx_, spec, false);
+    return make_batch_norm_op(ctx_, spec);
   }
   std::unique_ptr<NormOp> layer_norm(const NormSpec& spec) override {
     check_precision(spec.compute);
-    return make_norm_op(ctx_, spec, true);
+    return make_layer_norm_op(ctx_, spec);
   }
   std::unique_ptr<LossOp> loss(LossKind kind, std::int64_t outputs, std::span<const float> class_weights) override {
     return make_loss_op(ctx_, kind, outputs, class_weights);

@@ -68,4 +68,13 @@ int kernel_count(std::int64_t n, const char* what) {
   return static_cast<int>(n);
 }
 
+cudnnDataType_t dnn_type(DType dtype) {
+  return dtype == DType::kBF16 ? CUDNN_DATA_BFLOAT16 : dtype == DType::kF16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
+
+std::array<int, 3> image_dims(const Dims& in, const char* what) {
+  if (in.rank() != 3) throw usage_error(std::string(what) + ": expects a (C, H, W) input, not " + in.str());
+  return {kernel_count(in[0], what), kernel_count(in[1], what), kernel_count(in[2], what)};
+}
+
 }  // namespace anneal::cuda

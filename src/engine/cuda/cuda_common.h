@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -90,5 +91,29 @@ struct CudaContext {
 // Elements per fp32 device pointer, as an int for kernel arguments; kUsage
 // past 2^31 − 1 (a tensor of 8 GiB), which no layer here needs.
 int kernel_count(std::int64_t n, const char* what);
+
+// ---- cuDNN descriptors (the convolution and pooling ops') ----
+
+cudnnDataType_t dnn_type(DType dtype);
+
+// A 4-d NCHW cuDNN tensor descriptor, owned.
+class TensorDesc {
+ public:
+  TensorDesc() { check(cudnnCreateTensorDescriptor(&d_), "tensor descriptor"); }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d_); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+  void set(int n, int c, int h, int w, DType dtype) {
+    check(cudnnSetTensor4dDescriptor(d_, CUDNN_TENSOR_NCHW, dnn_type(dtype), n, c, h, w), "tensor shape");
+  }
+  cudnnTensorDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnTensorDescriptor_t d_ = nullptr;
+};
+
+// (C, H, W) of a per-sample image spec, each within int; kUsage naming
+// `what` otherwise.
+std::array<int, 3> image_dims(const Dims& in, const char* what);
 
 }  // namespace anneal::cuda
