@@ -114,9 +114,12 @@ class BoostedTrees {
   // split). XGBoost's "total_gain".
   std::vector<double> importance() const;
 
-  // The trees as XGBoost's JSON dump (one array element per tree, with
-  // split conditions, default directions and leaf values), for exporters.
-  nlohmann::json dump() const;
+  // The model in XGBoost's JSON model format (its schema: XGBoost's
+  // doc/model.schema), for exporters: learner.gradient_booster.model.trees
+  // holds each tree's children, split indices, split conditions (a leaf's
+  // value at a leaf) and default directions, with every float exact, and
+  // tree_info the output (class) each tree adds to.
+  nlohmann::json model_json() const;
 
   // The base score XGBoost adds to every row's margin before the trees.
   double base_score() const;

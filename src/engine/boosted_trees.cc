@@ -329,13 +329,11 @@ std::vector<double> BoostedTrees::importance() const {
   return scores;
 }
 
-json BoostedTrees::dump() const {
-  bst_ulong count = 0;
-  const char** trees = nullptr;
-  check(XGBoosterDumpModelEx(handle_->booster, "", 1, "json", &count, &trees), "cannot dump the trees");
-  json out = json::array();
-  for (bst_ulong i = 0; i < count; ++i) out.push_back(json::parse(trees[i]));
-  return out;
+json BoostedTrees::model_json() const {
+  bst_ulong length = 0;
+  const char* data = nullptr;
+  check(XGBoosterSaveModelToBuffer(handle_->booster, R"({"format": "json"})", &length, &data), "cannot save");
+  return json::parse(std::string_view(data, length));
 }
 
 double BoostedTrees::base_score() const {
