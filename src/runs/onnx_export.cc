@@ -1,8 +1,9 @@
 // ONNX export: see anneal/onnx_export.h; docs/STORE.md ("ONNX export")
 // specifies the graph. Every step mirrors the code it stands for: the
-// preprocessing transform_row/expand_datetime (preprocess.cc), the layer
-// walk Network's constructor (network_onnx.cc), the heads LossOp::predict
-// and LinearModel::predict, and the class names prediction_csv.cc.
+// preprocessing transform_row/expand_datetime (preprocess.cc), the model's
+// scores its kind (ModelKind::write_onnx: the network's layers and
+// LossOp::predict, LinearModel::predict), and the class names
+// prediction_csv.cc.
 #include "anneal/onnx_export.h"
 
 #include <cmath>
@@ -18,9 +19,8 @@
 #include "anneal/fault_point.h"
 #include "anneal/fs.h"
 #include "anneal/model_inputs.h"
-#include "anneal/network.h"
+#include "anneal/model_kind.h"
 #include "anneal/version.h"
-#include "runs/network_onnx.h"
 #include "runs/onnx_graph.h"
 
 namespace anneal::runs {
@@ -156,8 +156,8 @@ std::string expand_datetime(Graph& g, const ColumnTransform& c, const std::strin
   return g.op("Where", {valid, to32->output(0), g.scalar_f(0.0f)}, "datetime_or_0");
 }
 
-// The graph inputs (one per feature column) and the transformed features:
-// (N, F), or (N, C, H, W) for an image model.
+// The graph inputs (one per feature column) and the transformed features,
+// (N, F).
 std::string preprocess(Graph& g, onnx::GraphProto& graph, const ModelFile& model, json& inputs) {
   std::vector<std::string> parts;
   for (const ColumnTransform& c : model.features.columns()) {
@@ -195,32 +195,7 @@ std::string preprocess(Graph& g, onnx::GraphProto& graph, const ModelFile& model
     attr_int(concat, "axis", 1);
     x = concat->output(0);
   }
-  if (model.linear || model.input_shape.size() == 1) return x;
-  Shape shape = model.input_shape;
-  shape.insert(shape.begin(), -1);
-  return g.op("Reshape", {x, g.int64s("shape", {static_cast<std::int64_t>(shape.size())}, shape)}, "image");
-}
-
-// ------------------------------------------------------------ heads
-
-// The linear model on the features: one score per fitted output, then
-// LinearModel::predict's probabilities (or value).
-std::string linear_scores(Graph& g, const LinearModel& m, const std::string& x) {
-  const auto in = static_cast<std::size_t>(m.inputs), d = in + 1;
-  const std::size_t fitted = d ? m.weights.size() / d : 0;
-  if (in == 0 || fitted == 0 || fitted * d != m.weights.size())
-    throw corrupt("the linear model's weights do not fit its " + std::to_string(m.inputs) + " inputs");
-  std::vector<float> w(in * fitted), b(fitted);
-  for (std::size_t j = 0; j < fitted; ++j) {
-    for (std::size_t c = 0; c < in; ++c) w[j * in + c] = static_cast<float>(m.weights[j * d + c]);
-    b[j] = static_cast<float>(m.weights[j * d + in]);
-  }
-  onnx::NodeProto* n = g.node("Gemm",
-                              {x, g.floats("linear.weight", {static_cast<std::int64_t>(fitted), m.inputs}, w),
-                               g.floats("linear.bias", {static_cast<std::int64_t>(fitted)}, b)},
-                              {g.fresh("linear")});
-  attr_int(n, "transB", 1);
-  return n->output(0);
+  return x;
 }
 
 void write_graph(Graph& g, onnx::GraphProto& graph, const ModelFile& model);
@@ -275,29 +250,12 @@ void write_graph(Graph& g, onnx::GraphProto& graph, const ModelFile& model) {
   json& inputs = g.inputs;
   json& outputs = g.outputs;
   const std::string x = preprocess(g, graph, model, inputs);
+  // The class probabilities of a classifier, the standardized value of a
+  // regression model.
+  const std::string scores = model_kind(model).write_onnx(g, model, x);
   if (model.labels.classification()) {
-    std::string probabilities;
-    if (model.linear) {
-      const std::string s = linear_scores(g, model.linear_model, x);
-      if (model.linear_model.classes == 2) {
-        probabilities = two_classes(g, g.op1("Sigmoid", s, "p1"));
-      } else {
-        const std::string p = g.op1("Sigmoid", s, "ovr");
-        const std::string total = g.op("ReduceSum", {p, g.int64s("axes", {1}, {1})}, "total");
-        probabilities = g.op("Div", {p, total}, "normalized");
-      }
-    } else {
-      const std::string logits = write_network_onnx(g, model, x);
-      if (model.loss == LossKind::kBinaryCrossEntropy) {
-        probabilities = two_classes(g, g.op1("Sigmoid", logits, "p1"));
-      } else {
-        onnx::NodeProto* n = g.node("Softmax", {logits}, {g.fresh("softmax")});
-        attr_int(n, "axis", 1);
-        probabilities = n->output(0);
-      }
-    }
     const auto k = model.labels.classes();
-    g.node("Identity", {probabilities}, {"probabilities"});
+    g.node("Identity", {scores}, {"probabilities"});
     onnx::NodeProto* argmax = g.node("ArgMax", {"probabilities"}, {g.fresh("class")});
     attr_int(argmax, "axis", 1);
     attr_int(argmax, "keepdims", 0);
@@ -311,12 +269,10 @@ void write_graph(Graph& g, onnx::GraphProto& graph, const ModelFile& model) {
     value_info(graph.add_output(), "probabilities", onnx::TensorProto::FLOAT, {-1, k});
     outputs = {"label", "probabilities"};
   } else {
-    const std::string standardized =
-        model.linear ? linear_scores(g, model.linear_model, x) : write_network_onnx(g, model, x);
     // LabelEncoding::decode_value: the target's own units.
     const LabelEncoding& l = model.labels;
     const double scale = l.decode_value(1) - l.decode_value(0), mean = l.decode_value(0);
-    const std::string v = g.op("Add", {g.op("Mul", {standardized, g.scalar_f(static_cast<float>(scale))}, "scaled"),
+    const std::string v = g.op("Add", {g.op("Mul", {scores, g.scalar_f(static_cast<float>(scale))}, "scaled"),
                                        g.scalar_f(static_cast<float>(mean))},
                                "decoded");
     g.node("Reshape", {v, g.int64s("shape", {1}, {-1})}, {"value"});
