@@ -8,6 +8,7 @@
 #include "anneal/quantize.h"
 #include "derived_model.h"
 #include "anneal/model_file.h"
+#include "anneal/model_kind.h"
 
 namespace anneal {
 
@@ -19,13 +20,12 @@ BenchResult bench_model(Store& store, const BenchRequest& request) {
   BenchResult result;
   result.model = find_model(store, parse_model_ref(request.model, "MODEL"));
   const runs::ModelFile model = runs::decode_model(read_model(store, result.model), "model " + result.model.ref());
-  result.precision = model.linear ? "fp64 (linear)" : model.int8 ? "int8" : precision_name(model.precision);
+  const runs::ModelKind& kind = runs::model_kind(model);
+  result.precision = kind.precision(model);
   result.sparsity = compress::weight_sparsity(model);
   result.batch = request.batch;
   std::int64_t width = 1;
-  if (model.linear) width = model.features.output_width();
-  else
-    for (auto d : model.input_shape) width *= d;
+  for (auto d : kind.input_shape(model)) width *= d;
 
   // Standardized inputs look like N(0, 1): draw them from a fixed-seed
   // generator (SplitMix64 + Box-Muller), so every run sees the same rows.
@@ -44,10 +44,7 @@ BenchResult bench_model(Store& store, const BenchRequest& request) {
 
   const std::unique_ptr<Backend> backend = make_backend({.device = request.device, .threads = request.threads, .int8 = model.int8});
   runs::Predictor predictor(model, *backend, request.batch);
-  result.engine = model.linear ? "linear"
-                  : !predictor.inference_only() ? "network"
-                  : model.int8 ? "network (int8)"
-                               : "network (sparse)";
+  result.engine = predictor.engine();
   std::vector<float> x = make_rows(request.batch);
   using Clock = std::chrono::steady_clock;
   auto time = [&](const std::vector<float>& rows) {

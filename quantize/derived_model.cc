@@ -9,17 +9,19 @@
 #include "anneal/version.h"
 #include "anneal/scoring.h"
 #include "anneal/model_inputs.h"
+#include "anneal/model_kind.h"
 
 namespace anneal::compress {
 using nlohmann::json;
 
-Parent load_parent(Store& store, const std::string& ref, std::string_view operation) {
+Parent load_parent(Store& store, const std::string& ref, Derivation derivation) {
   Parent p;
   p.record = find_model(store, parse_model_ref(ref, "MODEL"));
   p.model = runs::decode_model(read_model(store, p.record), "model " + p.record.ref());
-  if (p.model.linear)
-    throw usage_error(std::string(operation) + " " + p.record.ref() +
-                      ": a linear model has no network to " + std::string(operation));
+  const runs::ModelKind& kind = runs::model_kind(p.model);
+  const bool quantize = derivation == Derivation::kQuantize;
+  const std::string why = quantize ? kind.why_not_quantizable(p.model) : kind.why_not_prunable(p.model);
+  if (!why.empty()) throw usage_error((quantize ? "quantize " : "prune ") + p.record.ref() + ": " + why);
   return p;
 }
 

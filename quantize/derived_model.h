@@ -19,8 +19,13 @@ struct Parent {
   ModelRecord record;
   runs::ModelFile model;
 };
-// The parent model; kUsage for a linear model (nothing to quantize/prune).
-Parent load_parent(Store& store, const std::string& ref, std::string_view operation);
+// What a derived model is made by.
+enum class Derivation : std::uint8_t { kQuantize, kPrune };
+
+// The parent model; kUsage with its kind's reason when it cannot be the
+// parent of `derivation` (a linear model, an int8 one: ModelKind's
+// why_not_quantizable, why_not_prunable).
+Parent load_parent(Store& store, const std::string& ref, Derivation derivation);
 
 // Bytes the model blob takes in the store: each chunk as the object store
 // writes it (16-byte header + zstd level 1 frame).

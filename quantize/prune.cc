@@ -150,9 +150,7 @@ std::string prune_structured(runs::ModelFile& m, const std::vector<WeightedLayer
 }  // namespace
 
 CompressResult prune_model(Store& store, const PruneRequest& request, Reporter& reporter) {
-  compress::Parent parent = compress::load_parent(store, request.model, "prune");
-  if (parent.model.int8)
-    throw usage_error("prune " + parent.record.ref() + ": the model is int8; prune its fp32 parent, then quantize");
+  compress::Parent parent = compress::load_parent(store, request.model, compress::Derivation::kPrune);
   if (!(request.sparsity > 0 && request.sparsity < 1))
     throw usage_error(Subject::kPruneSparsity, "must be in (0, 1), not " + std::to_string(request.sparsity));
   if (request.finetune_epochs < 0) throw usage_error(Subject::kFinetuneEpochs, "must be >= 0");

@@ -238,8 +238,7 @@ void fine_tune_quantized(runs::ModelFile& model, const std::vector<WeightedLayer
 }  // namespace
 
 CompressResult quantize_model(Store& store, const QuantizeRequest& request, Reporter& reporter) {
-  compress::Parent parent = compress::load_parent(store, request.model, "quantize");
-  if (parent.model.int8) throw usage_error("quantize " + parent.record.ref() + ": the model is already int8");
+  compress::Parent parent = compress::load_parent(store, request.model, compress::Derivation::kQuantize);
   if (request.calib_samples < 1)
     throw usage_error(Subject::kCalibrationSamples, "must be >= 1, not " + std::to_string(request.calib_samples));
   if (request.qat_epochs < 0)

@@ -14,7 +14,9 @@
 // transform, the label encoding, the loss, the layer spec (or the linear
 // model), the input shape, the dataset's columns and each tensor's name,
 // dims and offset. docs/STORE.md ("Models and checkpoints") specifies the
-// bytes. Public for the libraries built on src/runs (quantize/) and the tests.
+// bytes. What differs between a network and a linear model is the model's
+// kind's (anneal/model_kind.h). Public for the libraries built on src/runs
+// (quantize/) and the tests.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,7 @@
 
 #include "anneal/backend.h"
 #include "anneal/linear.h"
+#include "anneal/model_kind.h"
 #include "anneal/network.h"
 #include "anneal/preprocess.h"
 #include "anneal/table.h"
@@ -53,8 +56,9 @@ struct LayerScales {
   float input = 0, output = 0;
 };
 
+// A model's fields: the common ones, then each kind's own (model_kind.h).
 struct ModelFile {
-  bool linear = false;
+  ModelKindId kind = ModelKindId::kNetwork;
   FeatureTransform features;
   LabelEncoding labels;
   LossKind loss = LossKind::kSoftmaxCrossEntropy;
@@ -97,28 +101,28 @@ struct Checkpoint {
 std::string encode_checkpoint(const Checkpoint& checkpoint);
 Checkpoint decode_checkpoint(std::string_view bytes, const std::string& owner);
 
-// A saved model ready to score preprocessed rows on `backend`, which must
-// outlive it. One thread at a time.
+// A saved model ready to score preprocessed rows on `backend`: the model's
+// kind's predictor. `model` and `backend` must outlive it. One thread at a
+// time.
 class Predictor {
  public:
-  // `batch`: rows per forward pass.
+  // `batch`: rows per forward pass. kCorrupt when the model's weights do
+  // not fit it.
   Predictor(const ModelFile& model, Backend& backend, std::int64_t batch = 256);
   ~Predictor();
   Predictor(const Predictor&) = delete;
   Predictor& operator=(const Predictor&) = delete;
   // rows x outputs: class probabilities (bce: P(1)), or the standardized value.
-  std::vector<float> predict(std::span<const float> features);
+  std::vector<float> predict(std::span<const float> features) { return kind_predictor_->predict(features); }
+  // What runs the predictions ("network", "network (int8)", "linear", ...).
+  std::string engine() const { return kind_predictor_->engine(); }
   // True when the model runs as an inference-only network (int8, sparse weights).
-  bool inference_only() const { return network_ != nullptr && network_->inference_only(); }
+  bool inference_only() const { return kind_predictor_->inference_only(); }
   // Inference-only: the kernel each layer ran on last; else empty.
-  std::vector<LayerKernel> kernels() const;
+  std::vector<LayerKernel> kernels() const { return kind_predictor_->kernels(); }
 
  private:
-  const ModelFile& model_;
-  Backend* backend_;
-  std::int64_t batch_;
-  std::unique_ptr<Network> network_;
-  std::unique_ptr<LossOp> loss_;
+  std::unique_ptr<KindPredictor> kind_predictor_;
 };
 
 // BLAKE2b-256 hex of a linear model's weights (its "weights hash").

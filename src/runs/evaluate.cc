@@ -4,6 +4,7 @@
 #include "anneal/model_metrics.h"
 #include "anneal/runs.h"
 #include "anneal/model_inputs.h"
+#include "anneal/model_kind.h"
 #include "anneal/scoring.h"
 
 namespace anneal {
@@ -24,9 +25,9 @@ void score_predictions(const runs::ModelFile& model, const std::vector<float>& p
   result.classification = model.labels.classification();
   if (result.classification) {
     result.class_names = model.labels.class_names();
-    LossKind as = model.linear ? LossKind::kSoftmaxCrossEntropy : model.loss;
+    const LossKind head = runs::model_kind(model).prediction_loss(model);
     result.classification_metrics =
-        classification_metrics(runs::class_probabilities(as, predictions), y, model.labels.classes());
+        classification_metrics(runs::class_probabilities(head, predictions), y, model.labels.classes());
   } else {
     std::vector<double> p(predictions.size()), t(y.size());
     for (std::size_t i = 0; i < p.size(); ++i) p[i] = model.labels.decode_value(predictions[i]);

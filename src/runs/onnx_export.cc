@@ -1,12 +1,10 @@
 // ONNX export: see anneal/onnx_export.h; docs/STORE.md ("ONNX export")
 // specifies the graph. Every step mirrors the code it stands for: the
-// preprocessing transform_row/expand_datetime (preprocess.cc), the layer
-// walk Network's constructor (network.cc: layer numbering, fused
-// activations, the int8 activation types), the heads LossOp::predict and
-// LinearModel::predict, and the class names prediction_csv.cc.
+// preprocessing transform_row/expand_datetime (preprocess.cc), the model's
+// scores its kind (ModelKind::write_onnx: the network's layers and
+// LossOp::predict, LinearModel::predict), and the class names
+// prediction_csv.cc.
 #include "anneal/onnx_export.h"
-
-#include <onnx.pb.h>
 
 #include <cmath>
 #include <cstdint>
@@ -21,133 +19,15 @@
 #include "anneal/fault_point.h"
 #include "anneal/fs.h"
 #include "anneal/model_inputs.h"
-#include "anneal/network.h"
+#include "anneal/model_kind.h"
 #include "anneal/version.h"
+#include "runs/onnx_graph.h"
 
 namespace anneal::runs {
 namespace {
 
 using nlohmann::json;
-using Shape = std::vector<std::int64_t>;
-
-std::int64_t product(const Shape& s) {
-  std::int64_t p = 1;
-  for (auto d : s) p *= d;
-  return p;
-}
-
-// The graph under construction: nodes, initializers and fresh names.
-// Intermediate names start with "anneal:" and a counter; a feature column
-// with such a name is refused (write_graph), so none can clash.
-class Graph {
- public:
-  explicit Graph(onnx::GraphProto* g) : g_(g) {}
-
-  json inputs = json::array();   // what each graph input is (metadata "anneal.inputs")
-  json outputs = json::array();  // the graph outputs' names
-
-  std::string fresh(const std::string& hint) { return "anneal:" + std::to_string(next_++) + ":" + hint; }
-
-  onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& inputs,
-                        const std::vector<std::string>& outputs, const std::string& domain = "") {
-    onnx::NodeProto* n = g_->add_node();
-    n->set_op_type(op);
-    if (!domain.empty()) n->set_domain(domain);
-    n->set_name(outputs.empty() ? op : outputs[0]);
-    for (const auto& i : inputs) n->add_input(i);
-    for (const auto& o : outputs) n->add_output(o);
-    return n;
-  }
-  // A node with one output, named after `hint`; returns the output.
-  std::string op(const std::string& op, const std::vector<std::string>& inputs, const std::string& hint) {
-    std::string out = fresh(hint);
-    node(op, inputs, {out});
-    return out;
-  }
-  std::string op1(const std::string& op, const std::string& input, const std::string& hint) {
-    return this->op(op, {input}, hint);
-  }
-
-  std::string floats(const std::string& hint, const Shape& dims, const std::vector<float>& values) {
-    onnx::TensorProto* t = initializer(hint, dims, onnx::TensorProto::FLOAT);
-    for (float v : values) t->add_float_data(v);
-    return t->name();
-  }
-  std::string doubles(const std::string& hint, const Shape& dims, const std::vector<double>& values) {
-    onnx::TensorProto* t = initializer(hint, dims, onnx::TensorProto::DOUBLE);
-    for (double v : values) t->add_double_data(v);
-    return t->name();
-  }
-  std::string int64s(const std::string& hint, const Shape& dims, const std::vector<std::int64_t>& values) {
-    onnx::TensorProto* t = initializer(hint, dims, onnx::TensorProto::INT64);
-    for (auto v : values) t->add_int64_data(v);
-    return t->name();
-  }
-  // int8 or uint8 values, packed in raw_data.
-  std::string bytes(const std::string& hint, const Shape& dims, bool is_signed, const std::vector<std::int8_t>& values) {
-    onnx::TensorProto* t = initializer(hint, dims, is_signed ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8);
-    t->set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size()));
-    return t->name();
-  }
-  std::string scalar(double v) { return doubles("const", {}, {v}); }
-  std::string scalar_f(float v) { return floats("const", {}, {v}); }
-
- private:
-  onnx::TensorProto* initializer(const std::string& hint, const Shape& dims, onnx::TensorProto::DataType type) {
-    onnx::TensorProto* t = g_->add_initializer();
-    t->set_name(fresh(hint));
-    t->set_data_type(type);
-    for (auto d : dims) t->add_dims(d);
-    return t;
-  }
-
-  onnx::GraphProto* g_;
-  std::uint64_t next_ = 0;
-};
-
-void attr_int(onnx::NodeProto* n, const std::string& name, std::int64_t v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INT);
-  a->set_i(v);
-}
-void attr_float(onnx::NodeProto* n, const std::string& name, float v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::FLOAT);
-  a->set_f(v);
-}
-void attr_ints(onnx::NodeProto* n, const std::string& name, const std::vector<std::int64_t>& v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INTS);
-  for (auto x : v) a->add_ints(x);
-}
-void attr_string(onnx::NodeProto* n, const std::string& name, const std::string& v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::STRING);
-  a->set_s(v);
-}
-void attr_strings(onnx::NodeProto* n, const std::string& name, const std::vector<std::string>& v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::STRINGS);
-  for (const auto& x : v) a->add_strings(x);
-}
-
-// A graph input or output: `type` elements, dims (-1: the batch, "N").
-void value_info(onnx::ValueInfoProto* v, const std::string& name, onnx::TensorProto::DataType type, const Shape& dims) {
-  v->set_name(name);
-  auto* t = v->mutable_type()->mutable_tensor_type();
-  t->set_elem_type(type);
-  auto* shape = t->mutable_shape();
-  for (auto d : dims) {
-    auto* dim = shape->add_dim();
-    if (d < 0) dim->set_dim_param("N");
-    else dim->set_dim_value(d);
-  }
-}
+using namespace onnx_graph;
 
 constexpr double kTwoPi = 6.283185307179586;
 
@@ -276,8 +156,8 @@ std::string expand_datetime(Graph& g, const ColumnTransform& c, const std::strin
   return g.op("Where", {valid, to32->output(0), g.scalar_f(0.0f)}, "datetime_or_0");
 }
 
-// The graph inputs (one per feature column) and the transformed features:
-// (N, F), or (N, C, H, W) for an image model.
+// The graph inputs (one per feature column) and the transformed features,
+// (N, F).
 std::string preprocess(Graph& g, onnx::GraphProto& graph, const ModelFile& model, json& inputs) {
   std::vector<std::string> parts;
   for (const ColumnTransform& c : model.features.columns()) {
@@ -315,242 +195,7 @@ std::string preprocess(Graph& g, onnx::GraphProto& graph, const ModelFile& model
     attr_int(concat, "axis", 1);
     x = concat->output(0);
   }
-  if (model.linear || model.input_shape.size() == 1) return x;
-  Shape shape = model.input_shape;
-  shape.insert(shape.begin(), -1);
-  return g.op("Reshape", {x, g.int64s("shape", {static_cast<std::int64_t>(shape.size())}, shape)}, "image");
-}
-
-// ------------------------------------------------------------ network
-
-enum class Act : std::uint8_t { kF32, kS8, kU8 };
-
-class NetworkWriter {
- public:
-  NetworkWriter(Graph& g, const ModelFile& model) : g_(g), model_(model) {
-    for (const auto& t : model.tensors) tensors_[t.name] = &t;
-  }
-
-  // The network's output (N, outputs): logits or the standardized value.
-  std::string write(std::string x) {
-    const std::vector<LayerSpec> specs = parse_layer_spec(model_.layers);
-    std::size_t last_weighted = specs.size();
-    for (std::size_t i = 0; i < specs.size(); ++i)
-      if (specs[i].name == "dense" || specs[i].name == "conv") last_weighted = i;
-    Shape shape = model_.input_shape;
-    int index = 0;  // the layer number, as Network numbers them (its parameters' prefix)
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      const LayerSpec& s = specs[i];
-      std::string fused;  // a relu/tanh/sigmoid the dense/conv op runs (network.cc)
-      if ((s.name == "dense" || s.name == "conv") && i + 1 < specs.size() && specs[i + 1].args.empty() &&
-          specs[i + 1].options.empty() &&
-          (specs[i + 1].name == "relu" || specs[i + 1].name == "tanh" || specs[i + 1].name == "sigmoid"))
-        fused = specs[i + 1].name;
-      if (s.name == "dense") {
-        if (shape.size() != 1) {  // the implicit flatten takes a number
-          x = flatten(x);
-          shape = {product(shape)};
-          ++index;
-        }
-        const std::int64_t width = static_cast<std::int64_t>(s.args.at(0));
-        x = weighted(s, std::to_string(index) + ".dense", x, fused, i == last_weighted, {width, shape[0]},
-                     [&](const std::string& in, const std::string& w, const std::string& b) {
-                       onnx::NodeProto* n = g_.node("Gemm", {in, w, b}, {g_.fresh(s.text)});
-                       attr_int(n, "transB", 1);
-                       return n->output(0);
-                     });
-        shape = {width};
-      } else if (s.name == "conv") {
-        const auto channels = static_cast<std::int64_t>(s.args.at(0));
-        const auto kernel = static_cast<std::int64_t>(s.args.at(1));
-        const std::int64_t stride = option(s, "stride", 1), pad = option(s, "pad", 0);
-        need_image(s, shape);
-        x = weighted(s, std::to_string(index) + ".conv", x, fused, i == last_weighted,
-                     {channels, shape[0], kernel, kernel},
-                     [&](const std::string& in, const std::string& w, const std::string& b) {
-                       onnx::NodeProto* n = g_.node("Conv", {in, w, b}, {g_.fresh(s.text)});
-                       attr_ints(n, "kernel_shape", {kernel, kernel});
-                       attr_ints(n, "strides", {stride, stride});
-                       attr_ints(n, "pads", {pad, pad, pad, pad});
-                       return n->output(0);
-                     });
-        shape = {channels, (shape[1] + 2 * pad - kernel) / stride + 1, (shape[2] + 2 * pad - kernel) / stride + 1};
-      } else if (s.name == "maxpool" || s.name == "avgpool") {
-        const auto kernel = static_cast<std::int64_t>(s.args.at(0));
-        const std::int64_t stride = option(s, "stride", kernel);
-        need_image(s, shape);
-        onnx::NodeProto* n = g_.node(s.name == "maxpool" ? "MaxPool" : "AveragePool", {x}, {g_.fresh(s.text)});
-        attr_ints(n, "kernel_shape", {kernel, kernel});
-        attr_ints(n, "strides", {stride, stride});
-        x = n->output(0);
-        // int8: the pooling runs on the quantized values and its output is
-        // quantized again at the same scale (an average rounds).
-        if (act_ != Act::kF32 && s.name == "avgpool") x = qdq(x, act_scale_, act_ == Act::kS8);
-        shape = {shape[0], (shape[1] - kernel) / stride + 1, (shape[2] - kernel) / stride + 1};
-      } else if (s.name == "flatten") {
-        if (shape.size() == 1) continue;  // already flat: Network builds nothing
-        x = flatten(x);
-        shape = {product(shape)};
-      } else if (s.name == "relu" || s.name == "tanh" || s.name == "sigmoid" || s.name == "gelu") {
-        if (s.name != "gelu" && i > 0 && index > 0 && (specs[i - 1].name == "dense" || specs[i - 1].name == "conv"))
-          continue;  // fused into the layer before: written with it
-        x = activation(s.name, x);
-        act_ = Act::kF32;
-      } else if (s.name == "dropout") {
-        // The identity at inference: no node, but a layer number.
-      } else if (s.name == "batchnorm") {
-        const std::string p = std::to_string(index) + ".batchnorm.";
-        onnx::NodeProto* n = g_.node("BatchNormalization",
-                                     {x, tensor(s, p + "scale", {shape[0]}), tensor(s, p + "shift", {shape[0]}),
-                                      tensor(s, p + "running_mean", {shape[0]}), tensor(s, p + "running_var", {shape[0]})},
-                                     {g_.fresh(s.text)});
-        attr_float(n, "epsilon", 1e-5f);
-        x = n->output(0);
-      } else if (s.name == "layernorm") {
-        const std::string p = std::to_string(index) + ".layernorm.";
-        onnx::NodeProto* n = g_.node("LayerNormalization",
-                                     {x, tensor(s, p + "scale", {shape[0]}), tensor(s, p + "shift", {shape[0]})},
-                                     {g_.fresh(s.text)});
-        attr_int(n, "axis", -1);
-        attr_float(n, "epsilon", 1e-5f);
-        x = n->output(0);
-      } else {
-        throw usage_error(where(s) + ": the ONNX export has no operator for this layer");
-      }
-      ++index;
-    }
-    return x;
-  }
-
- private:
-  static std::string where(const LayerSpec& s) {
-    return "layer " + std::to_string(s.position) + " '" + s.text + "'";
-  }
-  static std::int64_t option(const LayerSpec& s, const std::string& key, std::int64_t fallback) {
-    for (const auto& [k, v] : s.options)
-      if (k == key) return static_cast<std::int64_t>(v);
-    return fallback;
-  }
-  static void need_image(const LayerSpec& s, const Shape& shape) {
-    if (shape.size() != 3) throw corrupt(where(s) + " needs an image input but gets a flat one");
-  }
-
-  std::string flatten(const std::string& x) {
-    onnx::NodeProto* n = g_.node("Flatten", {x}, {g_.fresh("flatten")});
-    attr_int(n, "axis", 1);
-    return n->output(0);
-  }
-
-  std::string activation(const std::string& name, const std::string& x) {
-    if (name == "relu") return g_.op1("Relu", x, "relu");
-    if (name == "tanh") return g_.op1("Tanh", x, "tanh");
-    if (name == "sigmoid") return g_.op1("Sigmoid", x, "sigmoid");
-    // gelu (oneDNN's erf form): x · (1 + erf(x / √2)) / 2. Opset 17 has no Gelu.
-    const std::string erf = g_.op1("Erf", g_.op("Mul", {x, g_.scalar_f(static_cast<float>(1.0 / std::sqrt(2.0)))}, "scaled"), "erf");
-    const std::string half = g_.op("Mul", {x, g_.scalar_f(0.5f)}, "half");
-    return g_.op("Mul", {half, g_.op("Add", {erf, g_.scalar_f(1.0f)}, "one_plus_erf")}, "gelu");
-  }
-
-  // The f32 initializer of parameter `name`, checked against `dims`.
-  std::string tensor(const LayerSpec& s, const std::string& name, const Shape& dims) {
-    const NamedTensor& t = find(s, name, dims);
-    return g_.floats(name, dims, t.values);
-  }
-  const NamedTensor& find(const LayerSpec& s, const std::string& name, const Shape& dims) const {
-    auto it = tensors_.find(name);
-    if (it == tensors_.end()) throw corrupt(where(s) + " has no tensor '" + name + "'");
-    if (static_cast<std::int64_t>(it->second->values.size()) != product(dims))
-      throw corrupt("tensor '" + name + "' has " + std::to_string(it->second->values.size()) +
-                    " values, expected " + std::to_string(product(dims)));
-    return *it->second;
-  }
-
-  // QuantizeLinear then DequantizeLinear at `scale` (zero point 0): int8
-  // (s8) or uint8 (u8) levels.
-  std::string qdq(const std::string& x, float scale, bool is_signed) {
-    const std::string s = g_.scalar_f(scale);
-    const std::string zero = g_.bytes("zero_point", {}, is_signed, {0});
-    const std::string q = g_.op("QuantizeLinear", {x, s, zero}, "quantized");
-    return g_.op("DequantizeLinear", {q, s, zero}, "dequantized");
-  }
-
-  // A dense or conv layer: `make(input, weight, bias)` writes its op. int8:
-  // the input quantized (an f32 input at the layer's input scale; an s8/u8
-  // one arrives quantized), the weights s8 per output channel, the output
-  // quantized u8 after a relu, s8 otherwise, f32 for the last layer and
-  // after tanh/sigmoid (network.cc's int8_activations).
-  template <class Make>
-  std::string weighted(const LayerSpec& s, const std::string& prefix, std::string x, const std::string& fused,
-                       bool last, const Shape& weight_dims, Make make) {
-    const NamedTensor& w = find(s, prefix + ".weight", weight_dims);
-    const std::string bias = tensor(s, prefix + ".bias", {weight_dims[0]});
-    std::string weight;
-    if (model_.int8) {
-      auto sc = model_.activation_scales.find(prefix);
-      if (w.encoding != TensorEncoding::kS8 || w.q.size() != w.values.size() ||
-          static_cast<std::int64_t>(w.scales.size()) != weight_dims[0] || sc == model_.activation_scales.end())
-        throw corrupt("int8 layer " + prefix + " lacks its s8 weights or scales");
-      if (act_ == Act::kF32) x = qdq(x, sc->second.input, true);
-      const std::string q = g_.bytes(prefix + ".weight_q", weight_dims, true, w.q);
-      const std::string scales = g_.floats(prefix + ".weight_scale", {weight_dims[0]}, w.scales);
-      const std::string zeros =
-          g_.bytes(prefix + ".weight_zero", {weight_dims[0]}, true, std::vector<std::int8_t>(w.scales.size(), 0));
-      weight = g_.fresh(prefix + ".weight");
-      onnx::NodeProto* n = g_.node("DequantizeLinear", {q, scales, zeros}, {weight});
-      attr_int(n, "axis", 0);
-    } else {
-      weight = g_.floats(prefix + ".weight", weight_dims, w.values);
-    }
-    std::string y = make(x, weight, bias);
-    if (!fused.empty()) y = activation(fused, y);
-    if (model_.int8) {
-      const bool f32_out = last || (!fused.empty() && fused != "relu");
-      if (f32_out) {
-        act_ = Act::kF32;
-      } else {
-        act_ = fused == "relu" ? Act::kU8 : Act::kS8;
-        act_scale_ = model_.activation_scales.at(prefix).output;
-        y = qdq(y, act_scale_, act_ == Act::kS8);
-      }
-    }
-    return y;
-  }
-
-  Graph& g_;
-  const ModelFile& model_;
-  std::map<std::string, const NamedTensor*> tensors_;
-  Act act_ = Act::kF32;  // int8: what flows between layers
-  float act_scale_ = 1;
-};
-
-// ------------------------------------------------------------ heads
-
-// The linear model on the features: one score per fitted output, then
-// LinearModel::predict's probabilities (or value).
-std::string linear_scores(Graph& g, const LinearModel& m, const std::string& x) {
-  const auto in = static_cast<std::size_t>(m.inputs), d = in + 1;
-  const std::size_t fitted = d ? m.weights.size() / d : 0;
-  if (in == 0 || fitted == 0 || fitted * d != m.weights.size())
-    throw corrupt("the linear model's weights do not fit its " + std::to_string(m.inputs) + " inputs");
-  std::vector<float> w(in * fitted), b(fitted);
-  for (std::size_t j = 0; j < fitted; ++j) {
-    for (std::size_t c = 0; c < in; ++c) w[j * in + c] = static_cast<float>(m.weights[j * d + c]);
-    b[j] = static_cast<float>(m.weights[j * d + in]);
-  }
-  onnx::NodeProto* n = g.node("Gemm",
-                              {x, g.floats("linear.weight", {static_cast<std::int64_t>(fitted), m.inputs}, w),
-                               g.floats("linear.bias", {static_cast<std::int64_t>(fitted)}, b)},
-                              {g.fresh("linear")});
-  attr_int(n, "transB", 1);
-  return n->output(0);
-}
-
-// P(class 1) (N, 1) -> (N, 2): 1 - p, p.
-std::string two_classes(Graph& g, const std::string& p) {
-  const std::string q = g.op("Sub", {g.scalar_f(1.0f), p}, "p0");
-  onnx::NodeProto* n = g.node("Concat", {q, p}, {g.fresh("p01")});
-  attr_int(n, "axis", 1);
-  return n->output(0);
+  return x;
 }
 
 void write_graph(Graph& g, onnx::GraphProto& graph, const ModelFile& model);
@@ -605,29 +250,12 @@ void write_graph(Graph& g, onnx::GraphProto& graph, const ModelFile& model) {
   json& inputs = g.inputs;
   json& outputs = g.outputs;
   const std::string x = preprocess(g, graph, model, inputs);
+  // The class probabilities of a classifier, the standardized value of a
+  // regression model.
+  const std::string scores = model_kind(model).write_onnx(g, model, x);
   if (model.labels.classification()) {
-    std::string probabilities;
-    if (model.linear) {
-      const std::string s = linear_scores(g, model.linear_model, x);
-      if (model.linear_model.classes == 2) {
-        probabilities = two_classes(g, g.op1("Sigmoid", s, "p1"));
-      } else {
-        const std::string p = g.op1("Sigmoid", s, "ovr");
-        const std::string total = g.op("ReduceSum", {p, g.int64s("axes", {1}, {1})}, "total");
-        probabilities = g.op("Div", {p, total}, "normalized");
-      }
-    } else {
-      const std::string logits = NetworkWriter(g, model).write(x);
-      if (model.loss == LossKind::kBinaryCrossEntropy) {
-        probabilities = two_classes(g, g.op1("Sigmoid", logits, "p1"));
-      } else {
-        onnx::NodeProto* n = g.node("Softmax", {logits}, {g.fresh("softmax")});
-        attr_int(n, "axis", 1);
-        probabilities = n->output(0);
-      }
-    }
     const auto k = model.labels.classes();
-    g.node("Identity", {probabilities}, {"probabilities"});
+    g.node("Identity", {scores}, {"probabilities"});
     onnx::NodeProto* argmax = g.node("ArgMax", {"probabilities"}, {g.fresh("class")});
     attr_int(argmax, "axis", 1);
     attr_int(argmax, "keepdims", 0);
@@ -641,12 +269,10 @@ void write_graph(Graph& g, onnx::GraphProto& graph, const ModelFile& model) {
     value_info(graph.add_output(), "probabilities", onnx::TensorProto::FLOAT, {-1, k});
     outputs = {"label", "probabilities"};
   } else {
-    const std::string standardized =
-        model.linear ? linear_scores(g, model.linear_model, x) : NetworkWriter(g, model).write(x);
     // LabelEncoding::decode_value: the target's own units.
     const LabelEncoding& l = model.labels;
     const double scale = l.decode_value(1) - l.decode_value(0), mean = l.decode_value(0);
-    const std::string v = g.op("Add", {g.op("Mul", {standardized, g.scalar_f(static_cast<float>(scale))}, "scaled"),
+    const std::string v = g.op("Add", {g.op("Mul", {scores, g.scalar_f(static_cast<float>(scale))}, "scaled"),
                                        g.scalar_f(static_cast<float>(mean))},
                                "decoded");
     g.node("Reshape", {v, g.int64s("shape", {1}, {-1})}, {"value"});

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "anneal/model_kind.h"
 #include "anneal/scoring.h"
 
 namespace anneal::runs {
@@ -36,8 +37,8 @@ std::string prediction_csv_rows(const ModelFile& model, std::span<const float> p
                                 std::uint64_t first_row) {
   std::string csv;
   const bool classification = model.labels.classification();
-  LossKind as = model.linear ? LossKind::kSoftmaxCrossEntropy : model.loss;
-  std::vector<float> probs = classification ? class_probabilities(as, predictions) : std::vector<float>();
+  const LossKind head = model_kind(model).prediction_loss(model);
+  std::vector<float> probs = classification ? class_probabilities(head, predictions) : std::vector<float>();
   const auto k = static_cast<std::size_t>(classification ? model.labels.classes() : 1);
   for (std::uint64_t r = 0; r < rows; ++r) {
     csv += std::to_string(first_row + r + 1) + ",";

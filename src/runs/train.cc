@@ -376,7 +376,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       linear = fit_linear(data, config.linear_l2);
 
     if (config.linear_only) {
-      model.linear = true;
+      model.kind = runs::ModelKindId::kLinear;
       model.linear_model = *linear;
       model.weights_hash = runs::linear_weights_hash(*linear);
       // Unprefixed val_*/test_* keys: here the linear model is the model.

@@ -9,6 +9,7 @@
 #include "anneal/catalog_jobs.h"
 #include "anneal/error.h"
 #include "anneal/model_inputs.h"
+#include "anneal/model_kind.h"
 #include "anneal/network.h"
 #include "anneal/preprocess.h"
 
@@ -42,11 +43,7 @@ std::vector<ParsedLayer> parsed_layers(std::string_view spec) {
 // Why `parent` cannot start a run of `config`, judged without the data; ""
 // when nothing is wrong so far.
 std::string refusal_by_config(const ModelFile& parent, const TrainConfig& config) {
-  if (parent.linear) return "it is a linear model, without network weights to start from";
-  if (parent.int8) return "it is an int8 model; warm-start from its fp32 parent";
-  if (!parent.compression.empty() || inference_only(parent))
-    return "it was made by " + parent.compression.value("operation", std::string("compression")) +
-           "; warm-start from the model it was made from";
+  if (std::string why = model_kind(parent).why_not_warm_start_parent(parent); !why.empty()) return why;
   if (config.linear_only) return "layers = linear trains no network";
   std::vector<ParsedLayer> wanted;
   try {

@@ -24,6 +24,7 @@
 #include "anneal/preprocess.h"
 #include "anneal/trainer.h"
 #include "anneal/model_file.h"
+#include "anneal/model_kind.h"
 #include "test_util.h"
 
 namespace anneal {
@@ -322,6 +323,96 @@ TEST(ModelFormat, Format2DimsLargerThanTheBytesAreCorruptBeforeAllocating) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << e.what();
   }
+}
+
+// The model kinds (anneal/model_kind.h): each kind's stored name finds
+// it, a linear model keeps its bytes, and a kind this anneal does not know
+// is refused as damaged.
+TEST(ModelKinds, StoredNamesFindTheirKinds) {
+  EXPECT_EQ(runs::model_kind(runs::ModelKindId::kNetwork).name(), "network");
+  EXPECT_EQ(runs::model_kind(runs::ModelKindId::kLinear).name(), "linear");
+  for (runs::ModelKindId id : {runs::ModelKindId::kNetwork, runs::ModelKindId::kLinear})
+    EXPECT_EQ(runs::model_kind_named(runs::model_kind(id).name()), id);
+  EXPECT_FALSE(runs::model_kind_named("forest"));
+  EXPECT_EQ(runs::model_kind_names(), "network, linear");
+}
+
+// The tiny model's features through a logistic regression: one row of
+// inputs + 1 weights (the intercept last) for two classes.
+runs::ModelFile linear_model() {
+  runs::ModelFile m = shell();
+  m.kind = runs::ModelKindId::kLinear;
+  m.layers.clear();
+  m.linear_model.classification = true;
+  m.linear_model.inputs = m.features.output_width();
+  m.linear_model.classes = 2;
+  for (std::int64_t c = 0; c <= m.linear_model.inputs; ++c) m.linear_model.weights.push_back(0.25 * double(c) - 0.5);
+  m.linear_model.l2 = 1;
+  m.linear_model.iterations = 4;
+  m.weights_hash = runs::linear_weights_hash(m.linear_model);
+  return m;
+}
+
+TEST(ModelKinds, LinearModelKeepsItsBytesAndPredictsAsLinearModel) {
+  const runs::ModelFile m = linear_model();
+  const std::string bytes = runs::encode_model(m);
+  EXPECT_NE(bytes.find(R"("kind":"linear")"), std::string::npos);
+  EXPECT_NE(bytes.find(R"("format":1)"), std::string::npos);
+  EXPECT_EQ(bytes.find(R"("tensors")"), std::string::npos);  // no tensors, no payload
+  const runs::ModelFile back = runs::decode_model(bytes, "linear");
+  EXPECT_EQ(back.kind, runs::ModelKindId::kLinear);
+  EXPECT_EQ(back.linear_model.weights, m.linear_model.weights);
+  EXPECT_TRUE(runs::encode_model(back) == bytes) << first_difference(runs::encode_model(back), bytes);
+
+  const runs::ModelKind& kind = runs::model_kind(back);
+  EXPECT_EQ(kind.input_shape(back), std::vector<std::int64_t>{back.features.output_width()});
+  EXPECT_EQ(kind.prediction_loss(back), LossKind::kSoftmaxCrossEntropy);  // already probabilities
+  EXPECT_EQ(kind.precision(back), "fp64 (linear)");
+  const std::unique_ptr<Backend> backend = test::cpu_backend();
+  runs::Predictor predictor(back, *backend);
+  const std::vector<float> rows = {1, 0, 1, 2, 1, 0};
+  EXPECT_EQ(predictor.predict(rows), m.linear_model.predict(rows));
+  EXPECT_EQ(predictor.engine(), "linear");
+  EXPECT_FALSE(predictor.inference_only());
+}
+
+TEST(ModelKinds, UnknownKindIsCorrupt) {
+  std::string bytes = runs::encode_model(linear_model());
+  const std::string from = R"("kind":"linear")", to = R"("kind":"forest")";  // same length: the header's stays right
+  const std::size_t at = bytes.find(from);
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, from.size(), to);
+  try {
+    runs::decode_model(bytes, "model m@v1");
+    FAIL() << "decoded a model of an unknown kind";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << e.what();
+    EXPECT_STREQ(e.what(), "model m@v1: model kind 'forest' is not one this anneal reads (network, linear)");
+  }
+}
+
+// The one-line reasons quantize, prune and warm start give (the commands
+// add the operation and the model).
+TEST(ModelKinds, WhatEachKindCanBeDerivedFrom) {
+  const runs::ModelFile linear = linear_model();
+  const runs::ModelKind& l = runs::model_kind(linear);
+  EXPECT_EQ(l.why_not_quantizable(linear), "a linear model has no network to quantize");
+  EXPECT_EQ(l.why_not_prunable(linear), "a linear model has no network to prune");
+  EXPECT_EQ(l.why_not_warm_start_parent(linear), "it is a linear model, without network weights to start from");
+
+  TinyTrainer t;
+  const runs::ModelFile fp32 = format1_model(t), int8 = int8_model(), pruned = pruned_model();
+  const runs::ModelKind& n = runs::model_kind(fp32);
+  EXPECT_EQ(n.name(), "network");
+  for (const runs::ModelFile* m : {&fp32, &pruned}) {
+    EXPECT_EQ(n.why_not_quantizable(*m), "");
+    EXPECT_EQ(n.why_not_prunable(*m), "");
+  }
+  EXPECT_EQ(n.why_not_warm_start_parent(fp32), "");
+  EXPECT_EQ(n.why_not_quantizable(int8), "the model is already int8");
+  EXPECT_EQ(n.why_not_prunable(int8), "the model is int8; prune its fp32 parent, then quantize");
+  EXPECT_EQ(n.why_not_warm_start_parent(int8), "it is an int8 model; warm-start from its fp32 parent");
+  EXPECT_EQ(n.why_not_warm_start_parent(pruned), "it was made by prune; warm-start from the model it was made from");
 }
 
 }  // namespace
