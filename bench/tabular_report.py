@@ -244,11 +244,12 @@ def summary(args):
     timed = [r for r in records if r["anneal_complete"] and r["budget"] is not None]
     over = ["%s (%.0f s of %d)" % (r["table"], r["anneal_seconds"], r["budget"]) for r in timed
             if r["anneal_seconds"] > r["budget"]]
-    peer_total = sum(sum(r["peer_seconds"].values()) for r in records)
+    peer_total = {label: sum(r["peer_seconds"].get(label, 0.0) for r in records) for _, label in PEERS}
     print("wall time: anneal (import, every candidate's training and eval) %.1f s in all, within budget on %d of %d"
-          " table(s)%s; peers %.1f s in all; the whole bench %.0f s" % (
+          " table(s)%s; peers (fit and predict) %s; the whole bench %.0f s" % (
               sum(r["anneal_seconds"] or 0 for r in records), len(timed) - len(over), len(timed),
-              "; over on " + ", ".join(over) if over else "", peer_total, args.seconds))
+              "; over on " + ", ".join(over) if over else "",
+              ", ".join("%s %.1f s" % (n, t) for n, t in peer_total.items()), args.seconds))
 
 
 def classes(args):
