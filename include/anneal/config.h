@@ -21,8 +21,10 @@
 #include <string_view>
 #include <vector>
 
+#include "anneal/boosted_trees.h"
 #include "anneal/catalog_runs.h"
 #include "anneal/device.h"
+#include "anneal/model_kind.h"
 #include "anneal/trainer.h"
 
 namespace anneal {
@@ -45,7 +47,10 @@ struct TrainConfig {
   std::int64_t keep_checkpoints = 3;
   bool baseline = true;        // also fit the linear baseline on tabular data
   double linear_l2 = 1.0;      // L2 strength of the linear baseline
-  bool linear_only = false;    // layers = linear: the linear model is the model
+  // The kind of model the run trains: a network (a layer spec), the linear
+  // model (layers = linear) or boosted trees (layers = trees).
+  runs::ModelKindId kind = runs::ModelKindId::kNetwork;
+  TreeParams trees;            // layers = trees: the booster's settings (tree_* keys)
   Device device = Device::kAuto;  // which backend trains (anneal/device.h)
   bool deterministic = true;   // BackendOptions::deterministic
   bool tf32 = false;           // BackendOptions::tf32

@@ -31,6 +31,7 @@
 #include <map>
 
 #include "anneal/backend.h"
+#include "anneal/boosted_trees.h"
 #include "anneal/linear.h"
 #include "anneal/model_kind.h"
 #include "anneal/network.h"
@@ -57,6 +58,16 @@ struct LayerScales {
 };
 
 // A model's fields: the common ones, then each kind's own (model_kind.h).
+// A tree model's part of the file (the tree kind, src/runs/tree_kind.cc).
+struct TreeModel {
+  TreeObjective objective = TreeObjective::kBinaryLogistic;
+  std::int64_t classes = 0;       // classification: K; regression: 0
+  std::string booster;            // XGBoost's model bytes (BoostedTrees::save)
+  int rounds = 0;                 // boosting rounds kept
+  nlohmann::json params = nlohmann::json::object();  // what trained it (TreeParams, as the run's config says)
+  std::vector<double> importance; // per preprocessed input: its share of the total split gain
+};
+
 struct ModelFile {
   ModelKindId kind = ModelKindId::kNetwork;
   FeatureTransform features;
@@ -68,6 +79,7 @@ struct ModelFile {
   std::int64_t outputs = 0;
   std::vector<NamedTensor> tensors;       // network: parameters, then state buffers
   LinearModel linear_model;               // linear
+  TreeModel trees;                        // trees
   std::vector<ColumnSchema> dataset_columns;  // for parsing predict input
   std::string label_column;
   std::string dataset_format;

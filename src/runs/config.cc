@@ -23,7 +23,7 @@ const std::vector<ConfigKey>& known_config_keys() {
   static const std::vector<ConfigKey> kKeys = {
       {"name", "", "model name; a finished run registers NAME@vN (required)"},
       {"dataset", "", "dataset version to train on: NAME, NAME@latest or NAME@vN (required)"},
-      {"layers", "", "layer spec, e.g. 'dense(128) relu dense(10)', or 'linear' (required)"},
+      {"layers", "", "layer spec, e.g. 'dense(128) relu dense(10)'; 'linear' or 'trees' for those models (required)"},
       {"label", "", "the label column; must be the one the dataset was imported with"},
       {"loss", "", "softmax_ce | bce | mse | mae (default: from the label column)"},
       {"optimizer", "adam", "sgd | adam | adamw"},
@@ -53,6 +53,14 @@ const std::vector<ConfigKey>& known_config_keys() {
       {"keep_checkpoints", "3", "checkpoints kept per run besides the best one"},
       {"baseline", "true", "tabular data: also fit the regularized linear baseline"},
       {"linear_l2", "1", "L2 strength of the linear model"},
+      {"tree_rounds", "300", "layers = trees: boosting rounds, at most"},
+      {"tree_early_stop", "50", "layers = trees, with a validation split: stop after N rounds without a better validation loss (0: off)"},
+      {"tree_depth", "6", "layers = trees: the deepest a tree grows"},
+      {"tree_lr", "0.1", "layers = trees: the learning rate (XGBoost's eta)"},
+      {"tree_min_child_weight", "1", "layers = trees: the least hessian weight a leaf holds"},
+      {"tree_subsample", "1", "layers = trees: the fraction of rows each tree samples"},
+      {"tree_colsample", "1", "layers = trees: the fraction of columns each tree samples"},
+      {"tree_l2", "1", "layers = trees: L2 penalty on leaf values (XGBoost's lambda)"},
       {"warm_start", "", "start from a model's weights and preprocessing: an ALIAS of name (production) or NAME@vN"},
       {"features", "", "exactly these feature columns, comma-separated (default: all but identifiers)"},
       {"exclude", "", "feature columns to leave out, comma-separated"},
@@ -343,8 +351,10 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
   c.dataset = v.text("dataset");
   c.label = v.text("label");
   std::string layers = v.text("layers");
-  c.linear_only = layers == "linear";
-  c.trainer.layers = c.linear_only ? "" : layers;
+  c.kind = layers == "linear" ? runs::ModelKindId::kLinear
+           : layers == "trees"  ? runs::ModelKindId::kTrees
+                                : runs::ModelKindId::kNetwork;
+  c.trainer.layers = c.kind == runs::ModelKindId::kNetwork ? layers : "";
   if (!v.text("loss").empty()) {
     v.named("loss", [](const std::string& s) { return parse_loss_kind(s); });
     c.loss = v.text("loss");
@@ -415,6 +425,14 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
   c.keep_checkpoints = v.integer("keep_checkpoints", 1, 1000000);
   c.baseline = v.boolean("baseline");
   c.linear_l2 = v.real("linear_l2", 0, 1e12, ">= 0");
+  c.trees.max_rounds = static_cast<int>(v.integer("tree_rounds", 1, 100000));
+  c.trees.early_stopping_rounds = static_cast<int>(v.integer("tree_early_stop", 0, 100000));
+  c.trees.max_depth = static_cast<int>(v.integer("tree_depth", 1, 20));
+  c.trees.learning_rate = v.real("tree_lr", 1e-6, 1, "in (0, 1]");
+  c.trees.min_child_weight = v.real("tree_min_child_weight", 0, 1e9, ">= 0");
+  c.trees.subsample = v.real("tree_subsample", 1e-6, 1, "in (0, 1]");
+  c.trees.colsample_bytree = v.real("tree_colsample", 1e-6, 1, "in (0, 1]");
+  c.trees.l2 = v.real("tree_l2", 0, 1e12, ">= 0");
   c.warm_start = v.text("warm_start");
   if (!c.warm_start.empty()) {
     try {
@@ -482,7 +500,7 @@ std::string TrainConfig::to_text() const {
   std::map<std::string, std::string> kv = {
       {"name", name},
       {"dataset", dataset},
-      {"layers", linear_only ? "linear" : t.layers},
+      {"layers", kind == runs::ModelKindId::kLinear ? "linear" : kind == runs::ModelKindId::kTrees ? "trees" : t.layers},
       {"label", label},
       {"loss", loss},
       {"optimizer", optimizer_name(o.kind)},
@@ -514,6 +532,14 @@ std::string TrainConfig::to_text() const {
       {"keep_checkpoints", std::to_string(keep_checkpoints)},
       {"baseline", baseline ? "true" : "false"},
       {"linear_l2", format_real(linear_l2)},
+      {"tree_rounds", std::to_string(trees.max_rounds)},
+      {"tree_early_stop", std::to_string(trees.early_stopping_rounds)},
+      {"tree_depth", std::to_string(trees.max_depth)},
+      {"tree_lr", format_real(trees.learning_rate)},
+      {"tree_min_child_weight", format_real(trees.min_child_weight)},
+      {"tree_subsample", format_real(trees.subsample)},
+      {"tree_colsample", format_real(trees.colsample_bytree)},
+      {"tree_l2", format_real(trees.l2)},
       {"warm_start", warm_start},
       {"exclude", join_names(exclude)},
       {"category_min_count", std::to_string(category_min_count)},

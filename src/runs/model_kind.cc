@@ -18,6 +18,7 @@ struct KindRow {
 constexpr KindRow kKinds[] = {
     {ModelKindId::kNetwork, network_model_kind},
     {ModelKindId::kLinear, linear_model_kind},
+    {ModelKindId::kTrees, tree_model_kind},
 };
 
 }  // namespace

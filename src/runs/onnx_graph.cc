@@ -14,6 +14,16 @@ void attr_float(onnx::NodeProto* n, const std::string& name, float v) {
   a->set_type(onnx::AttributeProto::FLOAT);
   a->set_f(v);
 }
+void Graph::declare(const std::string& name, onnx::TensorProto::DataType type, const Shape& dims) {
+  value_info(g_->add_value_info(), name, type, dims);
+}
+
+void attr_floats(onnx::NodeProto* n, const std::string& name, const std::vector<float>& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::FLOATS);
+  for (float x : v) a->add_floats(x);
+}
 void attr_ints(onnx::NodeProto* n, const std::string& name, const std::vector<std::int64_t>& v) {
   auto* a = n->add_attribute();
   a->set_name(name);

@@ -77,6 +77,10 @@ class Graph {
     return t->name();
   }
   std::string scalar(double v) { return doubles("const", {}, {v}); }
+  // Declares the type and shape of an intermediate value, for operators
+  // ONNX's shape inference knows no rule for (ai.onnx.ml's tree ensembles
+  // in the ONNX 1.12 Debian ships); dims -1: the batch, "N".
+  void declare(const std::string& name, onnx::TensorProto::DataType type, const Shape& dims);
   std::string scalar_f(float v) { return floats("const", {}, {v}); }
 
  private:
@@ -94,6 +98,7 @@ class Graph {
 
 void attr_int(onnx::NodeProto* n, const std::string& name, std::int64_t v);
 void attr_float(onnx::NodeProto* n, const std::string& name, float v);
+void attr_floats(onnx::NodeProto* n, const std::string& name, const std::vector<float>& v);
 void attr_ints(onnx::NodeProto* n, const std::string& name, const std::vector<std::int64_t>& v);
 void attr_string(onnx::NodeProto* n, const std::string& name, const std::string& v);
 void attr_strings(onnx::NodeProto* n, const std::string& name, const std::vector<std::string>& v);

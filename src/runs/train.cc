@@ -5,13 +5,17 @@
 
 #include <chrono>
 
+#include "anneal/boosted_trees.h"
 #include "anneal/config.h"
 #include "anneal/error.h"
+#include "anneal/fault_point.h"
+#include "anneal/hash.h"
 #include "anneal/linear.h"
 #include "anneal/runs.h"
 #include "anneal/trainer.h"
 #include "anneal/version.h"
 #include "anneal/model_file.h"
+#include "anneal/model_kind.h"
 #include "anneal/scoring.h"
 #include "runs/distributed.h"
 #include "runs/process_stats.h"
@@ -133,6 +137,103 @@ LinearModel fit_linear(PreparedData& data, double l2) {
   if (data.labels.classification())
     return fit_logistic(data.x_train, data.y_train, inputs, data.labels.classes(), l2, data.class_weights);
   return fit_ridge(data.x_train, data.y_train, inputs, l2);
+}
+
+// Boosted trees on the materialized rows (anneal/boosted_trees.h): binary
+// or multi-class logistic, or squared error on the standardized target, each
+// row weighted by its class's weight; early stopping on the validation rows
+// when there are some. `stop` ends boosting between rounds (kFailure).
+runs::TreeModel fit_trees(PreparedData& data, const TrainConfig& config, Reporter& reporter,
+                          const std::stop_token& stop) {
+  runs::materialize(data);
+  const std::int64_t width = data.features.output_width();
+  const bool classification = data.labels.classification();
+  const std::int64_t classes = classification ? data.labels.classes() : 0;
+  const TreeObjective objective = !classification ? TreeObjective::kSquaredError
+                                  : classes == 2  ? TreeObjective::kBinaryLogistic
+                                                  : TreeObjective::kMultiSoftmax;
+  auto weights_of = [&](const std::vector<float>& y) {
+    std::vector<float> w;
+    if (data.class_weights.empty()) return w;
+    for (float label : y) w.push_back(data.class_weights[static_cast<std::size_t>(label)]);
+    return w;
+  };
+  const std::vector<float> w_train = weights_of(data.y_train), w_val = weights_of(data.y_val);
+  const TreeRows train{data.x_train, data.y_train, w_train, static_cast<std::int64_t>(data.y_train.size()), width};
+  const TreeRows validation{data.x_val, data.y_val, w_val, static_cast<std::int64_t>(data.y_val.size()), width};
+  TreeParams params = config.trees;
+  params.seed = config.trainer.seed;
+  params.threads = config.threads;
+  const bool validated = !data.y_val.empty();
+  BoostedTrees trees = BoostedTrees::train(
+      objective, classes, train, validated ? &validation : nullptr, params, nullptr, [&](const TreeRound& round) {
+        fault_point("trees.round");
+        if (stop.stop_requested()) throw failure("interrupted at boosting round " + std::to_string(round.round + 1));
+        reporter.progress("boosting", static_cast<std::uint64_t>(round.round + 1),
+                          static_cast<std::uint64_t>(params.max_rounds));
+      });
+  runs::TreeModel m;
+  m.objective = objective;
+  m.classes = classes;
+  const std::vector<std::uint8_t> bytes = trees.save();
+  m.booster.assign(bytes.begin(), bytes.end());
+  m.rounds = trees.rounds();
+  m.params = {{"max_rounds", params.max_rounds},
+              {"early_stopping_rounds", validated ? params.early_stopping_rounds : 0},
+              {"max_depth", params.max_depth},
+              {"learning_rate", params.learning_rate},
+              {"min_child_weight", params.min_child_weight},
+              {"subsample", params.subsample},
+              {"colsample_bytree", params.colsample_bytree},
+              {"l2", params.l2},
+              {"seed", params.seed},
+              {"threads", params.threads}};
+  m.importance = trees.importance();
+  reporter.note("boosted trees: " + std::to_string(m.rounds) + " rounds" +
+                (validated && params.early_stopping_rounds > 0 && m.rounds < params.max_rounds
+                     ? " (the best on the validation rows; up to " + std::to_string(params.max_rounds) + ")"
+                     : ""));
+  return m;
+}
+
+// Each feature column's share of the trees' split gain (`shares`: one per
+// preprocessed input), summed over the inputs the column became (one-hot
+// slots, datetime parts), the largest first (ties by column order);
+// columns with no split are listed with 0.
+json column_importance(const FeatureTransform& features, const std::vector<double>& shares) {
+  std::vector<std::pair<std::string, double>> columns;
+  std::size_t at = 0;
+  for (const ColumnTransform& c : features.columns()) {
+    double share = 0;
+    for (std::int64_t k = 0; k < c.output_width() && at < shares.size(); ++k) share += shares[at++];
+    columns.emplace_back(c.column, share);
+  }
+  std::stable_sort(columns.begin(), columns.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  json out = json::array();
+  for (const auto& [column, share] : columns) out.push_back({{"column", column}, {"share", share}});
+  return out;
+}
+
+// The scores of `model` (any kind) on the validation and test rows, as the
+// registered model gives them (eval reproduces them), by its kind's
+// predictor on `backend`.
+json model_scores(const runs::ModelFile& model, Backend& backend, const PreparedData& data, json& per_class,
+                  json& confusion) {
+  const runs::ModelKind& kind = runs::model_kind(model);
+  const LossKind as = kind.prediction_loss(model);
+  const std::unique_ptr<runs::KindPredictor> predictor = kind.predictor(model, backend, 256);
+  json out = json::object();
+  auto add = [&](const std::string& split, const std::vector<float>& x, const std::vector<float>& y) {
+    const std::vector<float> p = predictor->predict(x);
+    out.update(runs::score(split, as, data.labels, p, y));
+    if (data.labels.classification()) {
+      per_class[split] = runs::score_per_class(as, data.labels, p, y);
+      confusion[split] = runs::score_confusion(as, data.labels, p, y);
+    }
+  };
+  if (!data.y_val.empty()) add("val", data.x_val, data.y_val);
+  if (!data.y_test.empty()) add("test", data.x_test, data.y_test);
+  return out;
 }
 
 // The linear model's score on validation rows, else test rows, as
@@ -262,9 +363,16 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
   if (run_lock && !run_lock->held())
     throw Error(ErrorKind::kBusy, Subject::kResumedRun,
                 setup.resumed->label() + ": another anneal process is training this run");
+  // XGBoost's booster is the CPU's: a GPU asked for by name is refused
+  // rather than left idle (auto takes the CPU for trees).
+  if (config.kind == runs::ModelKindId::kTrees && config.device == Device::kCuda) {
+    auto where = config.sources.find("device");
+    throw usage_error((where != config.sources.end() ? where->second + ": " : std::string()) +
+                      "device = cuda: layers = trees trains on the CPU (XGBoost's booster); use device = cpu or auto");
+  }
   std::unique_ptr<Backend> backend;
   try {
-    backend = make_backend({.device = config.device,
+    backend = make_backend({.device = config.kind == runs::ModelKindId::kTrees ? Device::kCpu : config.device,
                             .threads = config.threads,
                             .deterministic = config.deterministic,
                             .tf32 = config.tf32});
@@ -311,20 +419,23 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
   std::unique_ptr<Trainer> trainer;
   // Rank 0's reads also answer the other ranks' (distributed.h).
   std::unique_ptr<runs::ServedSource> served_train, served_validation;
-  if (comm && config.linear_only)
-    throw usage_error("layers = linear: the linear model is fitted by one process; run it without mpirun (or with "
-                      "-np 1)");
+  const bool network = config.kind == runs::ModelKindId::kNetwork;
+  const std::string kind_words = config.kind == runs::ModelKindId::kTrees ? "boosted trees" : "the linear model";
+  const std::string layers_key = "layers = " + std::string(runs::model_kind(config.kind).name());
+  if (comm && !network)
+    throw usage_error(layers_key + ": " + kind_words + (config.kind == runs::ModelKindId::kTrees ? " are trained" : " is fitted") +
+                      " by one process; run it without mpirun (or with -np 1)");
   if (comm) {
     served_train = std::make_unique<runs::ServedSource>(*data.rows->train, *comm);
     if (data.rows->validation)
       served_validation = std::make_unique<runs::ServedSource>(*data.rows->validation, *comm);
   }
-  if (config.linear_only) {
+  if (!network) {
     if (!data.tabular)
-      throw usage_error("layers = linear: the linear model needs tabular (CSV/TSV) data; " + data.version.ref() +
+      throw usage_error(layers_key + ": " + kind_words + (network ? "" : config.kind == runs::ModelKindId::kTrees ? " need" : " needs") + " tabular (CSV/TSV) data; " + data.version.ref() +
                         " is " + data.version.format);
     if (data.rows->streamed)
-      throw usage_error(Subject::kMemoryBudget, ": layers = linear fits on every row at once; " + data.version.ref() +
+      throw usage_error(Subject::kMemoryBudget, ": " + layers_key + " fits on every row at once; " + data.version.ref() +
                                                     " does not fit memory_budget = " + memory_budget_text(budget) +
                                                     "; raise it or train a network");
   } else {
@@ -366,16 +477,26 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
     json metrics = json::object();
     json per_class = json::object();  // {"test": {"CLASS": {"recall", ...}}, ...}
     json confusion = json::object();  // {"test": {"classes", "matrix"}, ...}: the network's, for its report
+    json importance = json::array();  // trees: [{"column", "share"}], the largest share first
     runs::ModelFile model = model_shell(data);
     const bool classification = data.labels.classification();
     std::optional<LinearModel> linear;
     if (data.tabular && config.baseline && data.rows->streamed)
       reporter.note("baseline: not fitted, the linear model needs every row in memory and " + data.version.ref() +
                     " streams");
-    else if (data.tabular && (config.baseline || config.linear_only))
+    else if (data.tabular && (config.baseline || config.kind == runs::ModelKindId::kLinear))
       linear = fit_linear(data, config.linear_l2);
 
-    if (config.linear_only) {
+    if (config.kind == runs::ModelKindId::kTrees) {
+      model.kind = runs::ModelKindId::kTrees;
+      model.trees = fit_trees(data, config, reporter, request.stop);
+      model.outputs = model.trees.objective == TreeObjective::kMultiSoftmax ? model.trees.classes : 1;
+      model.weights_hash = to_hex(hash_bytes(model.trees.booster));
+      // Unprefixed val_*/test_* keys: the trees are the model.
+      metrics.update(model_scores(model, *backend, data, per_class, confusion));
+      if (linear) metrics.update(linear_scores("baseline_", *linear, data, per_class));
+      importance = column_importance(data.features, model.trees.importance);
+    } else if (config.kind == runs::ModelKindId::kLinear) {
       model.kind = runs::ModelKindId::kLinear;
       model.linear_model = *linear;
       model.weights_hash = runs::linear_weights_hash(*linear);
@@ -566,6 +687,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
                     {"metrics", metrics}};
     if (!per_class.empty()) summary["per_class"] = per_class;
     if (!confusion.empty()) summary["confusion"] = confusion;
+    if (!importance.empty()) summary["importance"] = importance;
     if (trainer) summary["steps"] = trainer->step();
     summary.update(data_path_json(result, data));
     json lineage = lineage_json(config, data, run, backend->capabilities(), hosts);

@@ -44,7 +44,8 @@ std::vector<ParsedLayer> parsed_layers(std::string_view spec) {
 // when nothing is wrong so far.
 std::string refusal_by_config(const ModelFile& parent, const TrainConfig& config) {
   if (std::string why = model_kind(parent).why_not_warm_start_parent(parent); !why.empty()) return why;
-  if (config.linear_only) return "layers = linear trains no network";
+  if (config.kind != ModelKindId::kNetwork)
+    return "layers = " + std::string(model_kind(config.kind).name()) + " trains no network";
   std::vector<ParsedLayer> wanted;
   try {
     wanted = parsed_layers(config.trainer.layers);

@@ -49,6 +49,7 @@ PY
 }
 
 iris_config "$WORK/c.ini" crashy "epochs = 4" "checkpoint_every = 8" "keep_checkpoints = 1"
+printf 'name = crashy-trees\ndataset = iris\nlayers = trees\ntree_rounds = 5\nthreads = 1\n' > "$WORK/trees.ini"
 
 expect_rc 0 init
 expect_rc 0 data import iris "$TEST_DATA/iris.csv"
@@ -66,6 +67,10 @@ for point in $points; do
       cmd=(data import "crash$n" "$TEST_DATA/wine.csv") ;;
     checkpoint.*|reclaim.*|model.*)
       cmd=(train "$WORK/c.ini") ;;
+    trees.*)
+      # Boosting has no checkpoint: a kill mid-boosting leaves the run
+      # running (a later --resume boosts again from the start).
+      cmd=(train "$WORK/trees.ini") ;;
     gc.*)
       # Garbage for gc: the objects of an import killed before its commit.
       head -n "$((40 + n))" "$TEST_DATA/wine.csv" > "$WORK/garbage$n.csv"

@@ -176,4 +176,11 @@ expect_eq "$RC" "2" "layers = linear on two ranks: exit 2"
 expect_contains "$ERR" "layers = linear: the linear model is fitted by one process" "says why"
 expect_eq "$("$ANNEAL" --json runs list | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["runs"]))')" \
   "$runs_before" "no run recorded for it"
+# So are boosted trees (XGBoost's booster runs in one process).
+sed 's/^layers.*/layers = trees/' "$WORK/d.ini" > "$WORK/trees.ini"
+mpi_run 2 train "$WORK/trees.ini"
+expect_eq "$RC" "2" "layers = trees on two ranks: exit 2"
+expect_contains "$ERR" "layers = trees: boosted trees are trained by one process" "says why"
+expect_eq "$("$ANNEAL" --json runs list | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["runs"]))')" \
+  "$runs_before" "no run recorded for the trees either"
 finish

@@ -62,6 +62,34 @@ INI
 expect_rc 0 train "$WORK/linear.ini"
 ort_vs_predict sales-linear@v1 "$WORK/future.csv" 0.999 1e-4 linear
 
+# Boosted trees (XGBoost's booster, one ai.onnx.ml TreeEnsembleRegressor
+# with the margins' logistic or softmax after it): binary here, ten
+# classes on the digits table, regression below. The thresholds are
+# XGBoost's own floats, so a row takes the same branches in both.
+cat >"$WORK/trees.ini" <<'INI'
+name        = sales-trees
+dataset     = sales
+layers      = trees
+tree_rounds = 40
+validation  = 0.1
+seed        = 1
+threads     = 1
+INI
+expect_rc 0 train "$WORK/trees.ini"
+ort_vs_predict sales-trees@v1 "$WORK/future.csv" 0.999 1e-5 trees
+expect_rc 0 data import digit-table "$TEST_DATA/digits.csv" --split 0.2
+cat >"$WORK/digit-trees.ini" <<'INI'
+name        = digit-trees
+dataset     = digit-table
+layers      = trees
+tree_rounds = 20
+tree_depth  = 4
+seed        = 1
+threads     = 1
+INI
+expect_rc 0 train "$WORK/digit-trees.ini"
+ort_vs_predict digit-trees@v1 "$TEST_DATA/digits.csv" 0.999 1e-5 trees-multiclass
+
 # Regression: the value in the target's own units.
 "$PY" - "$WORK/past.csv" "$WORK/future.csv" "$WORK/past-r.csv" "$WORK/future-r.csv" <<'PY'
 import csv, sys
@@ -84,6 +112,16 @@ threads = 1
 INI
 expect_rc 0 train "$WORK/reg.ini"
 ort_vs_predict prices@v1 "$WORK/future-r.csv" 1 1e-4 regression
+cat >"$WORK/reg-trees.ini" <<'INI'
+name        = prices-trees
+dataset     = prices
+layers      = trees
+tree_rounds = 30
+seed        = 3
+threads     = 1
+INI
+expect_rc 0 train "$WORK/reg-trees.ini"
+ort_vs_predict prices-trees@v1 "$WORK/future-r.csv" 1 1e-4 regression-trees
 
 # INT8 (QDQ) and pruned versions of the MLP.
 expect_rc 0 --json quantize sales-mlp@v1 --int8 --calib sales --calib-samples 500 --threads 1

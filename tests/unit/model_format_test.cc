@@ -331,10 +331,11 @@ TEST(ModelFormat, Format2DimsLargerThanTheBytesAreCorruptBeforeAllocating) {
 TEST(ModelKinds, StoredNamesFindTheirKinds) {
   EXPECT_EQ(runs::model_kind(runs::ModelKindId::kNetwork).name(), "network");
   EXPECT_EQ(runs::model_kind(runs::ModelKindId::kLinear).name(), "linear");
-  for (runs::ModelKindId id : {runs::ModelKindId::kNetwork, runs::ModelKindId::kLinear})
+  EXPECT_EQ(runs::model_kind(runs::ModelKindId::kTrees).name(), "trees");
+  for (runs::ModelKindId id : {runs::ModelKindId::kNetwork, runs::ModelKindId::kLinear, runs::ModelKindId::kTrees})
     EXPECT_EQ(runs::model_kind_named(runs::model_kind(id).name()), id);
   EXPECT_FALSE(runs::model_kind_named("forest"));
-  EXPECT_EQ(runs::model_kind_names(), "network, linear");
+  EXPECT_EQ(runs::model_kind_names(), "network, linear, trees");
 }
 
 // The tiny model's features through a logistic regression: one row of
@@ -387,8 +388,75 @@ TEST(ModelKinds, UnknownKindIsCorrupt) {
     FAIL() << "decoded a model of an unknown kind";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << e.what();
-    EXPECT_STREQ(e.what(), "model m@v1: model kind 'forest' is not one this anneal reads (network, linear)");
+    EXPECT_STREQ(e.what(), "model m@v1: model kind 'forest' is not one this anneal reads (network, linear, trees)");
   }
+}
+
+// The tiny model's features through boosted trees on a few made-up rows
+// (binary: P(class 1)).
+runs::ModelFile tree_model() {
+  runs::ModelFile m = shell();
+  m.kind = runs::ModelKindId::kTrees;
+  m.layers.clear();
+  const std::int64_t width = m.features.output_width();
+  std::vector<float> x, y;
+  for (int r = 0; r < 40; ++r) {
+    for (std::int64_t c = 0; c < width; ++c) x.push_back(static_cast<float>((r * 7 + c * 3) % 5) - 2.0f);
+    y.push_back(x[static_cast<std::size_t>(r * width)] > 0 ? 1.0f : 0.0f);
+  }
+  TreeParams params;
+  params.max_rounds = 8;
+  params.max_depth = 2;
+  const TreeRows rows{x, y, {}, 40, width};
+  const BoostedTrees trees = BoostedTrees::train(TreeObjective::kBinaryLogistic, 2, rows, nullptr, params);
+  const std::vector<std::uint8_t> bytes = trees.save();
+  m.trees.objective = TreeObjective::kBinaryLogistic;
+  m.trees.classes = 2;
+  m.trees.booster.assign(bytes.begin(), bytes.end());
+  m.trees.rounds = trees.rounds();
+  m.trees.importance = trees.importance();
+  m.outputs = 1;
+  return m;
+}
+
+TEST(ModelKinds, TreeModelKeepsXGBoostsBytesAndPredictsAsTheBooster) {
+  const runs::ModelFile m = tree_model();
+  const std::string bytes = runs::encode_model(m);
+  EXPECT_NE(bytes.find(R"("kind":"trees")"), std::string::npos);
+  // The payload is XGBoost's model, whole, at the end of the file.
+  ASSERT_GE(bytes.size(), m.trees.booster.size());
+  EXPECT_EQ(bytes.substr(bytes.size() - m.trees.booster.size()), m.trees.booster);
+  const runs::ModelFile back = runs::decode_model(bytes, "trees");
+  EXPECT_EQ(back.kind, runs::ModelKindId::kTrees);
+  EXPECT_EQ(back.trees.booster, m.trees.booster);
+  EXPECT_EQ(back.trees.importance, m.trees.importance);
+  EXPECT_TRUE(runs::encode_model(back) == bytes) << first_difference(runs::encode_model(back), bytes);
+  const runs::ModelKind& kind = runs::model_kind(back);
+  EXPECT_EQ(kind.prediction_loss(back), LossKind::kBinaryCrossEntropy);  // P(class 1)
+  const std::unique_ptr<Backend> backend = test::cpu_backend();
+  runs::Predictor predictor(back, *backend);
+  const std::vector<float> rows = {1, 0, 1, -2, 1, 0};
+  const std::span<const std::uint8_t> booster(reinterpret_cast<const std::uint8_t*>(m.trees.booster.data()),
+                                              m.trees.booster.size());
+  const BoostedTrees direct = BoostedTrees::load(booster, TreeObjective::kBinaryLogistic, 2, 3, "direct");
+  EXPECT_EQ(predictor.predict(rows), direct.predict(rows, 2));
+  EXPECT_EQ(predictor.engine(), "trees");
+}
+
+TEST(ModelKinds, DamagedTreeBytesAreCorruptWhenTheModelIsRead) {
+  const std::string bytes = runs::encode_model(tree_model());
+  auto expect_corrupt = [](const std::string& damaged, const char* what) {
+    try {
+      runs::decode_model(damaged, "model t@v1");
+      ADD_FAILURE() << what << ": decoded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << what << ": " << e.what();
+    }
+  };
+  expect_corrupt(bytes.substr(0, bytes.size() - 10), "truncated payload");
+  std::string scrambled = bytes;
+  for (std::size_t i = scrambled.size() - 200; i < scrambled.size() - 100; ++i) scrambled[i] = static_cast<char>(i * 31);
+  expect_corrupt(scrambled, "scrambled payload");
 }
 
 // The one-line reasons quantize, prune and warm start give (the commands
@@ -399,6 +467,11 @@ TEST(ModelKinds, WhatEachKindCanBeDerivedFrom) {
   EXPECT_EQ(l.why_not_quantizable(linear), "a linear model has no network to quantize");
   EXPECT_EQ(l.why_not_prunable(linear), "a linear model has no network to prune");
   EXPECT_EQ(l.why_not_warm_start_parent(linear), "it is a linear model, without network weights to start from");
+  const runs::ModelFile trees = tree_model();
+  const runs::ModelKind& tk = runs::model_kind(trees);
+  EXPECT_EQ(tk.why_not_quantizable(trees), "a tree model has no network weights to quantize");
+  EXPECT_EQ(tk.why_not_prunable(trees), "a tree model has no network weights to prune");
+  EXPECT_EQ(tk.why_not_warm_start_parent(trees), "it is a tree model; a network cannot start from its trees");
 
   TinyTrainer t;
   const runs::ModelFile fp32 = format1_model(t), int8 = int8_model(), pruned = pruned_model();

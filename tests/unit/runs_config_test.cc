@@ -41,7 +41,7 @@ TEST(RunsConfig, ParsesTheExample) {
   EXPECT_EQ(c.trainer.batch, 128);
   EXPECT_EQ(c.trainer.epochs, 10);
   EXPECT_EQ(c.trainer.seed, 1u);
-  EXPECT_FALSE(c.linear_only);
+  EXPECT_EQ(c.kind, runs::ModelKindId::kNetwork);
   EXPECT_EQ(c.sources.at("lr"), "cfg.ini:7");
 }
 
@@ -143,8 +143,26 @@ TEST(RunsConfig, EarlyStopAutoStopsOnValidationLossAndRestoresTheBestEpoch) {
 
 TEST(RunsConfig, LinearLayersMeanTheLinearModel) {
   TrainConfig c = parse_train_config("name = a\ndataset = b\nlayers = linear\n", "cfg.ini", {});
-  EXPECT_TRUE(c.linear_only);
+  EXPECT_EQ(c.kind, runs::ModelKindId::kLinear);
   EXPECT_NE(c.to_text().find("layers = linear"), std::string::npos);
+}
+
+TEST(RunsConfig, TreesLayersMeanBoostedTreesWithTheirOwnKeys) {
+  TrainConfig c = parse_train_config("name = a\ndataset = b\nlayers = trees\ntree_depth = 4\ntree_lr = 0.05\n", "cfg.ini", {});
+  EXPECT_EQ(c.kind, runs::ModelKindId::kTrees);
+  EXPECT_TRUE(c.trainer.layers.empty());
+  EXPECT_EQ(c.trees.max_depth, 4);
+  EXPECT_DOUBLE_EQ(c.trees.learning_rate, 0.05);
+  EXPECT_EQ(c.trees.max_rounds, 300);
+  EXPECT_EQ(c.trees.early_stopping_rounds, 50);
+  // The frozen text names every tree key and reads back the same.
+  const std::string text = c.to_text();
+  EXPECT_NE(text.find("layers = trees\n"), std::string::npos);
+  EXPECT_NE(text.find("tree_depth = 4\n"), std::string::npos);
+  EXPECT_EQ(parse_train_config(text, "frozen", {}).to_text(), text);
+  EXPECT_NE(error_of("name = a\ndataset = b\nlayers = trees\ntree_depth = 0\n").find("tree_depth"), std::string::npos);
+  EXPECT_NE(error_of("name = a\ndataset = b\nlayers = trees\ntree_subsample = 1.5\n").find("tree_subsample"),
+            std::string::npos);
 }
 
 // warm_start: a bare word is an alias of the config's own name; with '@' a
