@@ -46,11 +46,12 @@ Ozone V4 regression"
 # the number of classes, or 1 for regression. "anneal best" is the candidate
 # with the best validation score (validation = 0.1 of the train split), never
 # the best test score, unless a candidate has none (then the output says so).
-# The network skips the linear baseline (baseline = false): the linear model
-# is a candidate of its own, so its time is counted once.
+# The network and the trees skip the linear baseline (baseline = false): the
+# linear model is a candidate of its own, so its time is counted once.
 CANDIDATES=(
   "net|layers = dense(64) relu dense(64) relu dense(@OUT@);optimizer = adam;lr = 0.003;batch = 64;epochs = 60;validation = 0.1;early_stop = val_loss:5;seed = 1;baseline = false"
   "linear|layers = linear;validation = 0.1;seed = 1"
+  "trees|layers = trees;validation = 0.1;seed = 1;baseline = false"
 )
 # >>> AUTO CONFIG: when `anneal train` chooses among linear models, trees and
 # networks itself, its config is only a name and a dataset; add it here:

@@ -117,11 +117,12 @@ class ModelKind {
                                  const std::string& features) const = 0;
 
   // Why `model` cannot be the parent of `anneal quantize`, of `anneal
-  // prune`, of a warm-started run: one line, "" when it can. The callers
-  // add the operation and the model's name; tests match the wording.
+  // prune`, of a warm-started run training a model of kind `child`: one
+  // line, "" when it can. The callers add the operation and the model's
+  // name; tests match the wording.
   virtual std::string why_not_quantizable(const ModelFile& model) const = 0;
   virtual std::string why_not_prunable(const ModelFile& model) const = 0;
-  virtual std::string why_not_warm_start_parent(const ModelFile& model) const = 0;
+  virtual std::string why_not_warm_start_parent(const ModelFile& model, ModelKindId child) const = 0;
 };
 
 // The implementation of kind `id`.

@@ -94,7 +94,7 @@ class LinearKind final : public ModelKind {
   std::string why_not_prunable(const ModelFile& /*model*/) const override {
     return "a linear model has no network to prune";
   }
-  std::string why_not_warm_start_parent(const ModelFile& /*model*/) const override {
+  std::string why_not_warm_start_parent(const ModelFile& /*model*/, ModelKindId /*child*/) const override {
     return "it is a linear model, without network weights to start from";
   }
 };

@@ -304,12 +304,14 @@ class NetworkKind final : public ModelKind {
     return model.int8 ? "the model is int8; prune its fp32 parent, then quantize" : "";
   }
   // A warm start continues training the network: it needs trainable fp32
-  // (or bf16) weights, which int8 and pruned models no longer have.
-  std::string why_not_warm_start_parent(const ModelFile& model) const override {
+  // (or bf16) weights, which int8 and pruned models no longer have, and a
+  // run that trains a network.
+  std::string why_not_warm_start_parent(const ModelFile& model, ModelKindId child) const override {
     if (model.int8) return "it is an int8 model; warm-start from its fp32 parent";
     if (!model.compression.empty() || inference_only(model))
       return "it was made by " + model.compression.value("operation", std::string("compression")) +
              "; warm-start from the model it was made from";
+    if (child != ModelKindId::kNetwork) return "layers = " + std::string(model_kind(child).name()) + " trains no network";
     return "";
   }
 };

@@ -440,7 +440,7 @@ std::string curves_section(const Page& p) {
   if (p.epochs.empty()) {
     out += "<p class=\"note\">This run recorded no epochs (" +
            esc(p.run.summary.contains("operation") ? "a " + json_text(p.run.summary["operation"]) + " run"
-                                                   : std::string("a linear model, or a run that trained no epoch")) +
+                                                   : std::string("a linear or tree model, or a run that trained no epoch")) +
            "), so there are no curves.</p>\n</section>\n";
     return out;
   }
@@ -549,6 +549,29 @@ std::string metrics_section(const Page& p) {
   for (const auto& [key, value] : metrics.items()) rows.push_back({esc(key), esc(json_text(value))});
   out += table({}, rows, "kv") + "</section>\n";
   return out;
+}
+
+// A tree model's feature importance (the run summary's `importance`): each
+// feature column's share of the trees' split gain, the largest first, as a
+// percentage and a bar. Nothing for other kinds.
+std::string importance_section(const Page& p) {
+  const json importance = p.run.summary.value("importance", json::array());
+  if (!importance.is_array() || importance.empty()) return "";
+  std::string out = "<section id=\"importance\">\n<h2>Feature importance</h2>\n"
+                    "<p class=\"note\">Each column's share of the trees' total split gain (its one-hot levels and "
+                    "date parts summed).</p>\n";
+  std::vector<Row> rows;
+  for (const json& c : importance) {
+    const double share = c.at("share").get<double>();
+    char percent[32];
+    std::snprintf(percent, sizeof percent, "%.1f%%", 100 * share);
+    char width[32];
+    std::snprintf(width, sizeof width, "%.1f", 100 * std::clamp(share, 0.0, 1.0));
+    rows.push_back({esc(c.at("column").get<std::string>()), percent,
+                    "<span class=\"bar\" style=\"display:inline-block;height:0.8em;background:#4477aa;width:" +
+                        std::string(width) + "%\"></span>"});
+  }
+  return out + table({"column", "share", ""}, rows) + "</section>\n";
 }
 
 // A quantized or pruned model beside its parent: each score on the same
@@ -780,6 +803,7 @@ std::string run_report_html(Store& store, std::int64_t run_id) {
   try {
     html += curves_section(p);
     html += metrics_section(p);
+    html += importance_section(p);
     html += parent_section(p);
     html += classes_section(p);
     html += run_section(p);

@@ -3,7 +3,9 @@
 // registered model.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "anneal/boosted_trees.h"
 #include "anneal/config.h"
@@ -142,9 +144,11 @@ LinearModel fit_linear(PreparedData& data, double l2) {
 // Boosted trees on the materialized rows (anneal/boosted_trees.h): binary
 // or multi-class logistic, or squared error on the standardized target, each
 // row weighted by its class's weight; early stopping on the validation rows
-// when there are some. `stop` ends boosting between rounds (kFailure).
-runs::TreeModel fit_trees(PreparedData& data, const TrainConfig& config, Reporter& reporter,
-                          const std::stop_token& stop) {
+// when there are some. `parent`, when not null, is a tree model whose
+// boosting this run continues (a warm start: `data` went through its
+// preprocessing). `stop` ends boosting between rounds (kFailure).
+runs::TreeModel fit_trees(PreparedData& data, const TrainConfig& config, const runs::ModelFile* parent,
+                          Reporter& reporter, const std::stop_token& stop) {
   runs::materialize(data);
   const std::int64_t width = data.features.output_width();
   const bool classification = data.labels.classification();
@@ -165,8 +169,15 @@ runs::TreeModel fit_trees(PreparedData& data, const TrainConfig& config, Reporte
   params.seed = config.trainer.seed;
   params.threads = config.threads;
   const bool validated = !data.y_val.empty();
+  std::optional<BoostedTrees> base;
+  if (parent != nullptr) {
+    const std::string& bytes = parent->trees.booster;
+    base.emplace(BoostedTrees::load({reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()},
+                                    parent->trees.objective, parent->trees.classes, width, "the warm start's parent"));
+  }
   BoostedTrees trees = BoostedTrees::train(
-      objective, classes, train, validated ? &validation : nullptr, params, nullptr, [&](const TreeRound& round) {
+      objective, classes, train, validated ? &validation : nullptr, params, base ? &*base : nullptr,
+      [&](const TreeRound& round) {
         fault_point("trees.round");
         if (stop.stop_requested()) throw failure("interrupted at boosting round " + std::to_string(round.round + 1));
         reporter.progress("boosting", static_cast<std::uint64_t>(round.round + 1),
@@ -190,10 +201,39 @@ runs::TreeModel fit_trees(PreparedData& data, const TrainConfig& config, Reporte
               {"threads", params.threads}};
   m.importance = trees.importance();
   reporter.note("boosted trees: " + std::to_string(m.rounds) + " rounds" +
-                (validated && params.early_stopping_rounds > 0 && m.rounds < params.max_rounds
+                (base ? " (" + std::to_string(base->rounds()) + " of them the parent's)" : std::string()) +
+                (validated && params.early_stopping_rounds > 0 && m.rounds < (base ? base->rounds() : 0) + params.max_rounds
                      ? " (the best on the validation rows; up to " + std::to_string(params.max_rounds) + ")"
                      : ""));
   return m;
+}
+
+// A classifier's accuracy on `split` beside always answering the most common
+// class of the same rows (`labels`: their class indices): recorded as
+// "<split>_majority_accuracy", with a warning when the model does no better,
+// since on an imbalanced table a high accuracy can mean nothing was learnt.
+void compare_with_majority(json& metrics, const std::string& split, const std::vector<float>& labels,
+                           const LabelEncoding& encoding, Reporter& reporter) {
+  const std::string key = split + "_accuracy";
+  if (labels.empty() || !metrics.contains(key)) return;
+  std::vector<std::uint64_t> counts(static_cast<std::size_t>(encoding.classes()), 0);
+  for (float y : labels)
+    if (y >= 0 && static_cast<std::size_t>(y) < counts.size()) ++counts[static_cast<std::size_t>(y)];
+  const auto most = std::max_element(counts.begin(), counts.end());
+  const double majority = static_cast<double>(*most) / static_cast<double>(labels.size());
+  metrics[split + "_majority_accuracy"] = majority;
+  const double accuracy = metrics[key].get<double>();
+  if (accuracy <= majority) {
+    auto g4 = [](double v) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.4g", v);
+      return std::string(text);
+    };
+    const std::string name = encoding.class_names()[static_cast<std::size_t>(most - counts.begin())];
+    reporter.note("warning: " + key + " " + g4(accuracy) + " is no better than always answering '" + name + "' (" +
+                  g4(majority) + " of the " + split + " rows); see balanced_accuracy, and consider "
+                  "class_weight = balanced");
+  }
 }
 
 // Each feature column's share of the trees' split gain (`shares`: one per
@@ -489,7 +529,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
 
     if (config.kind == runs::ModelKindId::kTrees) {
       model.kind = runs::ModelKindId::kTrees;
-      model.trees = fit_trees(data, config, reporter, request.stop);
+      model.trees = fit_trees(data, config, warm.used ? &warm.parent_model : nullptr, reporter, request.stop);
       model.outputs = model.trees.objective == TreeObjective::kMultiSoftmax ? model.trees.classes : 1;
       model.weights_hash = to_hex(hash_bytes(model.trees.booster));
       // Unprefixed val_*/test_* keys: the trees are the model.
@@ -679,6 +719,10 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       if (data.rows->test) add("test", *data.rows->test, data.y_test);
       if (linear) metrics.update(linear_scores("baseline_", *linear, data, per_class));
       if (trainer->stopped_early()) metrics["stopped_early_at_epoch"] = trainer->epoch();
+    }
+    if (classification) {
+      compare_with_majority(metrics, "val", data.y_val, data.labels, reporter);
+      compare_with_majority(metrics, "test", data.y_test, data.labels, reporter);
     }
     result.weights_hash = model.weights_hash;
     result.metrics = metrics;

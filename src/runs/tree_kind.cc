@@ -216,8 +216,12 @@ class TreeKind final : public ModelKind {
   std::string why_not_prunable(const ModelFile& /*model*/) const override {
     return "a tree model has no network weights to prune";
   }
-  std::string why_not_warm_start_parent(const ModelFile& /*model*/) const override {
-    return "it is a tree model; a network cannot start from its trees";
+  // A tree run continues boosting from its parent's trees (with the
+  // parent's preprocessing); nothing else can start from them.
+  std::string why_not_warm_start_parent(const ModelFile& /*model*/, ModelKindId child) const override {
+    if (child == ModelKindId::kTrees) return "";
+    return child == ModelKindId::kNetwork ? "it is a tree model; a network cannot start from its trees"
+                                          : "it is a tree model; layers = linear cannot start from its trees";
   }
 };
 

@@ -43,9 +43,9 @@ std::vector<ParsedLayer> parsed_layers(std::string_view spec) {
 // Why `parent` cannot start a run of `config`, judged without the data; ""
 // when nothing is wrong so far.
 std::string refusal_by_config(const ModelFile& parent, const TrainConfig& config) {
-  if (std::string why = model_kind(parent).why_not_warm_start_parent(parent); !why.empty()) return why;
-  if (config.kind != ModelKindId::kNetwork)
-    return "layers = " + std::string(model_kind(config.kind).name()) + " trains no network";
+  if (std::string why = model_kind(parent).why_not_warm_start_parent(parent, config.kind); !why.empty()) return why;
+  // A tree run continues its parent's boosting: no layers or loss to compare.
+  if (config.kind == ModelKindId::kTrees) return "";
   std::vector<ParsedLayer> wanted;
   try {
     wanted = parsed_layers(config.trainer.layers);
@@ -221,7 +221,8 @@ PreparedData prepare_run_data(Store& store, const DatasetRef& ref, const TrainCo
   PreparedData data = prepare_data(store, std::move(parts), config, memory_budget, &warm.parent_model);
   warm.used = true;
   const std::uint64_t unseen = data.rows->alignment->unseen_categories();
-  reporter.note("warm start from " + parent + ": its weights and preprocessing" +
+  reporter.note("warm start from " + parent + ": its " +
+                (warm.parent_model.kind == ModelKindId::kTrees ? "trees" : "weights") + " and preprocessing" +
                 (unseen ? " (" + std::to_string(unseen) + " categories it never saw are encoded as unseen)"
                         : std::string()));
   return data;

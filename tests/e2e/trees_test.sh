@@ -61,6 +61,17 @@ expect_eq "$(json_get 'set(c["column"] for c in j["summary"]["importance"]) <= s
   "True" "the importance names the table's columns"
 expect_rc 0 --json model show cancer-trees@v1
 expect_contains "$OUT" 'layers = trees' "the model's lineage says it is trees"
+# The HTML report shows the importance, the largest first.
+expect_rc 0 runs report run-1 -o "$WORK/report.html"
+expect_contains "$(cat "$WORK/report.html")" '<h2>Feature importance</h2>' "the report has the importance"
+top=$(printf '%s' "$("$ANNEAL" --json runs show run-1)" | python3 -c "import json,sys; print(json.load(sys.stdin)['summary']['importance'][0]['column'])")
+expect_eq "$(python3 - "$WORK/report.html" <<'PY'
+import re, sys
+html = open(sys.argv[1]).read()
+section = html[html.index('id="importance"'):]
+print(re.search(r"<td>([^<]+)</td>", section).group(1))
+PY
+)" "$top" "the report's first importance row is the largest share"
 
 # A retrain of the same config registers the next version.
 expect_rc 0 retrain "$WORK/trees.ini"
@@ -92,6 +103,24 @@ expect_rc 0 train "$WORK/warm.ini"
 expect_contains "$ERR$OUT" "warm start from cancer-trees@v1 refused: it is a tree model" \
   "a network does not warm-start from trees"
 
+# Continued boosting: a tree run warm-started from a tree model keeps the
+# parent's trees and preprocessing and adds rounds (that it never validates
+# worse than its start is BoostedTrees' contract, boosted_trees_test).
+cat >"$WORK/more.ini" <<'INI'
+name        = cancer-trees
+dataset     = cancer
+layers      = trees
+validation  = 0.15
+tree_rounds = 30
+seed        = 7
+threads     = 1
+warm_start  = cancer-trees@v1
+INI
+expect_rc 0 --json train "$WORK/more.ini"
+run train "$WORK/more.ini"
+expect_contains "$ERR$OUT" "warm start from cancer-trees@v1: its trees and preprocessing" "the run says it continues the trees"
+expect_contains "$ERR$OUT" "of them the parent's" "the rounds count the parent's"
+
 # Image data is not a table.
 python3 - "$WORK/images.idx" "$WORK/labels.idx" <<'PY'
 import struct, sys
@@ -102,7 +131,7 @@ with open(sys.argv[2], "wb") as f:
 PY
 expect_rc 0 data import tiny "$WORK/images.idx" --labels "$WORK/labels.idx"
 expect_rc 2 train "$WORK/trees.ini" --set dataset=tiny
-expect_contains "$ERR" "needs tabular (CSV/TSV) data" "trees refuse image data"
+expect_contains "$ERR" "boosted trees need tabular (CSV/TSV) data" "trees refuse image data"
 
 # Killed while boosting (kill -9 at its 5th round): no model is
 # registered, and the same config then boosts the same trees.

@@ -564,6 +564,30 @@ def read_state(state, fields=None):
         note(start, f"  {name} values " + ", ".join(repr(float(v)) for v in values))
         shape = tuple(int(d) for d in dims.strip("{}").split(",") if d.strip())
         out["tensors"][name] = values.reshape(shape)
+    out["best_epoch"], out["best"] = 0, []
+    if out["version"] >= 2:
+        # restore_best: the best epoch and its values, one per model tensor
+        # (the parameters and state buffers: the first tensors above).
+        start = r.pos
+        out["best_epoch"] = r.take("q")
+        note(start, f"best_epoch = {out['best_epoch']}")
+        start = r.pos
+        kept = r.take("Q")
+        note(start, f"best values: count = {kept}")
+        names = list(out["tensors"])
+        if kept > len(names):
+            raise FormatError("more best values than tensors")
+        for i in range(kept):
+            start = r.pos
+            n = r.take("Q")
+            if n != out["tensors"][names[i]].size:
+                raise FormatError(f"best value {i} has {n} elements, tensor {names[i]} {out['tensors'][names[i]].size}")
+            values = np.frombuffer(state, dtype="<f4", count=n, offset=r.pos)
+            r.pos += 4 * n
+            note(start, f"  best {names[i]}: count {n}")
+            out["best"].append(values.reshape(out["tensors"][names[i]].shape))
+    elif out["version"] != 1:
+        raise FormatError(f"trainer state version {out['version']}")
     if r.pos != len(state):
         raise FormatError("trailing bytes after the trainer state")
     return out

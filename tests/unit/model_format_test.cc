@@ -466,12 +466,14 @@ TEST(ModelKinds, WhatEachKindCanBeDerivedFrom) {
   const runs::ModelKind& l = runs::model_kind(linear);
   EXPECT_EQ(l.why_not_quantizable(linear), "a linear model has no network to quantize");
   EXPECT_EQ(l.why_not_prunable(linear), "a linear model has no network to prune");
-  EXPECT_EQ(l.why_not_warm_start_parent(linear), "it is a linear model, without network weights to start from");
+  EXPECT_EQ(l.why_not_warm_start_parent(linear, runs::ModelKindId::kNetwork), "it is a linear model, without network weights to start from");
   const runs::ModelFile trees = tree_model();
   const runs::ModelKind& tk = runs::model_kind(trees);
   EXPECT_EQ(tk.why_not_quantizable(trees), "a tree model has no network weights to quantize");
   EXPECT_EQ(tk.why_not_prunable(trees), "a tree model has no network weights to prune");
-  EXPECT_EQ(tk.why_not_warm_start_parent(trees), "it is a tree model; a network cannot start from its trees");
+  EXPECT_EQ(tk.why_not_warm_start_parent(trees, runs::ModelKindId::kNetwork),
+            "it is a tree model; a network cannot start from its trees");
+  EXPECT_EQ(tk.why_not_warm_start_parent(trees, runs::ModelKindId::kTrees), "");  // continued boosting
 
   TinyTrainer t;
   const runs::ModelFile fp32 = format1_model(t), int8 = int8_model(), pruned = pruned_model();
@@ -481,11 +483,12 @@ TEST(ModelKinds, WhatEachKindCanBeDerivedFrom) {
     EXPECT_EQ(n.why_not_quantizable(*m), "");
     EXPECT_EQ(n.why_not_prunable(*m), "");
   }
-  EXPECT_EQ(n.why_not_warm_start_parent(fp32), "");
+  EXPECT_EQ(n.why_not_warm_start_parent(fp32, runs::ModelKindId::kNetwork), "");
+  EXPECT_EQ(n.why_not_warm_start_parent(fp32, runs::ModelKindId::kTrees), "layers = trees trains no network");
   EXPECT_EQ(n.why_not_quantizable(int8), "the model is already int8");
   EXPECT_EQ(n.why_not_prunable(int8), "the model is int8; prune its fp32 parent, then quantize");
-  EXPECT_EQ(n.why_not_warm_start_parent(int8), "it is an int8 model; warm-start from its fp32 parent");
-  EXPECT_EQ(n.why_not_warm_start_parent(pruned), "it was made by prune; warm-start from the model it was made from");
+  EXPECT_EQ(n.why_not_warm_start_parent(int8, runs::ModelKindId::kNetwork), "it is an int8 model; warm-start from its fp32 parent");
+  EXPECT_EQ(n.why_not_warm_start_parent(pruned, runs::ModelKindId::kNetwork), "it was made by prune; warm-start from the model it was made from");
 }
 
 }  // namespace
