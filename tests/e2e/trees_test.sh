@@ -78,6 +78,16 @@ expect_rc 0 retrain "$WORK/trees.ini"
 expect_rc 0 --json model list
 expect_contains "$OUT" "cancer-trees@v5" "the retrain registered a version"
 
+# As a job: a worker trains it within its core quota, and the trees are
+# the same as those trained in the foreground.
+expect_rc 0 submit "$WORK/trees.ini" --set name=cancer-trees-job
+job=$OUT
+"$ANNEAL" worker --cores 2 --drain > "$WORK/worker.log" 2>&1
+expect_eq "$?" "0" "the worker drains"
+expect_eq "$(job_field "$job" state)" "succeeded" "the tree job succeeded"
+expect_rc 0 --json runs show "$(job_field "$job" run)"
+expect_eq "$(json_get 'j["summary"]["weights_hash"]')" "$hash1" "the job boosted the same trees"
+
 # Refusals, each one line with its exit code, the store as it was.
 before=$(store_state)
 expect_rc 2 quantize cancer-trees@v1 --int8 --calib cancer
