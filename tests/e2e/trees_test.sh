@@ -82,7 +82,7 @@ expect_contains "$OUT" "cancer-trees@v5" "the retrain registered a version"
 # the same as those trained in the foreground.
 expect_rc 0 submit "$WORK/trees.ini" --set name=cancer-trees-job
 job=$OUT
-"$ANNEAL" worker --cores 2 --drain > "$WORK/worker.log" 2>&1
+"$ANNEAL" worker --cores 1 --drain > "$WORK/worker.log" 2>&1
 expect_eq "$?" "0" "the worker drains"
 expect_eq "$(job_field "$job" state)" "succeeded" "the tree job succeeded"
 expect_rc 0 --json runs show "$(job_field "$job" run)"
