@@ -1,7 +1,5 @@
 // submit, worker, jobs, retrain, metrics, model alias/promote/rollback:
 // parse arguments, call src/jobs/, print the result as text or JSON.
-#include <charconv>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -152,24 +150,12 @@ int run_worker_command(const Invocation& inv) {
 }
 
 int job_exec_on(const Invocation& inv, Communicator* comm) {
-  // Die with the worker: a worker killed with -9 must not leave training
-  // behind that another worker will also run once the lease expires. (A
-  // job of several ranks has mpirun between: the worker does not set it.)
-  if (const char* parent = std::getenv("ANNEAL_WORKER_PID")) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (std::to_string(::getppid()) != parent) return kExitFailure;  // the worker died already
-  }
+  const JobChildEnvironment env = attach_job_child();
+  if (!env.attached) return kExitFailure;  // the worker that started it died already
   const std::int64_t id = parse_job_id(inv.args["JOB"].as<std::string>());
   Store store = Store::open(inv.global.store, inv.global.access);
   // The worker passes the claim it was given; run by hand, the job's own.
-  std::int64_t claim = 0;
-  if (const char* text = std::getenv("ANNEAL_JOB_CLAIM")) {
-    const std::string_view s(text);
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), claim);
-    if (ec != std::errc() || end != s.data() + s.size()) throw usage_error("ANNEAL_JOB_CLAIM '" + std::string(s) + "': expected a number");
-  } else {
-    claim = find_job(store, id).claim;
-  }
+  const std::int64_t claim = env.claim ? *env.claim : find_job(store, id).claim;
   StopOnSignal stop;
   auto reporter = make_train_reporter(inv.global.log_format);
   TrainResult result = execute_job(store, id, claim, stop.token(), *reporter, comm);

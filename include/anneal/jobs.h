@@ -53,6 +53,25 @@ JobSpec make_job_spec(const std::string& config_text, const std::string& config_
 TrainResult execute_job(Store& store, std::int64_t job, std::int64_t claim, std::stop_token stop,
                         TrainingReporter& reporter, Communicator* comm = nullptr);
 
+// The worker-to-child protocol, written and read here only (worker.cc):
+// the worker starts each job's child with two variables in its
+// environment. ANNEAL_JOB_CLAIM is the attempt's claim generation (its
+// fencing token; mpirun passes it on to rank 0 on any host). For a job of
+// one rank, ANNEAL_WORKER_PID is the worker's pid: the child asks to be
+// killed when its parent dies and checks its parent is still that worker,
+// so a worker killed with -9 leaves no training behind that another worker
+// would run again once the lease expires.
+struct JobChildEnvironment {
+  std::optional<std::int64_t> claim;  // ANNEAL_JOB_CLAIM, when set
+  bool attached = true;               // false: the worker that started it is gone
+};
+// In the child, first thing: reads the variables and, when
+// ANNEAL_WORKER_PID is set, arranges to die with that worker (attached is
+// false when it has died already: the child must exit at once). Run by
+// hand, without them: no claim, attached. kUsage for a claim that is not a
+// number.
+JobChildEnvironment attach_job_child();
+
 struct WorkerOptions {
   // argv that runs one job in a child, the job label ("job-7") appended:
   // {"/usr/bin/anneal", "--store", ROOT, "job-exec"}.

@@ -7,6 +7,7 @@
 // oneTBB task per child blocks in waitpid and hands the exit status back
 // through a queue, so the main thread never blocks on any one job.
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sched.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -17,6 +18,9 @@
 #include <oneapi/tbb/task_group.h>
 
 #include <algorithm>
+#include <charconv>
+#include <csignal>
+#include <cstdlib>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -41,6 +45,25 @@ extern char** environ;
 
 namespace anneal {
 namespace {
+
+// The protocol's two variables (JobChildEnvironment in anneal/jobs.h).
+constexpr char kWorkerPidVariable[] = "ANNEAL_WORKER_PID";
+constexpr char kJobClaimVariable[] = "ANNEAL_JOB_CLAIM";
+
+// `environ` less the protocol's variables, then the worker's pid (when
+// `worker` is set) and the attempt's claim, as NAME=VALUE strings.
+std::vector<std::string> job_child_environment(std::optional<pid_t> worker, std::int64_t claim) {
+  std::vector<std::string> out;
+  auto named = [](const char* entry, const char* name) {
+    const std::size_t n = std::strlen(name);
+    return std::strncmp(entry, name, n) == 0 && entry[n] == '=';
+  };
+  for (char** e = environ; *e; ++e)
+    if (!named(*e, kWorkerPidVariable) && !named(*e, kJobClaimVariable)) out.emplace_back(*e);
+  if (worker) out.push_back(std::string(kWorkerPidVariable) + "=" + std::to_string(*worker));
+  out.push_back(std::string(kJobClaimVariable) + "=" + std::to_string(claim));
+  return out;
+}
 
 std::string seconds_text(double s) {
   if (s >= 1 && std::abs(s - std::round(s)) < 1e-9) return std::to_string(static_cast<long long>(std::round(s))) + "s";
@@ -358,25 +381,19 @@ class Worker {
         args.insert(args.end(), {"--bind-to", "none"});
       args.insert(args.end(), {"-np", std::to_string(job.spec.ranks)});
       if (!job.spec.hostfile.empty()) args.insert(args.end(), {"--hostfile", job.spec.hostfile});
-      args.insert(args.end(), {"-x", "ANNEAL_JOB_CLAIM"});
+      args.insert(args.end(), {"-x", kJobClaimVariable});
     }
     args.insert(args.end(), options_.job_command.begin(), options_.job_command.end());
     args.push_back(job.label());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    // The child checks this against getppid() after asking for SIGKILL on
-    // its parent's death, so a worker killed with -9 leaves no orphan
-    // training on.
-    std::string parent = "ANNEAL_WORKER_PID=" + std::to_string(::getpid());
-    // The attempt's fencing token: every record the child makes checks it.
-    std::string claim = "ANNEAL_JOB_CLAIM=" + std::to_string(job.claim);
+    // A job of several ranks has mpirun between the worker and rank 0, so
+    // only a one-rank child can check its parent is the worker.
+    std::vector<std::string> environment =
+        job_child_environment(ranks ? std::nullopt : std::optional<pid_t>(::getpid()), job.claim);
     std::vector<char*> envp;
-    for (char** e = environ; *e; ++e)
-      if (std::strncmp(*e, "ANNEAL_WORKER_PID=", 18) != 0 && std::strncmp(*e, "ANNEAL_JOB_CLAIM=", 17) != 0)
-        envp.push_back(*e);
-    if (!ranks) envp.push_back(parent.data());
-    envp.push_back(claim.data());
+    for (std::string& e : environment) envp.push_back(e.data());
     envp.push_back(nullptr);
     pid_t pid = -1;
     int rc = 0;
@@ -523,6 +540,25 @@ class Worker {
 };
 
 }  // namespace
+
+JobChildEnvironment attach_job_child() {
+  JobChildEnvironment env;
+  if (const char* parent = std::getenv(kWorkerPidVariable)) {
+    // Asked first, checked second: a worker that dies between the two is
+    // seen by the check; one that dies after it kills this child.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    env.attached = std::to_string(::getppid()) == parent;
+  }
+  if (const char* text = std::getenv(kJobClaimVariable)) {
+    const std::string_view s(text);
+    std::int64_t claim = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), claim);
+    if (ec != std::errc() || end != s.data() + s.size())
+      throw usage_error(std::string(kJobClaimVariable) + " '" + std::string(s) + "': expected a number");
+    env.claim = claim;
+  }
+  return env;
+}
 
 std::filesystem::path job_log_path(const Store& store, std::int64_t job) {
   return store.root() / "logs" / ("job-" + std::to_string(job) + ".log");
