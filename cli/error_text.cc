@@ -11,6 +11,8 @@ const char* flag_of(Subject subject) {
     case Subject::kJobCores: return "--cores";
     case Subject::kJobRetries: return "--retries";
     case Subject::kJobTimeout: return "--timeout";
+    case Subject::kJobRanks: return "--ranks";
+    case Subject::kJobHostfile: return "--hostfile";
     case Subject::kWorkerCores: return "--cores";
     case Subject::kWorkerMaxJobs: return "--max-jobs";
     case Subject::kWorkerLease: return "--lease";

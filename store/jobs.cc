@@ -183,10 +183,11 @@ JobRecord submit_job(Store& store, const JobSpec& spec, double now) {
   if (spec.retries < 0) throw usage_error(Subject::kJobRetries, "must be at least 0");
   if (spec.timeout_s && !(*spec.timeout_s > 0)) throw usage_error(Subject::kJobTimeout, "must be positive");
   if (spec.ranks < 1 || spec.ranks > kMaxJobRanks)
-    throw usage_error("--ranks " + std::to_string(spec.ranks) + ": expected 1 to " + std::to_string(kMaxJobRanks) +
-                      " processes");
+    throw usage_error(Subject::kJobRanks, std::to_string(spec.ranks) + ": expected 1 to " +
+                                              std::to_string(kMaxJobRanks) + " processes");
   if (!spec.hostfile.empty() && spec.ranks < 2)
-    throw usage_error("--hostfile: only with --ranks 2 or more (a job on one rank runs on the worker's host)");
+    throw usage_error(Subject::kJobHostfile,
+                      ": only for a job of 2 or more ranks (a job on one rank runs on the worker's host)");
   sql::Database& db = store.db();
   std::int64_t id = 0;
   {

@@ -63,6 +63,8 @@ enum class Subject {
   kJobCores,             // the cores a job needs
   kJobRetries,           // how often a failed job is run again
   kJobTimeout,           // how long a job may run
+  kJobRanks,             // how many processes a job runs on
+  kJobHostfile,          // the hosts a job of several ranks runs on
   kWorkerCores,          // the cores a worker runs jobs on
   kWorkerMaxJobs,        // how many jobs a worker runs before it exits
   kWorkerLease,          // how long a worker's claim on a job lasts unrenewed
@@ -180,6 +182,8 @@ inline const char* subject_name(Subject subject) {
     case Subject::kJobCores: return "the job's core count";
     case Subject::kJobRetries: return "the job's retry count";
     case Subject::kJobTimeout: return "the job's timeout";
+    case Subject::kJobRanks: return "the job's rank count";
+    case Subject::kJobHostfile: return "the job's hostfile";
     case Subject::kWorkerCores: return "the worker's core count";
     case Subject::kWorkerMaxJobs: return "the worker's job limit";
     case Subject::kWorkerLease: return "the worker's lease";

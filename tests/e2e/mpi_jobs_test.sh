@@ -20,7 +20,7 @@ expect_rc 2 submit "$WORK/d.ini" --ranks 2 --hostfile "$WORK/no-such-hostfile"
 expect_contains "$ERR" "--hostfile" "a missing hostfile named"
 printf 'localhost slots=2\n' > "$WORK/hostfile"
 expect_rc 2 submit "$WORK/d.ini" --hostfile "$WORK/hostfile"
-expect_contains "$ERR" "--hostfile: only with --ranks 2 or more" "a hostfile without ranks refused"
+expect_contains "$ERR" "--hostfile: only for a job of 2 or more ranks" "a hostfile without ranks refused"
 expect_eq "$(printf '%s\n' "$ERR" | wc -l)" "1" "one-line error"
 expect_eq "$(catalog_dump | sha256sum)" "$before" "bad submits leave the catalog as it was"
 
