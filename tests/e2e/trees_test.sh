@@ -113,6 +113,12 @@ expect_rc 0 train "$WORK/warm.ini"
 expect_contains "$ERR$OUT" "warm start from cancer-trees@v1 refused: it is a tree model" \
   "a network does not warm-start from trees"
 
+# The README's example: docs/examples/sales-trees.ini on tests/data/sales.csv.
+expect_rc 0 data import sales "$TEST_DATA/sales.csv" --label returned
+expect_rc 0 --json train "$TEST_DATA/../../docs/examples/sales-trees.ini" --set threads=1
+expect_eq "$(json_get 'j["metrics"]["test_accuracy"] > j["metrics"]["test_majority_accuracy"]')" "True" \
+  "the example's trees beat always answering the majority"
+
 # Continued boosting: a tree run warm-started from a tree model keeps the
 # parent's trees and preprocessing and adds rounds (that it never validates
 # worse than its start is BoostedTrees' contract, boosted_trees_test).
