@@ -13,6 +13,8 @@ const char* flag_of(Subject subject) {
     case Subject::kJobTimeout: return "--timeout";
     case Subject::kJobRanks: return "--ranks";
     case Subject::kJobHostfile: return "--hostfile";
+    case Subject::kKeyFile: return "--key-file";
+    case Subject::kNewKeyFile: return "--new-key-file";
     case Subject::kWorkerCores: return "--cores";
     case Subject::kWorkerMaxJobs: return "--max-jobs";
     case Subject::kWorkerLease: return "--lease";
@@ -80,6 +82,10 @@ std::string remedy_command(Remedy remedy, const std::string& argument) {
     case Remedy::kResumeRun: return "; 'anneal train --resume " + argument + "' continues it";
     case Remedy::kStartWorker: return "; the next 'anneal worker' takes it over";
     case Remedy::kCheckDateFormat: return "; check --date-format " + argument;
+    case Remedy::kEncryptStore: return "; 'anneal encrypt --key-file FILE' encrypts it";
+    case Remedy::kFinishRotation: return "; run 'anneal rekey' again with the same --key-file and --new-key-file to finish it";
+    case Remedy::kGiveKey: return "; give its key with --key-file FILE, $ANNEAL_KEY_FILE or the systemd credential anneal-key";
+    case Remedy::kRotateKey: return "; 'anneal rekey' changes the key";
   }
   return "";
 }

@@ -152,7 +152,7 @@ void check_key_outside_store(const KeySource& key, const fs::path& store) {
   if (within(real_key, real_store))
     throw usage_error(key.source + " " + key.path.string() + ": the key file lies inside the store (" +
                       real_store.string() + "); keep it outside: a copy of the store would carry its key, and "
-                      "'anneal gc' deletes what lies in the store's tmp/");
+                      "garbage collection deletes what lies in the store's tmp/");
 }
 
 std::shared_ptr<const StoreKey> read_key_file(const KeySource& key, const fs::path& store) {
@@ -284,17 +284,15 @@ std::shared_ptr<const KeyRing> open_store_keys(const fs::path& root, const std::
   // and the credential are settings of the environment, meant for whichever
   // store is encrypted, and are not held against a plaintext one.)
   if (!record && key_file)
-    throw usage_error("--key-file: the store at " + root.string() +
-                      " is not encrypted; 'anneal encrypt --key-file FILE' encrypts it");
+    throw Error(ErrorKind::kUsage, Subject::kKeyFile, ": the store at " + root.string() + " is not encrypted",
+                Remedy::kEncryptStore);
   if (!record) return nullptr;
   const std::string store = root.string();
   if (record->retiring)
-    throw failure(store + ": a key rotation ('anneal rekey') was interrupted; run it again with the same "
-                  "--key-file and --new-key-file to finish it");
+    throw failure(store + ": a key rotation was interrupted").with(Remedy::kFinishRotation);
   auto source = configured_key_source(key_file);
   if (!source)
-    throw failure(store + ": the store is encrypted; give its key with --key-file FILE, $ANNEAL_KEY_FILE "
-                  "or the systemd credential anneal-key");
+    throw failure(store + ": the store is encrypted").with(Remedy::kGiveKey);
   std::shared_ptr<const StoreKey> key;
   try {
     key = read_key_file(*source, root);
@@ -384,10 +382,11 @@ RewriteReport encrypt_store(const fs::path& root, std::shared_ptr<const StoreKey
   FileLock lock = exclusive_store_lock(root);
   auto record = read_encryption_record(root);
   if (record && record->retiring)
-    throw failure(root.string() + ": a key rotation ('anneal rekey') was interrupted; run it again to finish it");
+    throw failure(root.string() + ": a key rotation was interrupted").with(Remedy::kFinishRotation);
   if (record && sodium_memcmp(record->check.data(), key->check().data(), 32) != 0)
     throw failure(root.string() + ": already encrypted with key " + hex(record->check.data(), 8) + ", not with key " +
-                  key->id_hex() + "; 'anneal rekey' changes the key");
+                  key->id_hex())
+        .with(Remedy::kRotateKey);
   // The record first: from here on every process needs the key, and
   // whatever is left plaintext by a crash still reads (and is finished by
   // the rerun).
@@ -406,9 +405,9 @@ RewriteReport rekey_store(const fs::path& root, std::shared_ptr<const StoreKey> 
                           std::shared_ptr<const StoreKey> new_key, const StoreAccess& access) {
   FileLock lock = exclusive_store_lock(root);
   if (sodium_memcmp(old_key->check().data(), new_key->check().data(), 32) == 0)
-    throw usage_error("anneal rekey: the new key is the old key (" + old_key->id_hex() + ")");
+    throw usage_error(Subject::kNewKeyFile, ": the new key is the old key (" + old_key->id_hex() + ")");
   auto record = read_encryption_record(root);
-  if (!record) throw failure(root.string() + ": not encrypted; 'anneal encrypt' encrypts it");
+  if (!record) throw failure(root.string() + ": not encrypted").with(Remedy::kEncryptStore);
   auto same = [](const std::array<std::uint8_t, 32>& a, const StoreKey& k) {
     return sodium_memcmp(a.data(), k.check().data(), 32) == 0;
   };
@@ -417,8 +416,8 @@ RewriteReport rekey_store(const fs::path& root, std::shared_ptr<const StoreKey> 
   if (!fresh && !resumed) {
     std::string expected = "key " + hex(record->check.data(), 8);
     if (record->retiring) expected = "key " + hex(record->retiring->data(), 8) + " (rotating to " + expected + ")";
-    throw failure(root.string() + ": wrong key: the store is encrypted with " + expected + "; --key-file holds key " +
-                  old_key->id_hex() + ", --new-key-file key " + new_key->id_hex());
+    throw failure(root.string() + ": wrong key: the store is encrypted with " + expected + "; the old key given is " +
+                  old_key->id_hex() + ", the new key " + new_key->id_hex());
   }
   // Both keys in the record while objects are under either: a crash leaves
   // a store that says so, and only a rerun with both keys opens it.

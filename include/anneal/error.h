@@ -65,6 +65,8 @@ enum class Subject {
   kJobTimeout,           // how long a job may run
   kJobRanks,             // how many processes a job runs on
   kJobHostfile,          // the hosts a job of several ranks runs on
+  kKeyFile,              // the file holding the store's key
+  kNewKeyFile,           // the file holding the key a rotation switches to
   kWorkerCores,          // the cores a worker runs jobs on
   kWorkerMaxJobs,        // how many jobs a worker runs before it exits
   kWorkerLease,          // how long a worker's claim on a job lasts unrenewed
@@ -127,6 +129,10 @@ enum class Remedy {
   kResumeRun,                // resume the run (the argument) from its last checkpoint
   kStartWorker,              // start a worker, which takes over expired jobs
   kCheckDateFormat,          // check the date format given for a column (the argument: COLUMN=FORMAT)
+  kEncryptStore,             // encrypt the store (with the key given)
+  kFinishRotation,           // run the interrupted key rotation again, with the same two keys
+  kGiveKey,                  // give the store's key
+  kRotateKey,                // rotate the store's key instead
 };
 
 // The subject in words, as what() starts with it: "the job's core count".
@@ -184,6 +190,8 @@ inline const char* subject_name(Subject subject) {
     case Subject::kJobTimeout: return "the job's timeout";
     case Subject::kJobRanks: return "the job's rank count";
     case Subject::kJobHostfile: return "the job's hostfile";
+    case Subject::kKeyFile: return "the key file";
+    case Subject::kNewKeyFile: return "the new key file";
     case Subject::kWorkerCores: return "the worker's core count";
     case Subject::kWorkerMaxJobs: return "the worker's job limit";
     case Subject::kWorkerLease: return "the worker's lease";
@@ -249,6 +257,10 @@ inline std::string remedy_text(Remedy remedy, const std::string& argument) {
     case Remedy::kResumeRun: return "; resuming " + argument + " continues it";
     case Remedy::kStartWorker: return "; the next worker to start takes it over";
     case Remedy::kCheckDateFormat: return "; check the date format given as " + argument;
+    case Remedy::kEncryptStore: return "; encrypting it is a command of its own";
+    case Remedy::kFinishRotation: return "; run the rotation again with the same old and new keys to finish it";
+    case Remedy::kGiveKey: return "; give its key (a key file, $ANNEAL_KEY_FILE or the systemd credential anneal-key)";
+    case Remedy::kRotateKey: return "; changing the key is a rotation, a command of its own";
   }
   return "";
 }

@@ -188,7 +188,7 @@ ANNEAL_FAULT="rekey.object-rewritten@2=crash" expect_rc 137 --key-file "$KEY2" r
 expect_eq "$(stat -c %a "$KEY3")" "600" "rekey wrote the new key first"
 expect_rc 1 --key-file "$KEY3" data list
 one_line "interrupted rekey"
-expect_contains "$ERR" "key rotation ('anneal rekey') was interrupted" "an unfinished rekey is refused, saying how to finish"
+expect_contains "$ERR" "a key rotation was interrupted; run 'anneal rekey' again" "an unfinished rekey is refused, saying how to finish"
 expect_rc 1 --key-file "$KEY" rekey --new-key-file "$KEY3"
 expect_contains "$ERR" "wrong key" "rekey with a key that is neither"
 # A rerun naming a key file that does not exist cannot finish the rotation:
