@@ -105,6 +105,66 @@ void RemoteSource::read(std::span<const std::uint32_t> rows, float* features, fl
   std::memcpy(labels, answer.data() + n * width_ * sizeof(float), n * sizeof(float));
 }
 
+Leader::Leader(Communicator* comm) : comm_(comm && comm->size() > 1 ? comm : nullptr) {
+  if (comm_ && comm_->rank() != 0)
+    throw failure("train_model runs on rank 0 of " + std::to_string(comm_->size()) + ", not rank " +
+                  std::to_string(comm_->rank()));
+  // A collective the followers start with.
+  hosts_ = comm_ ? comm_->hosts() : std::vector<std::string>{host_name()};
+}
+
+Leader::~Leader() = default;
+
+SampleSource& Leader::serve_train(SampleSource& train) {
+  if (!comm_) return train;
+  train_ = std::make_unique<ServedSource>(train, *comm_);
+  return *train_;
+}
+
+SampleSource* Leader::serve_validation(SampleSource* validation) {
+  if (!comm_ || !validation) return validation;
+  validation_ = std::make_unique<ServedSource>(*validation, *comm_);
+  return validation_.get();
+}
+
+void Leader::start(const std::string& config_text, const TrainerConfig& tc, Trainer& trainer) {
+  if (!comm_) return;
+  const json plan = {{"config", config_text},
+                     {"loss", static_cast<int>(tc.loss)},
+                     {"classes", tc.classes},
+                     {"class_weights", tc.class_weights},
+                     {"train", source_shape_json(*train_)},
+                     {"validation", validation_ ? source_shape_json(*validation_) : json()}};
+  const std::string text = plan.dump();
+  std::vector<std::byte> blob(reinterpret_cast<const std::byte*>(text.data()),
+                              reinterpret_cast<const std::byte*>(text.data()) + text.size());
+  broadcast_blob(*comm_, blob);
+  const std::vector<std::uint8_t> state = trainer.save_state();
+  std::vector<std::byte> state_blob(reinterpret_cast<const std::byte*>(state.data()),
+                                    reinterpret_cast<const std::byte*>(state.data()) + state.size());
+  broadcast_blob(*comm_, state_blob);
+}
+
+void Leader::train(std::int64_t steps) {
+  if (comm_) send_command(*comm_, FollowerCommand::kTrain, steps);
+}
+
+void Leader::save() {
+  if (comm_) send_command(*comm_, FollowerCommand::kSave);
+}
+
+void Leader::saved() {
+  if (comm_) reached_checkpoint(*comm_);
+}
+
+void Leader::done() {
+  if (!comm_ || done_) return;
+  done_ = true;
+  send_command(*comm_, FollowerCommand::kDone);
+  train_->stop_serving();
+  if (validation_) validation_->stop_serving();
+}
+
 }  // namespace anneal::runs
 
 namespace anneal {

@@ -32,6 +32,11 @@
 #include "anneal/report.h"
 #include "anneal/sample_source.h"
 
+namespace anneal {
+class Trainer;
+struct TrainerConfig;
+}  // namespace anneal
+
 namespace anneal::runs {
 
 // A byte blob from rank `root` to every rank (its size first).
@@ -93,6 +98,55 @@ class RemoteSource final : public SampleSource {
   std::int64_t rows_ = 0, window_ = 1;
   std::vector<std::int64_t> sample_shape_, block_starts_;
   std::size_t width_ = 1;
+};
+
+class ServedSource;
+
+// Rank 0's side of the protocol above, one method per step;
+// follow_training() (runs.h) is the other ranks'. A single process holds a
+// Leader without a communicator, whose every step does nothing, so a
+// training run reads the same on one process as on N. Not thread-safe.
+class Leader {
+ public:
+  // `comm`: the ranks of `mpirun -np N` (not owned; outlives the Leader),
+  // or null (or one rank) for a single process. Step 1: gathers every
+  // rank's host. kFailure when this is not rank 0.
+  explicit Leader(Communicator* comm);
+  ~Leader();
+  Leader(const Leader&) = delete;
+  Leader& operator=(const Leader&) = delete;
+
+  // The communicator a Trainer shares gradients over; null when alone.
+  Communicator* communicator() const { return comm_; }
+  // Every rank's host name in rank order (this host's alone when alone).
+  const std::vector<std::string>& hosts() const { return hosts_; }
+
+  // The sources the trainer reads: `train` and `validation` (may be null)
+  // themselves when alone, else ServedSources over them that answer the
+  // followers' reads. The Leader keeps the wrappers; the inner sources must
+  // outlive it.
+  SampleSource& serve_train(SampleSource& train);
+  SampleSource* serve_validation(SampleSource* validation);
+
+  // Steps 2 and 3: the setup the followers build their trainer from (the
+  // run's config text, `tc`'s loss, classes and class weights, the served
+  // sources' shapes), then `trainer`'s state, which they load.
+  void start(const std::string& config_text, const TrainerConfig& tc, Trainer& trainer);
+  // Step 4: the followers train `steps` steps, as this rank does next.
+  void train(std::int64_t steps);
+  // Step 4: the followers join the save_state() this rank's checkpoint
+  // takes; saved() once the store committed it.
+  void save();
+  void saved();
+  // The followers are released; from here this rank reads alone. Safe to
+  // call more than once.
+  void done();
+
+ private:
+  Communicator* comm_;
+  std::vector<std::string> hosts_;
+  std::unique_ptr<ServedSource> train_, validation_;
+  bool done_ = false;
 };
 
 // The fault point each rank reaches once a checkpoint is written (on rank 0

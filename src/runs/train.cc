@@ -316,7 +316,7 @@ struct Setup {
   std::optional<RunRecord> resumed;
 };
 
-Setup resolve(Store& store, const TrainRequest& request) {
+Setup resolve_setup(Store& store, const TrainRequest& request) {
   Setup s;
   if (request.resume) {
     if (!request.overrides.empty())
@@ -369,6 +369,477 @@ Setup resolve(Store& store, const TrainRequest& request) {
   return s;
 }
 
+// One training run (`anneal train`, a job's attempt, rank 0 of mpirun),
+// its phases in the order run() calls them:
+//   resolve       the config (the file and overrides, or the resumed run's),
+//                 the warm start's parent, the run's lock, the backend;
+//   prepare_data  the dataset's rows as sources under the memory budget;
+//   build         what the model's kind refuses, and a network's trainer;
+//   open_run      the run's record, created or reopened;
+//   fit           per kind: boost the trees, fit the linear model, or train
+//                 the network (resume_checkpoint, train_loop); each scores
+//                 the model it made on the validation and test rows;
+//   finish        the summary and lineage, and the registered model.
+// A failure once the run is open records it as failed (record_failure).
+// Under mpirun the other ranks follow this one through leader_; a single
+// process's leader does nothing.
+class TrainingRun {
+ public:
+  TrainingRun(Store& store, const TrainRequest& request, TrainingReporter& reporter)
+      : store_(store),
+        request_(request),
+        reporter_(reporter),
+        fence_(request.fence ? &*request.fence : nullptr),
+        leader_(request.communicator),
+        engine_reporter_(reporter) {}
+
+  TrainResult run() {
+    resolve();
+    prepare_data();
+    build();
+    // Interrupted while loading: nothing has started, so nothing to record.
+    if (request_.stop.stop_requested()) throw failure("interrupted before training started");
+    open_run();
+    try {
+      fit();
+      if (result_.cancelled) return result_;
+      return finish();
+    } catch (const std::exception& e) {
+      record_failure(e);
+    }
+  }
+
+ private:
+  const TrainConfig& config() const { return setup_.config; }
+  PreparedData& data() { return *data_; }
+  bool network() const { return config().kind == runs::ModelKindId::kNetwork; }
+
+  // --- resolve -------------------------------------------------------------
+  // Everything that can be checked without training, before a run exists.
+  void resolve() {
+    setup_ = resolve_setup(store_, request_);
+    warm_ = runs::resolve_warm_start(store_, setup_.config, reporter_);
+    lock_resumed_run();
+    choose_backend();
+  }
+
+  // Held while this process trains the run, so two resumes cannot race.
+  void lock_resumed_run() {
+    if (!setup_.resumed) return;
+    const std::int64_t id = setup_.resumed->id;
+    if (request_.wait_for_run_lock && !try_lock_run(store_, id).held()) {
+      reporter_.note("waiting for the process still training " + setup_.resumed->label() + " to stop");
+      run_lock_.emplace(lock_run(store_, id));
+    } else {
+      run_lock_.emplace(try_lock_run(store_, id));
+    }
+    if (!run_lock_->held())
+      throw Error(ErrorKind::kBusy, Subject::kResumedRun,
+                  setup_.resumed->label() + ": another anneal process is training this run");
+  }
+
+  void choose_backend() {
+    const bool trees = config().kind == runs::ModelKindId::kTrees;
+    // XGBoost's booster is the CPU's: a GPU asked for by name is refused
+    // rather than left idle (auto takes the CPU for trees).
+    if (trees && config().device == Device::kCuda) {
+      auto where = config().sources.find("device");
+      throw usage_error((where != config().sources.end() ? where->second + ": " : std::string()) +
+                        "device = cuda: layers = trees trains on the CPU (XGBoost's booster); use device = cpu or auto");
+    }
+    try {
+      backend_ = make_backend({.device = trees ? Device::kCpu : config().device,
+                               .threads = config().threads,
+                               .deterministic = config().deterministic,
+                               .tf32 = config().tf32});
+    } catch (const Error& e) {
+      // Name where the device was asked for: "fm.ini:7" or "--set device".
+      auto where = config().sources.find("device");
+      if (e.kind() != ErrorKind::kUsage || where == config().sources.end()) throw;
+      throw usage_error(where->second + ": " + e.what());
+    }
+    if (config().device == Device::kAuto)
+      for (const std::string& why : passed_over_by_auto())
+        reporter_.note("device auto: training on the " + backend_->capabilities().device + " (" + why + ")");
+    if (!backend_->capabilities().deterministic)
+      reporter_.note("deterministic = false: the " + backend_->capabilities().device +
+                     " backend may use algorithms whose results vary, so this run's weights will not repeat bit for bit");
+  }
+
+  // --- prepare_data --------------------------------------------------------
+  void prepare_data() {
+    reporter_.note("loading " + setup_.dataset.to_string());
+    const auto load_start = Clock::now();
+    const std::uint64_t budget = config().memory_budget.value_or(runs::default_memory_budget());
+    data_.emplace(runs::prepare_run_data(store_, setup_.dataset, config(), warm_, budget, reporter_));
+    result_.load_seconds = seconds_since(load_start);
+    result_.memory_budget = budget;
+    result_.streamed = data().rows->streamed;
+    if (data().rows->streamed) {
+      reporter_.note(data().version.ref() + " does not fit memory_budget = " + memory_budget_text(budget) +
+                     ": streaming it in windows of " + std::to_string(data().rows->window) + " blocks of " +
+                     std::to_string(data().rows->block_rows) + " rows");
+      // The order depends on the budget: the run records the one it used,
+      // so a resume (and a rerun of its config) streams the same windows.
+      setup_.config.memory_budget = budget;
+    }
+    // A warm-started run keeps its parent's choice, made on the parent's rows.
+    for (const ExcludedColumn& e : data().features.excluded())
+      if (e.identifier)
+        reporter_.note("column '" + e.column + "' left out of the features" +
+                       (warm_.used ? " (as by " + warm_.parent->ref() + ")" : std::string()) + ": " + e.reason +
+                       "; set features= or exclude= to choose");
+  }
+
+  // --- build ---------------------------------------------------------------
+  void build() {
+    if (network()) return build_trainer();
+    const bool trees = config().kind == runs::ModelKindId::kTrees;
+    const std::string kind_words = trees ? "boosted trees" : "the linear model";
+    const std::string layers_key = "layers = " + std::string(runs::model_kind(config().kind).name());
+    if (leader_.communicator())
+      throw usage_error(layers_key + ": " + kind_words + (trees ? " are trained" : " is fitted") +
+                        " by one process; run it without mpirun (or with -np 1)");
+    if (!data().tabular)
+      throw usage_error(layers_key + ": " + kind_words + (trees ? " need" : " needs") + " tabular (CSV/TSV) data; " +
+                        data().version.ref() + " is " + data().version.format);
+    if (data().rows->streamed)
+      throw usage_error(Subject::kMemoryBudget,
+                        ": " + layers_key + " fits on every row at once; " + data().version.ref() +
+                            " does not fit memory_budget = " + memory_budget_text(result_.memory_budget) +
+                            "; raise it or train a network");
+  }
+
+  void build_trainer() {
+    tc_ = config().trainer;
+    tc_.loss = data().loss;
+    tc_.classes = data().labels.classification() ? data().labels.classes() : 0;
+    tc_.class_weights = data().class_weights;
+    tc_.memory_limit = runs::physical_memory();
+    // Under mpirun rank 0's reads also answer the other ranks' (distributed.h).
+    SampleSource& train = leader_.serve_train(*data().rows->train);
+    SampleSource* validation = leader_.serve_validation(data().rows->validation.get());
+    try {
+      trainer_ = std::make_unique<Trainer>(tc_, *backend_, train, validation, engine_reporter_, leader_.communicator());
+    } catch (const Error& e) {
+      // The engine names the layer; add where the spec was written.
+      auto where = config().sources.find("layers");
+      const bool about_layers = std::string_view(e.what()).starts_with("layer");
+      if (e.kind() != ErrorKind::kUsage || !about_layers || where == config().sources.end()) throw;
+      throw usage_error(where->second + ": layers = " + config().trainer.layers + ": " + e.what());
+    }
+    // A resumed run's checkpoint replaces these weights; one that has none
+    // left starts again from them.
+    if (warm_.used) runs::load_parent_weights(*trainer_, warm_);
+  }
+
+  // --- open_run ------------------------------------------------------------
+  void open_run() {
+    if (setup_.resumed) {
+      reopen_run(store_, setup_.resumed->id);
+      run_ = find_run(store_, setup_.resumed->id);
+    } else {
+      run_ = create_run(store_, config().name, setup_.dataset, config().to_text(), host_name());
+      run_lock_.emplace(try_lock_run(store_, run_.id));
+    }
+    if (request_.on_run_started) request_.on_run_started(run_);
+    reporter_.note((setup_.resumed ? "resuming " : "started ") + run_.label() + ": " + config().name + " on " +
+                   data().version.ref() + " (" + std::to_string(data().train_rows()) + " training rows" +
+                   (data().y_val.empty() ? "" : ", " + std::to_string(data().y_val.size()) + " validation") + ")");
+  }
+
+  // --- fit -----------------------------------------------------------------
+  void fit() {
+    model_ = model_shell(data());
+    if (data().tabular && config().baseline && data().rows->streamed)
+      reporter_.note("baseline: not fitted, the linear model needs every row in memory and " + data().version.ref() +
+                     " streams");
+    else if (data().tabular && (config().baseline || config().kind == runs::ModelKindId::kLinear))
+      linear_ = fit_linear(data(), config().linear_l2);
+    switch (config().kind) {
+      case runs::ModelKindId::kTrees:
+        return fit_tree_model();
+      case runs::ModelKindId::kLinear:
+        return fit_linear_model();
+      case runs::ModelKindId::kNetwork:
+        return train_network();
+    }
+  }
+
+  void fit_tree_model() {
+    model_.kind = runs::ModelKindId::kTrees;
+    model_.trees = fit_trees(data(), config(), warm_.used ? &warm_.parent_model : nullptr, reporter_, request_.stop);
+    model_.outputs = model_.trees.objective == TreeObjective::kMultiSoftmax ? model_.trees.classes : 1;
+    model_.weights_hash = to_hex(hash_bytes(model_.trees.booster));
+    // Unprefixed val_*/test_* keys: the trees are the model.
+    metrics_.update(model_scores(model_, *backend_, data(), per_class_, confusion_));
+    if (linear_) metrics_.update(linear_scores("baseline_", *linear_, data(), per_class_));
+    importance_ = column_importance(data().features, model_.trees.importance);
+  }
+
+  void fit_linear_model() {
+    model_.kind = runs::ModelKindId::kLinear;
+    model_.linear_model = *linear_;
+    model_.weights_hash = runs::linear_weights_hash(*linear_);
+    // Unprefixed val_*/test_* keys: here the linear model is the model.
+    metrics_.update(linear_scores("", *linear_, data(), per_class_, &confusion_));
+  }
+
+  void train_network() {
+    if (setup_.resumed) resume_checkpoint();
+    // The followers build the same trainer and data order from this, then
+    // take this rank's state (fresh, warm-started or resumed).
+    leader_.start(config().to_text(), tc_, *trainer_);
+    if (leader_.communicator()) {
+      std::string list;
+      for (std::size_t r = 0; r < leader_.hosts().size(); ++r) list += (r ? ", " : "") + leader_.hosts()[r];
+      reporter_.note("training on " + std::to_string(leader_.hosts().size()) + " ranks: " + list);
+    }
+    train_loop();
+    if (result_.cancelled) {
+      leader_.done();
+      record_cancelled();
+      return;
+    }
+    save_checkpoint(/*periodic=*/false);  // the end state: a finished run can be inspected like any other
+    leader_.done();
+    score_network();
+  }
+
+  // The preprocessing a checkpoint of this run must have been made with.
+  json preprocessing() { return {{"features", data().features.to_json()}, {"labels", data().labels.to_json()}}; }
+
+  // Loads the newest checkpoint that verifies: a damaged one (a bad disk
+  // sector, a partial restore) costs the steps since the one before it,
+  // not the run.
+  void resume_checkpoint() {
+    const json prep = preprocessing();
+    auto checkpoints = run_checkpoints(store_, run_.id);
+    for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
+      std::string owner = run_.label() + " checkpoint at step " + std::to_string(it->step);
+      std::optional<runs::Checkpoint> c;
+      try {
+        c = runs::decode_checkpoint(read_checkpoint(store_, *it), owner);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::kCorrupt) throw;
+        reporter_.note(std::string(e.what()) + "; " +
+                       (std::next(it) != checkpoints.rend()
+                            ? "trying the one at step " + std::to_string(std::next(it)->step)
+                            : std::string("no earlier checkpoint: starting from step 0")));
+        continue;
+      }
+      if (c->header.value("features", json()) != prep["features"] || c->header.value("labels", json()) != prep["labels"])
+        throw corrupt(owner + ": its preprocessing differs from the one rebuilt from " + data().version.ref());
+      trainer_->load_state(c->state);
+      last_saved_step_ = it->step;
+      reporter_.note("continuing from step " + std::to_string(trainer_->step()) + " of " +
+                     std::to_string(trainer_->total_steps()));
+      return;
+    }
+  }
+
+  // Saves a checkpoint of where the trainer is. A periodic one that fails
+  // (a full disk) is a note, not the end of the run: the previous
+  // checkpoint stays valid and training goes on. The end-of-run and cancel
+  // saves throw: the run then stops, resumable.
+  void save_checkpoint(bool periodic) {
+    leader_.save();
+    runs::Checkpoint c;
+    c.header = preprocessing();
+    c.header["run"] = run_.id;
+    c.header["step"] = trainer_->step();
+    c.state = trainer_->save_state();
+    try {
+      SavedCheckpoint saved = anneal::save_checkpoint(store_, run_.id, trainer_->step(), runs::encode_checkpoint(c),
+                                                      checkpoint_score(*trainer_), config().keep_checkpoints, fence_);
+      last_saved_step_ = trainer_->step();
+      leader_.saved();
+      if (!saved.reclaim_error.empty())
+        reporter_.note("checkpoint at step " + std::to_string(trainer_->step()) +
+                       " saved, but removing the released checkpoints failed: " + saved.reclaim_error +
+                       "; 'anneal gc' removes them");
+    } catch (const Error& e) {
+      // A lost claim is no disk trouble: this attempt must stop.
+      if (!periodic || (fence_ && !job_fence_holds(store_, *fence_))) throw;
+      reporter_.note("checkpoint at step " + std::to_string(trainer_->step()) + " not saved: " + e.what() + "; " +
+                     (last_saved_step_ ? "the one at step " + std::to_string(*last_saved_step_) + " stays"
+                                       : std::string("there is no earlier one")) +
+                     "; training goes on");
+    }
+  }
+
+  // Trains until the trainer is finished or a stop is requested (then it
+  // checkpoints and sets result_.cancelled), in slices of about a quarter
+  // second between progress reports, stop checks and time-based
+  // checkpoints, whatever the model's speed; each finished epoch recorded.
+  void train_loop() {
+    Trainer& trainer = *trainer_;
+    const std::uint64_t rows = data().train_rows();
+    const bool classification = data().labels.classification();
+    const std::int64_t per_epoch = trainer.steps_per_epoch();
+    std::int64_t recorded_epochs = 0;
+    double step_seconds = 0;
+    const double start_samples = samples_done(trainer, rows);
+    double train_seconds = 0;
+    auto last_checkpoint = Clock::now();
+    while (!trainer.finished()) {
+      if (request_.stop.stop_requested()) {
+        save_checkpoint(/*periodic=*/false);
+        result_.cancelled = true;
+        break;
+      }
+      std::int64_t slice = step_seconds > 0 ? static_cast<std::int64_t>(0.25 / step_seconds) : 1;
+      std::int64_t steps = std::min(std::max<std::int64_t>(slice, 1),
+                                    per_epoch - (trainer.step() - trainer.epoch() * per_epoch));
+      if (config().checkpoint_every.steps > 0)
+        steps = std::min(steps, config().checkpoint_every.steps - trainer.step() % config().checkpoint_every.steps);
+      auto t0 = Clock::now();
+      const std::int64_t step_before = trainer.step();
+      leader_.train(std::max<std::int64_t>(steps, 1));
+      trainer.train(static_cast<std::uint64_t>(std::max<std::int64_t>(steps, 1)));
+      const double took = seconds_since(t0);
+      if (!result_.first_step_seconds && trainer.step() > step_before)
+        result_.first_step_seconds = runs::process_uptime_seconds();
+      train_seconds += took;
+      if (trainer.step() > step_before) step_seconds = took / static_cast<double>(trainer.step() - step_before);
+      for (std::size_t i = static_cast<std::size_t>(recorded_epochs); i < trainer.history().size(); ++i)
+        record_epoch(store_, run_.id, epoch_record(trainer.history()[i], classification,
+                                                   config().trainer.precision == Precision::kFp16, rows));
+      recorded_epochs = static_cast<std::int64_t>(trainer.history().size());
+
+      TrainProgress p;
+      p.run = run_.label();
+      p.epochs = tc_.epochs;
+      p.epoch = std::min(trainer.epoch() + 1, tc_.epochs);
+      p.step = trainer.step();
+      p.total_steps = trainer.total_steps();
+      p.steps_per_epoch = per_epoch;
+      p.epoch_step = trainer.step() - trainer.epoch() * per_epoch;
+      if (!trainer.history().empty()) p.loss = trainer.history().back().train_loss;
+      double done = samples_done(trainer, rows);
+      p.samples_per_s = train_seconds > 0 ? (done - start_samples) / train_seconds : 0;
+      if (p.samples_per_s > 0)
+        p.eta_seconds = (static_cast<double>(tc_.epochs) * static_cast<double>(rows) - done) / p.samples_per_s;
+      result_.samples_per_s = p.samples_per_s;
+      reporter_.training(p);
+
+      bool due = (config().checkpoint_every.steps > 0 && trainer.step() % config().checkpoint_every.steps == 0) ||
+                 (config().checkpoint_every.seconds > 0 &&
+                  seconds_since(last_checkpoint) >= config().checkpoint_every.seconds);
+      if (due && !trainer.finished()) {
+        save_checkpoint(/*periodic=*/true);
+        last_checkpoint = Clock::now();
+      }
+    }
+  }
+
+  // A stopped run: recorded cancelled at its checkpoint, resumable.
+  void record_cancelled() {
+    json summary = {{"step", trainer_->step()}, {"samples_per_s", result_.samples_per_s}};
+    summary.update(data_path_json(result_, data()));
+    end_run(store_, run_.id, RunStatus::kCancelled,
+            "cancelled at step " + std::to_string(trainer_->step()) + "; continue with --resume " + run_.label(),
+            summary, fence_);
+    result_.run = find_run(store_, run_.id);
+  }
+
+  // The trained network as the model, scored by the trainer on the
+  // validation and test sources (which may stream).
+  void score_network() {
+    Trainer& trainer = *trainer_;
+    model_.layers = config().trainer.layers;
+    model_.precision = config().trainer.precision;
+    model_.tensors = runs::export_weights(trainer);
+    model_.weights_hash = trainer.weights_hash();
+    const bool classification = data().labels.classification();
+    auto add = [&](const std::string& split, SampleSource& rows, const std::vector<float>& y) {
+      std::vector<float> p = trainer.predict(rows);
+      metrics_.update(runs::score(split, data().loss, data().labels, p, y));
+      if (classification) {
+        per_class_[split] = runs::score_per_class(data().loss, data().labels, p, y);
+        confusion_[split] = runs::score_confusion(data().loss, data().labels, p, y);
+      }
+    };
+    if (data().rows->validation) {
+      add("val", *data().rows->validation, data().y_val);
+      metrics_["val_loss"] = trainer.history().back().val_loss;
+    }
+    if (data().rows->test) add("test", *data().rows->test, data().y_test);
+    if (linear_) metrics_.update(linear_scores("baseline_", *linear_, data(), per_class_));
+    if (trainer.stopped_early()) metrics_["stopped_early_at_epoch"] = trainer.epoch();
+  }
+
+  // --- finish --------------------------------------------------------------
+  TrainResult finish() {
+    if (data().labels.classification()) {
+      compare_with_majority(metrics_, "val", data().y_val, data().labels, reporter_);
+      compare_with_majority(metrics_, "test", data().y_test, data().labels, reporter_);
+    }
+    result_.weights_hash = model_.weights_hash;
+    result_.metrics = metrics_;
+    result_.per_class = per_class_;
+    json summary = {{"samples_per_s", result_.samples_per_s}, {"weights_hash", result_.weights_hash},
+                    {"metrics", metrics_}};
+    if (!per_class_.empty()) summary["per_class"] = per_class_;
+    if (!confusion_.empty()) summary["confusion"] = confusion_;
+    if (!importance_.empty()) summary["importance"] = importance_;
+    if (trainer_) summary["steps"] = trainer_->step();
+    summary.update(data_path_json(result_, data()));
+    json lineage = lineage_json(config(), data(), run_, backend_->capabilities(), leader_.hosts());
+    lineage.update(runs::warm_start_lineage(warm_));
+    result_.model = register_model(store_, run_.id, config().name, runs::encode_model(model_), lineage, metrics_,
+                                   summary, fence_);
+    result_.run = find_run(store_, run_.id);
+    return result_;
+  }
+
+  // Called from run()'s handler: the run stays recorded as failed with the
+  // reason, and the error goes on up. An I/O failure (a full disk at the
+  // end-of-run save or at the model registration) leaves the run
+  // resumable, and the message says how. An attempt that lost its job's
+  // claim records nothing: the run is the new attempt's now.
+  [[noreturn]] void record_failure(const std::exception& e) {
+    if (fence_ && !job_fence_holds(store_, *fence_)) throw;
+    const Error* error = dynamic_cast<const Error*>(&e);
+    const bool resumable = error && (error->kind() == ErrorKind::kFailure || error->kind() == ErrorKind::kBusy);
+    const std::string message =
+        resumable ? std::string(e.what()) + "; 'anneal train --resume " + run_.label() + "' continues it" +
+                        (last_saved_step_ ? " from step " + std::to_string(*last_saved_step_) : std::string())
+                  : std::string(e.what());
+    try {
+      end_run(store_, run_.id, RunStatus::kFailed, message, json::object(), fence_);
+    } catch (const std::exception& second) {
+      throw failure(message + " (and recording the failure failed: " + second.what() + ")");
+    }
+    if (resumable) throw Error(error->kind(), message);
+    throw;
+  }
+
+  Store& store_;
+  const TrainRequest& request_;
+  TrainingReporter& reporter_;
+  const JobFence* fence_;
+  runs::Leader leader_;  // first: its hosts() is the collective the followers start with
+  EngineReporter engine_reporter_;
+  Setup setup_;
+  runs::WarmStart warm_;
+  std::optional<FileLock> run_lock_;
+  std::unique_ptr<Backend> backend_;
+  std::optional<PreparedData> data_;
+  TrainerConfig tc_;
+  std::unique_ptr<Trainer> trainer_;
+  RunRecord run_;
+  std::optional<std::int64_t> last_saved_step_;  // the newest checkpoint of this run that is recorded
+  TrainResult result_;
+  // What fit() made: the model, its scores, and the linear baseline.
+  runs::ModelFile model_;
+  std::optional<LinearModel> linear_;
+  json metrics_ = json::object();
+  json per_class_ = json::object();  // {"test": {"CLASS": {"recall", ...}}, ...}
+  json confusion_ = json::object();  // {"test": {"classes", "matrix"}, ...}: for the run's report
+  json importance_ = json::array();  // trees: [{"column", "share"}], the largest share first
+};
+
 }  // namespace
 
 std::string host_name() {
@@ -378,389 +849,7 @@ std::string host_name() {
 }
 
 TrainResult train_model(Store& store, const TrainRequest& request, TrainingReporter& reporter) {
-  const JobFence* fence = request.fence ? &*request.fence : nullptr;
-  // Several ranks: this is rank 0 (the others follow_training()).
-  Communicator* comm =
-      request.communicator && request.communicator->size() > 1 ? request.communicator : nullptr;
-  if (comm && comm->rank() != 0)
-    throw failure("train_model runs on rank 0 of " + std::to_string(comm->size()) + ", not rank " +
-                  std::to_string(comm->rank()));
-  // Every rank's host, gathered first (a collective the followers start with).
-  const std::vector<std::string> hosts = comm ? comm->hosts() : std::vector<std::string>{host_name()};
-  Setup setup = resolve(store, request);
-  runs::WarmStart warm = runs::resolve_warm_start(store, setup.config, reporter);
-  const TrainConfig& config = setup.config;
-
-  // Everything that can be checked without training, before a run exists.
-  // Held while this process trains the run, so two resumes cannot race.
-  std::optional<FileLock> run_lock;
-  if (setup.resumed && request.wait_for_run_lock && !try_lock_run(store, setup.resumed->id).held()) {
-    reporter.note("waiting for the process still training " + setup.resumed->label() + " to stop");
-    run_lock.emplace(lock_run(store, setup.resumed->id));
-  } else if (setup.resumed) {
-    run_lock.emplace(try_lock_run(store, setup.resumed->id));
-  }
-  if (run_lock && !run_lock->held())
-    throw Error(ErrorKind::kBusy, Subject::kResumedRun,
-                setup.resumed->label() + ": another anneal process is training this run");
-  // XGBoost's booster is the CPU's: a GPU asked for by name is refused
-  // rather than left idle (auto takes the CPU for trees).
-  if (config.kind == runs::ModelKindId::kTrees && config.device == Device::kCuda) {
-    auto where = config.sources.find("device");
-    throw usage_error((where != config.sources.end() ? where->second + ": " : std::string()) +
-                      "device = cuda: layers = trees trains on the CPU (XGBoost's booster); use device = cpu or auto");
-  }
-  std::unique_ptr<Backend> backend;
-  try {
-    backend = make_backend({.device = config.kind == runs::ModelKindId::kTrees ? Device::kCpu : config.device,
-                            .threads = config.threads,
-                            .deterministic = config.deterministic,
-                            .tf32 = config.tf32});
-  } catch (const Error& e) {
-    // Name where the device was asked for: "fm.ini:7" or "--set device".
-    auto where = config.sources.find("device");
-    if (e.kind() != ErrorKind::kUsage || where == config.sources.end()) throw;
-    throw usage_error(where->second + ": " + e.what());
-  }
-  if (config.device == Device::kAuto)
-    for (const std::string& why : passed_over_by_auto())
-      reporter.note("device auto: training on the " + backend->capabilities().device + " (" + why + ")");
-  if (!backend->capabilities().deterministic)
-    reporter.note("deterministic = false: the " + backend->capabilities().device +
-                  " backend may use algorithms whose results vary, so this run's weights will not repeat bit for bit");
-  reporter.note("loading " + setup.dataset.to_string());
-  const auto load_start = Clock::now();
-  const std::uint64_t budget = config.memory_budget.value_or(runs::default_memory_budget());
-  PreparedData data = runs::prepare_run_data(store, setup.dataset, config, warm, budget, reporter);
-  TrainResult result;
-  result.load_seconds = seconds_since(load_start);
-  result.memory_budget = budget;
-  result.streamed = data.rows->streamed;
-  if (data.rows->streamed) {
-    reporter.note(data.version.ref() + " does not fit memory_budget = " + memory_budget_text(budget) +
-                  ": streaming it in windows of " + std::to_string(data.rows->window) + " blocks of " +
-                  std::to_string(data.rows->block_rows) + " rows");
-    // The order depends on the budget: the run records the one it used,
-    // so a resume (and a rerun of its config) streams the same windows.
-    setup.config.memory_budget = budget;
-  }
-  TrainerConfig tc = config.trainer;
-  tc.loss = data.loss;
-  tc.classes = data.labels.classification() ? data.labels.classes() : 0;
-  tc.class_weights = data.class_weights;
-  tc.memory_limit = runs::physical_memory();
-  // A warm-started run keeps its parent's choice, made on the parent's rows.
-  for (const ExcludedColumn& e : data.features.excluded())
-    if (e.identifier)
-      reporter.note("column '" + e.column + "' left out of the features" +
-                    (warm.used ? " (as by " + warm.parent->ref() + ")" : std::string()) + ": " + e.reason +
-                    "; set features= or exclude= to choose");
-  EngineReporter engine_reporter(reporter);
-  std::unique_ptr<Trainer> trainer;
-  // Rank 0's reads also answer the other ranks' (distributed.h).
-  std::unique_ptr<runs::ServedSource> served_train, served_validation;
-  const bool network = config.kind == runs::ModelKindId::kNetwork;
-  const std::string kind_words = config.kind == runs::ModelKindId::kTrees ? "boosted trees" : "the linear model";
-  const std::string layers_key = "layers = " + std::string(runs::model_kind(config.kind).name());
-  if (comm && !network)
-    throw usage_error(layers_key + ": " + kind_words + (config.kind == runs::ModelKindId::kTrees ? " are trained" : " is fitted") +
-                      " by one process; run it without mpirun (or with -np 1)");
-  if (comm) {
-    served_train = std::make_unique<runs::ServedSource>(*data.rows->train, *comm);
-    if (data.rows->validation)
-      served_validation = std::make_unique<runs::ServedSource>(*data.rows->validation, *comm);
-  }
-  if (!network) {
-    if (!data.tabular)
-      throw usage_error(layers_key + ": " + kind_words + (network ? "" : config.kind == runs::ModelKindId::kTrees ? " need" : " needs") + " tabular (CSV/TSV) data; " + data.version.ref() +
-                        " is " + data.version.format);
-    if (data.rows->streamed)
-      throw usage_error(Subject::kMemoryBudget, ": " + layers_key + " fits on every row at once; " + data.version.ref() +
-                                                    " does not fit memory_budget = " + memory_budget_text(budget) +
-                                                    "; raise it or train a network");
-  } else {
-    try {
-      if (comm)
-        trainer = std::make_unique<Trainer>(tc, *backend, *served_train, served_validation.get(), engine_reporter, comm);
-      else
-        trainer = std::make_unique<Trainer>(tc, *backend, *data.rows->train, data.rows->validation.get(),
-                                            engine_reporter);
-    } catch (const Error& e) {
-      // The engine names the layer; add where the spec was written.
-      auto where = config.sources.find("layers");
-      const bool about_layers = std::string_view(e.what()).starts_with("layer");
-      if (e.kind() != ErrorKind::kUsage || !about_layers || where == config.sources.end()) throw;
-      throw usage_error(where->second + ": layers = " + config.trainer.layers + ": " + e.what());
-    }
-    // A resumed run's checkpoint replaces these weights; one that has none
-    // left starts again from them.
-    if (warm.used) runs::load_parent_weights(*trainer, warm);
-  }
-
-  // Interrupted while loading: nothing has started, so nothing to record.
-  if (request.stop.stop_requested()) throw failure("interrupted before training started");
-  RunRecord run;
-  if (setup.resumed) {
-    reopen_run(store, setup.resumed->id);
-    run = find_run(store, setup.resumed->id);
-  } else {
-    run = create_run(store, config.name, setup.dataset, config.to_text(), host_name());
-    run_lock.emplace(try_lock_run(store, run.id));
-  }
-  if (request.on_run_started) request.on_run_started(run);
-  reporter.note((setup.resumed ? "resuming " : "started ") + run.label() + ": " + config.name + " on " +
-                data.version.ref() + " (" + std::to_string(data.train_rows()) + " training rows" +
-                (data.y_val.empty() ? "" : ", " + std::to_string(data.y_val.size()) + " validation") + ")");
-
-  std::optional<std::int64_t> last_saved_step;  // the newest checkpoint of this run that is recorded
-  try {
-    json metrics = json::object();
-    json per_class = json::object();  // {"test": {"CLASS": {"recall", ...}}, ...}
-    json confusion = json::object();  // {"test": {"classes", "matrix"}, ...}: the network's, for its report
-    json importance = json::array();  // trees: [{"column", "share"}], the largest share first
-    runs::ModelFile model = model_shell(data);
-    const bool classification = data.labels.classification();
-    std::optional<LinearModel> linear;
-    if (data.tabular && config.baseline && data.rows->streamed)
-      reporter.note("baseline: not fitted, the linear model needs every row in memory and " + data.version.ref() +
-                    " streams");
-    else if (data.tabular && (config.baseline || config.kind == runs::ModelKindId::kLinear))
-      linear = fit_linear(data, config.linear_l2);
-
-    if (config.kind == runs::ModelKindId::kTrees) {
-      model.kind = runs::ModelKindId::kTrees;
-      model.trees = fit_trees(data, config, warm.used ? &warm.parent_model : nullptr, reporter, request.stop);
-      model.outputs = model.trees.objective == TreeObjective::kMultiSoftmax ? model.trees.classes : 1;
-      model.weights_hash = to_hex(hash_bytes(model.trees.booster));
-      // Unprefixed val_*/test_* keys: the trees are the model.
-      metrics.update(model_scores(model, *backend, data, per_class, confusion));
-      if (linear) metrics.update(linear_scores("baseline_", *linear, data, per_class));
-      importance = column_importance(data.features, model.trees.importance);
-    } else if (config.kind == runs::ModelKindId::kLinear) {
-      model.kind = runs::ModelKindId::kLinear;
-      model.linear_model = *linear;
-      model.weights_hash = runs::linear_weights_hash(*linear);
-      // Unprefixed val_*/test_* keys: here the linear model is the model.
-      metrics.update(linear_scores("", *linear, data, per_class, &confusion));
-    } else {
-      const json prep = {{"features", data.features.to_json()}, {"labels", data.labels.to_json()}};
-      std::int64_t recorded_epochs = 0;
-      if (setup.resumed) {
-        // The newest checkpoint that verifies: a damaged one (a bad disk
-        // sector, a partial restore) costs the steps since the one before
-        // it, not the run.
-        auto checkpoints = run_checkpoints(store, run.id);
-        bool loaded = false;
-        for (auto it = checkpoints.rbegin(); it != checkpoints.rend() && !loaded; ++it) {
-          std::string owner = run.label() + " checkpoint at step " + std::to_string(it->step);
-          std::optional<runs::Checkpoint> c;
-          try {
-            c = runs::decode_checkpoint(read_checkpoint(store, *it), owner);
-          } catch (const Error& e) {
-            if (e.kind() != ErrorKind::kCorrupt) throw;
-            reporter.note(std::string(e.what()) + "; " +
-                          (std::next(it) != checkpoints.rend()
-                               ? "trying the one at step " + std::to_string(std::next(it)->step)
-                               : std::string("no earlier checkpoint: starting from step 0")));
-            continue;
-          }
-          if (c->header.value("features", json()) != prep["features"] || c->header.value("labels", json()) != prep["labels"])
-            throw corrupt(owner + ": its preprocessing differs from the one rebuilt from " + data.version.ref());
-          trainer->load_state(c->state);
-          last_saved_step = it->step;
-          loaded = true;
-          reporter.note("continuing from step " + std::to_string(trainer->step()) + " of " +
-                        std::to_string(trainer->total_steps()));
-        }
-      }
-      const std::uint64_t rows = data.train_rows();
-      if (comm) {
-        // The followers build the same trainer and data order from this,
-        // then take this rank's state (fresh, warm-started or resumed).
-        const json plan = {{"config", config.to_text()},
-                            {"loss", static_cast<int>(tc.loss)},
-                            {"classes", tc.classes},
-                            {"class_weights", tc.class_weights},
-                            {"train", runs::source_shape_json(*served_train)},
-                            {"validation", served_validation ? runs::source_shape_json(*served_validation) : json()}};
-        const std::string text = plan.dump();
-        std::vector<std::byte> blob(reinterpret_cast<const std::byte*>(text.data()),
-                                    reinterpret_cast<const std::byte*>(text.data()) + text.size());
-        runs::broadcast_blob(*comm, blob);
-        const std::vector<std::uint8_t> state = trainer->save_state();
-        std::vector<std::byte> state_blob(reinterpret_cast<const std::byte*>(state.data()),
-                                          reinterpret_cast<const std::byte*>(state.data()) + state.size());
-        runs::broadcast_blob(*comm, state_blob);
-        reporter.note("training on " + std::to_string(comm->size()) + " ranks: " + [&] {
-          std::string list;
-          for (std::size_t r = 0; r < hosts.size(); ++r) list += (r ? ", " : "") + hosts[r];
-          return list;
-        }());
-      }
-      // Saves a checkpoint of where the trainer is. A periodic one that
-      // fails (a full disk) is a note, not the end of the run: the previous
-      // checkpoint stays valid and training goes on. The end-of-run and
-      // cancel saves throw: the run then stops, resumable.
-      auto save = [&](bool periodic) {
-        if (comm) runs::send_command(*comm, runs::FollowerCommand::kSave);
-        runs::Checkpoint c;
-        c.header = prep;
-        c.header["run"] = run.id;
-        c.header["step"] = trainer->step();
-        c.state = trainer->save_state();
-        try {
-          SavedCheckpoint saved = save_checkpoint(store, run.id, trainer->step(), runs::encode_checkpoint(c),
-                                                  checkpoint_score(*trainer), config.keep_checkpoints, fence);
-          last_saved_step = trainer->step();
-          if (comm) runs::reached_checkpoint(*comm);
-          if (!saved.reclaim_error.empty())
-            reporter.note("checkpoint at step " + std::to_string(trainer->step()) +
-                          " saved, but removing the released checkpoints failed: " + saved.reclaim_error +
-                          "; 'anneal gc' removes them");
-        } catch (const Error& e) {
-          // A lost claim is no disk trouble: this attempt must stop.
-          if (!periodic || (fence && !job_fence_holds(store, *fence))) throw;
-          reporter.note("checkpoint at step " + std::to_string(trainer->step()) + " not saved: " + e.what() + "; " +
-                        (last_saved_step ? "the one at step " + std::to_string(*last_saved_step) + " stays"
-                                         : std::string("there is no earlier one")) +
-                        "; training goes on");
-        }
-      };
-      const std::int64_t per_epoch = trainer->steps_per_epoch();
-      // Slices of about a quarter second between progress reports, stop
-      // checks and time-based checkpoints, whatever the model's speed.
-      double step_seconds = 0;
-      const double start_samples = samples_done(*trainer, rows);
-      double train_seconds = 0;
-      auto last_checkpoint = Clock::now();
-      while (!trainer->finished()) {
-        if (request.stop.stop_requested()) {
-          save(/*periodic=*/false);
-          result.cancelled = true;
-          break;
-        }
-        std::int64_t slice = step_seconds > 0 ? static_cast<std::int64_t>(0.25 / step_seconds) : 1;
-        std::int64_t steps = std::min(std::max<std::int64_t>(slice, 1),
-                                      per_epoch - (trainer->step() - trainer->epoch() * per_epoch));
-        if (config.checkpoint_every.steps > 0)
-          steps = std::min(steps, config.checkpoint_every.steps - trainer->step() % config.checkpoint_every.steps);
-        auto t0 = Clock::now();
-        const std::int64_t step_before = trainer->step();
-        if (comm) runs::send_command(*comm, runs::FollowerCommand::kTrain, std::max<std::int64_t>(steps, 1));
-        trainer->train(static_cast<std::uint64_t>(std::max<std::int64_t>(steps, 1)));
-        const double took = seconds_since(t0);
-        if (!result.first_step_seconds && trainer->step() > step_before)
-          result.first_step_seconds = runs::process_uptime_seconds();
-        train_seconds += took;
-        if (trainer->step() > step_before) step_seconds = took / static_cast<double>(trainer->step() - step_before);
-        for (std::size_t i = static_cast<std::size_t>(recorded_epochs); i < trainer->history().size(); ++i)
-          record_epoch(store, run.id, epoch_record(trainer->history()[i], classification,
-                                                  config.trainer.precision == Precision::kFp16, rows));
-        recorded_epochs = static_cast<std::int64_t>(trainer->history().size());
-
-        TrainProgress p;
-        p.run = run.label();
-        p.epochs = tc.epochs;
-        p.epoch = std::min(trainer->epoch() + 1, tc.epochs);
-        p.step = trainer->step();
-        p.total_steps = trainer->total_steps();
-        p.steps_per_epoch = per_epoch;
-        p.epoch_step = trainer->step() - trainer->epoch() * per_epoch;
-        if (!trainer->history().empty()) p.loss = trainer->history().back().train_loss;
-        double done = samples_done(*trainer, rows);
-        p.samples_per_s = train_seconds > 0 ? (done - start_samples) / train_seconds : 0;
-        if (p.samples_per_s > 0)
-          p.eta_seconds = (static_cast<double>(tc.epochs) * static_cast<double>(rows) - done) / p.samples_per_s;
-        result.samples_per_s = p.samples_per_s;
-        reporter.training(p);
-
-        bool due = (config.checkpoint_every.steps > 0 && trainer->step() % config.checkpoint_every.steps == 0) ||
-                   (config.checkpoint_every.seconds > 0 && seconds_since(last_checkpoint) >= config.checkpoint_every.seconds);
-        if (due && !trainer->finished()) {
-          save(/*periodic=*/true);
-          last_checkpoint = Clock::now();
-        }
-      }
-      // The followers are done; from here this rank reads alone.
-      auto release_followers = [&] {
-        if (!comm) return;
-        runs::send_command(*comm, runs::FollowerCommand::kDone);
-        served_train->stop_serving();
-        if (served_validation) served_validation->stop_serving();
-      };
-      if (result.cancelled) {
-        release_followers();
-        json summary = {{"step", trainer->step()}, {"samples_per_s", result.samples_per_s}};
-        summary.update(data_path_json(result, data));
-        end_run(store, run.id, RunStatus::kCancelled, "cancelled at step " + std::to_string(trainer->step()) +
-                                                          "; continue with --resume " + run.label(), summary, fence);
-        result.run = find_run(store, run.id);
-        return result;
-      }
-      save(/*periodic=*/false);  // the end state: a finished run can be inspected like any other
-      release_followers();
-
-      model.layers = config.trainer.layers;
-      model.precision = config.trainer.precision;
-      model.tensors = runs::export_weights(*trainer);
-      model.weights_hash = trainer->weights_hash();
-      auto add = [&](const std::string& split, SampleSource& rows, const std::vector<float>& y) {
-        std::vector<float> p = trainer->predict(rows);
-        metrics.update(runs::score(split, data.loss, data.labels, p, y));
-        if (classification) {
-          per_class[split] = runs::score_per_class(data.loss, data.labels, p, y);
-          confusion[split] = runs::score_confusion(data.loss, data.labels, p, y);
-        }
-      };
-      if (data.rows->validation) {
-        add("val", *data.rows->validation, data.y_val);
-        metrics["val_loss"] = trainer->history().back().val_loss;
-      }
-      if (data.rows->test) add("test", *data.rows->test, data.y_test);
-      if (linear) metrics.update(linear_scores("baseline_", *linear, data, per_class));
-      if (trainer->stopped_early()) metrics["stopped_early_at_epoch"] = trainer->epoch();
-    }
-    if (classification) {
-      compare_with_majority(metrics, "val", data.y_val, data.labels, reporter);
-      compare_with_majority(metrics, "test", data.y_test, data.labels, reporter);
-    }
-    result.weights_hash = model.weights_hash;
-    result.metrics = metrics;
-    result.per_class = per_class;
-    json summary = {{"samples_per_s", result.samples_per_s}, {"weights_hash", result.weights_hash},
-                    {"metrics", metrics}};
-    if (!per_class.empty()) summary["per_class"] = per_class;
-    if (!confusion.empty()) summary["confusion"] = confusion;
-    if (!importance.empty()) summary["importance"] = importance;
-    if (trainer) summary["steps"] = trainer->step();
-    summary.update(data_path_json(result, data));
-    json lineage = lineage_json(config, data, run, backend->capabilities(), hosts);
-    lineage.update(runs::warm_start_lineage(warm));
-    result.model = register_model(store, run.id, config.name, runs::encode_model(model), lineage, metrics, summary,
-                                  fence);
-    result.run = find_run(store, run.id);
-    return result;
-  } catch (const std::exception& e) {
-    // The run stays recorded as failed with the reason; the error goes on
-    // up. An I/O failure (a full disk at the end-of-run save or at the model
-    // registration) leaves the run resumable, and the message says how.
-    // An attempt that lost its job's claim records nothing: the run is the
-    // new attempt's now.
-    if (fence && !job_fence_holds(store, *fence)) throw;
-    const Error* error = dynamic_cast<const Error*>(&e);
-    const bool resumable = error && (error->kind() == ErrorKind::kFailure || error->kind() == ErrorKind::kBusy);
-    const std::string message =
-        resumable ? std::string(e.what()) + "; 'anneal train --resume " + run.label() + "' continues it" +
-                        (last_saved_step ? " from step " + std::to_string(*last_saved_step) : std::string())
-                  : std::string(e.what());
-    try {
-      end_run(store, run.id, RunStatus::kFailed, message, json::object(), fence);
-    } catch (const std::exception& second) {
-      throw failure(message + " (and recording the failure failed: " + second.what() + ")");
-    }
-    if (resumable) throw Error(error->kind(), message);
-    throw;
-  }
+  return TrainingRun(store, request, reporter).run();
 }
 
 }  // namespace anneal
