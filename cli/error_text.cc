@@ -86,6 +86,9 @@ std::string remedy_command(Remedy remedy, const std::string& argument) {
     case Remedy::kFinishRotation: return "; run 'anneal rekey' again with the same --key-file and --new-key-file to finish it";
     case Remedy::kGiveKey: return "; give its key with --key-file FILE, $ANNEAL_KEY_FILE or the systemd credential anneal-key";
     case Remedy::kRotateKey: return "; 'anneal rekey' changes the key";
+    case Remedy::kCollectGarbage: return "; 'anneal gc' removes them";
+    case Remedy::kRetryJob: return "; 'anneal jobs retry " + argument + "' runs it again";
+    case Remedy::kImportNewVersion: return "; 'anneal data import' of a new version reads them";
   }
   return "";
 }

@@ -18,6 +18,7 @@
 #include "anneal/run_report.h"
 #include "anneal/store.h"
 #include "command.h"
+#include "error_text.h"
 #include "output.h"
 #include "train_support.h"
 
@@ -141,6 +142,9 @@ int run_worker_command(const Invocation& inv) {
       else std::cerr << terminal_text(m) << std::endl;
     }
     void progress(std::string_view, std::uint64_t, std::uint64_t) override {}
+    void suggest(std::string_view m, Remedy remedy, const std::string& argument) override {
+      note(std::string(m) + remedy_command(remedy, argument));
+    }
 
    private:
     LogFormat format_;

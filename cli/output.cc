@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "anneal/error.h"
+#include "error_text.h"
 
 namespace anneal::cli {
 
@@ -159,6 +160,10 @@ void TerminalReporter::note(std::string_view message) {
   std::lock_guard lock(mutex_);
   if (format_ == LogFormat::kJson) std::cerr << json_log_line("info", message) << std::flush;
   else std::cerr << terminal_text(message) << "\n";
+}
+
+void TerminalReporter::suggest(std::string_view message, Remedy remedy, const std::string& argument) {
+  note(std::string(message) + remedy_command(remedy, argument));
 }
 
 void TerminalReporter::progress(std::string_view stage, std::uint64_t done, std::uint64_t total) {

@@ -55,6 +55,8 @@ class TerminalReporter final : public Reporter {
  public:
   explicit TerminalReporter(LogFormat format = LogFormat::kText);
   void note(std::string_view message) override;
+  // The remedy as the command that does it (error_text.h).
+  void suggest(std::string_view message, Remedy remedy, const std::string& argument) override;
   void progress(std::string_view stage, std::uint64_t done, std::uint64_t total) override;
 
  private:

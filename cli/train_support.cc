@@ -53,6 +53,10 @@ class TrainReporter final : public TrainingReporter {
     if (bar_shown_) std::cerr << bar_ << std::flush;
   }
 
+  void suggest(std::string_view message, Remedy remedy, const std::string& argument) override {
+    note(std::string(message) + remedy_command(remedy, argument));
+  }
+
   void progress(std::string_view stage, std::uint64_t done, std::uint64_t total) override {
     if (!terminal_) return;
     std::lock_guard lock(mutex_);

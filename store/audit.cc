@@ -85,8 +85,8 @@ std::string unrecorded_encryption(const std::filesystem::path& root, const std::
   const std::optional<EncryptionRecord> record = read_encryption_record(root);
   auto id = [](const std::string& check) { return check.substr(0, 16); };
   const std::string remedy =
-      ": an 'anneal encrypt' ('init --encrypt') or 'anneal rekey' was killed before it recorded its change, or "
-      "ran before anneal recorded them; running it again with the store's key finishes and records it";
+      ": an encryption or a key rotation was killed before it recorded its change, or ran before anneal "
+      "recorded them; running it again with the store's key finishes and records it";
   if (!record) {
     if (recorded.empty()) return "";
     return "audit trail: the last store.encrypt or store.rekey record says the store is encrypted with key " +

@@ -246,7 +246,7 @@ std::optional<JobRecord> claim_job(Store& store, const std::string& worker, std:
           .bind(1, now)
           .bind(2, "its worker " + dead.worker + " stopped (killed, crashed or the machine restarted) during attempt " +
                        std::to_string(dead.attempts) + " of " + std::to_string(dead.max_attempts) +
-                       "; 'anneal jobs retry " + dead.label() + "' runs it again")
+                       remedy_text(Remedy::kRetryJob, dead.label()))
           .bind(3, id)
           .run();
       txn.commit();

@@ -319,9 +319,9 @@ FsckReport fsck(Store& store, Reporter& reporter) {
     }
   });
   if (plaintext > 0)
-    report.findings.push_back({std::to_string(plaintext.load()) + " objects are not encrypted yet (an 'anneal encrypt' "
-                               "was interrupted); running 'anneal encrypt' again encrypts them",
-                               Remedy::kNone, ""});
+    report.findings.push_back({std::to_string(plaintext.load()) + " objects are not encrypted yet (an encryption "
+                               "was interrupted)",
+                               Remedy::kEncryptStore, ""});
   report.objects_checked = on_disk.size();
   std::unordered_set<std::string> intact;
   for (std::size_t i = 0; i < on_disk.size(); ++i) {

@@ -364,8 +364,8 @@ void ObjectStore::check_key_current() const {
                   ": missing, yet this process opened the store as encrypted; the store is damaged")
         .with(Remedy::kCheckStore);
   if (record && key && sodium_memcmp(record->check.data(), key->check().data(), 32) != 0)
-    throw failure(store + ": the store's key was changed ('anneal rekey') after this process opened it; run the "
-                  "command again with the new key");
+    throw failure(store + ": the store's key was rotated after this process opened it; run the command again "
+                  "with the new key");
 }
 
 PreparedObject ObjectStore::prepare(std::string_view raw) const {

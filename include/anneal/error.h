@@ -133,6 +133,9 @@ enum class Remedy {
   kFinishRotation,           // run the interrupted key rotation again, with the same two keys
   kGiveKey,                  // give the store's key
   kRotateKey,                // rotate the store's key instead
+  kCollectGarbage,           // collect the store's garbage (unreferenced objects, stale files)
+  kRetryJob,                 // give the job (the argument) another attempt
+  kImportNewVersion,         // import a new version of the dataset
 };
 
 // The subject in words, as what() starts with it: "the job's core count".
@@ -261,6 +264,9 @@ inline std::string remedy_text(Remedy remedy, const std::string& argument) {
     case Remedy::kFinishRotation: return "; run the rotation again with the same old and new keys to finish it";
     case Remedy::kGiveKey: return "; give its key (a key file, $ANNEAL_KEY_FILE or the systemd credential anneal-key)";
     case Remedy::kRotateKey: return "; changing the key is a rotation, a command of its own";
+    case Remedy::kCollectGarbage: return "; collecting the store's garbage removes them";
+    case Remedy::kRetryJob: return "; retrying " + argument + " runs it again";
+    case Remedy::kImportNewVersion: return "; a new version imported now reads them";
   }
   return "";
 }

@@ -7,7 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+
+#include "anneal/error.h"
 
 namespace anneal {
 
@@ -16,6 +19,11 @@ class Reporter {
   virtual ~Reporter() = default;
   // A human-readable line about what is happening ("imported 3 chunks").
   virtual void note(std::string_view message) = 0;
+  // A line that ends with what the user can do about it (error.h): by
+  // default `message` and the remedy in words; cli/ names the command.
+  virtual void suggest(std::string_view message, Remedy remedy, const std::string& argument = "") {
+    note(std::string(message) + remedy_text(remedy, argument));
+  }
   // Progress of a long stage: `done` of `total` units (total 0: unknown).
   virtual void progress(std::string_view stage, std::uint64_t done, std::uint64_t total) = 0;
 };

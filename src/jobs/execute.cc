@@ -16,6 +16,9 @@ class FaultingReporter final : public TrainingReporter {
  public:
   FaultingReporter(TrainingReporter& inner, std::string point) : inner_(inner), point_(std::move(point)) {}
   void note(std::string_view message) override { inner_.note(message); }
+  void suggest(std::string_view message, Remedy remedy, const std::string& argument) override {
+    inner_.suggest(message, remedy, argument);
+  }
   void progress(std::string_view stage, std::uint64_t done, std::uint64_t total) override {
     inner_.progress(stage, done, total);
   }

@@ -67,9 +67,9 @@ ImportRequest import_like_latest(Store& store, const std::string& dataset, const
         text_columns.push_back(c.name);
     if (!text_columns.empty()) {
       request.categorical.insert(request.categorical.end(), text_columns.begin(), text_columns.end());
-      reporter.note(versions.back().ref() + " was imported before dates were read as dates: its " +
-                    std::to_string(text_columns.size()) +
-                    " text column(s) stay text; 'anneal data import' of a new version reads dates");
+      reporter.suggest(versions.back().ref() + " was imported before dates were read as dates: its " +
+                           std::to_string(text_columns.size()) + " text column(s) stay text",
+                       Remedy::kImportNewVersion);
     }
   }
   if (o.contains("split")) request.split = o["split"].get<double>();
@@ -81,6 +81,9 @@ class NoteForwarder final : public Reporter {
  public:
   explicit NoteForwarder(Reporter& inner) : inner_(inner) {}
   void note(std::string_view message) override { inner_.note(message); }
+  void suggest(std::string_view message, Remedy remedy, const std::string& argument) override {
+    inner_.suggest(message, remedy, argument);
+  }
   void progress(std::string_view stage, std::uint64_t done, std::uint64_t total) override {
     inner_.progress(stage, done, total);
   }

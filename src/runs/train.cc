@@ -41,6 +41,9 @@ class EngineReporter final : public Reporter {
  public:
   explicit EngineReporter(TrainingReporter& out) : out_(out) {}
   void note(std::string_view message) override { out_.note(message); }
+  void suggest(std::string_view message, Remedy remedy, const std::string& argument) override {
+    out_.suggest(message, remedy, argument);
+  }
   void progress(std::string_view, std::uint64_t, std::uint64_t) override {}
 
  private:
@@ -655,9 +658,9 @@ class TrainingRun {
       last_saved_step_ = trainer_->step();
       leader_.saved();
       if (!saved.reclaim_error.empty())
-        reporter_.note("checkpoint at step " + std::to_string(trainer_->step()) +
-                       " saved, but removing the released checkpoints failed: " + saved.reclaim_error +
-                       "; 'anneal gc' removes them");
+        reporter_.suggest("checkpoint at step " + std::to_string(trainer_->step()) +
+                              " saved, but removing the released checkpoints failed: " + saved.reclaim_error,
+                          Remedy::kCollectGarbage);
     } catch (const Error& e) {
       // A lost claim is no disk trouble: this attempt must stop.
       if (!periodic || (fence_ && !job_fence_holds(store_, *fence_))) throw;
@@ -738,7 +741,7 @@ class TrainingRun {
     json summary = {{"step", trainer_->step()}, {"samples_per_s", result_.samples_per_s}};
     summary.update(data_path_json(result_, data()));
     end_run(store_, run_.id, RunStatus::kCancelled,
-            "cancelled at step " + std::to_string(trainer_->step()) + "; continue with --resume " + run_.label(),
+            "cancelled at step " + std::to_string(trainer_->step()) + remedy_text(Remedy::kResumeRun, run_.label()),
             summary, fence_);
     result_.run = find_run(store_, run_.id);
   }
@@ -802,16 +805,22 @@ class TrainingRun {
     if (fence_ && !job_fence_holds(store_, *fence_)) throw;
     const Error* error = dynamic_cast<const Error*>(&e);
     const bool resumable = error && (error->kind() == ErrorKind::kFailure || error->kind() == ErrorKind::kBusy);
-    const std::string message =
-        resumable ? std::string(e.what()) + "; 'anneal train --resume " + run_.label() + "' continues it" +
-                        (last_saved_step_ ? " from step " + std::to_string(*last_saved_step_) : std::string())
-                  : std::string(e.what());
+    // Resumable: from the newest checkpoint, or from the start.
+    const std::optional<Error> resume =
+        resumable ? std::optional<Error>(Error(error->kind(), Subject::kNone,
+                                              std::string(e.what()) +
+                                                  (last_saved_step_ ? " (its newest checkpoint is at step " +
+                                                                          std::to_string(*last_saved_step_) + ")"
+                                                                    : std::string()),
+                                              Remedy::kResumeRun, run_.label()))
+                  : std::nullopt;
+    const std::string message = resume ? resume->what() : e.what();
     try {
       end_run(store_, run_.id, RunStatus::kFailed, message, json::object(), fence_);
     } catch (const std::exception& second) {
       throw failure(message + " (and recording the failure failed: " + second.what() + ")");
     }
-    if (resumable) throw Error(error->kind(), message);
+    if (resume) throw *resume;
     throw;
   }
 

@@ -67,10 +67,10 @@ expect_eq "$rc" "1" "the run stops when its final checkpoint cannot be written: 
 expect_contains "$err" "checkpoint at step 100 not saved: " "a periodic checkpoint on a full disk is a note"
 expect_contains "$err" "No space left on device; the one at step 50 stays; training goes on" "that says the previous one stays"
 expect_contains "$err" "checkpoint at step 200 not saved: " "training went on past the failed checkpoints"
-expect_contains "$err" "'anneal train --resume run-1' continues it from step 50" "the failure says how to resume"
+expect_contains "$err" "(its newest checkpoint is at step 50); 'anneal train --resume run-1' continues it" "the failure says how to resume"
 expect_rc 0 --json runs show run-1
 expect_eq "$(json_get 'j["status"]')" "failed" "the run is recorded failed"
-expect_contains "$(json_get 'j["error"]')" "'anneal train --resume run-1' continues it" "its error says how to resume"
+expect_contains "$(json_get 'j["error"]')" "(its newest checkpoint is at step 50); resuming run-1 continues it" "its recorded error says how to resume"
 expect_eq "$(json_get '[c["step"] for c in j["checkpoints"]]')" "[50]" "the checkpoint at step 50 is intact and the only one"
 
 # Room again: the resume finishes the run with the uninterrupted weights.

@@ -78,7 +78,7 @@ run_id=$(latest_run)
 expect_eq "$RC" "130" "a cancelled train exits 130"
 expect_rc 0 --json runs show "$run_id"
 expect_eq "$(json_get 'j["status"]')" "cancelled" "SIGTERM records the run cancelled"
-expect_contains "$(json_get 'j["error"]')" "--resume $run_id" "the run says how to continue"
+expect_contains "$(json_get 'j["error"]')" "resuming $run_id continues it" "the run says how to continue"
 resume_matches "$run_id" "resume after SIGTERM"
 expect_rc 2 train --resume "$run_id"
 expect_contains "$ERR" "already succeeded" "a finished run cannot be resumed"
