@@ -24,6 +24,7 @@
 #include "anneal/boosted_trees.h"
 #include "anneal/catalog_runs.h"
 #include "anneal/device.h"
+#include "anneal/loss.h"
 #include "anneal/model_kind.h"
 #include "anneal/trainer.h"
 
@@ -37,11 +38,20 @@ struct CheckpointEvery {
   std::string text;  // as written: "500" or "30s"
 };
 
+// class_weight parsed: balanced, or explicit weights by class name (in the
+// order written). Parsing checks the form and that each weight is a finite
+// number > 0; the run checks the names against the label's classes.
+struct ClassWeightSpec {
+  bool balanced = false;
+  std::vector<std::pair<std::string, double>> weights;
+  bool empty() const { return !balanced && weights.empty(); }  // unweighted
+};
+
 struct TrainConfig {
   std::string name;            // the model name the run registers: NAME@vN
   std::string dataset;         // a dataset reference: NAME, NAME@latest, NAME@vN
   std::string label;           // optional: must name the dataset's label column
-  std::string loss;            // "" = inferred from the label column
+  std::optional<LossKind> loss;  // unset: inferred from the label column
   double validation = 0;       // fraction of the train split held out, [0, 1)
   CheckpointEvery checkpoint_every;
   std::int64_t keep_checkpoints = 3;
@@ -56,11 +66,12 @@ struct TrainConfig {
   bool tf32 = false;           // BackendOptions::tf32
   int threads = 1;             // the backend's compute threads; part of determinism
   // The model whose weights and fitted preprocessing the run starts from,
-  // "" for none: an ALIAS of `name` (production), NAME@ALIAS, or an exact
-  // NAME@vN. A new run resolves it to the exact NAME@vN (or to "" when the
-  // alias is not set yet) before it records its config, so a resume starts
-  // from the same parent wherever the alias has moved since.
-  std::string warm_start;
+  // unset for none: an alias of `name` (written as the bare ALIAS, e.g.
+  // production), NAME@ALIAS, or an exact NAME@vN. A new run resolves it to
+  // the exact NAME@vN (or unsets it when the alias is not set yet) before it
+  // records its config, so a resume starts from the same parent wherever
+  // the alias has moved since.
+  std::optional<ModelRef> warm_start;
   // Feature columns (FeatureOptions in anneal/preprocess.h): exactly these
   // when set; never those in `exclude`; a categorical level needs
   // category_min_count training rows for its own one-hot slot, at most
@@ -69,10 +80,9 @@ struct TrainConfig {
   std::vector<std::string> exclude;
   std::int64_t category_min_count = 5;
   std::int64_t max_categories = 50;
-  // Class weights of softmax_ce / bce: "" (none), "balanced", or
-  // "CLASS:W,CLASS:W" as written (the class names are checked against the
-  // data by the run, see ClassWeightSpec).
-  std::string class_weight;
+  // Class weights of softmax_ce / bce: none (empty), balanced, or a weight
+  // per class name (the names are checked against the data by the run).
+  ClassWeightSpec class_weight;
   // Bytes of dataset rows a run may hold in memory (memory_budget, e.g.
   // "2G"); nullopt: the default, half the machine's physical memory. A
   // version that does not fit is streamed from the store (docs/TRAINING.md,
@@ -94,7 +104,10 @@ struct ConfigKey {
   const char* default_value;  // "" = no default (required or inferred)
   const char* help;
 };
-// Every key a config may set, in documentation order.
+// Every key a config may set, in documentation order: the rows of the one
+// table (config.cc) that also reads each key into its typed TrainConfig
+// field and writes it back (to_text), so --help, the man page, parsing and
+// the recorded text cannot disagree.
 const std::vector<ConfigKey>& known_config_keys();
 
 // Parses `text` (an INI file; `source` names it in errors, e.g. the path)
@@ -112,18 +125,13 @@ std::uint64_t parse_memory_budget(std::string_view text);
 // Bytes as memory_budget text: the largest suffix that divides them ("2G").
 std::string memory_budget_text(std::uint64_t bytes);
 
-// The model config.warm_start names (non-empty): a bare word is an alias of
-// config.name, anything with '@' a model reference (NAME@ALIAS, NAME@vN,
-// NAME@latest). Syntax only; throws kUsage for a malformed one.
-ModelRef warm_start_ref(const TrainConfig& config);
-// class_weight parsed: balanced, or explicit weights by class name (in the
-// order written). Parsing checks the form and that each weight is a finite
-// number > 0; the run checks the names against the label's classes.
-struct ClassWeightSpec {
-  bool balanced = false;
-  std::vector<std::pair<std::string, double>> weights;
-};
-// Throws kUsage "class_weight = '...': expected ..." (the caller adds where
+// A warm_start value for a config whose model is `model_name`: a bare word
+// is an alias of that name, anything with '@' a model reference
+// (NAME@ALIAS, NAME@vN, NAME@latest). Syntax only; throws kUsage for a
+// malformed one (the caller adds where it was set).
+ModelRef parse_warm_start(std::string_view text, const std::string& model_name);
+
+// class_weight's text parsed. Throws kUsage "class_weight = '...': expected ..." (the caller adds where
 // it was set).
 ClassWeightSpec parse_class_weight(std::string_view text);
 

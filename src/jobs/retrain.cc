@@ -128,7 +128,7 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
     if (!request.promote)
       throw usage_error("warm start: name the alias to promote; the new model starts from the one holding it");
     // Part of what --if-changed compares: it changes what is trained.
-    config.warm_start = *request.promote;
+    config.warm_start = parse_warm_start(*request.promote, config.name);
   }
   if (request.data && dataset_ref.version)
     throw usage_error(Subject::kRetrainData, ": the config pins dataset " + dataset_ref.to_string() +

@@ -1,12 +1,16 @@
 // Training config: INI text through Boost.Program_options, then --set
-// overrides, then typed values checked one key at a time so each error can
-// say where the bad value came from.
+// overrides, then one table (key_table) with a row per key that reads its
+// value into the typed field, checked so each error can say where the bad
+// value came from, and writes the field back for to_text().
 #include "anneal/config.h"
 
 #include <boost/program_options.hpp>
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
+#include <limits>
+#include <type_traits>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -19,105 +23,7 @@
 namespace anneal {
 namespace po = boost::program_options;
 
-const std::vector<ConfigKey>& known_config_keys() {
-  static const std::vector<ConfigKey> kKeys = {
-      {"name", "", "model name; a finished run registers NAME@vN (required)"},
-      {"dataset", "", "dataset version to train on: NAME, NAME@latest or NAME@vN (required)"},
-      {"layers", "", "layer spec, e.g. 'dense(128) relu dense(10)'; 'linear' or 'trees' for those models (required)"},
-      {"label", "", "the label column; must be the one the dataset was imported with"},
-      {"loss", "", "softmax_ce | bce | mse | mae (default: from the label column)"},
-      {"optimizer", "adam", "sgd | adam | adamw"},
-      {"lr", "0.001", "learning rate"},
-      {"momentum", "0", "sgd momentum"},
-      {"nesterov", "false", "sgd: Nesterov momentum"},
-      {"weight_decay", "0", "L2 (sgd, adam) or decoupled (adamw) weight decay"},
-      {"lr_schedule", "constant", "constant | step | cosine"},
-      {"warmup_steps", "0", "linear warmup steps"},
-      {"lr_step_size", "1000", "step schedule: steps between decays"},
-      {"lr_gamma", "0.1", "step schedule: decay factor"},
-      {"min_lr", "0", "cosine schedule: final learning rate"},
-      {"grad_clip", "0", "clip gradients to this global L2 norm (0: off)"},
-      {"grad_accum", "1", "micro-batches per optimizer step"},
-      {"batch", "128", "batch size"},
-      {"epochs", "10", "epochs"},
-      {"seed", "0", "seed of initialisation, shuffling, dropout and the validation split"},
-      {"threads", "", "compute threads (default: the CPU count); part of determinism"},
-      {"device", "auto", "auto | cpu | cuda: auto takes a usable GPU, else the CPU"},
-      {"precision", "fp32", "fp32 | bf16 | fp16 (fp16: GPU only, with dynamic loss scaling)"},
-      {"deterministic", "true", "false lets a GPU pick faster algorithms whose weights vary run to run (recorded)"},
-      {"tf32", "false", "true lets a GPU run fp32 products and convolutions on TF32 tensor cores"},
-      {"early_stop", "auto", "METRIC:PATIENCE (METRIC = val_loss | val_accuracy | train_loss), none, or auto: val_loss:10 with a validation split, else none"},
-      {"restore_best", "true", "with early stopping: the model keeps the weights of its best epoch, not its last"},
-      {"validation", "0", "fraction of the train split held out for validation"},
-      {"checkpoint_every", "60s", "N steps or a duration (30s, 5m, 1h); 0: only at the end"},
-      {"keep_checkpoints", "3", "checkpoints kept per run besides the best one"},
-      {"baseline", "true", "tabular data: also fit the regularized linear baseline"},
-      {"linear_l2", "1", "L2 strength of the linear model"},
-      {"tree_rounds", "300", "layers = trees: boosting rounds, at most"},
-      {"tree_early_stop", "50", "layers = trees, with a validation split: stop after N rounds without a better validation loss (0: off)"},
-      {"tree_depth", "6", "layers = trees: the deepest a tree grows"},
-      {"tree_lr", "0.1", "layers = trees: the learning rate (XGBoost's eta)"},
-      {"tree_min_child_weight", "1", "layers = trees: the least hessian weight a leaf holds"},
-      {"tree_subsample", "1", "layers = trees: the fraction of rows each tree samples"},
-      {"tree_colsample", "1", "layers = trees: the fraction of columns each tree samples"},
-      {"tree_l2", "1", "layers = trees: L2 penalty on leaf values (XGBoost's lambda)"},
-      {"warm_start", "", "start from a model's weights and preprocessing: an ALIAS of name (production) or NAME@vN"},
-      {"features", "", "exactly these feature columns, comma-separated (default: all but identifiers)"},
-      {"exclude", "", "feature columns to leave out, comma-separated"},
-      {"category_min_count", "5", "training rows a categorical level needs for its own one-hot slot"},
-      {"max_categories", "50", "most one-hot slots of a categorical column besides 'other'"},
-      {"class_weight", "", "softmax_ce/bce: balanced, or CLASS:W,CLASS:W (default: all 1)"},
-      {"memory_budget", "", "bytes of dataset rows held in memory, e.g. 2G (default: half the RAM); more streams"},
-  };
-  return kKeys;
-}
-
 namespace {
-
-// early_stop = auto with a validation split: epochs without a better
-// validation loss before training stops (and restore_best takes the best).
-constexpr int kAutoPatience = 10;
-
-// "; did you mean 'K'?" for an unknown config key, or "".
-std::string suggest_key(std::string_view key) {
-  // Names other tools use for the same setting, so 'learning_rate' points
-  // at 'lr' rather than at whatever key happens to be spelled alike.
-  static const Spelling kAliases[] = {
-      {"learning_rate", "lr"},     {"batch_size", "batch"},  {"num_epochs", "epochs"},
-      {"max_epochs", "epochs"},    {"n_epochs", "epochs"},   {"num_threads", "threads"},
-      {"schedule", "lr_schedule"}, {"warmup", "warmup_steps"}, {"patience", "early_stop"},
-      {"val_split", "validation"}, {"validation_split", "validation"}, {"model", "layers"},
-      {"data", "dataset"},         {"optim", "optimizer"},   {"l2", "weight_decay"}};
-  std::vector<Spelling> known;
-  for (const auto& k : known_config_keys()) known.push_back({k.name, k.name});
-  known.insert(known.end(), std::begin(kAliases), std::end(kAliases));
-  return did_you_mean(key, known);
-}
-
-bool is_known(std::string_view key) {
-  return std::any_of(known_config_keys().begin(), known_config_keys().end(),
-                     [&](const ConfigKey& k) { return key == k.name; });
-}
-
-// The 1-based line of `text` where `key` is first assigned, for messages.
-int line_of(std::string_view text, std::string_view key) {
-  int line = 1;
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view l = text.substr(pos, end - pos);
-    std::size_t first = l.find_first_not_of(" \t");
-    if (first != std::string_view::npos && l.substr(first).starts_with(key)) {
-      std::string_view rest = l.substr(first + key.size());
-      std::size_t next = rest.find_first_not_of(" \t");
-      if (next != std::string_view::npos && rest[next] == '=') return line;
-    }
-    ++line;
-    pos = end + 1;
-  }
-  return 0;
-}
 
 std::string trim(std::string_view s) {
   std::size_t b = s.find_first_not_of(" \t\r");
@@ -225,13 +131,337 @@ std::string join_names(const std::vector<std::string>& names) {
   return out;
 }
 
+// early_stop = auto with a validation split: epochs without a better
+// validation loss before training stops (and restore_best takes the best).
+constexpr int kAutoPatience = 10;
+
+// Column names separated by commas, each once, for `key`.
+std::vector<std::string> column_names(const Values& v, const std::string& key) {
+  std::vector<std::string> out;
+  const std::string s = v.text(key);
+  std::size_t pos = 0;
+  while (pos <= s.size()) {
+    std::size_t comma = std::min(s.find(',', pos), s.size());
+    std::string name = trim(std::string_view(s).substr(pos, comma - pos));
+    if (name.empty()) v.bad(key, "column names separated by commas");
+    if (std::find(out.begin(), out.end(), name) != out.end()) v.bad(key, "each column once; '" + name + "' is named twice");
+    out.push_back(std::move(name));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+std::string class_weight_text(const ClassWeightSpec& spec) {
+  if (spec.balanced) return "balanced";
+  std::string out;
+  for (const auto& [name, weight] : spec.weights) out += (out.empty() ? "" : ",") + name + ":" + format_real(weight);
+  return out;
+}
+
+// One key of the config: its name, default and help (known_config_keys),
+// how its value (as set, else the default) is read into its typed field,
+// and how that field is written back as config text (to_text; "" leaves the
+// key out). Rows of pass 1 read after every row of pass 0 (they look at
+// fields other rows read).
+struct KeyRow {
+  ConfigKey key;
+  std::function<void(const Values&, TrainConfig&)> read;
+  std::function<std::string(const TrainConfig&)> write;
+  int pass = 0;
+};
+
+// Row makers for the common field types. `field` is a generic lambda
+// giving the field of a TrainConfig, const or not:
+//   [](auto& c) -> auto& { return c.trainer.optimizer.lr; }
+template <class Field>
+using FieldType = std::remove_cvref_t<decltype(std::declval<Field>()(std::declval<TrainConfig&>()))>;
+
+template <class Field>
+KeyRow real_row(ConfigKey key, double lo, double hi, const char* range, Field field) {
+  return {key,
+          [=](const Values& v, TrainConfig& c) { field(c) = static_cast<FieldType<Field>>(v.real(key.name, lo, hi, range)); },
+          [=](const TrainConfig& c) { return format_real(field(c)); }};
+}
+
+template <class Field>
+KeyRow integer_row(ConfigKey key, std::int64_t lo, std::int64_t hi, Field field) {
+  return {key,
+          [=](const Values& v, TrainConfig& c) { field(c) = static_cast<FieldType<Field>>(v.integer(key.name, lo, hi)); },
+          [=](const TrainConfig& c) { return std::to_string(field(c)); }};
+}
+
+template <class Field>
+KeyRow boolean_row(ConfigKey key, Field field) {
+  return {key, [=](const Values& v, TrainConfig& c) { field(c) = v.boolean(key.name); },
+          [=](const TrainConfig& c) { return std::string(field(c) ? "true" : "false"); }};
+}
+
+// A name the engine parses (optimizer, device, ...), written back by `name`.
+template <class Field, class Parse, class Name>
+KeyRow named_row(ConfigKey key, Parse parse, Name name, Field field) {
+  return {key, [=](const Values& v, TrainConfig& c) { field(c) = v.named(key.name, parse); },
+          [=](const TrainConfig& c) { return std::string(name(field(c))); }};
+}
+
+#define ANNEAL_FIELD(path) [](auto& c) -> auto& { return c.path; }
+
+const std::vector<KeyRow>& key_table() {
+  static const std::vector<KeyRow> kRows = {
+      {{"name", "", "model name; a finished run registers NAME@vN (required)"},
+       [](const Values& v, TrainConfig& c) {
+         c.name = v.text("name");
+         try {
+           validate_model_name(c.name);
+         } catch (const Error&) {
+           v.bad("name", "a model name: 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit");
+         }
+       },
+       [](const TrainConfig& c) { return c.name; }},
+      {{"dataset", "", "dataset version to train on: NAME, NAME@latest or NAME@vN (required)"},
+       [](const Values& v, TrainConfig& c) { c.dataset = v.text("dataset"); },
+       [](const TrainConfig& c) { return c.dataset; }},
+      {{"layers", "", "layer spec, e.g. 'dense(128) relu dense(10)'; 'linear' or 'trees' for those models (required)"},
+       [](const Values& v, TrainConfig& c) {
+         const std::string layers = v.text("layers");
+         c.kind = layers == "linear"  ? runs::ModelKindId::kLinear
+                  : layers == "trees" ? runs::ModelKindId::kTrees
+                                      : runs::ModelKindId::kNetwork;
+         c.trainer.layers = c.kind == runs::ModelKindId::kNetwork ? layers : "";
+       },
+       [](const TrainConfig& c) {
+         return c.kind == runs::ModelKindId::kNetwork ? c.trainer.layers : std::string(runs::model_kind(c.kind).name());
+       }},
+      {{"label", "", "the label column; must be the one the dataset was imported with"},
+       [](const Values& v, TrainConfig& c) { c.label = v.text("label"); },
+       [](const TrainConfig& c) { return c.label; }},
+      {{"loss", "", "softmax_ce | bce | mse | mae (default: from the label column)"},
+       [](const Values& v, TrainConfig& c) {
+         if (!v.text("loss").empty()) c.loss = v.named("loss", [](const std::string& s) { return parse_loss_kind(s); });
+       },
+       [](const TrainConfig& c) { return c.loss ? std::string(loss_name(*c.loss)) : std::string(); }},
+      named_row({"optimizer", "adam", "sgd | adam | adamw"}, [](const std::string& s) { return parse_optimizer_kind(s); },
+                optimizer_name, ANNEAL_FIELD(trainer.optimizer.kind)),
+      real_row({"lr", "0.001", "learning rate"}, 1e-12, 1e6, "> 0", ANNEAL_FIELD(trainer.optimizer.lr)),
+      real_row({"momentum", "0", "sgd momentum"}, 0, 0.999999, "in [0, 1)", ANNEAL_FIELD(trainer.optimizer.momentum)),
+      boolean_row({"nesterov", "false", "sgd: Nesterov momentum"}, ANNEAL_FIELD(trainer.optimizer.nesterov)),
+      real_row({"weight_decay", "0", "L2 (sgd, adam) or decoupled (adamw) weight decay"}, 0, 1e6, ">= 0",
+               ANNEAL_FIELD(trainer.optimizer.weight_decay)),
+      named_row({"lr_schedule", "constant", "constant | step | cosine"},
+                [](const std::string& s) { return parse_schedule_kind(s); }, schedule_name,
+                ANNEAL_FIELD(trainer.optimizer.schedule)),
+      integer_row({"warmup_steps", "0", "linear warmup steps"}, 0, std::int64_t{1} << 40,
+                  ANNEAL_FIELD(trainer.optimizer.warmup_steps)),
+      integer_row({"lr_step_size", "1000", "step schedule: steps between decays"}, 1, std::int64_t{1} << 40,
+                  ANNEAL_FIELD(trainer.optimizer.step_size)),
+      real_row({"lr_gamma", "0.1", "step schedule: decay factor"}, 0, 1, "in [0, 1]", ANNEAL_FIELD(trainer.optimizer.gamma)),
+      real_row({"min_lr", "0", "cosine schedule: final learning rate"}, 0, 1e6, ">= 0", ANNEAL_FIELD(trainer.optimizer.min_lr)),
+      real_row({"grad_clip", "0", "clip gradients to this global L2 norm (0: off)"}, 0, 1e12, ">= 0",
+               ANNEAL_FIELD(trainer.optimizer.grad_clip)),
+      integer_row({"grad_accum", "1", "micro-batches per optimizer step"}, 1, 1 << 20, ANNEAL_FIELD(trainer.grad_accum)),
+      integer_row({"batch", "128", "batch size"}, 1, 1 << 24, ANNEAL_FIELD(trainer.batch)),
+      integer_row({"epochs", "10", "epochs"}, 1, 1 << 24, ANNEAL_FIELD(trainer.epochs)),
+      integer_row({"seed", "0", "seed of initialisation, shuffling, dropout and the validation split"}, 0,
+                  std::numeric_limits<std::int64_t>::max(), ANNEAL_FIELD(trainer.seed)),
+      {{"threads", "", "compute threads (default: the CPU count); part of determinism"},
+       [](const Values& v, TrainConfig& c) {
+         c.threads = v.has("threads") && !v.text("threads").empty()
+                         ? static_cast<int>(v.integer("threads", 1, 1024))
+                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+       },
+       [](const TrainConfig& c) { return std::to_string(c.threads); }},
+      named_row({"device", "auto", "auto | cpu | cuda: auto takes a usable GPU, else the CPU"},
+                [](const std::string& s) { return parse_device(s); }, device_name, ANNEAL_FIELD(device)),
+      named_row({"precision", "fp32", "fp32 | bf16 | fp16 (fp16: GPU only, with dynamic loss scaling)"},
+                [](const std::string& s) { return parse_precision(s); }, precision_name, ANNEAL_FIELD(trainer.precision)),
+      boolean_row({"deterministic", "true",
+                   "false lets a GPU pick faster algorithms whose weights vary run to run (recorded)"},
+                  ANNEAL_FIELD(deterministic)),
+      boolean_row({"tf32", "false", "true lets a GPU run fp32 products and convolutions on TF32 tensor cores"},
+                  ANNEAL_FIELD(tf32)),
+      {{"early_stop", "auto",
+        "METRIC:PATIENCE (METRIC = val_loss | val_accuracy | train_loss), none, or auto: val_loss:10 with a "
+        "validation split, else none"},
+       [](const Values& v, TrainConfig& c) {
+         TrainerConfig& t = c.trainer;
+         std::string early = v.text("early_stop");
+         // auto: a network that holds rows out for validation stops when
+         // they stop improving, as a user who set validation expects;
+         // recorded resolved (to_text), so a rerun of the run's config does
+         // what the run did.
+         if (early == "auto") early = c.validation > 0 ? "val_loss:" + std::to_string(kAutoPatience) : "none";
+         if (early != "none" && !early.empty()) {
+           std::size_t colon = early.find(':');
+           if (colon == std::string::npos) v.bad("early_stop", "METRIC:PATIENCE such as val_loss:3");
+           try {
+             t.early_stop = parse_early_stop_metric(early.substr(0, colon));
+           } catch (const Error& e) {
+             v.bad("early_stop", std::string("METRIC:PATIENCE; ") + e.what());
+           }
+           std::int64_t patience = 0;
+           std::string p = early.substr(colon + 1);
+           auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), patience);
+           if (p.empty() || ec != std::errc() || end != p.data() + p.size() || patience < 1 || patience > 1000000)
+             v.bad("early_stop", "METRIC:PATIENCE with PATIENCE >= 1 epochs");
+           t.patience = static_cast<int>(patience);
+         }
+         if (t.early_stop != EarlyStopMetric::kNone && t.early_stop != EarlyStopMetric::kTrainLoss && c.validation <= 0)
+           v.bad("early_stop", "a training metric (train_loss:N), or set validation = FRACTION to stop on " +
+                                   std::string(early_stop_metric_name(t.early_stop)));
+       },
+       [](const TrainConfig& c) {
+         const TrainerConfig& t = c.trainer;
+         return t.early_stop == EarlyStopMetric::kNone
+                    ? std::string("none")
+                    : std::string(early_stop_metric_name(t.early_stop)) + ":" + std::to_string(t.patience);
+       },
+       /*pass=*/1},
+      boolean_row({"restore_best", "true", "with early stopping: the model keeps the weights of its best epoch, not its last"},
+                  ANNEAL_FIELD(trainer.restore_best)),
+      real_row({"validation", "0", "fraction of the train split held out for validation"}, 0, 0.95, "in [0, 0.95]",
+               ANNEAL_FIELD(validation)),
+      {{"checkpoint_every", "60s", "N steps or a duration (30s, 5m, 1h); 0: only at the end"},
+       [](const Values& v, TrainConfig& c) {
+         try {
+           c.checkpoint_every = parse_checkpoint_every(v.text("checkpoint_every"), "checkpoint_every");
+         } catch (const Error& e) {
+           std::string where = v.has("checkpoint_every") ? v.where("checkpoint_every") + ": " : "";
+           throw usage_error(where + e.what());
+         }
+       },
+       [](const TrainConfig& c) { return c.checkpoint_every.text; }},
+      integer_row({"keep_checkpoints", "3", "checkpoints kept per run besides the best one"}, 1, 1000000,
+                  ANNEAL_FIELD(keep_checkpoints)),
+      boolean_row({"baseline", "true", "tabular data: also fit the regularized linear baseline"}, ANNEAL_FIELD(baseline)),
+      real_row({"linear_l2", "1", "L2 strength of the linear model"}, 0, 1e12, ">= 0", ANNEAL_FIELD(linear_l2)),
+      integer_row({"tree_rounds", "300", "layers = trees: boosting rounds, at most"}, 1, 100000,
+                  ANNEAL_FIELD(trees.max_rounds)),
+      integer_row({"tree_early_stop", "50",
+                   "layers = trees, with a validation split: stop after N rounds without a better validation loss "
+                   "(0: off)"},
+                  0, 100000, ANNEAL_FIELD(trees.early_stopping_rounds)),
+      integer_row({"tree_depth", "6", "layers = trees: the deepest a tree grows"}, 1, 20, ANNEAL_FIELD(trees.max_depth)),
+      real_row({"tree_lr", "0.1", "layers = trees: the learning rate (XGBoost's eta)"}, 1e-6, 1, "in (0, 1]",
+               ANNEAL_FIELD(trees.learning_rate)),
+      real_row({"tree_min_child_weight", "1", "layers = trees: the least hessian weight a leaf holds"}, 0, 1e9, ">= 0",
+               ANNEAL_FIELD(trees.min_child_weight)),
+      real_row({"tree_subsample", "1", "layers = trees: the fraction of rows each tree samples"}, 1e-6, 1, "in (0, 1]",
+               ANNEAL_FIELD(trees.subsample)),
+      real_row({"tree_colsample", "1", "layers = trees: the fraction of columns each tree samples"}, 1e-6, 1, "in (0, 1]",
+               ANNEAL_FIELD(trees.colsample_bytree)),
+      real_row({"tree_l2", "1", "layers = trees: L2 penalty on leaf values (XGBoost's lambda)"}, 0, 1e12, ">= 0",
+               ANNEAL_FIELD(trees.l2)),
+      {{"warm_start", "", "start from a model's weights and preprocessing: an ALIAS of name (production) or NAME@vN"},
+       [](const Values& v, TrainConfig& c) {
+         const std::string text = v.text("warm_start");
+         if (text.empty()) return;
+         try {
+           // Syntax only (parsing is pure): the run looks the model up.
+           c.warm_start = parse_warm_start(text, c.name);
+         } catch (const Error& e) {
+           if (e.kind() != ErrorKind::kUsage) throw;
+           v.bad("warm_start", "an alias of '" + c.name + "' such as production (letters, digits, '.', '_', '-'; "
+                               "not latest or vN), NAME@ALIAS or NAME@vN");
+         }
+       },
+       [](const TrainConfig& c) {
+         if (!c.warm_start) return std::string();
+         // An alias of the config's own model reads back from its bare name.
+         if (c.warm_start->alias && c.warm_start->name == c.name) return *c.warm_start->alias;
+         return c.warm_start->to_string();
+       },
+       /*pass=*/1},
+      {{"features", "", "exactly these feature columns, comma-separated (default: all but identifiers)"},
+       [](const Values& v, TrainConfig& c) {
+         if (v.has("features")) c.features = column_names(v, "features");
+       },
+       [](const TrainConfig& c) { return c.features ? join_names(*c.features) : std::string(); }},
+      {{"exclude", "", "feature columns to leave out, comma-separated"},
+       [](const Values& v, TrainConfig& c) {
+         if (v.has("exclude") && !v.text("exclude").empty()) c.exclude = column_names(v, "exclude");
+       },
+       [](const TrainConfig& c) { return join_names(c.exclude); }},
+      integer_row({"category_min_count", "5", "training rows a categorical level needs for its own one-hot slot"}, 1,
+                  std::int64_t{1} << 40, ANNEAL_FIELD(category_min_count)),
+      integer_row({"max_categories", "50", "most one-hot slots of a categorical column besides 'other'"}, 1, 1000000,
+                  ANNEAL_FIELD(max_categories)),
+      {{"class_weight", "", "softmax_ce/bce: balanced, or CLASS:W,CLASS:W (default: all 1)"},
+       [](const Values& v, TrainConfig& c) {
+         if (!v.text("class_weight").empty())
+           c.class_weight = v.named("class_weight", [](const std::string& s) { return parse_class_weight(s); });
+       },
+       [](const TrainConfig& c) { return class_weight_text(c.class_weight); }},
+      {{"memory_budget", "", "bytes of dataset rows held in memory, e.g. 2G (default: half the RAM); more streams"},
+       [](const Values& v, TrainConfig& c) {
+         if (!v.text("memory_budget").empty())
+           c.memory_budget = v.named("memory_budget", [](const std::string& s) { return parse_memory_budget(s); });
+       },
+       [](const TrainConfig& c) { return c.memory_budget ? memory_budget_text(*c.memory_budget) : std::string(); }},
+  };
+  return kRows;
+}
+
+#undef ANNEAL_FIELD
+
 }  // namespace
 
-ModelRef warm_start_ref(const TrainConfig& config) {
-  const std::string& text = config.warm_start;
-  if (text.find('@') != std::string::npos) return parse_model_ref(text, "warm_start");
+const std::vector<ConfigKey>& known_config_keys() {
+  static const std::vector<ConfigKey> kKeys = [] {
+    std::vector<ConfigKey> keys;
+    for (const KeyRow& row : key_table()) keys.push_back(row.key);
+    return keys;
+  }();
+  return kKeys;
+}
+
+namespace {
+
+// "; did you mean 'K'?" for an unknown config key, or "".
+std::string suggest_key(std::string_view key) {
+  // Names other tools use for the same setting, so 'learning_rate' points
+  // at 'lr' rather than at whatever key happens to be spelled alike.
+  static const Spelling kAliases[] = {
+      {"learning_rate", "lr"},     {"batch_size", "batch"},  {"num_epochs", "epochs"},
+      {"max_epochs", "epochs"},    {"n_epochs", "epochs"},   {"num_threads", "threads"},
+      {"schedule", "lr_schedule"}, {"warmup", "warmup_steps"}, {"patience", "early_stop"},
+      {"val_split", "validation"}, {"validation_split", "validation"}, {"model", "layers"},
+      {"data", "dataset"},         {"optim", "optimizer"},   {"l2", "weight_decay"}};
+  std::vector<Spelling> known;
+  for (const auto& k : known_config_keys()) known.push_back({k.name, k.name});
+  known.insert(known.end(), std::begin(kAliases), std::end(kAliases));
+  return did_you_mean(key, known);
+}
+
+bool is_known(std::string_view key) {
+  return std::any_of(known_config_keys().begin(), known_config_keys().end(),
+                     [&](const ConfigKey& k) { return key == k.name; });
+}
+
+// The 1-based line of `text` where `key` is first assigned, for messages.
+int line_of(std::string_view text, std::string_view key) {
+  int line = 1;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view l = text.substr(pos, end - pos);
+    std::size_t first = l.find_first_not_of(" \t");
+    if (first != std::string_view::npos && l.substr(first).starts_with(key)) {
+      std::string_view rest = l.substr(first + key.size());
+      std::size_t next = rest.find_first_not_of(" \t");
+      if (next != std::string_view::npos && rest[next] == '=') return line;
+    }
+    ++line;
+    pos = end + 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+ModelRef parse_warm_start(std::string_view text, const std::string& model_name) {
+  if (text.find('@') != std::string_view::npos) return parse_model_ref(text, "warm_start");
   validate_alias_name(text);
-  return ModelRef{config.name, std::nullopt, text};
+  return ModelRef{model_name, std::nullopt, std::string(text)};
 }
 
 ClassWeightSpec parse_class_weight(std::string_view text) {
@@ -342,130 +572,16 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
   for (const char* required : {"name", "dataset", "layers"})
     if (!v.has(required) || v.text(required).empty())
       throw usage_error(std::string(source) + ": missing key '" + required + "'");
-  c.name = v.text("name");
+  // Each row reads its key into its field; a row that reads other fields
+  // (early_stop reads validation) comes in the second pass.
+  for (int pass : {0, 1})
+    for (const KeyRow& row : key_table())
+      if (row.pass == pass) row.read(v, c);
   try {
-    validate_model_name(c.name);
-  } catch (const Error&) {
-    v.bad("name", "a model name: 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit");
-  }
-  c.dataset = v.text("dataset");
-  c.label = v.text("label");
-  std::string layers = v.text("layers");
-  c.kind = layers == "linear" ? runs::ModelKindId::kLinear
-           : layers == "trees"  ? runs::ModelKindId::kTrees
-                                : runs::ModelKindId::kNetwork;
-  c.trainer.layers = c.kind == runs::ModelKindId::kNetwork ? layers : "";
-  if (!v.text("loss").empty()) {
-    v.named("loss", [](const std::string& s) { return parse_loss_kind(s); });
-    c.loss = v.text("loss");
-  }
-  TrainerConfig& t = c.trainer;
-  OptimizerConfig& o = t.optimizer;
-  o.kind = v.named("optimizer", [](const std::string& s) { return parse_optimizer_kind(s); });
-  o.lr = static_cast<float>(v.real("lr", 1e-12, 1e6, "> 0"));
-  o.momentum = static_cast<float>(v.real("momentum", 0, 0.999999, "in [0, 1)"));
-  o.nesterov = v.boolean("nesterov");
-  o.weight_decay = static_cast<float>(v.real("weight_decay", 0, 1e6, ">= 0"));
-  o.schedule = v.named("lr_schedule", [](const std::string& s) { return parse_schedule_kind(s); });
-  o.warmup_steps = v.integer("warmup_steps", 0, std::int64_t{1} << 40);
-  o.step_size = v.integer("lr_step_size", 1, std::int64_t{1} << 40);
-  o.gamma = static_cast<float>(v.real("lr_gamma", 0, 1, "in [0, 1]"));
-  o.min_lr = static_cast<float>(v.real("min_lr", 0, 1e6, ">= 0"));
-  o.grad_clip = static_cast<float>(v.real("grad_clip", 0, 1e12, ">= 0"));
-  try {
-    validate(o);
+    validate(c.trainer.optimizer);
   } catch (const Error& e) {
     throw usage_error(std::string(source) + ": " + e.what());
   }
-  t.grad_accum = v.integer("grad_accum", 1, 1 << 20);
-  t.batch = v.integer("batch", 1, 1 << 24);
-  t.epochs = v.integer("epochs", 1, 1 << 24);
-  t.seed = static_cast<std::uint64_t>(v.integer("seed", 0, std::numeric_limits<std::int64_t>::max()));
-  if (v.has("threads") && !v.text("threads").empty()) {
-    c.threads = static_cast<int>(v.integer("threads", 1, 1024));
-  } else {
-    c.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  }
-  c.device = v.named("device", [](const std::string& s) { return parse_device(s); });
-  c.deterministic = v.boolean("deterministic");
-  c.tf32 = v.boolean("tf32");
-  t.precision = v.named("precision", [](const std::string& s) { return parse_precision(s); });
-  c.validation = v.real("validation", 0, 0.95, "in [0, 0.95]");
-  std::string early = v.text("early_stop");
-  // auto: a network that holds rows out for validation stops when they stop
-  // improving, as a user who set validation expects; recorded resolved
-  // (to_text), so a rerun of the run's config does what the run did.
-  if (early == "auto") early = c.validation > 0 ? "val_loss:" + std::to_string(kAutoPatience) : "none";
-  if (early != "none" && !early.empty()) {
-    std::size_t colon = early.find(':');
-    if (colon == std::string::npos) v.bad("early_stop", "METRIC:PATIENCE such as val_loss:3");
-    try {
-      t.early_stop = parse_early_stop_metric(early.substr(0, colon));
-    } catch (const Error& e) {
-      v.bad("early_stop", std::string("METRIC:PATIENCE; ") + e.what());
-    }
-    std::int64_t patience = 0;
-    std::string p = early.substr(colon + 1);
-    auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), patience);
-    if (p.empty() || ec != std::errc() || end != p.data() + p.size() || patience < 1 || patience > 1000000)
-      v.bad("early_stop", "METRIC:PATIENCE with PATIENCE >= 1 epochs");
-    t.patience = static_cast<int>(patience);
-  }
-  t.restore_best = v.boolean("restore_best");
-  if (t.early_stop != EarlyStopMetric::kNone && t.early_stop != EarlyStopMetric::kTrainLoss &&
-      c.validation <= 0)
-    v.bad("early_stop", "a training metric (train_loss:N), or set validation = FRACTION to stop on " +
-                            std::string(early_stop_metric_name(t.early_stop)));
-  try {
-    c.checkpoint_every = parse_checkpoint_every(v.text("checkpoint_every"), "checkpoint_every");
-  } catch (const Error& e) {
-    std::string where = v.has("checkpoint_every") ? v.where("checkpoint_every") + ": " : "";
-    throw usage_error(where + e.what());
-  }
-  c.keep_checkpoints = v.integer("keep_checkpoints", 1, 1000000);
-  c.baseline = v.boolean("baseline");
-  c.linear_l2 = v.real("linear_l2", 0, 1e12, ">= 0");
-  c.trees.max_rounds = static_cast<int>(v.integer("tree_rounds", 1, 100000));
-  c.trees.early_stopping_rounds = static_cast<int>(v.integer("tree_early_stop", 0, 100000));
-  c.trees.max_depth = static_cast<int>(v.integer("tree_depth", 1, 20));
-  c.trees.learning_rate = v.real("tree_lr", 1e-6, 1, "in (0, 1]");
-  c.trees.min_child_weight = v.real("tree_min_child_weight", 0, 1e9, ">= 0");
-  c.trees.subsample = v.real("tree_subsample", 1e-6, 1, "in (0, 1]");
-  c.trees.colsample_bytree = v.real("tree_colsample", 1e-6, 1, "in (0, 1]");
-  c.trees.l2 = v.real("tree_l2", 0, 1e12, ">= 0");
-  c.warm_start = v.text("warm_start");
-  if (!c.warm_start.empty()) {
-    try {
-      // Syntax only (parsing is pure): the run looks the model up.
-      warm_start_ref(c);
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::kUsage) throw;
-      v.bad("warm_start", "an alias of '" + c.name + "' such as production (letters, digits, '.', '_', '-'; "
-                          "not latest or vN), NAME@ALIAS or NAME@vN");
-    }
-  }
-  auto names = [&](const std::string& key) {
-    std::vector<std::string> out;
-    const std::string s = v.text(key);
-    std::size_t pos = 0;
-    while (pos <= s.size()) {
-      std::size_t comma = std::min(s.find(',', pos), s.size());
-      std::string name = trim(std::string_view(s).substr(pos, comma - pos));
-      if (name.empty()) v.bad(key, "column names separated by commas");
-      if (std::find(out.begin(), out.end(), name) != out.end()) v.bad(key, "each column once; '" + name + "' is named twice");
-      out.push_back(std::move(name));
-      pos = comma + 1;
-    }
-    return out;
-  };
-  if (v.has("features")) c.features = names("features");
-  if (v.has("exclude") && !v.text("exclude").empty()) c.exclude = names("exclude");
-  c.category_min_count = v.integer("category_min_count", 1, std::int64_t{1} << 40);
-  c.max_categories = v.integer("max_categories", 1, 1000000);
-  c.class_weight = v.text("class_weight");
-  if (!c.class_weight.empty()) v.named("class_weight", [](const std::string& s) { return parse_class_weight(s); });
-  if (!v.text("memory_budget").empty())
-    c.memory_budget = v.named("memory_budget", [](const std::string& s) { return parse_memory_budget(s); });
   return c;
 }
 
@@ -495,62 +611,11 @@ std::string memory_budget_text(std::uint64_t bytes) {
 }
 
 std::string TrainConfig::to_text() const {
-  const TrainerConfig& t = trainer;
-  const OptimizerConfig& o = t.optimizer;
-  std::map<std::string, std::string> kv = {
-      {"name", name},
-      {"dataset", dataset},
-      {"layers", kind == runs::ModelKindId::kLinear ? "linear" : kind == runs::ModelKindId::kTrees ? "trees" : t.layers},
-      {"label", label},
-      {"loss", loss},
-      {"optimizer", optimizer_name(o.kind)},
-      {"lr", format_real(o.lr)},
-      {"momentum", format_real(o.momentum)},
-      {"nesterov", o.nesterov ? "true" : "false"},
-      {"weight_decay", format_real(o.weight_decay)},
-      {"lr_schedule", schedule_name(o.schedule)},
-      {"warmup_steps", std::to_string(o.warmup_steps)},
-      {"lr_step_size", std::to_string(o.step_size)},
-      {"lr_gamma", format_real(o.gamma)},
-      {"min_lr", format_real(o.min_lr)},
-      {"grad_clip", format_real(o.grad_clip)},
-      {"grad_accum", std::to_string(t.grad_accum)},
-      {"batch", std::to_string(t.batch)},
-      {"epochs", std::to_string(t.epochs)},
-      {"seed", std::to_string(t.seed)},
-      {"threads", std::to_string(threads)},
-      {"device", device_name(device)},
-      {"deterministic", deterministic ? "true" : "false"},
-      {"tf32", tf32 ? "true" : "false"},
-      {"precision", precision_name(t.precision)},
-      {"early_stop", t.early_stop == EarlyStopMetric::kNone
-                         ? std::string("none")
-                         : std::string(early_stop_metric_name(t.early_stop)) + ":" + std::to_string(t.patience)},
-      {"restore_best", t.restore_best ? "true" : "false"},
-      {"validation", format_real(validation)},
-      {"checkpoint_every", checkpoint_every.text},
-      {"keep_checkpoints", std::to_string(keep_checkpoints)},
-      {"baseline", baseline ? "true" : "false"},
-      {"linear_l2", format_real(linear_l2)},
-      {"tree_rounds", std::to_string(trees.max_rounds)},
-      {"tree_early_stop", std::to_string(trees.early_stopping_rounds)},
-      {"tree_depth", std::to_string(trees.max_depth)},
-      {"tree_lr", format_real(trees.learning_rate)},
-      {"tree_min_child_weight", format_real(trees.min_child_weight)},
-      {"tree_subsample", format_real(trees.subsample)},
-      {"tree_colsample", format_real(trees.colsample_bytree)},
-      {"tree_l2", format_real(trees.l2)},
-      {"warm_start", warm_start},
-      {"exclude", join_names(exclude)},
-      {"category_min_count", std::to_string(category_min_count)},
-      {"max_categories", std::to_string(max_categories)},
-      {"class_weight", class_weight},
-      {"memory_budget", memory_budget ? memory_budget_text(*memory_budget) : std::string()},
-  };
-  if (features) kv["features"] = join_names(*features);
+  std::map<std::string, std::string> kv;  // sorted by key
+  for (const KeyRow& row : key_table())
+    if (std::string value = row.write(*this); !value.empty()) kv[row.key.name] = std::move(value);
   std::string out;
-  for (const auto& [k, value] : kv)
-    if (!value.empty()) out += k + " = " + value + "\n";
+  for (const auto& [k, value] : kv) out += k + " = " + value + "\n";
   return out;
 }
 

@@ -352,7 +352,7 @@ Setup resolve_setup(Store& store, const TrainRequest& request) {
     s.config.sources["device"] = "--device";
   }
   if (request.warm_start) {
-    s.config.warm_start = *request.warm_start;
+    s.config.warm_start = parse_warm_start(*request.warm_start, s.config.name);
     s.config.sources["warm_start"] = "--warm-start";
   }
   if (request.memory_budget) {

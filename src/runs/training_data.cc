@@ -39,12 +39,7 @@ std::vector<float> resolve_class_weights(const TrainConfig& config, const LabelE
                                          std::span<const float> encoded, std::span<const std::uint32_t> rows) {
   if (config.class_weight.empty()) return {};
   const std::string at = where(config, "class_weight");
-  ClassWeightSpec spec;
-  try {
-    spec = parse_class_weight(config.class_weight);
-  } catch (const Error& e) {
-    throw usage_error(at + "class_weight = " + e.what());
-  }
+  const ClassWeightSpec& spec = config.class_weight;
   const auto k = static_cast<std::size_t>(labels.classes());
   std::vector<float> w(k, 1.0f);
   if (spec.balanced) {
@@ -197,7 +192,7 @@ PreparedData prepare_data(Store& store, LabelParts label_parts, const TrainConfi
     d.loss = parent->loss;
     d.labels = parent->labels;
   } else {
-    d.loss = config.loss.empty() ? LabelEncoding::infer_loss(parts.train) : parse_loss_kind(config.loss);
+    d.loss = config.loss ? *config.loss : LabelEncoding::infer_loss(parts.train);
   }
   check_class_weight_loss(config, d.loss);
   if (!parent) d.labels = LabelEncoding::fit(d.loss, parts.train, parts.test);

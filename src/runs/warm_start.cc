@@ -57,8 +57,8 @@ std::string refusal_by_config(const ModelFile& parent, const TrainConfig& config
   }
   if (parsed_layers(parent.layers) != wanted)
     return "layers differ (parent: " + parent.layers + "; config: " + config.trainer.layers + ")";
-  if (!config.loss.empty() && parse_loss_kind(config.loss) != parent.loss)
-    return "loss differs (parent: " + std::string(loss_name(parent.loss)) + "; config: " + config.loss + ")";
+  if (config.loss && *config.loss != parent.loss)
+    return "loss differs (parent: " + std::string(loss_name(parent.loss)) + "; config: " + loss_name(*config.loss) + ")";
   return "";
 }
 
@@ -127,7 +127,7 @@ std::string refusal_by_data(const ModelFile& parent, const LoadedDataset& loaded
   const DatasetVersion& v = loaded.version;
   if (v.label_column != parent.label_column)
     return "the label differs (parent: '" + parent.label_column + "'; " + v.ref() + ": '" + v.label_column + "')";
-  const LossKind loss = config.loss.empty() ? LabelEncoding::infer_loss(loaded.train) : parse_loss_kind(config.loss);
+  const LossKind loss = config.loss ? *config.loss : LabelEncoding::infer_loss(loaded.train);
   if (loss != parent.loss)
     return "loss differs (parent: " + std::string(loss_name(parent.loss)) + "; " + v.ref() + " suggests " +
            loss_name(loss) + ")";
@@ -171,8 +171,8 @@ std::string refusal_by_data(const ModelFile& parent, const LoadedDataset& loaded
 
 WarmStart resolve_warm_start(Store& store, TrainConfig& config, Reporter& reporter) {
   WarmStart warm;
-  if (config.warm_start.empty()) return warm;
-  const ModelRef ref = warm_start_ref(config);
+  if (!config.warm_start) return warm;
+  const ModelRef ref = *config.warm_start;
   // A version, or the model that does not exist at all: a usage error
   // naming where the key was set.
   auto find = [&](const ModelRef& wanted) {
@@ -180,7 +180,7 @@ WarmStart resolve_warm_start(Store& store, TrainConfig& config, Reporter& report
       return find_model(store, wanted);
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kNotFound) throw;
-      throw usage_error(source_of(config) + "warm_start = " + config.warm_start + ": " + e.detail())
+      throw usage_error(source_of(config) + "warm_start = " + ref.to_string() + ": " + e.detail())
           .with(e.remedy(), e.remedy_argument());
     }
   };
@@ -192,13 +192,13 @@ WarmStart resolve_warm_start(Store& store, TrainConfig& config, Reporter& report
     if (!warm.parent) {
       warm.unset_alias = ref.to_string();
       reporter.note("warm start: " + warm.unset_alias + " is not set yet; training from scratch");
-      config.warm_start.clear();
+      config.warm_start.reset();
       return warm;
     }
   } else {
     warm.parent = find(ref);
   }
-  config.warm_start = warm.parent->ref();
+  config.warm_start = ModelRef{warm.parent->name, warm.parent->version, std::nullopt};
   warm.parent_model = load_model(store, *warm.parent);
   return warm;
 }

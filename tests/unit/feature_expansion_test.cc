@@ -378,7 +378,8 @@ TEST(FeatureConfig, FeaturesExcludeAndLevelsKeysRoundTrip) {
   EXPECT_EQ(c.exclude, (std::vector<std::string>{"c"}));
   EXPECT_EQ(c.category_min_count, 3);
   EXPECT_EQ(c.max_categories, 7);
-  EXPECT_EQ(c.class_weight, "balanced");
+  EXPECT_TRUE(c.class_weight.balanced);
+  EXPECT_TRUE(c.class_weight.weights.empty());
   TrainConfig back = parse_train_config(c.to_text(), "frozen", {});
   EXPECT_EQ(back.to_text(), c.to_text());
   EXPECT_EQ(back.features, c.features);

@@ -35,7 +35,7 @@ TEST(RunsConfig, ParsesTheExample) {
   EXPECT_EQ(c.name, "fmnist-mlp");
   EXPECT_EQ(c.dataset, "fmnist@latest");
   EXPECT_EQ(c.trainer.layers, "dense(256) relu dense(128) relu dense(10)");
-  EXPECT_EQ(c.loss, "softmax_ce");
+  EXPECT_EQ(c.loss, std::optional<LossKind>(LossKind::kSoftmaxCrossEntropy));
   EXPECT_EQ(c.trainer.optimizer.kind, OptimizerKind::kAdam);
   EXPECT_FLOAT_EQ(c.trainer.optimizer.lr, 0.001f);
   EXPECT_EQ(c.trainer.batch, 128);
@@ -165,31 +165,62 @@ TEST(RunsConfig, TreesLayersMeanBoostedTreesWithTheirOwnKeys) {
             std::string::npos);
 }
 
+// One table row per key gives its default, reads it and writes it back:
+// every key with a default is in the resolved text, which reads back the
+// same; loss and class_weight are typed once, at parsing.
+TEST(RunsConfig, EveryKeyOfTheTableIsWrittenAndReadsBack) {
+  TrainConfig c = parse_train_config("name = m\ndataset = d\nlayers = dense(2)\n", "m.ini", {});
+  const std::string text = c.to_text();
+  for (const ConfigKey& k : known_config_keys())
+    if (*k.default_value) {
+      EXPECT_NE(text.find(std::string(k.name) + " = "), std::string::npos) << k.name;
+    }
+  EXPECT_EQ(parse_train_config(text, "frozen", {}).to_text(), text);
+  EXPECT_FALSE(c.loss);
+  EXPECT_TRUE(c.class_weight.empty());
+
+  TrainConfig typed = parse_train_config("name = m\ndataset = d\nlayers = dense(2)\nloss = bce\n"
+                                         "class_weight = yes:5, no : 1.5\n", "m.ini", {});
+  EXPECT_EQ(typed.loss, std::optional<LossKind>(LossKind::kBinaryCrossEntropy));
+  EXPECT_FALSE(typed.class_weight.balanced);
+  EXPECT_EQ(typed.class_weight.weights,
+            (std::vector<std::pair<std::string, double>>{{"yes", 5.0}, {"no", 1.5}}));
+  EXPECT_NE(typed.to_text().find("class_weight = yes:5,no:1.5\n"), std::string::npos);
+  EXPECT_NE(typed.to_text().find("loss = bce\n"), std::string::npos);
+  EXPECT_EQ(parse_train_config(typed.to_text(), "frozen", {}).to_text(), typed.to_text());
+  // A bad class_weight is refused where it was written, not later by the run.
+  EXPECT_EQ(error_of("name = m\ndataset = d\nlayers = dense(2)\nclass_weight = yes:0\n").rfind("cfg.ini:4: class_weight", 0),
+            0u);
+}
+
 // warm_start: a bare word is an alias of the config's own name; with '@' a
 // model reference. Only the syntax is checked here (parsing reads no store).
 TEST(RunsConfig, WarmStartNamesAnAliasOrAModel) {
   TrainConfig none = parse_train_config(kExample, "cfg.ini", {});
-  EXPECT_EQ(none.warm_start, "");
+  EXPECT_FALSE(none.warm_start);
   EXPECT_EQ(none.to_text().find("warm_start"), std::string::npos);
 
   TrainConfig alias = parse_train_config(std::string(kExample) + "warm_start = production\n", "cfg.ini", {});
   EXPECT_EQ(alias.sources.at("warm_start"), "cfg.ini:11");
-  ModelRef ref = warm_start_ref(alias);
+  ASSERT_TRUE(alias.warm_start);
+  ModelRef ref = *alias.warm_start;
   EXPECT_EQ(ref.name, "fmnist-mlp");
   EXPECT_EQ(ref.alias, std::optional<std::string>("production"));
   EXPECT_FALSE(ref.version);
 
-  ModelRef other = warm_start_ref(parse_train_config(kExample, "cfg.ini", {"warm_start=base-mlp@staging"}));
+  ModelRef other = *parse_train_config(kExample, "cfg.ini", {"warm_start=base-mlp@staging"}).warm_start;
   EXPECT_EQ(other.name, "base-mlp");
   EXPECT_EQ(other.alias, std::optional<std::string>("staging"));
 
   TrainConfig exact = parse_train_config(kExample, "cfg.ini", {"warm_start=fmnist-mlp@v3"});
-  ModelRef version = warm_start_ref(exact);
+  ModelRef version = *exact.warm_start;
   EXPECT_EQ(version.version, std::optional<int>(3));
   EXPECT_FALSE(version.alias);
   // The resolved text carries it and reads back (what a resume parses).
   EXPECT_NE(exact.to_text().find("warm_start = fmnist-mlp@v3\n"), std::string::npos);
-  EXPECT_EQ(parse_train_config(exact.to_text(), "run-1 config", {}).warm_start, "fmnist-mlp@v3");
+  EXPECT_EQ(parse_train_config(exact.to_text(), "run-1 config", {}).warm_start->to_string(), "fmnist-mlp@v3");
+  // A bare alias of the config's own model is written back bare.
+  EXPECT_NE(alias.to_text().find("warm_start = production\n"), std::string::npos);
 }
 
 TEST(RunsConfig, MalformedWarmStartIsAUsageErrorNamingItsSource) {
