@@ -314,17 +314,45 @@ int run_model_show(const Invocation& inv) {
   return kExitOk;
 }
 
+// [{"column", "drop", "spread"}] in the order given (the largest drop first).
+json importance_columns_json(const std::vector<ColumnImportance>& importance) {
+  json out = json::array();
+  for (const ColumnImportance& c : importance) out.push_back({{"column", c.column}, {"drop", c.drop}, {"spread", c.spread}});
+  return out;
+}
+
 int run_eval(const Invocation& inv) {
   Store store = Store::open(inv.global.store, inv.global.access);
   ModelRef model = parse_model_ref(inv.args["MODEL"].as<std::string>(), "MODEL");
   DatasetRef data = parse_dataset_ref(inv.args["DATA"].as<std::string>(), "DATA");
   EvalSplit split = inv.args.count("split") ? parse_eval_split(inv.args["split"].as<std::string>()) : EvalSplit::kDefault;
   const BackendOptions compute = compute_options_of(inv);
-  EvalResult r = evaluate_model(store, model, data, split, compute);
+  std::optional<ImportanceOptions> importance;
+  if (inv.args["importance"].as<bool>()) {
+    importance.emplace();
+    if (inv.args.count("importance-rows")) {
+      const std::int64_t rows = inv.args["importance-rows"].as<std::int64_t>();
+      if (rows < 1 || rows > 10'000'000)
+        throw usage_error("--importance-rows " + std::to_string(rows) + ": expected 1 to 10000000 rows");
+      importance->rows = static_cast<std::uint64_t>(rows);
+    }
+  } else if (inv.args.count("importance-rows")) {
+    throw usage_error("--importance-rows: give --importance too");
+  }
+  EvalResult r = evaluate_model(store, model, data, split, compute, importance);
   note_auto_device(compute);
+  // The score the drops are measured in.
+  const char* importance_metric = r.classification ? "accuracy" : "r2";
   if (inv.global.json) {
     json j = {{"model", r.model.ref()}, {"dataset", r.dataset}, {"split", r.split},
               {"missing_values", r.missing}, {"unseen_categories", r.unseen}};
+    if (importance)
+      j["importance"] = {{"metric", importance_metric},
+                         {"baseline", r.importance_baseline},
+                         {"rows", r.importance_rows},
+                         {"repeats", importance->repeats},
+                         {"seed", importance->seed},
+                         {"columns", importance_columns_json(r.importance)}};
     if (r.classification) {
       j["metrics"] = r.classification_metrics.to_json();
       j["metrics"]["per_class"] = r.classification_metrics.per_class_json(r.class_names);
@@ -362,6 +390,15 @@ int run_eval(const Invocation& inv) {
                             {"  RMSE", format_double(m.rmse, 5)},
                             {"  MAE", format_double(m.mae, 5)},
                             {"  R2", format_double(m.r2, 4)}});
+  }
+  if (importance) {
+    std::cout << "\npermutation importance (drop in " << importance_metric << " from "
+              << format_double(r.importance_baseline, 4) << " when the column is shuffled; " << r.importance_rows
+              << " rows, " << importance->repeats << " shuffles each)\n";
+    std::vector<std::vector<std::string>> rows = {{"  column", "drop", "spread"}};
+    for (const ColumnImportance& c : r.importance)
+      rows.push_back({"  " + terminal_text(c.column), format_double(c.drop, 4), format_double(c.spread, 4)});
+    print_table(std::cout, rows);
   }
   if (r.missing || r.unseen)
     std::cout << "\n" << r.missing << " missing values imputed, " << r.unseen << " unseen categories\n";
@@ -473,13 +510,19 @@ void add_train_commands(std::vector<Command>& out) {
                        ("force", po::bool_switch(), "replace FILE if it exists");
                  },
                  {"REF"}, run_model_export});
-  out.push_back({"eval", "MODEL DATA [--split train|test|all]", "score a model on a dataset version",
+  out.push_back({"eval", "MODEL DATA [--split train|test|all] [--importance]", "score a model on a dataset version",
                  "Classification: accuracy, macro precision/recall/F1, balanced accuracy, per-class "
                  "recall/precision/support, the confusion matrix and, for two "
                  "classes, ROC AUC. Regression: RMSE, MAE and R2. The default split is the version's test "
-                 "split when it has one, else its train split.",
+                 "split when it has one, else its train split. --importance adds each feature column's "
+                 "permutation importance: the drop in accuracy (R2 for regression) when that column's values "
+                 "are shuffled among the rows, a one-hot or date column counted once, averaged over 5 "
+                 "shuffles of a fixed-seed sample of the split's rows (deterministic).",
                  [](po::options_description& o) {
-                   o.add_options()("split", po::value<std::string>()->value_name("SPLIT"), "train, test or all");
+                   o.add_options()("split", po::value<std::string>()->value_name("SPLIT"), "train, test or all")
+                       ("importance", po::bool_switch(), "also each feature column's permutation importance")
+                       ("importance-rows", po::value<std::int64_t>()->value_name("N"),
+                        "rows sampled for --importance (default 2000)");
                    add_compute_options(o, false);
                  },
                  {"MODEL", "DATA"}, run_eval});

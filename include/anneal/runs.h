@@ -144,6 +144,25 @@ std::string host_name();
 enum class EvalSplit { kDefault, kTrain, kTest, kAll };  // default: test when present, else train
 EvalSplit parse_eval_split(std::string_view text);     // "train" | "test" | "all"; kUsage otherwise
 
+// Permutation importance of one source column (a one-hot or date column
+// counted once, as the user sees it): how much the model's score (accuracy,
+// or R² for regression) drops when that column's values are shuffled among
+// the scored rows; near 0 or below for a column the model does not use.
+struct ColumnImportance {
+  std::string column;
+  double drop = 0;    // mean over the repeats
+  double spread = 0;  // sample standard deviation over the repeats
+};
+// How permutation importance is measured: on at most `rows` rows of the
+// split (a uniform sample chosen by `seed`), `repeats` shuffles per column
+// (each drawn from `seed`): the same model, rows and options give the same
+// figures on every machine.
+struct ImportanceOptions {
+  std::uint64_t rows = 2000;
+  int repeats = 5;
+  std::uint64_t seed = 0;
+};
+
 struct EvalResult {
   ModelRecord model;
   std::string dataset;                   // NAME@vN
@@ -153,13 +172,23 @@ struct EvalResult {
   ClassificationMetrics classification_metrics;
   RegressionMetrics regression_metrics;
   std::uint64_t missing = 0, unseen = 0; // cells imputed, unseen categories
+  // With ImportanceOptions: every feature column's permutation importance,
+  // the largest drop first (ties in column order), the score it is a drop
+  // from, and the rows it used.
+  std::vector<ColumnImportance> importance;
+  double importance_baseline = 0;
+  std::uint64_t importance_rows = 0;
 };
 // Scores a model on a dataset version with the model's own preprocessing,
-// on the backend `compute` asks for. Throws kBadData when a row's label is
-// not one of the model's classes and kUsage when the version's columns do
-// not match the model's or the device is not usable here.
+// on the backend `compute` asks for; with `importance`, also each feature
+// column's permutation importance (memory: options.rows rows besides the
+// predictions). Throws kBadData when a row's label is not one of the
+// model's classes and kUsage when the version's columns do not match the
+// model's, the device is not usable here, or importance is asked of a model
+// of image data (it has no table columns).
 EvalResult evaluate_model(Store& store, const ModelRef& model, const DatasetRef& data, EvalSplit split,
-                          const BackendOptions& compute);
+                          const BackendOptions& compute,
+                          const std::optional<ImportanceOptions>& importance = std::nullopt);
 
 struct PredictResult {
   ModelRecord model;

@@ -6,6 +6,7 @@
 #include "anneal/model_inputs.h"
 #include "anneal/model_kind.h"
 #include "anneal/scoring.h"
+#include "runs/permutation_importance.h"
 
 namespace anneal {
 
@@ -59,10 +60,16 @@ constexpr std::uint64_t kEvalPieceBytes = std::uint64_t{4} << 20;
 }  // namespace
 
 EvalResult evaluate_model(Store& store, const ModelRef& ref, const DatasetRef& data, EvalSplit split,
-                          const BackendOptions& compute) {
+                          const BackendOptions& compute, const std::optional<ImportanceOptions>& importance) {
   EvalResult result;
   result.model = find_model(store, ref);
   runs::ModelFile model = runs::load_model(store, result.model);
+  if (importance && model.dataset_format != "csv" && model.dataset_format != "tsv")
+    throw usage_error(result.model.ref() + " was trained on " + model.dataset_format +
+                      " images: permutation importance is per table column, and images have none");
+  std::optional<runs::RowSample> sample;
+  if (importance)
+    sample.emplace(importance->rows, static_cast<std::size_t>(model.features.output_width()), importance->seed);
   // A piece of the version at a time: the predictions and labels grow with
   // the rows, the features do not.
   BackendOptions options = compute;
@@ -78,9 +85,17 @@ EvalResult evaluate_model(Store& store, const ModelRef& ref, const DatasetRef& d
                                               const std::vector<float> p = predictor.predict(piece.x);
                                               predictions.insert(predictions.end(), p.begin(), p.end());
                                               y.insert(y.end(), piece.y.begin(), piece.y.end());
+                                              if (sample) sample->offer(piece.x, piece.y);
                                             });
   result.dataset = find_dataset(store, data).ref();
   score_predictions(model, predictions, y, result);
+  if (sample && sample->rows() > 0) {
+    result.importance_rows = sample->rows();
+    result.importance = runs::permutation_importance(
+        model.features, model.labels, runs::model_kind(model).prediction_loss(model), sample->x(), sample->y(),
+        [&](const std::vector<float>& x) { return predictor.predict(x); }, *importance, &result.importance_baseline);
+    runs::sort_by_drop(result.importance);
+  }
   return result;
 }
 

@@ -574,6 +574,34 @@ std::string importance_section(const Page& p) {
   return out + table({"column", "share", ""}, rows) + "</section>\n";
 }
 
+// Permutation importance (the run summary's `permutation_importance`, any
+// kind of model): each column's drop in the score when its values are
+// shuffled, the largest first, as a number and a bar scaled to the largest
+// drop. Nothing for image data or a run without test or validation rows.
+std::string permutation_section(const Page& p) {
+  const json importance = p.run.summary.value("permutation_importance", json());
+  if (!importance.is_object() || !importance.contains("columns") || importance["columns"].empty()) return "";
+  const std::string metric = importance.value("metric", "accuracy") == "r2" ? "R²" : "accuracy";
+  double largest = 0;
+  for (const json& c : importance["columns"]) largest = std::max(largest, c.value("drop", 0.0));
+  std::string out = "<section id=\"permutation-importance\">\n<h2>Permutation importance</h2>\n<p class=\"note\">How much " +
+                    metric + " (" + esc(num(importance.value("baseline", 0.0))) + " on " +
+                    esc(std::to_string(importance.value("rows", 0))) + " " + esc(json_text(importance.value("split", json("")))) +
+                    " rows) drops when one column's values are shuffled among the rows, averaged over " +
+                    esc(std::to_string(importance.value("repeats", 0))) +
+                    " shuffles; a one-hot or date column counts once. Near 0 or below: the model does not use it.</p>\n";
+  std::vector<Row> rows;
+  for (const json& c : importance["columns"]) {
+    const double drop = c.value("drop", 0.0);
+    char width[32];
+    std::snprintf(width, sizeof width, "%.1f", largest > 0 ? 100 * std::clamp(drop / largest, 0.0, 1.0) : 0.0);
+    rows.push_back({esc(c.value("column", std::string())), esc(num(drop, 3)), esc(num(c.value("spread", 0.0), 2)),
+                    "<span class=\"bar\" style=\"display:inline-block;height:0.8em;background:#4477aa;width:" +
+                        std::string(width) + "%\"></span>"});
+  }
+  return out + table({"column", "drop", "spread", ""}, rows) + "</section>\n";
+}
+
 // A quantized or pruned model beside its parent: each score on the same
 // rows, and the size on disk.
 std::string parent_section(const Page& p) {
@@ -804,6 +832,7 @@ std::string run_report_html(Store& store, std::int64_t run_id) {
     html += curves_section(p);
     html += metrics_section(p);
     html += importance_section(p);
+    html += permutation_section(p);
     html += parent_section(p);
     html += classes_section(p);
     html += run_section(p);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <numeric>
 
 #include "anneal/boosted_trees.h"
 #include "anneal/config.h"
@@ -20,6 +21,7 @@
 #include "anneal/model_kind.h"
 #include "anneal/scoring.h"
 #include "runs/distributed.h"
+#include "runs/permutation_importance.h"
 #include "runs/process_stats.h"
 #include "runs/training_data.h"
 #include "runs/warm_start.h"
@@ -297,6 +299,45 @@ json linear_scores(const std::string& prefix, const LinearModel& linear, const P
   if (!data.y_val.empty()) add("val", data.x_val, data.y_val);
   if (!data.y_test.empty()) add("test", data.x_test, data.y_test);
   return out;
+}
+
+// Each feature column's permutation importance (permutation_importance.h)
+// for the run's summary and report: on a fixed-seed sample of the test rows,
+// else the validation rows, of a table, read a block at a time (bounded
+// memory, streamed or not). Null for image data or without such rows.
+json permutation_importance_summary(const runs::ModelFile& model, Backend& backend, const PreparedData& data,
+                                    std::uint64_t seed) {
+  SampleSource* rows = data.rows->test ? data.rows->test.get() : data.rows->validation.get();
+  if (!data.tabular || !rows || rows->rows() == 0) return nullptr;
+  ImportanceOptions options;
+  options.seed = seed;
+  const auto width = static_cast<std::size_t>(data.features.output_width());
+  runs::RowSample sample(options.rows, width, options.seed);
+  constexpr std::int64_t kChunk = 4096;
+  std::vector<std::uint32_t> index;
+  std::vector<float> x, y;
+  for (std::int64_t start = 0; start < rows->rows(); start += kChunk) {
+    const auto n = static_cast<std::size_t>(std::min(kChunk, rows->rows() - start));
+    index.resize(n);
+    std::iota(index.begin(), index.end(), static_cast<std::uint32_t>(start));
+    x.resize(n * width);
+    y.resize(n);
+    rows->read(index, x.data(), y.data());
+    sample.offer(x, y);
+  }
+  const runs::ModelKind& kind = runs::model_kind(model);
+  const std::unique_ptr<runs::KindPredictor> predictor = kind.predictor(model, backend, 256);
+  double baseline = 0;
+  const std::vector<ColumnImportance> columns = runs::permutation_importance(
+      data.features, data.labels, kind.prediction_loss(model), sample.x(), sample.y(),
+      [&](const std::vector<float>& in) { return predictor->predict(in); }, options, &baseline);
+  return {{"split", data.rows->test ? "test" : "val"},
+          {"metric", data.labels.classification() ? "accuracy" : "r2"},
+          {"baseline", baseline},
+          {"rows", sample.rows()},
+          {"repeats", options.repeats},
+          {"seed", options.seed},
+          {"columns", runs::importance_json(columns)}};
 }
 
 // {"load_s", "first_step_s" (null when no step was trained), "peak_rss_bytes",
@@ -786,6 +827,9 @@ class TrainingRun {
     if (!per_class_.empty()) summary["per_class"] = per_class_;
     if (!confusion_.empty()) summary["confusion"] = confusion_;
     if (!importance_.empty()) summary["importance"] = importance_;
+    if (json permutation = permutation_importance_summary(model_, *backend_, data(), config().trainer.seed);
+        !permutation.is_null())
+      summary["permutation_importance"] = std::move(permutation);
     if (trainer_) summary["steps"] = trainer_->step();
     summary.update(data_path_json(result_, data()));
     json lineage = lineage_json(config(), data(), run_, backend_->capabilities(), leader_.hosts());
