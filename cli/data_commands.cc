@@ -1,8 +1,10 @@
 // init, data import/list/show/diff/export, fsck, gc: parse arguments, call
 // store/, print the result as text or JSON.
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 
+#include "anneal/data_check.h"
 #include "anneal/datasets.h"
 #include "anneal/error.h"
 #include "anneal/maintenance.h"
@@ -248,6 +250,58 @@ int run_diff(const Invocation& inv) {
   return kExitOk;
 }
 
+// --max-psi and the others: each a number >= 0, over the defaults.
+DriftThresholds thresholds_of(const Invocation& inv) {
+  DriftThresholds t;
+  auto read = [&](const char* flag, double& value) {
+    if (!inv.args.count(flag)) return;
+    value = inv.args[flag].as<double>();
+    if (!std::isfinite(value) || value < 0)
+      throw usage_error(std::string("--") + flag + " " + format_double(value, 6) + ": expected a number >= 0");
+  };
+  read("max-psi", t.psi);
+  read("max-ks", t.ks);
+  read("max-missing-increase", t.missing_increase);
+  read("max-unseen", t.unseen);
+  return t;
+}
+
+std::string optional_number(const std::optional<double>& v) { return v ? format_double(*v, 3) : "-"; }
+
+int run_check(const Invocation& inv) {
+  if (!inv.args.count("against")) throw usage_error("--against: data check needs the reference version (--against REF)");
+  const DriftThresholds thresholds = thresholds_of(inv);
+  Store store = Store::open(inv.global.store, inv.global.access);
+  DatasetRef candidate = parse_dataset_ref(inv.args["NEW"].as<std::string>(), "NEW");
+  DatasetRef reference = parse_dataset_ref(inv.args["against"].as<std::string>(), "--against");
+  const DataCheckReport report = check_data(store, candidate, reference, thresholds);
+  const int code = report.passed() ? kExitOk : kExitDataCheckFailed;
+  if (inv.global.json) {
+    json out = report.to_json();
+    out["exit_code"] = code;
+    print_json(out);
+    return code;
+  }
+  std::cout << terminal_text(report.candidate) << " (" << report.candidate_rows << " rows) against "
+            << terminal_text(report.reference) << " (" << report.reference_rows << " rows)\n";
+  std::vector<std::vector<std::string>> rows = {{"  column", "kind", "missing", "psi", "ks", "unseen", "check"}};
+  for (const ColumnCheck& c : report.columns) {
+    std::string check = "ok";
+    if (!c.failures.empty()) {
+      check = "FAIL";
+      for (const std::string& f : c.failures) check += (check == "FAIL" ? " " : ", ") + f;
+    }
+    rows.push_back({"  " + terminal_text(c.column) + (c.label ? " (label)" : ""), c.kind,
+                    c.present ? format_double(c.reference_missing, 3) + " -> " + format_double(c.missing, 3) : "-",
+                    optional_number(c.psi), optional_number(c.ks), optional_number(c.unseen), terminal_text(check)});
+  }
+  print_table(std::cout, rows);
+  for (const std::string& name : report.new_columns)
+    std::cout << "  new column " << terminal_text(name) << " (not in " << terminal_text(report.reference) << ")\n";
+  std::cout << (report.passed() ? "passed" : "failed: " + terminal_text(report.failure_line())) << "\n";
+  return code;
+}
+
 int run_export(const Invocation& inv) {
   if (!inv.args.count("output")) throw usage_error("-o: data export needs an output file (-o FILE)");
   Store store = Store::open(inv.global.store, inv.global.access);
@@ -352,6 +406,26 @@ void add_store_commands(std::vector<Command>& out) {
                  "REF is NAME (the latest version), NAME@latest or NAME@vN.", nullptr, {"REF"}, run_show});
   out.push_back({"data diff", "FROM TO", "compare two versions: schema, rows, bytes shared", "", nullptr,
                  {"FROM", "TO"}, run_diff});
+  out.push_back({"data check", "NEW --against REF [--max-psi X] [--max-ks X] [--max-missing-increase X] [--max-unseen X]",
+                 "check a version's columns against a reference version (drift)",
+                 "For every column of REF: present in NEW with the same type; its missing rate grown by at most "
+                 "--max-missing-increase (default 0.1); for numeric columns the population stability index over "
+                 "ten bins at REF's deciles (at most --max-psi, default 0.2) and the Kolmogorov-Smirnov "
+                 "statistic at REF's percentiles (at most --max-ks, default 0.2); for categorical columns the "
+                 "PSI over levels and the share of NEW's rows with a level REF never had (at most --max-unseen, "
+                 "default 0.1). The label is checked as its type. Datetime columns and identifier-like "
+                 "categorical columns (most values distinct) are checked for presence and missing rate only. "
+                 "Both splits of each version are read a block at a time, in bounded memory. Exit codes: 0 "
+                 "every check passed, 3 a check failed (each named), 2 a bad flag or an image version.",
+                 [](po::options_description& o) {
+                   o.add_options()("against", po::value<std::string>()->value_name("REF"), "the reference version")
+                       ("max-psi", po::value<double>()->value_name("X"), "largest population stability index (0.2)")
+                       ("max-ks", po::value<double>()->value_name("X"), "largest Kolmogorov-Smirnov statistic (0.2)")
+                       ("max-missing-increase", po::value<double>()->value_name("X"),
+                        "largest growth of a missing rate (0.1)")
+                       ("max-unseen", po::value<double>()->value_name("X"), "largest share of unseen levels (0.1)");
+                 },
+                 {"NEW"}, run_check});
   out.push_back({"data export", "REF -o FILE [--force] [--part PART]",
                  "write a version's source file back out, bit-identical",
                  "PART is source (default), source.labels, test.source or test.source.labels for the "

@@ -38,6 +38,7 @@ constexpr ExitCodeHelp kExitCodeHelp[] = {
     {kExitOk, "success (also: nothing to do, e.g. an import of identical content)"},
     {kExitFailure, "failure (I/O, a damaged store, something not found)"},
     {kExitUsage, "bad command line: unknown command or flag, bad flag value"},
+    {kExitDataCheckFailed, "data check: a check failed (the table and --json name it)"},
     {kExitGateRefused, "retrain / model promote: trained, but the gate refused the promotion"},
     {kExitBadData, "bad input data (the message gives file:line:column)"},
     {kExitBusy, "busy: a lock is held by another anneal process"},

@@ -33,6 +33,7 @@ enum class ErrorKind {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitDataCheckFailed = 3;  // a data check found drift (data check)
 inline constexpr int kExitGateRefused = 4;  // trained, but a gate refused the promotion
 inline constexpr int kExitBadData = 65;     // sysexits.h EX_DATAERR
 inline constexpr int kExitBusy = 75;        // sysexits.h EX_TEMPFAIL
@@ -40,7 +41,7 @@ inline constexpr int kExitInterrupted = 130;  // 128 + SIGINT, as a shell report
                                               // after writing a checkpoint
 
 // Every exit code anneal uses, in ascending order.
-inline constexpr int kExitCodes[] = {kExitOk,      kExitFailure, kExitUsage,      kExitGateRefused,
+inline constexpr int kExitCodes[] = {kExitOk,      kExitFailure,  kExitUsage, kExitDataCheckFailed, kExitGateRefused,
                                      kExitBadData, kExitBusy,    kExitInterrupted};
 
 inline int exit_code(ErrorKind kind) {
