@@ -4,6 +4,7 @@
 // message that names the layer as written and its position.
 #include "engine/layer_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <utility>
