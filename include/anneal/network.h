@@ -15,6 +15,9 @@
 // Backend's inference ops with the weights given in the options. Both name
 // and number their layers the same way, so a model's tensors ("3.conv.weight")
 // fit either.
+//
+// Each layer kind is one row of the engine's layer table
+// (src/engine/layer_table.h); known_layer_names() lists its rows.
 #pragma once
 
 #include <cstdint>
@@ -136,8 +139,11 @@ class Network {
   // Parses and builds `spec`, checking every shape: throws anneal::Error
   // kUsage for bad arguments, a layer that does not fit its input (conv on a
   // flat input, a kernel larger than the image, layernorm on an image) or a
-  // last layer whose width is not options.outputs. Weights are initialised
-  // as PyTorch does by default (U(±1/√fan_in)) from options.seed.
+  // last layer whose width is not options.outputs. Every layer's arguments
+  // are checked before any shape, and every shape (and memory_limit) before
+  // any layer is allocated; the first failing check is the one reported.
+  // Weights are initialised as PyTorch does by default (U(±1/√fan_in)) from
+  // options.seed.
   // `backend` must outlive the network; it is used from one thread at a time.
   // Inference-only (options.inference): the same checks, and kCorrupt for a
   // dense/conv layer whose weights are missing, mis-sized or (int8) lack

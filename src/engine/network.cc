@@ -1,26 +1,23 @@
-// Layer-spec parsing and network building. Every check on a spec happens
-// here, before any training, with a one-line kUsage message that names the
-// layer as written and its position.
+// Layer-spec syntax and network building. What each layer kind accepts and
+// builds is its row in the layer table (layer_table.h); the constructor runs
+// the table's passes in order.
 #include "anneal/network.h"
 #include "anneal/spelling.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <utility>
+#include <variant>
 
 #include "anneal/error.h"
+#include "engine/layer_table.h"
 #include "engine/layers_internal.h"
 #include "engine/random.h"
 
 namespace anneal {
 namespace {
-
-std::string where(const LayerSpec& s) {
-  return "layer " + std::to_string(s.position) + " '" + s.text + "'";
-}
 
 double parse_number(std::string_view text, const std::string& layer_text) {
   const std::string t(text);
@@ -38,62 +35,14 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b));
 }
 
-// Argument access with checks; `usage` is how the layer is written.
-struct Args {
-  const LayerSpec& spec;
-  const char* usage;
-
-  [[noreturn]] void fail(const std::string& what) const {
-    throw usage_error(where(spec) + ": " + what + " (usage: " + usage + ")");
-  }
-  void expect_positional(std::size_t min, std::size_t max) const {
-    if (spec.args.size() < min || spec.args.size() > max)
-      fail(min == max ? "takes " + std::to_string(min) + " positional argument" + (min == 1 ? "" : "s")
-                      : "takes " + std::to_string(min) + " to " + std::to_string(max) +
-                            " positional arguments");
-  }
-  void allow_options(std::initializer_list<const char*> allowed) const {
-    for (const auto& [key, value] : spec.options) {
-      bool ok = false;
-      for (const char* a : allowed) ok = ok || key == a;
-      if (!ok) fail("has no option '" + key + "'");
-    }
-  }
-  std::int64_t positive_int(double v, const char* what) const {
-    if (v < 1 || v != std::floor(v) || v > 1e9) fail(std::string(what) + " must be a positive integer");
-    return static_cast<std::int64_t>(v);
-  }
-  std::int64_t option_int(const char* key, std::int64_t fallback, std::int64_t min) const {
-    for (const auto& [k, v] : spec.options) {
-      if (k != key) continue;
-      if (v < double(min) || v != std::floor(v) || v > 1e9)
-        fail(std::string(key) + " must be an integer >= " + std::to_string(min));
-      return static_cast<std::int64_t>(v);
-    }
-    return fallback;
-  }
-};
-
-Activation activation_of(const std::string& name) {
-  if (name == "relu") return Activation::kRelu;
-  if (name == "gelu") return Activation::kGelu;
-  if (name == "tanh") return Activation::kTanh;
-  if (name == "sigmoid") return Activation::kSigmoid;
-  return Activation::kNone;
-}
-
-void require_image(const LayerSpec& s, const Dims& input) {
-  if (input.rank() != 3)
-    throw usage_error(where(s) + " needs an image input {C, H, W} but gets " + input.str() +
-                      (input.rank() == 1 ? " (a flat input)" : ""));
-}
-
 }  // namespace
 
 const std::vector<std::string>& known_layer_names() {
-  static const std::vector<std::string> names = {
-      "dense", "conv", "maxpool", "avgpool", "flatten", "relu", "gelu",
-      "tanh", "sigmoid", "dropout", "batchnorm", "layernorm"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const engine::LayerKind& kind : engine::layer_table()) out.emplace_back(kind.name);
+    return out;
+  }();
   return names;
 }
 
@@ -161,265 +110,81 @@ std::vector<LayerSpec> parse_layer_spec(std::string_view spec) {
 
 namespace {
 
-bool is_int8(DType d) { return d == DType::kS8 || d == DType::kU8; }
-
-// Dense/conv layer `prefix` of an inference-only network, its weights
-// checked against the layer's shape (kCorrupt: the model is damaged).
-const InferenceLayer& inference_layer(const InferenceOptions& inference, const std::string& prefix,
-                                      std::int64_t out, std::int64_t fan_in) {
-  auto it = inference.layers.find(prefix);
-  if (it == inference.layers.end()) throw corrupt("inference: no weights for layer " + prefix);
-  const InferenceWeights& w = it->second.weights;
-  if (std::int64_t(w.weight.size()) != out * fan_in || std::int64_t(w.bias.size()) != out)
-    throw corrupt("inference: layer " + prefix + " weights have the wrong size");
-  return it->second;
-}
-
-// A pooling layer spec that an int8 conv may run on its own output: a
-// window equal to its stride. Its window, or 0. (The layer itself is checked
-// when its turn comes.)
-std::int64_t poolable_window(const LayerSpec& s) {
-  if ((s.name != "maxpool" && s.name != "avgpool") || s.args.size() != 1) return 0;
-  const double k = s.args[0];
-  double stride = k;
-  for (const auto& [key, v] : s.options)
-    if (key == "stride") stride = v;
-  if (!(k >= 1) || k != std::floor(k) || k > 1e9 || stride != k) return 0;
-  return std::int64_t(k);
+// The WeightedLayer of dense/conv `layer`, built from `desc` in `ctx`.
+WeightedLayer weighted_layer(const engine::LayerDesc& desc, const engine::LayerPlan& plan,
+                             const engine::LayerContext& ctx, const Layer& layer) {
+  const Dims& out = layer.output_shape();
+  const auto* conv = std::get_if<engine::ConvArgs>(&desc.args);
+  WeightedLayer w;
+  w.prefix = std::to_string(ctx.index) + "." + desc.spec.name;
+  w.text = layer.describe();
+  w.conv = conv != nullptr;
+  w.relu = plan.fused == Activation::kRelu;
+  w.out = out[0];
+  w.weight_dims = conv ? std::vector<std::int64_t>{out[0], ctx.input[0], conv->kernel, conv->kernel}
+                       : ctx.input.with_batch(out[0]).to_vector();
+  return w;
 }
 
 }  // namespace
 
 Network::Network(std::string_view spec, const NetworkOptions& options, Backend& backend)
     : backend_(backend), input_shape_(options.input_shape), input_gradient_(options.input_gradient) {
-  const std::vector<LayerSpec> layers = parse_layer_spec(spec);
+  // 1. Parse: every layer's arguments checked and typed.
+  const std::vector<engine::LayerDesc> layers = engine::parse_layers(spec);
   if (input_shape_.rank() != 1 && input_shape_.rank() != 3)
     throw usage_error("network input must be flat {F} or an image {C, H, W}, not " + input_shape_.str());
   const InferenceOptions* inference = options.inference ? &*options.inference : nullptr;
   inference_only_ = inference != nullptr;
-  const bool int8 = inference && inference->int8;
   if (inference_only_) input_gradient_ = false;
-  std::size_t last_weighted = layers.size();  // the spec's last dense/conv
-  for (std::size_t i = 0; i < layers.size(); ++i)
-    if (layers[i].name == "dense" || layers[i].name == "conv") last_weighted = i;
-  // In an int8 network, what flows from one layer to the next: f32 or s8/u8
-  // at `act_scale`. Fixed here, so each op is told the scales it meets.
-  DType act_dtype = DType::kF32;
-  float act_scale = 1.0f;
-  // The int8 layer's activations: its input at the scale it arrives in (an
-  // f32 input is quantized at the layer's own input scale), its output u8
-  // after a relu, s8 otherwise, f32 for the last layer and tanh/sigmoid.
-  auto int8_activations = [&](const InferenceLayer& l, const std::string& prefix, Activation fused,
-                              bool last) {
-    const InferenceWeights& w = l.weights;
-    if (w.q.size() != w.weight.size() || w.scales.size() != w.bias.size() || !(l.input_scale > 0) ||
-        (!(l.output_scale > 0) && !last))
-      throw corrupt("inference: layer " + prefix + " lacks its int8 weights or scales");
-    Int8Activations q;
-    q.input_scale = is_int8(act_dtype) ? act_scale : l.input_scale;
-    const bool f32_out = last || (fused != Activation::kNone && fused != Activation::kRelu);
-    q.output = f32_out ? DType::kF32 : fused == Activation::kRelu ? DType::kU8 : DType::kS8;
-    q.output_scale = f32_out ? 0.0f : l.output_scale;
-    act_dtype = q.output;
-    act_scale = f32_out ? 1.0f : l.output_scale;
-    return q;
-  };
-  Dims shape = input_shape_;
-  // What training the layers built so far needs (NetworkOptions::
-  // memory_limit), counted in doubles: a spec may ask for 1e9 x 1e9.
-  double parameters = 0, outputs = static_cast<double>(input_shape_.product());
-  auto check_memory = [&](const LayerSpec& s, double layer_parameters, double layer_outputs) {
-    parameters += layer_parameters;
-    outputs += layer_outputs;
-    if (options.memory_limit == 0 || inference) return;
-    const double batch = static_cast<double>(std::max<std::int64_t>(options.batch, 1));
-    const double needed = parameters * double(kTrainBytesPerParameter) + outputs * batch * double(kTrainBytesPerOutput);
-    if (needed <= static_cast<double>(options.memory_limit)) return;
-    char text[160];
-    std::snprintf(text, sizeof text, "%.4g parameters and %.4g values a sample in batches of %lld", parameters,
-                  outputs, static_cast<long long>(batch));
-    char bytes[64];
-    std::snprintf(bytes, sizeof bytes, "%.4g", needed);
-    throw usage_error(where(s) + ": training the network up to here needs at least " + bytes + " bytes (" + text +
-                      "), more than the limit of " + std::to_string(options.memory_limit) + " bytes");
-  };
-  bool pool_masks_relu = false;  // the next layer is a maxpool after conv relu
-  bool pool_fused = false;       // the next layer is a pooling the int8 conv before it runs
+  const engine::BuildMode mode = !inference       ? engine::BuildMode::kTraining
+                                 : inference->int8 ? engine::BuildMode::kInt8
+                                                   : engine::BuildMode::kInference;
+
+  // 2. Shapes, and what training needs (a trainable network only), before
+  // anything is allocated.
+  const std::vector<engine::LayerShape> shapes =
+      engine::check_layer_shapes(layers, input_shape_, {inference ? 0 : options.memory_limit, options.batch});
+  for (const engine::LayerDesc& layer : layers)
+    if (layer.kind->inference == nullptr && inference_blocker_.empty())
+      inference_blocker_ = engine::inference_blocker(layer);
+
+  // 3. Fusion: which layers run inside another.
+  const std::vector<engine::LayerPlan> plan = engine::plan_fusion(layers, shapes, mode);
+
+  // 4. Each layer from its row's builder for this mode.
+  engine::BuildState state;
+  state.inference = inference;
   for (std::size_t i = 0; i < layers.size(); ++i) {
-    const LayerSpec& s = layers[i];
+    const engine::LayerDesc& desc = layers[i];
+    const engine::LayerKind& kind = *desc.kind;
+    if (plan[i].absorbed) continue;
     const int index = int(layers_.size());
     engine::LayerContext ctx{backend,
-                             shape,
+                             shapes[i].input,
                              options.compute,
                              engine::derive_seed(options.seed, 0x1a7e5, std::uint64_t(index)),
                              index,
                              options.batch,
                              options.batch_invariant};
-    // A relu/tanh/sigmoid right after dense or conv runs as the op's fused
-    // post-op (one pass over the output instead of two).
-    Activation fused = Activation::kNone;
-    if ((s.name == "dense" || s.name == "conv") && i + 1 < layers.size()) {
-      const Activation next = activation_of(layers[i + 1].name);
-      if (next != Activation::kNone && next != Activation::kGelu &&
-          layers[i + 1].args.empty() && layers[i + 1].options.empty())
-        fused = next;
+    if (plan[i].flatten_first) {
+      layers_.push_back(mode == engine::BuildMode::kInt8 ? engine::make_deferred_flatten_layer(ctx)
+                                                          : engine::make_flatten_layer(ctx));
+      // The dense keeps the seed of the index the spec layer started at
+      // (what trained models' weights were drawn with).
+      ctx.input = layers_.back()->output_shape();
+      ctx.index = int(layers_.size());
     }
-    std::unique_ptr<Layer> layer;
-    std::int64_t conv_kernel = 0;  // conv: K
-    if (s.name == "dense") {
-      Args a{s, "dense(WIDTH)"};
-      a.expect_positional(1, 1);
-      a.allow_options({});
-      const std::int64_t width = a.positive_int(s.args[0], "WIDTH");
-      check_memory(s, double(width) * (double(shape.product()) + 1), double(width));
-      if (shape.rank() != 1) {
-        // An image into dense flattens implicitly. A real (plain, row-major)
-        // flatten first lets the inner product run on a 2-D input, which
-        // oneDNN handles far faster than a blocked 4-D one. (An int8 dense
-        // flattens itself, see make_deferred_flatten_layer.)
-        layers_.push_back(int8 ? engine::make_deferred_flatten_layer(ctx) : engine::make_flatten_layer(ctx));
-        shape = layers_.back()->output_shape();
-        ctx.input = shape;
-        ctx.index = int(layers_.size());
-      }
-      if (inference) {
-        const std::string prefix = std::to_string(ctx.index) + ".dense";
-        const InferenceLayer& l = inference_layer(*inference, prefix, width, shape.product());
-        InferenceDenseSpec d;
-        d.in = shape;
-        d.out = width;
-        d.fused = fused;
-        d.weights = l.weights;
-        d.int8 = int8;
-        if (int8) d.quant = int8_activations(l, prefix, fused, i == last_weighted);
-        d.sparse = inference->sparse;
-        layer = engine::make_inference_dense_layer(ctx, std::move(d));
-      } else {
-        layer = engine::make_dense_layer(ctx, width, fused);
-      }
-    } else if (s.name == "conv") {
-      Args a{s, "conv(CHANNELS,KERNEL[,stride=S][,pad=P])"};
-      a.expect_positional(2, 2);
-      a.allow_options({"stride", "pad"});
-      require_image(s, shape);
-      const std::int64_t channels = a.positive_int(s.args[0], "CHANNELS");
-      const std::int64_t kernel = a.positive_int(s.args[1], "KERNEL");
-      const std::int64_t stride = a.option_int("stride", 1, 1);
-      const std::int64_t pad = a.option_int("pad", 0, 0);
-      conv_kernel = kernel;
-      if (kernel > shape[1] + 2 * pad || kernel > shape[2] + 2 * pad)
-        throw usage_error(where(s) + ": kernel " + std::to_string(kernel) +
-                          " is larger than its padded input " + std::to_string(shape[1] + 2 * pad) +
-                          "x" + std::to_string(shape[2] + 2 * pad));
-      if (pad >= kernel) a.fail("pad must be smaller than the kernel");
-      check_memory(s, double(channels) * (double(shape[0]) * double(kernel) * double(kernel) + 1),
-                   double(channels) * double((shape[1] + 2 * pad - kernel) / stride + 1) *
-                       double((shape[2] + 2 * pad - kernel) / stride + 1));
-      if (inference) {
-        const std::string prefix = std::to_string(index) + ".conv";
-        const InferenceLayer& l = inference_layer(*inference, prefix, channels, shape[0] * kernel * kernel);
-        InferenceConvSpec c;
-        c.in = shape;
-        c.out_channels = channels;
-        c.kernel = kernel;
-        c.stride = stride;
-        c.pad = pad;
-        c.fused = fused;
-        c.weights = l.weights;
-        c.int8 = int8;
-        if (int8) {
-          c.quant = int8_activations(l, prefix, fused, i == last_weighted);
-          // The pooling after it (past its fused activation) is offered to
-          // the op, which may run it on its own output.
-          const std::size_t next = i + (fused != Activation::kNone ? 2 : 1);
-          if (next < layers.size()) {
-            c.pool = poolable_window(layers[next]);
-            c.pool_max = layers[next].name == "maxpool";
-          }
-        }
-        layer = engine::make_inference_conv_layer(ctx, std::move(c), &pool_fused);
-      } else {
-        // conv relu maxpool: relu's gradient is applied on the pool's output
-        // (a quarter of the conv's for 2x2) by the pool layer.
-        const bool relu_then_maxpool = fused == Activation::kRelu && i + 2 < layers.size() &&
-                                       layers[i + 2].name == "maxpool";
-        layer = engine::make_conv_layer(ctx, channels, kernel, stride, pad, fused, relu_then_maxpool);
-        pool_masks_relu = relu_then_maxpool;
-      }
-    } else if (s.name == "maxpool" || s.name == "avgpool") {
-      Args a{s, s.name == "maxpool" ? "maxpool(KERNEL[,stride=S])" : "avgpool(KERNEL[,stride=S])"};
-      a.expect_positional(1, 1);
-      a.allow_options({"stride"});
-      require_image(s, shape);
-      const std::int64_t kernel = a.positive_int(s.args[0], "KERNEL");
-      const std::int64_t stride = a.option_int("stride", kernel, 1);
-      if (kernel > shape[1] || kernel > shape[2])
-        throw usage_error(where(s) + ": window " + std::to_string(kernel) +
-                          " is larger than its input " + std::to_string(shape[1]) + "x" +
-                          std::to_string(shape[2]));
-      const bool max = s.name == "maxpool";
-      if (std::exchange(pool_fused, false)) layer = engine::make_fused_pool_layer(ctx, max, kernel, stride);
-      else if (inference) layer = engine::make_inference_pool_layer(ctx, max, kernel, stride);
-      else layer = engine::make_pool_layer(ctx, max, kernel, stride, std::exchange(pool_masks_relu, false));
-    } else if (s.name == "flatten") {
-      Args a{s, "flatten"};
-      a.expect_positional(0, 0);
-      a.allow_options({});
-      // dense reads an image input in flatten order itself: skip the copy.
-      if (shape.rank() == 1) continue;  // already flat
-      const bool dense_next = i + 1 < layers.size() && layers[i + 1].name == "dense";
-      layer = int8 && dense_next ? engine::make_deferred_flatten_layer(ctx) : engine::make_flatten_layer(ctx);
-    } else if (activation_of(s.name) != Activation::kNone) {
-      Args a{s, s.name.c_str()};
-      a.expect_positional(0, 0);
-      a.allow_options({});
-      if (i > 0 && !layers_.empty() && activation_of(s.name) != Activation::kGelu &&
-          (layers[i - 1].name == "dense" || layers[i - 1].name == "conv"))
-        continue;  // fused into the previous layer
-      if (inference) {
-        layer = engine::make_inference_activation_layer(ctx, activation_of(s.name), act_scale);
-        act_dtype = DType::kF32;
-        act_scale = 1.0f;
-      } else {
-        layer = engine::make_activation_layer(ctx, activation_of(s.name));
-      }
-    } else if (s.name == "dropout") {
-      Args a{s, "dropout(P) with 0 <= P < 1"};
-      a.expect_positional(1, 1);
-      a.allow_options({});
-      if (!(s.args[0] >= 0 && s.args[0] < 1)) a.fail("P must be in [0, 1)");
-      layer = engine::make_dropout_layer(ctx, float(s.args[0]));
-    } else if (s.name == "batchnorm" || s.name == "layernorm") {
-      Args a{s, s.name.c_str()};
-      a.expect_positional(0, 0);
-      a.allow_options({});
-      const bool layer_norm = s.name == "layernorm";
-      if (layer_norm && shape.rank() != 1)
-        throw usage_error(where(s) + " needs a flat input {F} but gets the image " + shape.str() +
-                          "; put flatten before it");
-      if (inference_blocker_.empty())
-        inference_blocker_ = where(s) + ": int8 and sparse inference support dense, conv, pooling, flatten, "
-                             "dropout and activations, not " + s.name;
-      if (inference) throw usage_error(inference_blocker_);
-      layer = layer_norm ? engine::make_layer_norm_layer(ctx) : engine::make_batch_norm_layer(ctx);
-    } else {
-      throw usage_error(where(s) + ": no builder for this layer");
-    }
-    shape = layer->output_shape();
-    for (std::int64_t d : shape.to_vector())
-      if (d < 1)
-        throw usage_error(where(s) + " leaves nothing of its input " + ctx.input.str() +
-                          " (output " + shape.str() + ")");
-    if (s.name == "dense" || s.name == "conv") {
-      WeightedLayer w;
-      w.prefix = std::to_string(ctx.index) + "." + s.name;
-      w.text = layer->describe();
-      w.conv = s.name == "conv";
-      w.relu = fused == Activation::kRelu;
-      w.out = shape[0];
-      w.weight_dims = w.conv ? std::vector<std::int64_t>{shape[0], ctx.input[0], conv_kernel, conv_kernel}
-                             : ctx.input.with_batch(shape[0]).to_vector();
-      weighted_.push_back(std::move(w));
+    const engine::LayerBuilder build = mode == engine::BuildMode::kTraining    ? kind.train
+                                       : mode == engine::BuildMode::kInference ? kind.inference
+                                                                               : kind.int8;
+    if (build == nullptr) throw usage_error(engine::inference_blocker(desc));
+    std::unique_ptr<Layer> layer = build(ctx, desc, plan[i], state);
+    if (layer->output_shape() != shapes[i].output)
+      throw failure("network: " + engine::where(desc.spec) + " built an output " + layer->output_shape().str() +
+                    ", its row's shape is " + shapes[i].output.str());
+    if (kind.weighted) {
+      weighted_.push_back(weighted_layer(desc, plan[i], ctx, *layer));
       weighted_at_.push_back(layers_.size());
     }
     layers_.push_back(std::move(layer));
@@ -427,6 +192,7 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
   if (layers_.empty()) throw usage_error("layer spec '" + std::string(spec) + "' builds no layer");
   if (!weighted_.empty()) weighted_.back().last = true;
   if (inference_only_ && weighted_.empty()) throw usage_error("inference: the network has no dense or conv layer");
+  const Dims& shape = layers_.back()->output_shape();
   if (options.outputs > 0) {
     const std::string meaning = options.output_meaning.empty()
                                     ? std::to_string(options.outputs) + " outputs"

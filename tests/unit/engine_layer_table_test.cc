@@ -1,0 +1,257 @@
+// The layer table (src/engine/layer_table.h): a spec parsed once into typed
+// layer descriptions, its shapes checked, and the fusion pass's plan; with
+// the exact one-line errors hostile specs get.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "anneal/error.h"
+#include "anneal/network.h"
+#include "engine/layer_table.h"
+
+namespace anneal::engine {
+namespace {
+
+// The kUsage message parsing `spec` fails with ("" if it parses).
+std::string parse_error(const std::string& spec) {
+  try {
+    (void)parse_layers(spec);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+// The kUsage message checking the shapes of `spec` fails with ("" if none).
+std::string shape_error(const std::string& spec, const Dims& input, std::uint64_t memory_limit = 0) {
+  const std::vector<LayerDesc> layers = parse_layers(spec);
+  try {
+    (void)check_layer_shapes(layers, input, {memory_limit, 128});
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<LayerPlan> plan(const std::string& spec, const Dims& input, BuildMode mode) {
+  const std::vector<LayerDesc> layers = parse_layers(spec);
+  return plan_fusion(layers, check_layer_shapes(layers, input, {}), mode);
+}
+
+TEST(LayerTable, KnownNamesAreTheTableRowsInOrder) {
+  std::vector<std::string> rows;
+  for (const LayerKind& k : layer_table()) rows.emplace_back(k.name);
+  EXPECT_EQ(rows, known_layer_names());
+  EXPECT_EQ(rows, (std::vector<std::string>{"dense", "conv", "maxpool", "avgpool", "flatten", "relu", "gelu", "tanh",
+                                            "sigmoid", "dropout", "batchnorm", "layernorm"}));
+  for (const LayerKind& k : layer_table()) {
+    EXPECT_NE(k.parse, nullptr) << k.name;
+    EXPECT_NE(k.shape, nullptr) << k.name;
+    EXPECT_NE(k.train, nullptr) << k.name;
+    // Weighted kinds, and only they, count towards the memory limit.
+    EXPECT_EQ(k.weighted, k.cost != nullptr) << k.name;
+    EXPECT_EQ(k.weighted, k.name == "dense" || k.name == "conv") << k.name;
+    // Inference-only networks run every kind but the norms, fp32 and int8 alike.
+    const bool norm = k.name == "batchnorm" || k.name == "layernorm";
+    EXPECT_EQ(k.inference == nullptr, norm) << k.name;
+    EXPECT_EQ(k.int8 == nullptr, norm) << k.name;
+  }
+}
+
+TEST(LayerTable, ParsesEveryKindIntoItsTypedArguments) {
+  const std::vector<LayerDesc> l = parse_layers(
+      "dense(128) relu dropout(0.1) conv(16, 3, stride=2, pad=1) maxpool(2) avgpool(3,stride=1) "
+      "batchnorm layernorm flatten gelu tanh sigmoid dense(10)");
+  ASSERT_EQ(l.size(), 13u);
+  for (std::size_t i = 0; i < l.size(); ++i) {
+    EXPECT_EQ(l[i].spec.position, int(i) + 1);
+    EXPECT_EQ(l[i].kind->name, l[i].spec.name);
+  }
+  EXPECT_EQ(std::get<DenseArgs>(l[0].args).width, 128);
+  EXPECT_EQ(std::get<ActivationArgs>(l[1].args).kind, Activation::kRelu);
+  EXPECT_DOUBLE_EQ(std::get<DropoutArgs>(l[2].args).p, 0.1);
+  const ConvArgs& conv = std::get<ConvArgs>(l[3].args);
+  EXPECT_EQ(conv.channels, 16);
+  EXPECT_EQ(conv.kernel, 3);
+  EXPECT_EQ(conv.stride, 2);
+  EXPECT_EQ(conv.pad, 1);
+  EXPECT_EQ(l[3].spec.text, "conv(16, 3, stride=2, pad=1)");
+  const PoolArgs& max = std::get<PoolArgs>(l[4].args);
+  EXPECT_TRUE(max.max);
+  EXPECT_EQ(max.kernel, 2);
+  EXPECT_EQ(max.stride, 2) << "a pool's stride defaults to its window";
+  const PoolArgs& avg = std::get<PoolArgs>(l[5].args);
+  EXPECT_FALSE(avg.max);
+  EXPECT_EQ(avg.kernel, 3);
+  EXPECT_EQ(avg.stride, 1);
+  EXPECT_FALSE(std::get<NormArgs>(l[6].args).layer_norm);
+  EXPECT_TRUE(std::get<NormArgs>(l[7].args).layer_norm);
+  EXPECT_TRUE(std::holds_alternative<FlattenArgs>(l[8].args));
+  EXPECT_EQ(std::get<ActivationArgs>(l[9].args).kind, Activation::kGelu);
+  EXPECT_EQ(std::get<ActivationArgs>(l[10].args).kind, Activation::kTanh);
+  EXPECT_EQ(std::get<ActivationArgs>(l[11].args).kind, Activation::kSigmoid);
+  EXPECT_EQ(std::get<DenseArgs>(l[12].args).width, 10);
+  // Conv defaults; the largest width accepted.
+  const std::vector<LayerDesc> d = parse_layers("conv(1,1) dense(1e9) relu()");
+  EXPECT_EQ(std::get<ConvArgs>(d[0].args).stride, 1);
+  EXPECT_EQ(std::get<ConvArgs>(d[0].args).pad, 0);
+  EXPECT_EQ(std::get<DenseArgs>(d[1].args).width, 1000000000);
+  EXPECT_EQ(std::get<ActivationArgs>(d[2].args).kind, Activation::kRelu);
+}
+
+TEST(LayerTable, HostileSpecsGetTheirExactErrors) {
+  EXPECT_EQ(parse_error(""), "layer spec is empty: give layers such as 'dense(128) relu dense(10)'");
+  EXPECT_EQ(parse_error(" \t "), "layer spec is empty: give layers such as 'dense(128) relu dense(10)'");
+  EXPECT_EQ(parse_error("dense(8) rleu dense(2)"), "layer spec: unknown layer 'rleu' (layer 2); did you mean 'relu'?");
+  EXPECT_EQ(parse_error("transformer(8)"), "layer spec: unknown layer 'transformer' (layer 1)");
+  EXPECT_EQ(parse_error("dense(10"), "layer spec: '(' after 'dense' is never closed");
+  EXPECT_EQ(parse_error("dense(2) )"), "layer spec: unexpected ')' at character 10 of 'dense(2) )'");
+  EXPECT_EQ(parse_error("dense 10)"), "layer spec: expected a space after '10', found ')'");
+  EXPECT_EQ(parse_error("(3) dense(2)"), "layer spec: unexpected '(' at character 1 of '(3) dense(2)'");
+  EXPECT_EQ(parse_error("dense(10)relu"), "layer spec: expected a space after 'dense(10)', found 'r'");
+  EXPECT_EQ(parse_error("dense(abc)"), "layer spec: 'abc' in 'dense(abc)' is not a number");
+  EXPECT_EQ(parse_error("dense(1e400)"), "layer spec: '1e400' in 'dense(1e400)' is not a number");
+  EXPECT_EQ(parse_error("dense(nan)"), "layer spec: 'nan' in 'dense(nan)' is not a number");
+  EXPECT_EQ(parse_error("dense(1,,2)"), "layer spec: empty argument in 'dense(1,,2)'");
+  EXPECT_EQ(parse_error("conv(stride=2,4,3)"), "layer spec: positional argument after key=value in 'conv(stride=2,4,3)'");
+  EXPECT_EQ(parse_error("dense(0)"), "layer 1 'dense(0)': WIDTH must be a positive integer (usage: dense(WIDTH))");
+  EXPECT_EQ(parse_error("dense(8) dense(1e10)"),
+            "layer 2 'dense(1e10)': WIDTH must be a positive integer (usage: dense(WIDTH))");
+  EXPECT_EQ(parse_error("dense(-3)"), "layer 1 'dense(-3)': WIDTH must be a positive integer (usage: dense(WIDTH))");
+  EXPECT_EQ(parse_error("dense(2.5)"), "layer 1 'dense(2.5)': WIDTH must be a positive integer (usage: dense(WIDTH))");
+  EXPECT_EQ(parse_error("dense"), "layer 1 'dense': takes 1 positional argument (usage: dense(WIDTH))");
+  EXPECT_EQ(parse_error("dense(4,2)"), "layer 1 'dense(4,2)': takes 1 positional argument (usage: dense(WIDTH))");
+  EXPECT_EQ(parse_error("dense(4,stride=2)"),
+            "layer 1 'dense(4,stride=2)': has no option 'stride' (usage: dense(WIDTH))");
+  EXPECT_EQ(parse_error("conv(4)"),
+            "layer 1 'conv(4)': takes 2 positional arguments (usage: conv(CHANNELS,KERNEL[,stride=S][,pad=P]))");
+  EXPECT_EQ(parse_error("conv(4,3,pading=1)"),
+            "layer 1 'conv(4,3,pading=1)': has no option 'pading' (usage: conv(CHANNELS,KERNEL[,stride=S][,pad=P]))");
+  EXPECT_EQ(parse_error("conv(4,0)"),
+            "layer 1 'conv(4,0)': KERNEL must be a positive integer (usage: conv(CHANNELS,KERNEL[,stride=S][,pad=P]))");
+  EXPECT_EQ(parse_error("conv(4,3,stride=0)"),
+            "layer 1 'conv(4,3,stride=0)': stride must be an integer >= 1 "
+            "(usage: conv(CHANNELS,KERNEL[,stride=S][,pad=P]))");
+  EXPECT_EQ(parse_error("conv(4,3,pad=-1)"),
+            "layer 1 'conv(4,3,pad=-1)': pad must be an integer >= 0 (usage: conv(CHANNELS,KERNEL[,stride=S][,pad=P]))");
+  EXPECT_EQ(parse_error("conv(4,3,pad=3)"),
+            "layer 1 'conv(4,3,pad=3)': pad must be smaller than the kernel "
+            "(usage: conv(CHANNELS,KERNEL[,stride=S][,pad=P]))");
+  EXPECT_EQ(parse_error("maxpool(2,stride=1e12)"),
+            "layer 1 'maxpool(2,stride=1e12)': stride must be an integer >= 1 (usage: maxpool(KERNEL[,stride=S]))");
+  EXPECT_EQ(parse_error("avgpool(0.5)"),
+            "layer 1 'avgpool(0.5)': KERNEL must be a positive integer (usage: avgpool(KERNEL[,stride=S]))");
+  EXPECT_EQ(parse_error("relu(2)"), "layer 1 'relu(2)': takes 0 positional arguments (usage: relu)");
+  EXPECT_EQ(parse_error("dense(4) tanh(alpha=1)"), "layer 2 'tanh(alpha=1)': has no option 'alpha' (usage: tanh)");
+  EXPECT_EQ(parse_error("flatten(1)"), "layer 1 'flatten(1)': takes 0 positional arguments (usage: flatten)");
+  EXPECT_EQ(parse_error("batchnorm(1)"), "layer 1 'batchnorm(1)': takes 0 positional arguments (usage: batchnorm)");
+  EXPECT_EQ(parse_error("dropout(1)"),
+            "layer 1 'dropout(1)': P must be in [0, 1) (usage: dropout(P) with 0 <= P < 1)");
+  EXPECT_EQ(parse_error("dropout(-0.1)"),
+            "layer 1 'dropout(-0.1)': P must be in [0, 1) (usage: dropout(P) with 0 <= P < 1)");
+  EXPECT_EQ(parse_error("dropout"),
+            "layer 1 'dropout': takes 1 positional argument (usage: dropout(P) with 0 <= P < 1)");
+  // Arguments are checked before any shape: the first bad argument wins.
+  EXPECT_EQ(parse_error("conv(4,3) dense(0)"),
+            "layer 2 'dense(0)': WIDTH must be a positive integer (usage: dense(WIDTH))");
+}
+
+TEST(LayerTable, ShapesAreCheckedLayerByLayer) {
+  const std::vector<LayerDesc> l = parse_layers("conv(4,3,pad=1) relu maxpool(2) conv(6,2,stride=2) avgpool(2,stride=1) dense(10)");
+  const std::vector<LayerShape> s = check_layer_shapes(l, Dims{1, 8, 8}, {});
+  ASSERT_EQ(s.size(), l.size());
+  EXPECT_EQ(s[0].output, (Dims{4, 8, 8}));
+  EXPECT_EQ(s[1].output, (Dims{4, 8, 8}));
+  EXPECT_EQ(s[2].output, (Dims{4, 4, 4}));
+  EXPECT_EQ(s[3].output, (Dims{6, 2, 2}));
+  EXPECT_EQ(s[4].output, (Dims{6, 1, 1}));
+  EXPECT_EQ(s[5].input, (Dims{6, 1, 1}));
+  EXPECT_EQ(s[5].output, Dims{10});
+
+  EXPECT_EQ(shape_error("conv(4,3) dense(2)", Dims{64}),
+            "layer 1 'conv(4,3)' needs an image input {C, H, W} but gets {64} (a flat input)");
+  EXPECT_EQ(shape_error("dense(8) maxpool(2)", Dims{1, 8, 8}),
+            "layer 2 'maxpool(2)' needs an image input {C, H, W} but gets {8} (a flat input)");
+  EXPECT_EQ(shape_error("conv(4,9)", Dims{1, 8, 8}), "layer 1 'conv(4,9)': kernel 9 is larger than its padded input 8x8");
+  EXPECT_EQ(shape_error("conv(4,3,stride=99) avgpool(2)", Dims{1, 8, 8}),
+            "layer 2 'avgpool(2)': window 2 is larger than its input 1x1");
+  EXPECT_EQ(shape_error("layernorm", Dims{1, 8, 8}),
+            "layer 1 'layernorm' needs a flat input {F} but gets the image {1, 8, 8}; put flatten before it");
+  EXPECT_EQ(shape_error("dense(1e9) dense(3)", Dims{4}, std::uint64_t{1} << 30),
+            "layer 1 'dense(1e9)': training the network up to here needs at least 1.104e+12 bytes "
+            "(5e+09 parameters and 1e+09 values a sample in batches of 128), more than the limit of "
+            "1073741824 bytes");
+  EXPECT_EQ(shape_error("dense(1e9) dense(3)", Dims{4}), "") << "no limit: unchecked";
+}
+
+TEST(LayerFusion, TrainingFusesActivationsAndLetsTheMaxpoolMaskRelu) {
+  const std::vector<LayerPlan> p =
+      plan("conv(4,3) relu maxpool(2) conv(4,1) gelu dense(8) tanh dense(8) relu relu dense(3)", Dims{1, 8, 8},
+           BuildMode::kTraining);
+  ASSERT_EQ(p.size(), 11u);
+  EXPECT_EQ(p[0].fused, Activation::kRelu);
+  EXPECT_TRUE(p[0].relu_masked_by_pool);
+  EXPECT_TRUE(p[1].absorbed);
+  EXPECT_TRUE(p[2].pool_masks_relu);
+  EXPECT_EQ(p[2].offered_pool, 0) << "pools are offered to int8 convs only";
+  EXPECT_EQ(p[3].fused, Activation::kNone) << "gelu has no fused form";
+  EXPECT_FALSE(p[4].absorbed);
+  EXPECT_TRUE(p[5].flatten_first) << "a dense on an image flattens it first";
+  EXPECT_EQ(p[5].fused, Activation::kTanh);
+  EXPECT_TRUE(p[6].absorbed);
+  EXPECT_FALSE(p[7].flatten_first);
+  EXPECT_EQ(p[7].fused, Activation::kRelu);
+  EXPECT_TRUE(p[8].absorbed);
+  EXPECT_FALSE(p[9].absorbed) << "a second relu is a layer of its own";
+  EXPECT_TRUE(p[10].last_weighted);
+  for (std::size_t i = 0; i < 10; ++i) EXPECT_FALSE(p[i].last_weighted) << i;
+  // A maxpool after conv relu with something in between masks nothing.
+  const std::vector<LayerPlan> q = plan("conv(4,3) relu dropout(0.1) maxpool(2) conv(2,1) tanh maxpool(2)",
+                                        Dims{1, 8, 8}, BuildMode::kTraining);
+  EXPECT_FALSE(q[0].relu_masked_by_pool);
+  EXPECT_FALSE(q[3].pool_masks_relu);
+  EXPECT_FALSE(q[4].relu_masked_by_pool) << "tanh: the pool does not apply its gradient";
+  EXPECT_FALSE(q[6].pool_masks_relu);
+}
+
+TEST(LayerFusion, Int8OffersPoolingsWhoseWindowIsTheirStride) {
+  const std::vector<LayerPlan> p =
+      plan("conv(4,3,pad=1) relu maxpool(2) conv(4,3) avgpool(2,stride=1) conv(2,1) tanh avgpool(1) flatten dense(3)",
+           Dims{1, 8, 8}, BuildMode::kInt8);
+  EXPECT_EQ(p[0].offered_pool, 2);
+  EXPECT_TRUE(p[0].offered_pool_max);
+  EXPECT_FALSE(p[0].relu_masked_by_pool) << "int8 has no backward";
+  EXPECT_FALSE(p[2].pool_masks_relu);
+  EXPECT_EQ(p[3].offered_pool, 0) << "stride 1 is not the window 2";
+  EXPECT_FALSE(p[3].offered_pool_max);
+  EXPECT_EQ(p[5].fused, Activation::kTanh);
+  EXPECT_EQ(p[5].offered_pool, 1) << "past the fused activation";
+  EXPECT_FALSE(p[5].offered_pool_max);
+  EXPECT_TRUE(p[8].deferred_flatten) << "an int8 dense reads the image itself";
+  EXPECT_FALSE(p[8].absorbed);
+  EXPECT_TRUE(p[9].last_weighted);
+  // Fp32 inference offers nothing and flattens for real.
+  const std::vector<LayerPlan> f =
+      plan("conv(4,3,pad=1) relu maxpool(2) flatten dense(3)", Dims{1, 8, 8}, BuildMode::kInference);
+  EXPECT_EQ(f[0].offered_pool, 0);
+  EXPECT_FALSE(f[0].relu_masked_by_pool);
+  EXPECT_FALSE(f[3].deferred_flatten);
+}
+
+TEST(LayerFusion, AFlattenOfAFlatInputBuildsNothing) {
+  const std::vector<LayerPlan> p = plan("flatten dense(4) flatten relu flatten dense(2)", Dims{6}, BuildMode::kInt8);
+  EXPECT_TRUE(p[0].absorbed);
+  EXPECT_FALSE(p[1].flatten_first);
+  EXPECT_EQ(p[1].fused, Activation::kNone) << "a flatten stands between dense and relu";
+  EXPECT_TRUE(p[2].absorbed);
+  EXPECT_FALSE(p[3].absorbed);
+  EXPECT_TRUE(p[4].absorbed);
+  EXPECT_TRUE(p[5].last_weighted);
+}
+
+}  // namespace
+}  // namespace anneal::engine
