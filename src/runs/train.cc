@@ -11,7 +11,6 @@
 #include "anneal/config.h"
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
-#include "anneal/hash.h"
 #include "anneal/linear.h"
 #include "anneal/runs.h"
 #include "anneal/trainer.h"
@@ -531,7 +530,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
       model.kind = runs::ModelKindId::kTrees;
       model.trees = fit_trees(data, config, warm.used ? &warm.parent_model : nullptr, reporter, request.stop);
       model.outputs = model.trees.objective == TreeObjective::kMultiSoftmax ? model.trees.classes : 1;
-      model.weights_hash = to_hex(hash_bytes(model.trees.booster));
+      model.weights_hash = runs::model_weights_hash(model);
       // Unprefixed val_*/test_* keys: the trees are the model.
       metrics.update(model_scores(model, *backend, data, per_class, confusion));
       if (linear) metrics.update(linear_scores("baseline_", *linear, data, per_class));
@@ -539,7 +538,7 @@ TrainResult train_model(Store& store, const TrainRequest& request, TrainingRepor
     } else if (config.kind == runs::ModelKindId::kLinear) {
       model.kind = runs::ModelKindId::kLinear;
       model.linear_model = *linear;
-      model.weights_hash = runs::linear_weights_hash(*linear);
+      model.weights_hash = runs::model_weights_hash(model);
       // Unprefixed val_*/test_* keys: here the linear model is the model.
       metrics.update(linear_scores("", *linear, data, per_class, &confusion));
     } else {
