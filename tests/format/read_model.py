@@ -12,7 +12,7 @@ Python 3 and numpy; stores are read with sqlite3 and the zstd command.
   read_model.py info MODEL                 header summary and tensor table (JSON)
   read_model.py predict MODEL --csv FILE   predictions as `anneal predict` writes them
   read_model.py predict MODEL --raw F32 [--json]  raw rows in the store's layout (f32 LE)
-  read_model.py hash MODEL                 recompute weights_hash; exit 1 on mismatch
+  read_model.py hash MODEL                 recompute weights_hash by its format's rule; exit 1 on mismatch
   read_model.py checkpoint CKPT            header, trainer state fields, history, tensors (JSON)
   read_model.py annotate BLOB NAME         the document's annotated hex of a blob
 """
