@@ -5,6 +5,7 @@
 #   src/runs, jobs  tie store and engine       common, store, engine, runs
 #   src/engine      the engine                 common, engine
 #   store/          the store                  common, store
+#   base/           hashes (anneal_base)       common
 #
 # Public headers (include/anneal/*.h) each belong to one layer (the lists
 # below) and obey that layer's rule too. A quoted include of another
@@ -15,8 +16,8 @@
 #   cmake -DROOT=<source dir> -DSTAMP=<file to touch on success> -P check_layers.cmake
 cmake_minimum_required(VERSION 3.25)
 
-set(common   error spelling fault_point report version build_info)
-set(store    store object_store encryption catalog_runs catalog_jobs datasets dataset_rows data_check formats delimited_scan input_stream table chunker maintenance fs hash audit)
+set(common   error spelling fault_point report version build_info hash weights_hash)
+set(store    store object_store encryption catalog_runs catalog_jobs datasets dataset_rows data_check formats delimited_scan input_stream table chunker maintenance fs audit)
 set(engine   tensor backend backend_plugin communicator communicator_plugin device layers network loss optimizer trainer linear boosted_trees sample_source)
 set(runs     runs config jobs model_metrics preprocess model_file model_kind model_inputs scoring run_report onnx_export)
 set(quantize quantize)
@@ -24,6 +25,9 @@ set(quantize quantize)
 # Per source layer: its files, the public-header layers it may include, and
 # the internal include prefixes it may use (<local>: a same-directory include
 # without a slash, like "sqlite.h").
+set(base_files    base/*.cc)
+set(base_may      common)
+set(base_internal <local>)
 set(store_files    store/*.cc store/*.h store/formats/*.cc store/formats/*.h store/fault/*.cc)
 set(store_may      common store)
 set(store_internal formats/ fault/ <local>)
@@ -97,7 +101,7 @@ function(check_file file allowed_layers allowed_prefixes)
   set(violations "${violations}" PARENT_SCOPE)
 endfunction()
 
-foreach(layer store engine runs quantize cli)
+foreach(layer base store engine runs quantize cli)
   set(globs "")
   foreach(glob IN LISTS ${layer}_files)
     list(APPEND globs "${ROOT}/${glob}")

@@ -5,7 +5,6 @@
 
 #include "anneal/chunker.h"
 #include "anneal/error.h"
-#include "anneal/hash.h"
 #include "anneal/version.h"
 #include "anneal/scoring.h"
 #include "anneal/model_inputs.h"
@@ -50,17 +49,6 @@ double weight_sparsity(const runs::ModelFile& model) {
     count += t.values.size();
   }
   return count ? double(zeros) / double(count) : 0.0;
-}
-
-std::string tensors_hash(const runs::ModelFile& model) {
-  std::string bytes;
-  for (const auto& t : model.tensors) {
-    bytes += t.name;
-    for (auto d : t.dims) bytes.append(":").append(std::to_string(d));
-    bytes += "\n";
-    bytes.append(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float));
-  }
-  return to_hex(hash_bytes(bytes));
 }
 
 json score_against_parent(Store& store, const Parent& parent, const runs::ModelFile& child,

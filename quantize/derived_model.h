@@ -34,9 +34,6 @@ std::uint64_t size_on_disk(std::string_view bytes);
 // Fraction of zero weights over every dense/conv weight tensor.
 double weight_sparsity(const runs::ModelFile& model);
 
-// BLAKE2b-256 hex over the tensors' names, dims and real values.
-std::string tensors_hash(const runs::ModelFile& model);
-
 // The child's and the parent's scores on the test split of `data` (its train
 // split when it has none): "<split>_accuracy", "parent_<split>_accuracy",
 // "accuracy_change_points" (or rmse for regression). With `by_class`, for

@@ -225,7 +225,7 @@ CompressResult prune_model(Store& store, const PruneRequest& request, Reporter& 
     NamedTensor& w = tensor_named(child, L.prefix + ".weight");
     if (!request.structured) w.encoding = runs::TensorEncoding::kBitmask;
   }
-  child.weights_hash = compress::tensors_hash(child);
+  child.weights_hash = runs::model_weights_hash(child);
   const double sparsity = compress::weight_sparsity(child);
   child.compression = {{"operation", "prune"},
                        {"structured", request.structured},

@@ -306,7 +306,7 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
                        {"calibration_samples", samples},
                        {"qat_epochs", request.qat_epochs},
                        {"weight_levels", weight_levels}};
-  child.weights_hash = compress::tensors_hash(child);
+  child.weights_hash = runs::model_weights_hash(child);
 
   reporter.note("scoring " + parent.record.ref() + " and its int8 version");
   json by_class = json::object();

@@ -3,11 +3,14 @@
 // for inference.
 //
 // Model:      "ANMODEL1" | u64 LE header length | header JSON | tensors
-//   header "format" 1: f32 LE tensors, offsets in floats (every fp32/bf16 model)
-//   header "format" 2: each tensor f32, s8 (with per-output-channel scales) or
+//   header "format" 3: f32 LE tensors, offsets in floats (every fp32/bf16
+//                      network; linear and tree models)
+//   header "format" 4: each tensor f32, s8 (with per-output-channel scales) or
 //                      bitmask (mostly-zero: a bit per element, then the
 //                      nonzero f32 values), offsets in bytes; written only for
-//                      int8 and pruned models, so older models stay format 1
+//                      int8 and pruned models
+//   header "format" 1 and 2: as 3 and 4, written before the weights hash
+//                      of anneal/weights_hash.h; still read and verified
 // Checkpoint: "ANCKPT01" | u64 LE header length | header JSON | trainer state
 //
 // The model header holds everything predict and eval need: the feature
@@ -83,7 +86,11 @@ struct ModelFile {
   std::vector<ColumnSchema> dataset_columns;  // for parsing predict input
   std::string label_column;
   std::string dataset_format;
-  std::string weights_hash;
+  std::string weights_hash;  // model_weights_hash() of a new model
+  // decode_model(): the header's "format", 1 to 4, which says the rule
+  // weights_hash follows (expected_weights_hash()); 0 in a model not read
+  // from a file. encode_model() ignores it: it always writes 3 or 4.
+  int format = 0;
   // int8: dense and conv run on int8 weights and activations; scales by
   // layer prefix ("0.dense"). Stored as precision "int8".
   bool int8 = false;
@@ -98,9 +105,28 @@ bool inference_only(const ModelFile& model);
 // inference-only Network takes them (int8 when the model is).
 InferenceOptions inference_options(const ModelFile& model);
 
+// The model's file: format 3 or 4 (docs/STORE.md), with model.weights_hash
+// as it is (the caller sets it to model_weights_hash()).
 std::string encode_model(const ModelFile& model);
-// Throws kCorrupt naming `owner` for bytes that are not a model.
+// Throws kCorrupt naming `owner` for bytes that are not a model. Does not
+// check weights_hash (expected_weights_hash() does).
 ModelFile decode_model(std::string_view bytes, const std::string& owner);
+
+// The weights hash of `model`'s weights, as its file decodes to them
+// (docs/STORE.md, "Weights hash"): what a new model stores as
+// weights_hash. For a network exported from a Trainer it equals
+// Trainer::weights_hash(). std::invalid_argument for tensors whose values
+// do not fit their dims.
+std::string model_weights_hash(const ModelFile& model);
+
+// The weights_hash that `model`, as decode_model() read it, must hold
+// under the rule of its format: model_weights_hash() for formats 3 and 4
+// (and a model not read from a file); for 1 and 2 the rules they were
+// written with (src/runs/
+// legacy_weights_hash.h), which cannot reproduce the hash of a format 2
+// model fine-tuned after pruning. Equal to model.weights_hash when the
+// weights are the ones the hash was made of.
+std::string expected_weights_hash(const ModelFile& model);
 
 // Copies every parameter and state buffer of the trainer's network to the
 // host, reading them through the trainer's own backend.
@@ -136,8 +162,5 @@ class Predictor {
  private:
   std::unique_ptr<KindPredictor> kind_predictor_;
 };
-
-// BLAKE2b-256 hex of a linear model's weights (its "weights hash").
-std::string linear_weights_hash(const LinearModel& model);
 
 }  // namespace anneal::runs

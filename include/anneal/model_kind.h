@@ -30,6 +30,7 @@
 #include "anneal/backend.h"
 #include "anneal/loss.h"
 #include "anneal/network.h"
+#include "anneal/weights_hash.h"
 
 namespace anneal::runs {
 
@@ -72,18 +73,26 @@ class ModelKind {
 
   // Adds the kind's own fields to `header`, which holds the common ones
   // ("features" to "weights_hash", not yet "format"), and appends its
-  // bytes to `payload`. Returns the header "format" those need: 1, or 2
-  // (docs/STORE.md). Writing a model's file must keep its bytes as they
-  // were: old readers and the weights hashes depend on them.
+  // bytes to `payload`. Returns the tensor layout those need: 1, or 2
+  // (docs/STORE.md; encode_model() writes them as header "format" 3 and
+  // 4). Writing a model's file must keep its bytes as they were: old
+  // readers depend on them.
   virtual int encode(const ModelFile& model, nlohmann::json& header, std::string& payload) const = 0;
 
   // Reads back what encode() wrote into `model` (whose common fields are
-  // set): `header` of format `format` (1 or 2) and `payload`, the bytes
-  // after it. kCorrupt naming `owner` for bytes that make no model; a
-  // missing or mistyped header field may throw nlohmann::json::exception,
-  // which decode_model() reports as kCorrupt.
-  virtual void decode(const nlohmann::json& header, int format, std::string_view payload, const std::string& owner,
+  // set): `header` with its tensors in layout `layout` (1 or 2: header
+  // "format" 1 or 3, 2 or 4) and `payload`, the bytes after it. kCorrupt
+  // naming `owner` for bytes that make no model; a missing or mistyped
+  // header field may throw nlohmann::json::exception, which
+  // decode_model() reports as kCorrupt.
+  virtual void decode(const nlohmann::json& header, int layout, std::string_view payload, const std::string& owner,
                       ModelFile& model) const = 0;
+
+  // Adds the model's weights to `hasher` as the model's file decodes to
+  // them (docs/STORE.md, "Weights hash"): what model_weights_hash()
+  // (model_file.h) hashes. std::invalid_argument for weights that do not
+  // fit their dims.
+  virtual void hash_weights(const ModelFile& model, WeightsHasher& hasher) const = 0;
 
   // The shape of one preprocessed row as the kind's predictor takes it
   // (the row-major values of FeatureTransform's output): {F}, or

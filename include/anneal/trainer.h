@@ -182,8 +182,10 @@ class Trainer {
   std::vector<float> predict(SampleSource& data);
   std::int64_t outputs() const;
 
-  // BLAKE2b-256 (hex) of every parameter and state buffer in fp32, with
-  // names and dims: identical weights give identical hashes.
+  // The weights hash (anneal/weights_hash.h) of every parameter, then every
+  // state buffer, as f32 with its name and dims: identical weights give
+  // identical hashes, and it equals the hash of the model file that stores
+  // these weights (docs/STORE.md, "Weights hash").
   std::string weights_hash();
 
   // Everything needed to resume exactly: weights, optimizer state, batch-norm

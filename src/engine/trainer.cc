@@ -3,8 +3,6 @@
 // per-epoch metrics, early stopping, and exact state save/restore.
 #include "anneal/trainer.h"
 
-#include <sodium.h>
-
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -15,6 +13,7 @@
 #include "anneal/communicator.h"
 #include "anneal/error.h"
 #include "anneal/spelling.h"
+#include "anneal/weights_hash.h"
 #include "engine/data_order.h"
 #include "engine/gradient_reducer.h"
 #include "engine/state_io.h"
@@ -307,31 +306,20 @@ class Trainer::Impl {
 
   std::int64_t outputs() const { return network_->output_shape()[0]; }
 
+  // The tensors a model file stores (runs::export_weights), framed as
+  // model_weights_hash() frames a network's: the two hashes are equal.
   std::string weights_hash() {
     const auto scope = backend_->enter();
-    crypto_generichash_state state;
-    crypto_generichash_init(&state, nullptr, 0, crypto_generichash_BYTES);
+    WeightsHasher hasher;
     std::vector<float> host;
     auto add = [&](const std::string& name, const Tensor& t) {
-      crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(name.data()), name.size() + 1);
-      const std::string dims = t.dims().str();
-      crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(dims.data()), dims.size() + 1);
       host.resize(std::size_t(t.elements()));
       backend_->copy_to_host(t, host.data());
-      crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(host.data()),
-                                host.size() * sizeof(float));
+      hasher.add_f32(name, t.dims().to_vector(), host);
     };
     for (const Parameter* p : network_->parameters()) add(p->name, p->value);
     for (const StateBuffer& b : network_->buffers()) add(b.name, *b.tensor);
-    unsigned char digest[crypto_generichash_BYTES];
-    crypto_generichash_final(&state, digest, sizeof digest);
-    static const char* hex = "0123456789abcdef";
-    std::string s;
-    for (unsigned char c : digest) {
-      s += hex[c >> 4];
-      s += hex[c & 15];
-    }
-    return s;
+    return hasher.finish_hex();
   }
 
   std::vector<std::uint8_t> save_state() {

@@ -58,9 +58,14 @@ class LinearKind final : public ModelKind {
     header["linear"] = model.linear_model.to_json();
     return 1;
   }
-  void decode(const json& header, int /*format*/, std::string_view /*payload*/, const std::string& /*owner*/,
+  void decode(const json& header, int /*layout*/, std::string_view /*payload*/, const std::string& /*owner*/,
               ModelFile& model) const override {
     model.linear_model = LinearModel::from_json(header.at("linear"));
+  }
+
+  void hash_weights(const ModelFile& model, WeightsHasher& hasher) const override {
+    const std::vector<double>& w = model.linear_model.weights;
+    hasher.add_f64("linear.weights", std::vector<std::int64_t>{std::int64_t(w.size())}, w);
   }
 
   std::vector<std::int64_t> input_shape(const ModelFile& model) const override {

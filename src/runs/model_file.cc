@@ -8,7 +8,8 @@
 
 #include "anneal/datasets.h"
 #include "anneal/error.h"
-#include "anneal/hash.h"
+#include "anneal/weights_hash.h"
+#include "runs/legacy_weights_hash.h"
 
 namespace anneal::runs {
 using nlohmann::json;
@@ -19,6 +20,11 @@ namespace {
 
 constexpr char kModelMagic[8] = {'A', 'N', 'M', 'O', 'D', 'E', 'L', '1'};
 constexpr char kCheckpointMagic[8] = {'A', 'N', 'C', 'K', 'P', 'T', '0', '1'};
+
+// Header "format" = tensor layout (1 or 2) + kFormatOfLayout: formats 3 and
+// 4 are layouts 1 and 2 with the weights hash of anneal/weights_hash.h;
+// formats 1 and 2 (the same layouts) carry the legacy hash rules.
+constexpr int kFormatOfLayout = 2;
 
 std::string frame(const char (&magic)[8], const json& header, std::string_view payload) {
   std::string head = header.dump();
@@ -92,7 +98,7 @@ std::string encode_model(const ModelFile& m) {
                  {"dataset_format", m.dataset_format},
                  {"weights_hash", m.weights_hash}};
   std::string payload;
-  header["format"] = kind.encode(m, header, payload);
+  header["format"] = kind.encode(m, header, payload) + kFormatOfLayout;
   return frame(kModelMagic, header, payload);
 }
 
@@ -100,9 +106,11 @@ ModelFile decode_model(std::string_view bytes, const std::string& owner) {
   auto [h, payload] = unframe(kModelMagic, bytes, owner, "model");
   try {
     const int format = h.at("format").get<int>();
-    if (format != 1 && format != 2)
+    if (format < 1 || format > 2 + kFormatOfLayout)
       throw corrupt(owner + ": model format " + h.at("format").dump() + " is newer than this anneal reads");
+    const int layout = format > kFormatOfLayout ? format - kFormatOfLayout : format;
     ModelFile m;
+    m.format = format;
     const std::string kind_name = h.at("kind").get<std::string>();
     const std::optional<ModelKindId> kind = model_kind_named(kind_name);
     if (!kind)
@@ -118,7 +126,7 @@ ModelFile decode_model(std::string_view bytes, const std::string& owner) {
     m.label_column = h.at("label_column").get<std::string>();
     m.dataset_format = h.at("dataset_format").get<std::string>();
     m.weights_hash = h.at("weights_hash").get<std::string>();
-    model_kind(m).decode(h, format, payload, owner, m);
+    model_kind(m).decode(h, layout, payload, owner, m);
     return m;
   } catch (const json::exception& e) {
     throw corrupt(owner + ": model header: " + e.what());
@@ -161,9 +169,15 @@ Predictor::Predictor(const ModelFile& model, Backend& backend, std::int64_t batc
 
 Predictor::~Predictor() = default;
 
-std::string linear_weights_hash(const LinearModel& model) {
-  return to_hex(hash_bytes(std::string_view(reinterpret_cast<const char*>(model.weights.data()),
-                                            model.weights.size() * sizeof(double))));
+std::string model_weights_hash(const ModelFile& model) {
+  WeightsHasher hasher;
+  model_kind(model).hash_weights(model, hasher);
+  return hasher.finish_hex();
+}
+
+std::string expected_weights_hash(const ModelFile& model) {
+  const bool legacy = model.format >= 1 && model.format <= kFormatOfLayout;
+  return legacy ? legacy_weights_hash(model) : model_weights_hash(model);
 }
 
 }  // namespace anneal::runs

@@ -217,7 +217,7 @@ class NetworkKind final : public ModelKind {
     return v2 ? 2 : 1;
   }
 
-  void decode(const json& h, int format, std::string_view payload, const std::string& owner,
+  void decode(const json& h, int layout, std::string_view payload, const std::string& owner,
               ModelFile& m) const override {
     m.layers = h.at("layers").get<std::string>();
     const std::string precision = h.at("precision").get<std::string>();
@@ -227,7 +227,7 @@ class NetworkKind final : public ModelKind {
     if (m.int8)
       for (const auto& [prefix, s] : h.at("activation_scales").items())
         m.activation_scales[prefix] = {s.at("input").get<float>(), s.at("output").get<float>()};
-    if (format == 2) {
+    if (layout == 2) {
       for (const auto& t : h.at("tensors")) {
         NamedTensor nt;
         nt.name = t.at("name").get<std::string>();
@@ -263,6 +263,22 @@ class NetworkKind final : public ModelKind {
       nt.values.resize(count);
       std::memcpy(nt.values.data(), payload.data() + offset * sizeof(float), count * sizeof(float));
       m.tensors.push_back(std::move(nt));
+    }
+  }
+
+  // Each tensor's decoded f32 values: s8 dequantized, and a bitmask's
+  // zeros +0.0 (pruning leaves -0.0 where a negative weight was masked).
+  void hash_weights(const ModelFile& model, WeightsHasher& hasher) const override {
+    std::vector<float> decoded;
+    for (const NamedTensor& t : model.tensors) {
+      if (t.encoding != TensorEncoding::kBitmask) {
+        hasher.add_f32(t.name, t.dims, t.values);
+        continue;
+      }
+      decoded.assign(t.values.begin(), t.values.end());
+      for (float& v : decoded)
+        if (v == 0.0f) v = 0.0f;
+      hasher.add_f32(t.name, t.dims, decoded);
     }
   }
 

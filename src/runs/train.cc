@@ -12,7 +12,6 @@
 #include "anneal/config.h"
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
-#include "anneal/hash.h"
 #include "anneal/linear.h"
 #include "anneal/runs.h"
 #include "anneal/trainer.h"
@@ -614,7 +613,7 @@ class TrainingRun {
     model_.kind = runs::ModelKindId::kTrees;
     model_.trees = fit_trees(data(), config(), warm_.used ? &warm_.parent_model : nullptr, reporter_, request_.stop);
     model_.outputs = model_.trees.objective == TreeObjective::kMultiSoftmax ? model_.trees.classes : 1;
-    model_.weights_hash = to_hex(hash_bytes(model_.trees.booster));
+    model_.weights_hash = runs::model_weights_hash(model_);
     // Unprefixed val_*/test_* keys: the trees are the model.
     metrics_.update(model_scores(model_, *backend_, data(), per_class_, confusion_));
     if (linear_) metrics_.update(linear_scores("baseline_", *linear_, data(), per_class_));
@@ -624,7 +623,7 @@ class TrainingRun {
   void fit_linear_model() {
     model_.kind = runs::ModelKindId::kLinear;
     model_.linear_model = *linear_;
-    model_.weights_hash = runs::linear_weights_hash(*linear_);
+    model_.weights_hash = runs::model_weights_hash(model_);
     // Unprefixed val_*/test_* keys: here the linear model is the model.
     metrics_.update(linear_scores("", *linear_, data(), per_class_, &confusion_));
   }

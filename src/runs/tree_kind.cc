@@ -7,7 +7,6 @@
 
 #include "anneal/boosted_trees.h"
 #include "anneal/error.h"
-#include "anneal/hash.h"
 #include "anneal/model_file.h"
 #include "anneal/model_kind.h"
 #include "runs/model_kinds.h"
@@ -157,7 +156,7 @@ class TreeKind final : public ModelKind {
     return 1;
   }
 
-  void decode(const json& header, int /*format*/, std::string_view payload, const std::string& owner,
+  void decode(const json& header, int /*layout*/, std::string_view payload, const std::string& owner,
               ModelFile& model) const override {
     const json& t = header.at("trees");
     model.trees.objective = objective_named(t.at("objective").get<std::string>(), owner);
@@ -173,6 +172,11 @@ class TreeKind final : public ModelKind {
     // Read now, so a damaged booster is kCorrupt here and not at predict.
     BoostedTrees::load(bytes_of(model.trees.booster), model.trees.objective, model.trees.classes,
                        model.features.output_width(), owner);
+  }
+
+  void hash_weights(const ModelFile& model, WeightsHasher& hasher) const override {
+    const std::string& booster = model.trees.booster;
+    hasher.add_u8("trees.booster", std::vector<std::int64_t>{std::int64_t(booster.size())}, booster);
   }
 
   std::vector<std::int64_t> input_shape(const ModelFile& model) const override {

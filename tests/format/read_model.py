@@ -12,7 +12,7 @@ Python 3 and numpy; stores are read with sqlite3 and the zstd command.
   read_model.py info MODEL                 header summary and tensor table (JSON)
   read_model.py predict MODEL --csv FILE   predictions as `anneal predict` writes them
   read_model.py predict MODEL --raw F32 [--json]  raw rows in the store's layout (f32 LE)
-  read_model.py hash MODEL                 recompute weights_hash; exit 1 on mismatch
+  read_model.py hash MODEL                 recompute weights_hash by its format's rule; exit 1 on mismatch
   read_model.py checkpoint CKPT            header, trainer state fields, history, tensors (JSON)
   read_model.py annotate BLOB NAME         the document's annotated hex of a blob
 """
@@ -106,16 +106,22 @@ def f32(values):
     return np.asarray(values, dtype=np.float32)
 
 
+def tensor_layout(header):
+    """Format 1 or 2: how the tensor table lays out the payload (3 is 1's, 4 is 2's)."""
+    fmt = header["format"]
+    if fmt not in (1, 2, 3, 4):
+        raise FormatError(f"model format {fmt}")
+    return 1 if fmt in (1, 3) else 2
+
+
 def decode_tensors(header, payload):
     """name -> np.float32 array shaped by dims, in table order (a dict keeps it)."""
     out = {}
-    fmt = header["format"]
-    if fmt not in (1, 2):
-        raise FormatError(f"model format {fmt}")
+    layout = tensor_layout(header)
     for t in header.get("tensors", []):
         dims = tuple(t["dims"])
         n = int(np.prod(dims, dtype=np.int64)) if dims else 1
-        if fmt == 1:
+        if layout == 1:
             if t["count"] != n:
                 raise FormatError(f"{t['name']}: count {t['count']} is not the product of {dims}")
             start = 4 * t["offset"]
@@ -477,9 +483,40 @@ def predictions(header, tensors, x):
 
 # --------------------------------------------------------------- the hash
 
-def weights_hash(header, tensors):
+def frame_tensor(h, name, dtype, dims, values):
+    """One tensor of the weights hash: name, dtype, dims, values, each length-prefixed."""
+    def text(t):
+        h.update(struct.pack("<Q", len(t)) + t)
+    text(name.encode())
+    text(dtype.encode())
+    h.update(struct.pack("<Q", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims))
+    raw = values.tobytes()
+    h.update(struct.pack("<Q", len(raw)) + raw)
+
+
+def weights_hash(header, tensors, payload):
+    """weights_hash by the rule of the model's format (3 and 4; 1 and 2: legacy_weights_hash)."""
+    if header["format"] in (1, 2):
+        return legacy_weights_hash(header, tensors, payload)
     h = hashlib.blake2b(digest_size=32)
     if header["kind"] == "linear":
+        w = np.asarray(header["linear"]["weights"], dtype="<f8")
+        frame_tensor(h, "linear.weights", "f64", [len(w)], w)
+    elif header["kind"] == "trees":
+        frame_tensor(h, "trees.booster", "u8", [len(payload)], np.frombuffer(payload, dtype=np.uint8))
+    else:
+        for name, v in tensors.items():
+            # decode_tensors gives +0.0 for a bitmask's clear bits, as the document's decoding does.
+            frame_tensor(h, name, "f32", list(v.shape), v.astype("<f4"))
+    return h.hexdigest()
+
+
+def legacy_weights_hash(header, tensors, payload):
+    """The rules of formats 1 and 2 (the document's note), for models stored before format 3."""
+    h = hashlib.blake2b(digest_size=32)
+    if header["kind"] == "trees":
+        h.update(payload)
+    elif header["kind"] == "linear":
         h.update(np.asarray(header["linear"]["weights"], dtype="<f8").tobytes())
     elif "compression" in header:
         for name, v in tensors.items():
@@ -596,10 +633,15 @@ def read_state(state, fields=None):
 # --------------------------------------------------------------- commands
 
 def load_model(path):
+    header, tensors, _ = load_model_payload(path)
+    return header, tensors
+
+
+def load_model_payload(path):
     with open(path, "rb") as f:
         data = f.read()
     header, payload, _ = unframe(data, b"ANMODEL1")
-    return header, decode_tensors(header, payload)
+    return header, decode_tensors(header, payload), payload
 
 
 def cmd_info(args):
@@ -642,8 +684,8 @@ def cmd_predict(args):
 
 
 def cmd_hash(args):
-    header, tensors = load_model(args.model)
-    mine = weights_hash(header, tensors)
+    header, tensors, payload = load_model_payload(args.model)
+    mine = weights_hash(header, tensors, payload)
     print(mine)
     if mine != header["weights_hash"]:
         print(f"weights_hash mismatch: header {header['weights_hash']}", file=sys.stderr)
@@ -685,11 +727,11 @@ def cmd_annotate(args):
     if magic == b"ANMODEL1":
         lines.append(f"payload ({len(payload)} bytes; offsets from its start)")
         spans = []
-        fmt = header["format"]
+        layout = tensor_layout(header)
         tensors = decode_tensors(header, payload)
         for t in header.get("tensors", []):
             v = tensors[t["name"]].reshape(-1)
-            if fmt == 1:
+            if layout == 1:
                 start, size, enc = 4 * t["offset"], 4 * t["count"], "f32"
             else:
                 start, size, enc = t["offset"], t["bytes"], t["encoding"]

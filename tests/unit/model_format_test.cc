@@ -9,11 +9,14 @@
 // --annotate).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -129,18 +132,6 @@ runs::ModelFile shell() {
   return m;
 }
 
-// The weights hash of a quantized or pruned model, as the document gives it.
-std::string compressed_hash(const runs::ModelFile& m) {
-  std::string bytes;
-  for (const auto& t : m.tensors) {
-    bytes += t.name;
-    for (auto d : t.dims) bytes.append(":").append(std::to_string(d));
-    bytes += "\n";
-    bytes.append(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float));
-  }
-  return to_hex(hash_bytes(bytes));
-}
-
 // The tiny network as a Trainer (adam: moments in the state), weights set
 // to the vectors' values; two training rows.
 struct TinyTrainer {
@@ -160,7 +151,7 @@ struct TinyTrainer {
   }
 };
 
-runs::ModelFile format1_model(TinyTrainer& t) {
+runs::ModelFile fp32_model(TinyTrainer& t) {
   runs::ModelFile m = shell();
   m.tensors = runs::export_weights(*t.trainer);
   m.weights_hash = t.trainer->weights_hash();
@@ -188,7 +179,7 @@ runs::ModelFile int8_model() {
   m.activation_scales["0.dense"] = {0.03125f, 0.0625f};
   m.compression = {{"operation", "quantize"}, {"method", "minmax"}, {"calibration_data", "tiny@v1"},
                    {"calibration_samples", 4}, {"qat_epochs", 0}};
-  m.weights_hash = compressed_hash(m);
+  m.weights_hash = runs::model_weights_hash(m);
   return m;
 }
 
@@ -198,7 +189,7 @@ runs::ModelFile pruned_model() {
                tensor("0.dense.bias", {2}, kBias)};
   m.compression = {{"operation", "prune"}, {"structured", false}, {"target_sparsity", 0.5},
                    {"schedule", "oneshot"}, {"scope", "layer"}, {"finetune_epochs", 0}};
-  m.weights_hash = compressed_hash(m);
+  m.weights_hash = runs::model_weights_hash(m);
   return m;
 }
 
@@ -220,9 +211,9 @@ void expect_document_has(const std::string& name, const std::string& bytes) {
                                    << first_difference(it->second, bytes);
 }
 
-TEST(ModelFormat, Format1VectorIsWhatTheCodeWrites) {
+TEST(ModelFormat, Fp32VectorIsWhatTheCodeWrites) {
   TinyTrainer t;
-  expect_document_has("model-format-1", runs::encode_model(format1_model(t)));
+  expect_document_has("model-fp32", runs::encode_model(fp32_model(t)));
 }
 
 TEST(ModelFormat, Int8VectorIsWhatTheCodeWrites) { expect_document_has("model-int8", runs::encode_model(int8_model())); }
@@ -239,9 +230,9 @@ TEST(ModelFormat, CheckpointVectorIsWhatTheCodeWrites) {
 // The documented bytes decode to the documented meaning.
 TEST(ModelFormat, DocumentVectorsDecode) {
   const auto vectors = document_vectors();
-  ASSERT_TRUE(vectors.count("model-format-1") && vectors.count("model-int8") && vectors.count("model-bitmask") &&
+  ASSERT_TRUE(vectors.count("model-fp32") && vectors.count("model-int8") && vectors.count("model-bitmask") &&
               vectors.count("checkpoint"));
-  const runs::ModelFile f1 = runs::decode_model(vectors.at("model-format-1"), "doc");
+  const runs::ModelFile f1 = runs::decode_model(vectors.at("model-fp32"), "doc");
   ASSERT_EQ(f1.tensors.size(), 2u);
   EXPECT_EQ(f1.tensors[0].name, "0.dense.weight");
   EXPECT_EQ(f1.tensors[0].dims, (std::vector<std::int64_t>{2, 3}));
@@ -294,7 +285,7 @@ TEST(ModelFormat, DocumentVectorsDecode) {
 // past a vector's end or allocate what its dims claim.
 TEST(ModelFormat, Format1TensorWithFewerValuesThanItsDimsIsCorrupt) {
   TinyTrainer t;
-  runs::ModelFile m = format1_model(t);
+  runs::ModelFile m = fp32_model(t);
   m.tensors[0].values.pop_back();  // encode_model writes count = values.size()
   try {
     runs::decode_model(runs::encode_model(m), "crafted");
@@ -350,7 +341,7 @@ runs::ModelFile linear_model() {
   for (std::int64_t c = 0; c <= m.linear_model.inputs; ++c) m.linear_model.weights.push_back(0.25 * double(c) - 0.5);
   m.linear_model.l2 = 1;
   m.linear_model.iterations = 4;
-  m.weights_hash = runs::linear_weights_hash(m.linear_model);
+  m.weights_hash = runs::model_weights_hash(m);
   return m;
 }
 
@@ -358,7 +349,7 @@ TEST(ModelKinds, LinearModelKeepsItsBytesAndPredictsAsLinearModel) {
   const runs::ModelFile m = linear_model();
   const std::string bytes = runs::encode_model(m);
   EXPECT_NE(bytes.find(R"("kind":"linear")"), std::string::npos);
-  EXPECT_NE(bytes.find(R"("format":1)"), std::string::npos);
+  EXPECT_NE(bytes.find(R"("format":3)"), std::string::npos);
   EXPECT_EQ(bytes.find(R"("tensors")"), std::string::npos);  // no tensors, no payload
   const runs::ModelFile back = runs::decode_model(bytes, "linear");
   EXPECT_EQ(back.kind, runs::ModelKindId::kLinear);
@@ -416,6 +407,7 @@ runs::ModelFile tree_model() {
   m.trees.rounds = trees.rounds();
   m.trees.importance = trees.importance();
   m.outputs = 1;
+  m.weights_hash = runs::model_weights_hash(m);
   return m;
 }
 
@@ -476,7 +468,7 @@ TEST(ModelKinds, WhatEachKindCanBeDerivedFrom) {
   EXPECT_EQ(tk.why_not_warm_start_parent(trees, runs::ModelKindId::kTrees), "");  // continued boosting
 
   TinyTrainer t;
-  const runs::ModelFile fp32 = format1_model(t), int8 = int8_model(), pruned = pruned_model();
+  const runs::ModelFile fp32 = fp32_model(t), int8 = int8_model(), pruned = pruned_model();
   const runs::ModelKind& n = runs::model_kind(fp32);
   EXPECT_EQ(n.name(), "network");
   for (const runs::ModelFile* m : {&fp32, &pruned}) {
@@ -489,6 +481,103 @@ TEST(ModelKinds, WhatEachKindCanBeDerivedFrom) {
   EXPECT_EQ(n.why_not_prunable(int8), "the model is int8; prune its fp32 parent, then quantize");
   EXPECT_EQ(n.why_not_warm_start_parent(int8, runs::ModelKindId::kNetwork), "it is an int8 model; warm-start from its fp32 parent");
   EXPECT_EQ(n.why_not_warm_start_parent(pruned, runs::ModelKindId::kNetwork), "it was made by prune; warm-start from the model it was made from");
+}
+
+// The weights hash (docs/STORE.md "Weights hash"): a model file's hash is
+// recomputed from what it decodes to, under its format's rule.
+runs::ModelFile round_trip(const runs::ModelFile& m) { return runs::decode_model(runs::encode_model(m), "trip"); }
+
+TEST(WeightsHash, TheTrainersHashIsTheStoredModelsHash) {
+  TinyTrainer t;
+  const runs::ModelFile back = round_trip(fp32_model(t));
+  EXPECT_EQ(back.format, 3);
+  EXPECT_EQ(back.weights_hash, t.trainer->weights_hash());
+  EXPECT_EQ(runs::model_weights_hash(back), t.trainer->weights_hash());
+  EXPECT_EQ(runs::expected_weights_hash(back), back.weights_hash);
+}
+
+TEST(WeightsHash, TheTrainersHashIsTheStoredModelsHashInBf16) {
+  if (!test::cpu_backend()->capabilities().bf16)
+    GTEST_SKIP() << "the CPU lacks avx512_core_bf16 (oneDNN isa " << test::cpu_backend()->capabilities().isa << ")";
+  std::vector<float> x = {1, 0, 1, 2, 1, 0, 0, 1, 1, 1, 1, 0}, y = {0, 1, 1, 0};
+  NullReporter reporter;
+  const std::unique_ptr<Backend> backend = test::cpu_backend();
+  TrainerConfig c;
+  c.layers = "dense(4) relu dense(2)";
+  c.classes = 2;
+  c.batch = 2;
+  c.epochs = 2;
+  c.seed = 7;
+  c.precision = Precision::kBf16;
+  Trainer trainer(c, *backend, DataView{x, y, {3}}, std::nullopt, reporter);
+  trainer.train();
+  runs::ModelFile m = shell();
+  m.layers = c.layers;
+  m.precision = Precision::kBf16;
+  m.tensors = runs::export_weights(trainer);
+  m.weights_hash = trainer.weights_hash();
+  const runs::ModelFile back = round_trip(m);
+  EXPECT_EQ(back.precision, Precision::kBf16);
+  EXPECT_EQ(runs::expected_weights_hash(back), trainer.weights_hash());
+}
+
+TEST(WeightsHash, EveryKindRecomputesFromItsBlob) {
+  TinyTrainer t;
+  // Pruning multiplies by a 0 mask, so a pruned negative weight is -0.0
+  // before encoding; its bitmask decodes +0.0, and the hash is of that.
+  runs::ModelFile pruned = pruned_model();
+  pruned.tensors[0].values[1] = -0.0f;
+  pruned.tensors[0].values[5] = -0.0f;
+  pruned.weights_hash = runs::model_weights_hash(pruned);
+  EXPECT_EQ(pruned.weights_hash, pruned_model().weights_hash) << "-0.0 and +0.0 are the same decoded weights";
+  const std::vector<std::pair<std::string, runs::ModelFile>> models = {
+      {"fp32", fp32_model(t)}, {"int8", int8_model()},     {"bitmask", pruned},
+      {"linear", linear_model()}, {"trees", tree_model()}};
+  std::set<std::string> hashes;
+  for (const auto& [label, m] : models) {
+    const runs::ModelFile back = round_trip(m);
+    EXPECT_EQ(back.format, label == "int8" || label == "bitmask" ? 4 : 3) << label;
+    EXPECT_TRUE(is_hex_digest(back.weights_hash)) << label;
+    EXPECT_EQ(runs::expected_weights_hash(back), back.weights_hash) << label;
+    EXPECT_EQ(runs::model_weights_hash(back), back.weights_hash) << label;
+    hashes.insert(back.weights_hash);
+  }
+  EXPECT_EQ(hashes.size(), models.size()) << "different weights, different hashes";
+}
+
+// Models written before format 3 (formats 1 and 2, with the rules of
+// src/runs/legacy_weights_hash.h): tests/data/legacy_models holds blobs
+// that anneal wrote then (the document's former test vectors and a linear
+// and a tree model trained on iris), which must still decode and verify.
+TEST(WeightsHash, ModelsOfFormats1And2StillVerify) {
+  const auto dir = std::filesystem::path(ANNEAL_TEST_DATA_DIR) / "legacy_models";
+  const std::map<std::string, int> blobs = {{"fp32.bin", 1},   {"int8.bin", 2},  {"bitmask.bin", 2},
+                                            {"linear.bin", 1}, {"trees.bin", 1}};
+  for (const auto& [name, format] : blobs) {
+    std::ifstream in(dir / name, std::ios::binary);
+    ASSERT_TRUE(in) << dir / name;
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const runs::ModelFile m = runs::decode_model(bytes, name);
+    EXPECT_EQ(m.format, format) << name;
+    EXPECT_EQ(runs::expected_weights_hash(m), m.weights_hash) << name;
+    EXPECT_NE(runs::model_weights_hash(m), m.weights_hash) << name << ": the rule did change";
+  }
+  // The legacy fp32 model is the tiny network: its old hash and the
+  // trainer's new one are of the same weights.
+  std::ifstream in(dir / "fp32.bin", std::ios::binary);
+  const runs::ModelFile old = runs::decode_model(
+      std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), "fp32.bin");
+  TinyTrainer t;
+  EXPECT_EQ(runs::model_weights_hash(old), t.trainer->weights_hash());
+}
+
+TEST(WeightsHash, AChangedWeightNoLongerVerifies) {
+  TinyTrainer t;
+  runs::ModelFile m = round_trip(fp32_model(t));
+  m.tensors[1].values[0] = std::nextafter(m.tensors[1].values[0], 1.0f);
+  EXPECT_NE(runs::expected_weights_hash(m), m.weights_hash);
+  m.format = 1;  // the legacy rule sees it too
+  EXPECT_NE(runs::expected_weights_hash(m), m.weights_hash);
 }
 
 }  // namespace

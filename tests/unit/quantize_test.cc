@@ -694,7 +694,9 @@ TEST(QuantizeQat, MasterWeightsRestoredAfterForward) {
   EXPECT_THROW(trainer.set_fake_quantization(fq), Error);
 }
 
-TEST(QuantizeModelFile, Fp32ModelsKeepFormat1) {
+// fp32 models keep format 1's tensor layout (header format 3); sparse ones
+// take format 2's (format 4).
+TEST(QuantizeModelFile, Fp32ModelsKeepTheFormat1Layout) {
   runs::ModelFile m;
   m.layers = "dense(2)";
   m.input_shape = {3};
@@ -708,14 +710,15 @@ TEST(QuantizeModelFile, Fp32ModelsKeepFormat1) {
   b.values = {0.5f, -0.5f};
   m.tensors = {w, b};
   const std::string bytes = runs::encode_model(m);
-  EXPECT_NE(bytes.find("\"format\":1"), std::string::npos);
+  EXPECT_NE(bytes.find("\"format\":3"), std::string::npos);
+  EXPECT_NE(bytes.find("\"count\":6"), std::string::npos);  // offsets and counts in floats
   const runs::ModelFile back = runs::decode_model(bytes, "m");
   EXPECT_FALSE(back.int8);
   EXPECT_EQ(back.tensors[0].values, m.tensors[0].values);
   m.tensors[0].encoding = runs::TensorEncoding::kBitmask;
   m.tensors[0].values = {0, 2, 0, 0, 5, 0};
   const std::string sparse = runs::encode_model(m);
-  EXPECT_NE(sparse.find("\"format\":2"), std::string::npos);
+  EXPECT_NE(sparse.find("\"format\":4"), std::string::npos);
   EXPECT_EQ(runs::decode_model(sparse, "m").tensors[0].values, m.tensors[0].values);
   std::string damaged = sparse.substr(0, sparse.size() - 3);
   EXPECT_THROW(runs::decode_model(damaged, "m"), Error);
