@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "anneal/data_check.h"
 #include "anneal/store.h"
 #include "output.h"
 
@@ -57,6 +58,11 @@ const std::vector<Command>& commands();
 
 // Command groups: defined in data_commands.cc (init, data, fsck, gc).
 void add_store_commands(std::vector<Command>& out);
+// The data-check thresholds as flags (--max-psi, --max-ks,
+// --max-missing-increase, --max-unseen), for data check and retrain, and
+// their values over the defaults (kUsage for a negative or non-finite one).
+void add_drift_options(po::options_description& o);
+DriftThresholds drift_thresholds_of(const Invocation& inv);
 // Defined in crypto_commands.cc (encrypt, rekey), and `init --encrypt`.
 void add_crypto_commands(std::vector<Command>& out);
 int run_init_encrypted(const Invocation& inv);

@@ -250,8 +250,16 @@ int run_diff(const Invocation& inv) {
   return kExitOk;
 }
 
-// --max-psi and the others: each a number >= 0, over the defaults.
-DriftThresholds thresholds_of(const Invocation& inv) {
+}  // namespace
+
+void add_drift_options(po::options_description& o) {
+  o.add_options()("max-psi", po::value<double>()->value_name("X"), "largest population stability index (0.2)")
+      ("max-ks", po::value<double>()->value_name("X"), "largest Kolmogorov-Smirnov statistic (0.2)")
+      ("max-missing-increase", po::value<double>()->value_name("X"), "largest growth of a missing rate (0.1)")
+      ("max-unseen", po::value<double>()->value_name("X"), "largest share of unseen levels (0.1)");
+}
+
+DriftThresholds drift_thresholds_of(const Invocation& inv) {
   DriftThresholds t;
   auto read = [&](const char* flag, double& value) {
     if (!inv.args.count(flag)) return;
@@ -266,11 +274,13 @@ DriftThresholds thresholds_of(const Invocation& inv) {
   return t;
 }
 
+namespace {
+
 std::string optional_number(const std::optional<double>& v) { return v ? format_double(*v, 3) : "-"; }
 
 int run_check(const Invocation& inv) {
   if (!inv.args.count("against")) throw usage_error("--against: data check needs the reference version (--against REF)");
-  const DriftThresholds thresholds = thresholds_of(inv);
+  const DriftThresholds thresholds = drift_thresholds_of(inv);
   Store store = Store::open(inv.global.store, inv.global.access);
   DatasetRef candidate = parse_dataset_ref(inv.args["NEW"].as<std::string>(), "NEW");
   DatasetRef reference = parse_dataset_ref(inv.args["against"].as<std::string>(), "--against");
@@ -418,12 +428,8 @@ void add_store_commands(std::vector<Command>& out) {
                  "Both splits of each version are read a block at a time, in bounded memory. Exit codes: 0 "
                  "every check passed, 3 a check failed (each named), 2 a bad flag or an image version.",
                  [](po::options_description& o) {
-                   o.add_options()("against", po::value<std::string>()->value_name("REF"), "the reference version")
-                       ("max-psi", po::value<double>()->value_name("X"), "largest population stability index (0.2)")
-                       ("max-ks", po::value<double>()->value_name("X"), "largest Kolmogorov-Smirnov statistic (0.2)")
-                       ("max-missing-increase", po::value<double>()->value_name("X"),
-                        "largest growth of a missing rate (0.1)")
-                       ("max-unseen", po::value<double>()->value_name("X"), "largest share of unseen levels (0.1)");
+                   o.add_options()("against", po::value<std::string>()->value_name("REF"), "the reference version");
+                   add_drift_options(o);
                  },
                  {"NEW"}, run_check});
   out.push_back({"data export", "REF -o FILE [--force] [--part PART]",

@@ -312,6 +312,15 @@ int run_retrain(const Invocation& inv) {
     if (!request.promote) throw usage_error("--gate: give --promote ALIAS too; the gate decides that promotion");
     request.gate = parse_gate(inv.args["gate"].as<std::string>());
   }
+  if (inv.args["max-drift"].as<bool>()) {
+    if (!request.promote)
+      throw usage_error("--max-drift: give --promote ALIAS too; tonight's version is checked against the one "
+                        "that alias's model trained on");
+    request.drift = drift_thresholds_of(inv);
+  } else if (inv.args.count("max-psi") || inv.args.count("max-ks") || inv.args.count("max-missing-increase") ||
+             inv.args.count("max-unseen")) {
+    throw usage_error("--max-psi, --max-ks, --max-missing-increase and --max-unseen: give --max-drift too");
+  }
   request.warm_start = inv.args["warm-start"].as<bool>();
   if (request.warm_start && !request.promote)
     throw usage_error("--warm-start: give --promote ALIAS too; the new model starts from the one holding that alias");
@@ -533,7 +542,8 @@ void add_job_commands(std::vector<Command>& out) {
   Command exec{"job-exec", "JOB", "run one job (the worker's child process)", "", nullptr, {"JOB"}, run_job_exec};
   exec.hidden = true;
   out.push_back(exec);
-  out.push_back({"retrain", "CONFIG [--data FILE] [--if-changed] [--promote ALIAS [--warm-start]] [--gate EXPR]",
+  out.push_back({"retrain",
+                 "CONFIG [--data FILE] [--if-changed] [--promote ALIAS [--warm-start] [--max-drift]] [--gate EXPR]",
                  "retrain a model in the foreground, for cron",
                  "Under a lock per config (a second retrain of the same config exits 75 naming the holder), "
                  "optionally imports FILE as a new version of the config's dataset (nothing new when the bytes "
@@ -554,18 +564,25 @@ void add_job_commands(std::vector<Command>& out) {
                  "on the new data; when that model does not fit (other layers or loss, a column it used gone or "
                  "retyped, a class it never saw) one line says why and the run trains from scratch, as it does "
                  "while the alias is not set yet. The model's lineage names the parent. "
+                 "--max-drift checks the version to train against the one the model holding NAME@ALIAS trained "
+                 "on, column by column, before training (see 'anneal data check'; its --max-* thresholds apply): "
+                 "when a check fails the model is trained but not promoted (exit 4), the failed checks named in "
+                 "one line and in full in --json's data_checks, and each check's value is in 'anneal metrics'. "
                  "--report-dir DIR writes the HTML report of each night that trained (see 'anneal runs report') "
                  "to DIR/NAME-vN.html, a directory a web server can serve. Exit codes: "
-                 "0 trained (and promoted when asked) or skipped, 4 trained but the gate refused promotion, "
+                 "0 trained (and promoted when asked) or skipped, 4 trained but the gate or a data check refused "
+                 "promotion, "
                  "65 bad data, 75 lock held, 1 any other failure.",
                  [](po::options_description& o) {
                    o.add_options()("data", po::value<std::string>()->value_name("FILE"), "import FILE first")
                        ("if-changed", po::bool_switch(), "skip when data and config are unchanged")
                        ("promote", po::value<std::string>()->value_name("ALIAS"), "move this alias to the new model")
                        ("warm-start", po::bool_switch(), "start from the model holding the --promote alias")
+                       ("max-drift", po::bool_switch(), "refuse the promotion when a data check fails")
                        ("gate", po::value<std::string>()->value_name("EXPR"), "promote only when EXPR holds")
                        ("report-dir", po::value<std::string>()->value_name("DIR"),
                         "write the run's HTML report to DIR/NAME-vN.html when it trained");
+                   add_drift_options(o);
                    add_set_option(o);
                  },
                  {"CONFIG"}, run_retrain});

@@ -97,15 +97,17 @@ RetrainOutcome retrain_outcome_from_text(const std::string& text) {
 
 constexpr const char* kRetrainColumns =
     "r.id, r.config, r.config_hash, r.dataset, r.outcome, r.started, r.ended, r.run_id, "
-    "COALESCE((SELECT m.name || '@v' || m.version FROM models m WHERE m.id = r.model_id), ''), r.detail, r.gate "
+    "COALESCE((SELECT m.name || '@v' || m.version FROM models m WHERE m.id = r.model_id), ''), r.detail, r.gate, "
+    "r.data_checks "
     "FROM retrains r";
 
-// A gate column's JSON; kCorrupt naming `what` when it does not parse.
-nlohmann::json gate_from_text(const std::string& text, const std::string& what) {
+// A JSON column's value (`column`: "gate", "data checks"); kCorrupt naming
+// `what` when it does not parse.
+nlohmann::json json_from_text(const std::string& text, const std::string& column, const std::string& what) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw corrupt("catalog: the gate of " + what + " is not JSON: " + e.what());
+    throw corrupt("catalog: the " + column + " of " + what + " is not JSON: " + e.what());
   }
 }
 
@@ -121,7 +123,8 @@ RetrainRecord read_retrain(sql::Statement& row) {
   if (!row.is_null(7)) r.run = row.int64(7);
   r.model = row.text(8);
   r.detail = row.text(9);
-  if (!row.is_null(10)) r.gate = gate_from_text(row.text(10), "retrain " + std::to_string(r.id));
+  if (!row.is_null(10)) r.gate = json_from_text(row.text(10), "gate", "retrain " + std::to_string(r.id));
+  if (!row.is_null(11)) r.data_checks = json_from_text(row.text(11), "data checks", "retrain " + std::to_string(r.id));
   return r;
 }
 
@@ -129,8 +132,8 @@ RetrainRecord read_retrain(sql::Statement& row) {
 void insert_retrain(Store& store, const RetrainRecord& r) {
   sql::Database& db = store.db();
   auto stmt = db.prepare(
-      "INSERT INTO retrains(config, config_hash, dataset, outcome, started, ended, run_id, model_id, detail, gate) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      "INSERT INTO retrains(config, config_hash, dataset, outcome, started, ended, run_id, model_id, detail, gate, "
+      "data_checks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   stmt.bind(1, r.config).bind(2, r.config_hash).bind(3, r.dataset).bind(4, retrain_outcome_name(r.outcome))
       .bind(5, r.started).bind(6, r.ended);
   if (r.run) stmt.bind(7, *r.run);
@@ -140,6 +143,8 @@ void insert_retrain(Store& store, const RetrainRecord& r) {
   stmt.bind(9, r.detail);
   if (r.gate.is_null()) stmt.bind_null(10);
   else stmt.bind(10, r.gate.dump());
+  if (r.data_checks.is_null()) stmt.bind_null(11);
+  else stmt.bind(11, r.data_checks.dump());
   stmt.run();
   nlohmann::json detail = {{"retrain", db.last_insert_id()}, {"config", r.config}, {"config_hash", r.config_hash},
                            {"outcome", retrain_outcome_name(r.outcome)}};
@@ -458,7 +463,7 @@ std::vector<AliasEvent> alias_history(Store& store, const std::string& name) {
     e.at = stmt.text(5);
     e.by = stmt.text(6);
     e.reason = stmt.text(7);
-    if (!stmt.is_null(8)) e.gate = gate_from_text(stmt.text(8), "an alias change of " + e.name + "@" + e.alias);
+    if (!stmt.is_null(8)) e.gate = json_from_text(stmt.text(8), "gate", "an alias change of " + e.name + "@" + e.alias);
     out.push_back(e);
   }
   return out;

@@ -226,6 +226,11 @@ const std::vector<const char*>& migrations() {
       INSERT INTO audit_head(id, count, hash)
         VALUES (1, 0, '0000000000000000000000000000000000000000000000000000000000000000');
       )sql",
+      // 8: the data checks a retrain ran before it promoted (its JSON
+      // report, anneal/data_check.h), NULL where none ran.
+      R"sql(
+      ALTER TABLE retrains ADD COLUMN data_checks TEXT;
+      )sql",
   };
   return kMigrations;
 }

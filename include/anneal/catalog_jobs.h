@@ -195,6 +195,7 @@ struct RetrainRecord {
   std::string model;         // NAME@vN, empty when none
   std::string detail;        // the reason for a skip, refusal or failure
   nlohmann::json gate;       // the promotion gate's object (GateVerdict::to_json), or null
+  nlohmann::json data_checks;  // the data checks' report (DataCheckReport::to_json), or null
 };
 
 void record_retrain(Store& store, const RetrainRecord& record);

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anneal/catalog_jobs.h"
+#include "anneal/data_check.h"
 #include "anneal/report.h"
 #include "anneal/runs.h"
 #include "anneal/store.h"
@@ -186,6 +187,11 @@ struct RetrainRequest {
   std::optional<std::string> promote;  // alias
   bool warm_start = false;             // start from the model holding `promote` (which it needs)
   std::optional<Gate> gate;
+  // Set: before training, the version to train is checked against the one
+  // the model holding `promote` trained on (anneal/data_check.h); when a
+  // check fails the model is still trained, but not promoted (kRefused).
+  // Nothing to check while the alias is unset. Needs `promote`.
+  std::optional<DriftThresholds> drift;
   std::stop_token stop;
 };
 
@@ -196,6 +202,7 @@ struct RetrainResult {
   bool imported = false;         // --data made a new version
   std::optional<TrainResult> train;
   std::optional<GateVerdict> gate;
+  std::optional<DataCheckReport> data_checks;  // with RetrainRequest::drift, when there was a reference
   nlohmann::json to_json() const;
 };
 

@@ -113,6 +113,32 @@ std::string prometheus_metrics(Store& store) {
   for (const auto& [key, count] : outcomes)
     e.sample("anneal_retrains_total", {{"config", key.first}, {"outcome", key.second}}, count);
 
+  // Each config's last data checks (retrain --max-drift): every check's
+  // value per column, and how many failed, so an alert can fire on drift
+  // before anyone reads a report.
+  std::map<std::string, const RetrainRecord*> last_checks;
+  for (const auto& r : retrains)
+    if (r.data_checks.is_object() && r.data_checks.contains("columns")) last_checks[r.config] = &r;
+  e.family("anneal_data_check_value", "gauge",
+           "The last data checks of each config's retrain: each column's missing rate, population stability "
+           "index (psi), Kolmogorov-Smirnov statistic (ks) and share of unseen levels (unseen), where computed.");
+  for (const auto& [config, r] : last_checks)
+    for (const nlohmann::json& c : r->data_checks["columns"])
+      for (const char* check : {"missing", "psi", "ks", "unseen"})
+        if (c.contains(check) && c[check].is_number())
+          e.sample("anneal_data_check_value",
+                   {{"config", config}, {"dataset", r->data_checks.value("candidate", "")},
+                    {"column", c.value("column", "")}, {"check", check}},
+                   c[check].get<double>());
+  e.family("anneal_data_check_failures", "gauge",
+           "The last data checks of each config's retrain: how many checks failed (0: the data passed).");
+  for (const auto& [config, r] : last_checks) {
+    double failures = 0;
+    for (const nlohmann::json& c : r->data_checks["columns"]) failures += static_cast<double>(c.value("failures", nlohmann::json::array()).size());
+    e.sample("anneal_data_check_failures", {{"config", config}, {"dataset", r->data_checks.value("candidate", "")}},
+             failures);
+  }
+
   // Each config's last gated promotion against an alias: both fresh scores
   // on the same held-out rows, how many rows, and the decision.
   std::map<std::string, const RetrainRecord*> last_gate;

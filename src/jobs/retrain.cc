@@ -115,6 +115,7 @@ json RetrainResult::to_json() const {
   }
   j["promoted"] = outcome == RetrainOutcome::kPromoted;
   if (gate) j["gate"] = gate->to_json();
+  j["data_checks"] = data_checks ? data_checks->to_json() : json(nullptr);
   return j;
 }
 
@@ -130,6 +131,9 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
     // Part of what --if-changed compares: it changes what is trained.
     config.warm_start = parse_warm_start(*request.promote, config.name);
   }
+  if (request.drift && !request.promote)
+    throw usage_error("data checks: name the alias to promote; the version is checked against the one its model "
+                      "trained on");
   if (request.data && dataset_ref.version)
     throw usage_error(Subject::kRetrainData, ": the config pins dataset " + dataset_ref.to_string() +
                       "; a new version would never be trained (use NAME or NAME@latest)");
@@ -185,6 +189,25 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
       }
     }
 
+    if (request.drift) {
+      // Against what production learned from: the version the alias's
+      // model trained on, per its lineage.
+      const std::optional<ModelRecord> holder = find_alias(store, config.name, *request.promote);
+      const std::string reference = holder && holder->lineage.is_object() ? holder->lineage.value("dataset", "") : "";
+      if (reference.empty()) {
+        reporter.note("data checks: " + config.name + "@" + *request.promote +
+                      (holder ? " names no training version" : " is not set yet") + "; nothing to check against");
+      } else {
+        result.data_checks = check_data(store, parse_dataset_ref(version.ref(), "dataset"),
+                                        parse_dataset_ref(reference, "the lineage's dataset"), *request.drift);
+        record.data_checks = result.data_checks->to_json();
+        reporter.note("data checks of " + version.ref() + " against " + reference + " (what " + holder->ref() +
+                      " trained on): " +
+                      (result.data_checks->passed() ? std::string("passed")
+                                                     : "failed: " + result.data_checks->failure_line()));
+      }
+    }
+
     TrainRequest train;
     train.config_text = request.config_text;
     train.config_source = request.config_source;
@@ -203,6 +226,14 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
     const ModelRecord& model = *result.train->model;
     record.model = model.ref();
     result.outcome = RetrainOutcome::kTrained;
+    if (request.promote && result.data_checks && !result.data_checks->passed()) {
+      // The model is there to inspect; production stays.
+      result.outcome = RetrainOutcome::kRefused;
+      result.reason = "data checks against " + result.data_checks->reference + " failed: " +
+                      result.data_checks->failure_line() + "; " + config.name + "@" + *request.promote + " stays";
+      finish(result.outcome, result.reason);
+      return result;
+    }
     if (request.promote) {
       // The gate is judged on the version just trained: its test split,
       // less the rows either model trained on. A promotion commits this
