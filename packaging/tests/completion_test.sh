@@ -57,7 +57,7 @@ expect_has() {
 
 expect_has "anneal " init data fsck gc train runs model eval predict
 expect "anneal da" "data"
-expect "anneal data " "diff export import list show"
+expect "anneal data " "check diff export import list show"
 expect "anneal data im" "import"
 expect "anneal --store subdir data im" "import"
 expect "anneal --json ru" "runs"

@@ -171,6 +171,15 @@ double nice_step(double range, double target) {
 
 std::string attr(double v) { return fixed(v, 2); }
 
+// A horizontal bar 80 px wide filled to `fraction` (clamped to 0..1; a
+// non-finite one empty), as inline SVG: no empty elements for a validator
+// to trim, and it prints.
+std::string bar_svg(double fraction, const char* color) {
+  const double w = std::isfinite(fraction) ? std::clamp(fraction, 0.0, 1.0) * 80 : 0;
+  return "<svg class=\"bar\" width=\"80\" height=\"9\" aria-hidden=\"true\"><rect width=\"80\" height=\"9\" "
+         "fill=\"#e5e7eb\"/><rect width=\"" + attr(w) + "\" height=\"9\" fill=\"" + color + "\"/></svg>";
+}
+
 // A line chart of `series` against the epoch, as an <svg> of kChartW x
 // kChartH: axes with round ticks, one polyline per series (broken where a
 // value is not finite), a legend, and `marker` as a dashed vertical line.
@@ -490,11 +499,7 @@ std::string class_scores(const std::string& id, const json& confusion, const jso
     out += "<div><p class=\"note\">No confusion matrix recorded: this run was trained before anneal kept it "
            "(<code>anneal eval MODEL DATA</code> prints one).</p></div>\n";
   }
-  auto bar = [](double v, const char* color) {
-    const double w = std::isfinite(v) ? std::clamp(v, 0.0, 1.0) * 80 : 0;
-    return "<svg class=\"bar\" width=\"80\" height=\"9\" aria-hidden=\"true\"><rect width=\"80\" height=\"9\" "
-           "fill=\"#e5e7eb\"/><rect width=\"" + attr(w) + "\" height=\"9\" fill=\"" + color + "\"/></svg> " + fixed(v, 4);
-  };
+  auto bar = [](double v, const char* color) { return bar_svg(v, color) + " " + fixed(v, 4); };
   std::vector<Row> rows;
   for (const auto& [name, s] : per_class.items()) {
     const double precision = number_or(s, "precision", NAN), recall = number_or(s, "recall", NAN);
@@ -565,11 +570,7 @@ std::string importance_section(const Page& p) {
     const double share = c.at("share").get<double>();
     char percent[32];
     std::snprintf(percent, sizeof percent, "%.1f%%", 100 * share);
-    char width[32];
-    std::snprintf(width, sizeof width, "%.1f", 100 * std::clamp(share, 0.0, 1.0));
-    rows.push_back({esc(c.at("column").get<std::string>()), percent,
-                    "<span class=\"bar\" style=\"display:inline-block;height:0.8em;background:#4477aa;width:" +
-                        std::string(width) + "%\"></span>"});
+    rows.push_back({esc(c.at("column").get<std::string>()), percent, bar_svg(share, "#4477aa")});
   }
   return out + table({"column", "share", ""}, rows) + "</section>\n";
 }
@@ -593,11 +594,8 @@ std::string permutation_section(const Page& p) {
   std::vector<Row> rows;
   for (const json& c : importance["columns"]) {
     const double drop = c.value("drop", 0.0);
-    char width[32];
-    std::snprintf(width, sizeof width, "%.1f", largest > 0 ? 100 * std::clamp(drop / largest, 0.0, 1.0) : 0.0);
     rows.push_back({esc(c.value("column", std::string())), esc(num(drop, 3)), esc(num(c.value("spread", 0.0), 2)),
-                    "<span class=\"bar\" style=\"display:inline-block;height:0.8em;background:#4477aa;width:" +
-                        std::string(width) + "%\"></span>"});
+                    bar_svg(largest > 0 ? drop / largest : 0.0, "#4477aa")});
   }
   return out + table({"column", "drop", "spread", ""}, rows) + "</section>\n";
 }

@@ -302,12 +302,14 @@ json linear_scores(const std::string& prefix, const LinearModel& linear, const P
 
 // Each feature column's permutation importance (permutation_importance.h)
 // for the run's summary and report: on a fixed-seed sample of the test rows,
-// else the validation rows, of a table, read a block at a time (bounded
-// memory, streamed or not). Null for image data or without such rows.
+// else the validation rows, of a table that fits the memory budget. Null
+// for image data, without such rows, or when the rows stream (reading them
+// again would go past the budget's windows; `eval --importance` reads a
+// streamed version in bounded pieces).
 json permutation_importance_summary(const runs::ModelFile& model, Backend& backend, const PreparedData& data,
                                     std::uint64_t seed) {
   SampleSource* rows = data.rows->test ? data.rows->test.get() : data.rows->validation.get();
-  if (!data.tabular || !rows || rows->rows() == 0) return nullptr;
+  if (!data.tabular || data.rows->streamed || !rows || rows->rows() == 0) return nullptr;
   ImportanceOptions options;
   options.seed = seed;
   const auto width = static_cast<std::size_t>(data.features.output_width());
@@ -826,11 +828,12 @@ class TrainingRun {
     if (!per_class_.empty()) summary["per_class"] = per_class_;
     if (!confusion_.empty()) summary["confusion"] = confusion_;
     if (!importance_.empty()) summary["importance"] = importance_;
+    if (trainer_) summary["steps"] = trainer_->step();
+    // After the data path's peaks: those are the training's.
+    summary.update(data_path_json(result_, data()));
     if (json permutation = permutation_importance_summary(model_, *backend_, data(), config().trainer.seed);
         !permutation.is_null())
       summary["permutation_importance"] = std::move(permutation);
-    if (trainer_) summary["steps"] = trainer_->step();
-    summary.update(data_path_json(result_, data()));
     json lineage = lineage_json(config(), data(), run_, backend_->capabilities(), leader_.hosts());
     lineage.update(runs::warm_start_lineage(warm_));
     result_.model = register_model(store_, run_.id, config().name, runs::encode_model(model_), lineage, metrics_,

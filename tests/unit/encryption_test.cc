@@ -162,7 +162,7 @@ TEST_F(EncryptedObjectsTest, CommitRefusesAKeyTheRecordNoLongerNames) {
     store_.put("after a rekey");
     ADD_FAILURE() << "a stale key wrote an object";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rekey"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("key was rotated"), std::string::npos) << e.what();
   }
 }
 
