@@ -19,7 +19,7 @@
 
 namespace anneal::runs {
 
-// Rows per forward pass of a prediction: predict_file and predict_rows
+// Rows per forward pass of a prediction: predict_file and predict_prepared
 // both run passes of this many rows, counted from the first row.
 inline constexpr std::size_t kPredictPassRows = 256;
 
@@ -33,31 +33,36 @@ bool reads_delimited_rows(const ModelFile& model);
 // columns) text; dates in the formats the training data had.
 ParseOptions prediction_parse_options(const ModelFile& model, const std::string& display_name);
 
-// What predict_rows gives: the rows' raw predictions (rows x outputs, as
-// Predictor::predict gives them) and what preprocessing imputed.
-struct RowPredictions {
+// Rows ready for the model's predictor: rows x features.output_width()
+// floats, and what preprocessing imputed.
+struct PreparedRows {
   std::uint64_t rows = 0;
-  std::vector<float> predictions;
+  std::vector<float> x;
   TransformCounts counts;
 };
 
-// Predicts every row of `text`, CSV (`delimiter` ',') or TSV ('\t') with a
-// header line naming the model's feature columns, as predict_file predicts
-// a file's rows: prediction_parse_options, aligned_features, the model's
-// feature transform, then `predictor` in passes of kPredictPassRows.
-// `predictor` must be a Predictor of `model`; it is used by this thread
-// only for the call. Errors as predict_file's: kUsage for a missing feature
-// column, kBadData naming `display_name`:LINE:COLUMN for bad input.
-RowPredictions predict_rows(const ModelFile& model, Predictor& predictor, std::string_view text, char delimiter,
-                            const std::string& display_name);
+// The rows of `text`, CSV (`delimiter` ',') or TSV ('\t') with a header line
+// naming the model's feature columns, read and preprocessed as
+// predict_file reads a file's rows: prediction_parse_options, then
+// aligned_features, then the model's feature transform. Errors as
+// predict_file's: kUsage for a missing feature column, kBadData naming
+// `display_name` for bad input. Thread-safe (reads `model` only).
+PreparedRows prepare_rows(const ModelFile& model, std::string_view text, char delimiter,
+                          const std::string& display_name);
 
-// Predicts rows given as the model's raw feature values, rows x
+// Rows given as the model's raw feature values, rows x
 // features.input_width() floats in the model's column order (NaN for a
-// missing value): the model's feature transform, then `predictor` in
-// passes of kPredictPassRows. For models whose rows are not delimited text
-// (reads_delimited_rows false), as eval feeds them. kBadData when `raw` is
-// not a whole number of rows.
-RowPredictions predict_raw_rows(const ModelFile& model, Predictor& predictor, std::span<const float> raw);
+// missing value), through the model's feature transform: for models whose
+// rows are not delimited text (reads_delimited_rows false), as eval feeds
+// them. kBadData when `raw` is not a whole number of rows. Thread-safe.
+PreparedRows prepare_raw_rows(const ModelFile& model, std::span<const float> raw);
+
+// The raw predictions (rows x outputs, as Predictor::predict gives them)
+// of `rows` prepared rows `x`, in passes of at most kPredictPassRows
+// counted from the first, as predict_file runs them. `predictor` must be
+// a Predictor of `model`, used by this thread alone for the call.
+std::vector<float> predict_prepared(const ModelFile& model, Predictor& predictor, std::span<const float> x,
+                                    std::uint64_t rows);
 
 // The answers for `rows` rows of `model`'s raw predictions, as predict's
 // CSV writes them: for a classifier, each row's predicted class (index

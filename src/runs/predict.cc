@@ -245,28 +245,40 @@ ParseOptions prediction_parse_options(const ModelFile& model, const std::string&
   return options;
 }
 
-RowPredictions predict_raw_rows(const ModelFile& model, Predictor& predictor, std::span<const float> raw) {
+PreparedRows prepare_raw_rows(const ModelFile& model, std::span<const float> raw) {
   const auto raw_width = static_cast<std::size_t>(model.features.input_width());
   if (raw_width == 0 || raw.size() % raw_width != 0)
     throw data_error(std::to_string(raw.size()) + " values are not whole rows of " + std::to_string(raw_width));
-  RowPredictions result;
+  PreparedRows result;
   result.rows = raw.size() / raw_width;
-  // Passes of kPassRows counted from the first row, as BatchPredictor runs
-  // them: a row's pass holds the rows predict_file's would.
-  for (std::size_t row = 0; row < result.rows; row += kPassRows) {
-    const std::size_t take = std::min<std::size_t>(kPassRows, result.rows - row);
-    const std::vector<float> x = model.features.apply(raw.subspan(row * raw_width, take * raw_width), result.counts);
-    const std::vector<float> predictions = predictor.predict(x);
-    result.predictions.insert(result.predictions.end(), predictions.begin(), predictions.end());
-  }
+  // The transform is row by row: one call over every row gives what
+  // BatchPredictor's pieces give.
+  result.x = model.features.apply(raw, result.counts);
   return result;
 }
 
-RowPredictions predict_rows(const ModelFile& model, Predictor& predictor, std::string_view text, char delimiter,
-                            const std::string& display_name) {
+PreparedRows prepare_rows(const ModelFile& model, std::string_view text, char delimiter,
+                          const std::string& display_name) {
   const Table table = parse_delimited(text, delimiter, prediction_parse_options(model, display_name));
   const std::vector<float> raw = aligned_features(table, model, display_name);
-  return predict_raw_rows(model, predictor, raw);
+  return prepare_raw_rows(model, raw);
+}
+
+std::vector<float> predict_prepared(const ModelFile& model, Predictor& predictor, std::span<const float> x,
+                                    std::uint64_t rows) {
+  const auto width = static_cast<std::size_t>(model.features.output_width());
+  if (x.size() != rows * width)
+    throw data_error(std::to_string(x.size()) + " values are not " + std::to_string(rows) + " rows of " +
+                     std::to_string(width));
+  std::vector<float> predictions;
+  // Passes of kPassRows counted from the first row, as BatchPredictor runs
+  // them: a row's pass holds the rows predict_file's would.
+  for (std::size_t row = 0; row < rows; row += kPassRows) {
+    const std::size_t take = std::min<std::size_t>(kPassRows, rows - row);
+    const std::vector<float> pass = predictor.predict(x.subspan(row * width, take * width));
+    predictions.insert(predictions.end(), pass.begin(), pass.end());
+  }
+  return predictions;
 }
 
 }  // namespace runs
