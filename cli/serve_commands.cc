@@ -74,6 +74,17 @@ int run_serve(const Invocation& inv) {
     throw usage_error("--request-timeout must be more than 0 and at most 3600 seconds");
   options.limits.request_time = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000)));
   options.io_threads = static_cast<int>(positive(inv, "io-threads", 2, 256));
+  options.max_batch_rows = static_cast<std::size_t>(positive(inv, "max-batch", 256, 65536));
+  if (a.count("max-wait")) {
+    const long long us = a["max-wait"].as<long long>();
+    if (us < 0 || us > 1000000) throw usage_error("--max-wait must be in 0..1000000 microseconds, not " + std::to_string(us));
+    options.max_batch_wait = std::chrono::microseconds(us);
+  }
+  if (a.count("tls-cert") != a.count("tls-key")) throw usage_error("--tls-cert and --tls-key go together");
+  if (a.count("tls-cert")) {
+    options.tls_certificate = std::filesystem::absolute(a["tls-cert"].as<std::string>());
+    options.tls_key = std::filesystem::absolute(a["tls-key"].as<std::string>());
+  }
   // --threads as predict has it (default: every core): the thread count is
   // part of what makes an answer predict's byte for byte (pruned models'
   // sparse kernel splits its sums by thread).
@@ -92,7 +103,7 @@ int run_serve(const Invocation& inv) {
   } else {
     const std::string host = a["bind"].as<std::string>();
     const bool v6 = host.find(':') != std::string::npos;
-    std::cout << "listening on http://" << (v6 ? "[" + host + "]" : host) << ":" << server.port() << std::endl;
+    std::cout << "listening on " << (a.count("tls-cert") ? "https" : "http") << "://" << (v6 ? "[" + host + "]" : host) << ":" << server.port() << std::endl;
     for (const std::string& name : server.model_names()) std::cout << "serving " << terminal_text(name) << std::endl;
   }
   server.run();
@@ -133,7 +144,14 @@ void add_serve_commands(std::vector<Command>& out) {
              ("max-connections", po::value<long long>()->value_name("N"), "open connections (default 256)")
              ("request-timeout", po::value<double>()->value_name("SECONDS"),
               "time to receive a request, and to send its answer (default 30)")
-             ("io-threads", po::value<long long>()->value_name("N"), "threads answering requests (default 2)")
+             ("max-batch", po::value<long long>()->value_name("ROWS"),
+              "rows of concurrent requests for one model coalesced into one forward pass (default 256; 1: none)")
+             ("max-wait", po::value<long long>()->value_name("MICROSECONDS"),
+              "how long a batch that is not full waits for more requests (default 0: it takes what has arrived)")
+             ("tls-cert", po::value<std::string>()->value_name("FILE"), "PEM certificate chain: serve HTTPS")
+             ("tls-key", po::value<std::string>()->value_name("FILE"), "PEM private key of --tls-cert")
+             ("io-threads", po::value<long long>()->value_name("N"),
+              "threads reading, answering and predicting (default 2)")
              ("threads", po::value<int>()->value_name("N"), "compute threads of a forward pass (default: all cores)");
          add_compute_options(o, false);
        },

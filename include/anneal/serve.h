@@ -62,6 +62,15 @@ struct ServeOptions {
   // unless the address is a loopback one.
   std::optional<std::filesystem::path> tokens_file;
   ServeLimits limits;
+  // Batching: requests for one model version that arrive while a forward
+  // pass runs (or within max_batch_wait of the first of them) share the
+  // next pass, up to max_batch_rows rows; a request of more rows runs alone.
+  // With max_batch_rows 1 every request has its own passes, predict's.
+  std::size_t max_batch_rows = 256;
+  std::chrono::microseconds max_batch_wait{0};
+  // HTTPS: a PEM certificate chain and its PEM private key (both or
+  // neither); TLS 1.2 and later.
+  std::optional<std::filesystem::path> tls_certificate, tls_key;
   int io_threads = 2;            // threads answering requests
   BackendOptions compute;        // the backend each model version predicts on
   ServeLog log;                  // where events go; empty: nowhere
@@ -74,7 +83,8 @@ class Server {
   // listens on bind_address:port. Throws anneal::Error: kUsage for an
   // address that is not an IP literal, a tokens file that is not owner-only
   // or is malformed (Subject::kTokensFile), no token with a non-loopback
-  // address, no model to serve; kNotFound for a model reference that names
+  // address, no model to serve, a TLS certificate or key that cannot be
+  // read or do not match; kNotFound for a model reference that names
   // no model at all; kFailure when the address cannot be listened on.
   explicit Server(ServeOptions options);
   ~Server();
@@ -86,9 +96,10 @@ class Server {
   // The served models' names as requests address them ("iris@production").
   std::vector<std::string> model_names() const;
 
-  // Answers requests on options.io_threads threads until stop() or SIGTERM
-  // or SIGINT: then accepts no more connections, lets the requests in
-  // flight finish and be answered, and returns. SIGHUP re-reads the tokens
+  // Answers requests on options.io_threads threads (forward passes run on
+  // them too) until stop() or SIGTERM or SIGINT: then accepts no more
+  // connections, lets the requests in flight finish and be answered, and
+  // returns. SIGHUP re-reads the tokens
   // file (a bad file is logged and the old tokens kept). Call once, from
   // one thread; the signals are handled while it runs.
   void run();

@@ -4,10 +4,16 @@
 // with alive after the reference has moved on). Internal to src/serve/.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,6 +23,7 @@
 #include "anneal/prediction.h"
 #include "anneal/serve.h"
 #include "anneal/store.h"
+#include "serve/metrics.h"
 #include "serve/request_decoder.h"
 
 namespace anneal::serve {
@@ -50,15 +57,60 @@ class StorePool {
   std::vector<std::unique_ptr<Store>> idle_;
 };
 
-// One model version, loaded: what predicting with it needs. Predicting
-// takes predict_mutex (a Predictor is one thread at a time).
+// Prepared rows waiting for a forward pass, and what to do with their
+// predictions (rows x outputs) or with the error that stopped them.
+struct BatchJob {
+  std::uint64_t rows = 0;
+  std::vector<float> x;
+  std::function<void(std::span<const float> predictions, std::exception_ptr error)> done;
+};
+
+// How concurrent requests for one model version share forward passes:
+// jobs queue, and whoever finds no batch running runs batches until the
+// queue is empty. A batch takes whole jobs, as many as fit in max_rows
+// rows (always at least one: a job larger than max_rows runs alone, in
+// predict's passes), waiting up to max_wait for more when it is not full.
+// A batch of one job computes exactly what predict computes for its rows.
+class Batcher {
+ public:
+  Batcher(std::size_t max_rows, std::chrono::microseconds max_wait) : max_rows_(max_rows), max_wait_(max_wait) {}
+  // Queues `job`. True when the caller must now call run_batch until it
+  // returns false (no batch was running); false when a runner has it.
+  bool submit(BatchJob job, Metrics& metrics, const std::string& name);
+  // Runs one batch on `predictor` and calls its jobs' done (on this
+  // thread). True when more jobs are queued: the caller runs again (a later
+  // call, so that other work can come between); false: the queue is empty
+  // and the next submit starts a runner.
+  bool run_batch(const runs::ModelFile& model, runs::Predictor& predictor, Metrics& metrics,
+                 const std::string& name);
+
+ private:
+  const std::size_t max_rows_;
+  const std::chrono::microseconds max_wait_;
+  std::mutex mutex_;
+  std::condition_variable arrived_;
+  std::deque<BatchJob> queue_;
+  std::uint64_t queued_rows_ = 0;
+  std::chrono::steady_clock::time_point first_arrival_;
+  bool running_ = false;
+};
+
+// One model version, loaded: what predicting with it needs. Only the
+// batcher's runner uses the predictor.
 struct LoadedVersion {
+  LoadedVersion(std::size_t max_batch, std::chrono::microseconds max_wait) : batcher(max_batch, max_wait) {}
   ModelRecord record;
   runs::ModelFile model;
   InputShape shape;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<runs::Predictor> predictor;
-  std::mutex predict_mutex;
+  Batcher batcher;
+};
+
+// How a server batches: rows per batch and the longest wait for more.
+struct BatchLimits {
+  std::size_t max_rows = 256;
+  std::chrono::microseconds max_wait{0};
 };
 
 // What a request is answered with: a loaded version, or why the model is
@@ -70,7 +122,7 @@ struct Resolution {
 
 class ServedModel {
  public:
-  ServedModel(ModelRef ref, BackendOptions compute, ServeLog log);
+  ServedModel(ModelRef ref, BackendOptions compute, BatchLimits batching, ServeLog log, Metrics& metrics);
   // NAME@ALIAS (or NAME@vN, NAME): how requests address it.
   const std::string& name() const { return name_; }
   const ModelRef& ref() const { return ref_; }
@@ -85,7 +137,9 @@ class ServedModel {
   ModelRef ref_;
   std::string name_;
   BackendOptions compute_;
+  BatchLimits batching_;
   ServeLog log_;
+  Metrics& metrics_;
   std::mutex load_mutex_;     // held while a version loads
   std::mutex state_mutex_;    // guards the three below; never held while loading
   std::shared_ptr<LoadedVersion> loaded_;
@@ -93,9 +147,9 @@ class ServedModel {
   std::string failed_reason_;
 };
 
-// The answer of `version` for `rows`: its raw predictions, by
-// anneal/prediction.h as predict computes them. Throws anneal::Error for
-// rows the model cannot read (kUsage, kBadData) as predict does.
-runs::RowPredictions predict(LoadedVersion& version, const DecodedRows& rows);
+// `rows` read and preprocessed for `version`'s model, by anneal/prediction.h
+// as predict does. Throws anneal::Error for rows the model cannot read
+// (kUsage, kBadData), as predict does. Thread-safe.
+runs::PreparedRows prepare(const LoadedVersion& version, const DecodedRows& rows);
 
 }  // namespace anneal::serve

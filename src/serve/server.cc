@@ -14,8 +14,10 @@
 #include <utility>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <nlohmann/json.hpp>
 
 #include "anneal/error.h"
@@ -26,6 +28,7 @@ namespace anneal::serve {
 namespace {
 
 namespace asio = boost::asio;
+namespace ssl = asio::ssl;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
@@ -33,7 +36,13 @@ using nlohmann::json;
 
 bool is_loopback(const asio::ip::address& address) { return address.is_loopback(); }
 
-class Session;
+// A connection, whatever its stream: what draining and the connection
+// limit see of it.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  virtual void drain() = 0;
+};
 
 // What every connection shares: the service, the limits, and the set of
 // open connections (for the connection limit and for draining).
@@ -44,7 +53,7 @@ struct Shared {
   const ServeLimits& limits;
   ServeLog log;
   std::mutex mutex;
-  std::set<std::shared_ptr<Session>> sessions;  // open, counted against the limit
+  std::set<std::shared_ptr<Connection>> sessions;  // open, counted against the limit
   bool draining = false;
 };
 
@@ -59,14 +68,37 @@ http::response<http::string_body> to_beast(const HttpResponse& answer, unsigned 
   return res;
 }
 
-class Session : public std::enable_shared_from_this<Session> {
- public:
-  Session(tcp::socket socket, Shared& shared)
-      : stream_(std::move(socket)), deadline_(stream_.get_executor()), shared_(shared) {}
+// One connection: plain TCP (Stream beast::tcp_stream) or TLS
+// (beast::ssl_stream<beast::tcp_stream>).
+template <class Stream>
+class Session : public Connection, public std::enable_shared_from_this<Session<Stream>> {
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+  using std::enable_shared_from_this<Session<Stream>>::shared_from_this;
 
-  // Starts reading requests (counted: this connection is one of the open ones).
+ public:
+  template <class... TlsContext>
+  Session(tcp::socket socket, Shared& shared, TlsContext&... tls)
+      : stream_(std::move(socket), tls...), deadline_(stream_.get_executor()), shared_(shared) {
+    shared_.service.metrics().connection_opened();
+  }
+  ~Session() override { shared_.service.metrics().connection_closed(); }
+
+  // Starts reading requests (counted: this connection is one of the open
+  // ones), after the TLS handshake when there is one.
   void start() {
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_header(); });
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if constexpr (kTls) {
+        self->timed_out_ = false;
+        self->arm_deadline();
+        self->stream_.async_handshake(ssl::stream_base::server, [self](beast::error_code ec) {
+          self->deadline_.cancel();
+          if (ec) return self->close();  // not TLS, a bad certificate, too slow: nothing to answer
+          self->read_header();
+        });
+      } else {
+        self->read_header();
+      }
+    });
   }
 
   // Answers the first request's header with `refusal` and closes (over
@@ -78,7 +110,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Draining: closes the connection if it is between requests; one that is
   // reading or answering a request closes after the answer.
-  void drain() {
+  void drain() override {
     asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
       if (self->idle_) self->close();
     });
@@ -105,7 +137,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (ec) return;  // cancelled: the request arrived in time
       self->timed_out_ = true;
       beast::error_code ignored;
-      self->stream_.socket().cancel(ignored);
+      self->socket().cancel(ignored);
     });
   }
 
@@ -115,15 +147,15 @@ class Session : public std::enable_shared_from_this<Session> {
     const auto& req = parser_->get();
     if (refusal_) {
       deadline_.cancel();
-      return respond(*refusal_, req.version(), false);
+      return refuse_now(*refusal_, req.version());
     }
     if (const auto length = parser_->content_length(); length && *length > shared_.limits.max_body_bytes) {
       deadline_.cancel();
-      return respond(error_response(413,
+      return refuse_now(error_response(413,
                                     "the request body is " + std::to_string(*length) + " bytes; the limit is " +
                                         std::to_string(shared_.limits.max_body_bytes),
                                     "body_bytes"),
-                     req.version(), false);
+                        req.version());
     }
     if (beast::iequals(req[http::field::expect], "100-continue")) {
       auto proceed = std::make_shared<http::response<http::empty_body>>(http::status::continue_, req.version());
@@ -146,28 +178,38 @@ class Session : public std::enable_shared_from_this<Session> {
     const bool got_some = parser_ && parser_->got_some();
     if (timed_out_) {
       if (!got_some) return close();  // an idle keep-alive connection: just closed
-      return respond(error_response(408,
-                                    "the request was not received within " +
-                                        std::to_string(shared_.limits.request_time.count()) + " ms",
-                                    "request_time"),
-                     11, false);
+      return refuse_now(error_response(408,
+                                       "the request was not received within " +
+                                           std::to_string(shared_.limits.request_time.count()) + " ms",
+                                       "request_time"),
+                        11);
     }
     if (ec == http::error::end_of_stream || ec == asio::error::operation_aborted ||
-        ec == asio::error::connection_reset || !got_some)
+        ec == asio::error::connection_reset || ec == asio::error::eof || !got_some)
       return close();
     if (ec == http::error::header_limit)
-      return respond(error_response(431,
-                                    "the request's header is over the limit of " +
-                                        std::to_string(shared_.limits.max_header_bytes) + " bytes",
-                                    "header_bytes"),
-                     11, false);
+      return refuse_now(error_response(431,
+                                       "the request's header is over the limit of " +
+                                           std::to_string(shared_.limits.max_header_bytes) + " bytes",
+                                       "header_bytes"),
+                        11);
     if (ec == http::error::body_limit)
-      return respond(error_response(413,
-                                    "the request body is over the limit of " +
-                                        std::to_string(shared_.limits.max_body_bytes) + " bytes",
-                                    "body_bytes"),
-                     11, false);
-    respond(error_response(400, "a malformed HTTP request: " + ec.message()), 11, false);
+      return refuse_now(error_response(413,
+                                       "the request body is over the limit of " +
+                                           std::to_string(shared_.limits.max_body_bytes) + " bytes",
+                                       "body_bytes"),
+                        11);
+    refuse_now(error_response(400, "a malformed HTTP request: " + ec.message()), 11);
+  }
+
+  // Answers a request refused before it was read whole (counted as such)
+  // and closes.
+  void refuse_now(const HttpResponse& answer, unsigned version) {
+    std::string limit;
+    const json document = json::parse(answer.body, nullptr, false);
+    if (document.is_object() && document.contains("limit")) limit = document["limit"].get<std::string>();
+    shared_.service.metrics().request("-", answer.status, 0, limit);
+    respond(answer, version, false);
   }
 
   void on_request(beast::error_code ec) {
@@ -186,21 +228,30 @@ class Session : public std::enable_shared_from_this<Session> {
     request.content_type = header(http::field::content_type);
     request.accept = header(http::field::accept);
     request.body = req.body();
-    const HttpResponse answer = shared_.service.handle(request);
-    bool keep_alive = req.keep_alive();
-    {
-      std::lock_guard lock(shared_.mutex);
-      if (shared_.draining) keep_alive = false;
-    }
-    respond(answer, req.version(), keep_alive);
+    const unsigned version = req.version();
+    const bool keep_alive = req.keep_alive();
+    // The answer may come from another thread (the one that ran the
+    // request's batch): it is written on this connection's strand, and the
+    // work guard keeps run() from returning while it is awaited.
+    auto guard = std::make_shared<asio::executor_work_guard<asio::any_io_executor>>(stream_.get_executor());
+    shared_.service.handle(request, [self = shared_from_this(), version, keep_alive, guard](HttpResponse answer) {
+      asio::post(self->stream_.get_executor(), [self, version, keep_alive, guard, answer = std::move(answer)] {
+        bool keep = keep_alive;
+        {
+          std::lock_guard lock(self->shared_.mutex);
+          if (self->shared_.draining) keep = false;
+        }
+        self->respond(answer, version, keep);
+      });
+    });
   }
 
   void respond(const HttpResponse& answer, unsigned version, bool keep_alive) {
     response_ = std::make_shared<http::response<http::string_body>>(to_beast(answer, version, keep_alive));
     // A client that does not read its answer is cut off after the same time.
-    stream_.expires_after(shared_.limits.request_time);
+    beast::get_lowest_layer(stream_).expires_after(shared_.limits.request_time);
     http::async_write(stream_, *response_, [self = shared_from_this(), keep_alive](beast::error_code ec, std::size_t) {
-      self->stream_.expires_never();
+      beast::get_lowest_layer(self->stream_).expires_never();
       self->response_.reset();
       if (ec) return self->close();
       if (!keep_alive) return self->linger_close();
@@ -215,7 +266,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // before it has read the answer.
   void linger_close() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    socket().shutdown(tcp::socket::shutdown_send, ignored);
     deadline_.expires_after(std::min<std::chrono::milliseconds>(shared_.limits.request_time, std::chrono::seconds(5)));
     deadline_.async_wait([self = shared_from_this()](beast::error_code ec) {
       if (!ec) self->close();
@@ -225,8 +276,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void drop_input() {
     if (!scratch_) scratch_ = std::make_unique<std::array<char, 16384>>();
-    stream_.socket().async_read_some(asio::buffer(*scratch_), [self = shared_from_this()](beast::error_code ec,
-                                                                                          std::size_t) {
+    socket().async_read_some(asio::buffer(*scratch_), [self = shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec) return self->close();
       self->drop_input();
     });
@@ -237,13 +287,15 @@ class Session : public std::enable_shared_from_this<Session> {
     closed_ = true;
     deadline_.cancel();
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.close();
+    socket().shutdown(tcp::socket::shutdown_both, ignored);
+    socket().close(ignored);
     std::lock_guard lock(shared_.mutex);
     shared_.sessions.erase(shared_from_this());
   }
 
-  beast::tcp_stream stream_;
+  tcp::socket& socket() { return beast::get_lowest_layer(stream_).socket(); }
+
+  Stream stream_;
   asio::steady_timer deadline_;
   Shared& shared_;
   beast::flat_buffer buffer_;
@@ -259,11 +311,34 @@ class Session : public std::enable_shared_from_this<Session> {
 struct Server::Impl {
   explicit Impl(ServeOptions o)
       : options(std::move(o)),
-        service(options),
         io(std::max(1, options.io_threads)),
+        service(options, [this](std::function<void()> work) { asio::post(io, std::move(work)); }),
         acceptor(asio::make_strand(io)),
         signals(io, SIGTERM, SIGINT, SIGHUP),
-        shared(service, options.limits, options.log) {}
+        shared(service, options.limits, options.log) {
+    if (options.tls_certificate || options.tls_key) load_tls();
+  }
+
+  // The certificate chain and key, checked now: a server that cannot prove
+  // itself does not start.
+  void load_tls() {
+    if (!options.tls_certificate || !options.tls_key)
+      throw usage_error("HTTPS needs both a TLS certificate and its private key");
+    tls.emplace(ssl::context::tls_server);
+    tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                     ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+    beast::error_code ec;
+    tls->use_certificate_chain_file(options.tls_certificate->string(), ec);
+    if (ec)
+      throw usage_error("the TLS certificate " + options.tls_certificate->string() +
+                        " cannot be used: " + ec.message());
+    tls->use_private_key_file(options.tls_key->string(), ssl::context::pem, ec);
+    if (ec)
+      throw usage_error("the TLS key " + options.tls_key->string() + " cannot be used: " + ec.message());
+    if (SSL_CTX_check_private_key(tls->native_handle()) != 1)
+      throw usage_error("the TLS key " + options.tls_key->string() + " is not the key of the certificate " +
+                        options.tls_certificate->string());
+  }
 
   void listen() {
     beast::error_code ec;
@@ -293,23 +368,28 @@ struct Server::Impl {
         if (options.log) options.log("warning", "accept failed: " + ec.message(), "{}");
         return accept();
       }
-      auto session = std::make_shared<Session>(std::move(socket), shared);
-      bool over = false;
-      {
-        std::lock_guard lock(shared.mutex);
-        if (shared.draining) return;  // the acceptor is closing
-        over = shared.sessions.size() >= options.limits.max_connections;
-        if (!over) shared.sessions.insert(session);
-      }
-      if (over)
-        session->refuse(error_response(429,
-                                       "the server holds its limit of " +
-                                           std::to_string(options.limits.max_connections) + " connections",
-                                       "connections"));
-      else
-        session->start();
+      if (tls) open_session(std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(std::move(socket), shared, *tls));
+      else open_session(std::make_shared<Session<beast::tcp_stream>>(std::move(socket), shared));
       accept();
     });
+  }
+
+  template <class S>
+  void open_session(const std::shared_ptr<S>& session) {
+    bool over = false;
+    {
+      std::lock_guard lock(shared.mutex);
+      if (shared.draining) return;  // the acceptor is closing
+      over = shared.sessions.size() >= options.limits.max_connections;
+      if (!over) shared.sessions.insert(session);
+    }
+    if (over)
+      session->refuse(error_response(429,
+                                     "the server holds its limit of " +
+                                         std::to_string(options.limits.max_connections) + " connections",
+                                     "connections"));
+    else
+      session->start();
   }
 
   void wait_for_signals() {
@@ -324,18 +404,15 @@ struct Server::Impl {
         }
         return wait_for_signals();
       }
-      if (options.log)
-        options.log("info", "draining: requests in flight finish, then the server exits",
-                    json{{"signal", signal == SIGTERM ? "SIGTERM" : "SIGINT"}}.dump());
-      drain();
+      drain(signal == SIGTERM ? "SIGTERM" : "SIGINT");
     });
   }
 
   // No new connections; idle ones closed; busy ones closed after their
   // answer. io.run() returns once the last one has gone.
-  void drain() {
-    asio::post(acceptor.get_executor(), [this] {
-      std::set<std::shared_ptr<Session>> open;
+  void drain(std::string why) {
+    asio::post(acceptor.get_executor(), [this, why] {
+      std::set<std::shared_ptr<Connection>> open;
       {
         std::lock_guard lock(shared.mutex);
         if (shared.draining) return;
@@ -346,13 +423,18 @@ struct Server::Impl {
       beast::error_code ignored;
       acceptor.close(ignored);
       signals.cancel(ignored);
+      // Said once no new connection can arrive.
+      if (options.log)
+        options.log("info", "draining: the requests in flight finish, then the server exits",
+                    json{{"reason", why}, {"connections", open.size()}}.dump());
       for (const auto& session : open) session->drain();
     });
   }
 
   ServeOptions options;
-  Service service;
   asio::io_context io;
+  Service service;
+  std::optional<ssl::context> tls;
   tcp::acceptor acceptor;
   asio::signal_set signals;
   Shared shared;
@@ -375,6 +457,6 @@ void Server::run() {
   for (std::thread& t : threads) t.join();
 }
 
-void Server::stop() { impl_->drain(); }
+void Server::stop() { impl_->drain("stop"); }
 
 }  // namespace anneal::serve

@@ -1,7 +1,9 @@
 #include "serve/service.h"
 
+#include <chrono>
 #include <cmath>
 #include <exception>
+#include <span>
 
 #include <nlohmann/json.hpp>
 
@@ -71,15 +73,22 @@ std::string header_of(std::string_view content_type) {
   return type;
 }
 
+// A batch's predictions for one request's rows.
+struct Answered {
+  std::uint64_t rows = 0;
+  std::span<const float> predictions;
+  TransformCounts counts;
+};
+
 // The answers as KServe V2 outputs (and their parameters).
-std::string infer_answer(const ServedModel& served, const LoadedVersion& version, const DecodedRows& rows,
-                         const runs::RowPredictions& predictions) {
+std::string infer_answer(const ServedModel& served, const LoadedVersion& version, const std::string& request_id,
+                         const Answered& predictions) {
   const runs::ModelFile& model = version.model;
   const runs::PredictionAnswers answers = runs::prediction_answers(model, predictions.predictions, predictions.rows);
   const std::string n = std::to_string(predictions.rows);
   std::string out = "{\"model_name\":" + json_text(served.name()) + ",\"model_version\":\"" +
                     std::to_string(version.record.version) + "\"";
-  if (!rows.request_id.empty()) out += ",\"id\":" + json_text(rows.request_id);
+  if (!request_id.empty()) out += ",\"id\":" + json_text(request_id);
   out += ",\"outputs\":[";
   if (answers.classification) {
     const auto& names = model.labels.class_names();
@@ -106,8 +115,7 @@ std::string infer_answer(const ServedModel& served, const LoadedVersion& version
 
 // The answers as MLflow's {"predictions": [...]}: one record per row with
 // predict's CSV columns (prediction, p_CLASS...).
-std::string mlflow_answer(const ServedModel& served, const LoadedVersion& version,
-                          const runs::RowPredictions& predictions) {
+std::string mlflow_answer(const ServedModel& served, const LoadedVersion& version, const Answered& predictions) {
   const runs::ModelFile& model = version.model;
   const runs::PredictionAnswers answers = runs::prediction_answers(model, predictions.predictions, predictions.rows);
   std::string out = "{\"predictions\":[";
@@ -142,7 +150,45 @@ HttpResponse error_response(int status, const std::string& message, const std::s
   return json_response(status, document);
 }
 
-Service::Service(const ServeOptions& options) : options_(options), stores_(options.store, options.access) {
+struct Service::Responder {
+  Responder(Service& service, Reply reply)
+      : service(service), reply(std::move(reply)), start(std::chrono::steady_clock::now()) {}
+  // Counts the answer, then hands it on.
+  void send(HttpResponse response) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::string limit;
+    if (response.status >= 400 && response.status < 500 && response.body.find("\"limit\"") != std::string::npos) {
+      const json document = json::parse(response.body, nullptr, false);
+      if (document.is_object() && document.contains("limit")) limit = document["limit"].get<std::string>();
+    }
+    service.metrics_.request(route, response.status, seconds, limit);
+    reply(std::move(response));
+  }
+  // The answer to an exception that stopped the request: a client's
+  // mistake is 4xx (predict's kUsage and kBadData among them), anything
+  // else the server's (500, logged).
+  void fail(std::exception_ptr error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const RequestError& e) {
+      send(error_response(e.status(), e.what(), e.limit()));
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kUsage || e.kind() == ErrorKind::kBadData) return send(error_response(400, e.what()));
+      if (service.options_.log) service.options_.log("error", e.what(), "{}");
+      send(error_response(500, e.what()));
+    } catch (const std::exception& e) {
+      if (service.options_.log) service.options_.log("error", std::string("internal error: ") + e.what(), "{}");
+      send(error_response(500, std::string("internal error: ") + e.what()));
+    }
+  }
+  Service& service;
+  Reply reply;
+  std::chrono::steady_clock::time_point start;
+  std::string route = "other";
+};
+
+Service::Service(const ServeOptions& options, Post post)
+    : options_(options), post_(std::move(post)), stores_(options.store, options.access) {
   std::vector<ModelRef> refs = options.models;
   {
     StorePool::Lease lease = stores_.lease();
@@ -161,7 +207,8 @@ Service::Service(const ServeOptions& options) : options_(options), stores_(optio
     }
   }
   for (const ModelRef& ref : refs) {
-    auto model = std::make_unique<ServedModel>(ref, options.compute, options.log);
+    auto model = std::make_unique<ServedModel>(
+        ref, options.compute, BatchLimits{options.max_batch_rows, options.max_batch_wait}, options.log, metrics_);
     if (by_name_.count(model->name())) continue;  // named twice: served once
     by_name_.emplace(model->name(), model.get());
     models_.push_back(std::move(model));
@@ -219,24 +266,16 @@ ServedModel* Service::model_named(const std::string& name) {
   return found == by_name_.end() ? nullptr : found->second;
 }
 
-HttpResponse Service::handle(const HttpRequest& request) {
+void Service::handle(const HttpRequest& request, Reply reply) {
+  auto out = std::make_shared<Responder>(*this, std::move(reply));
   try {
-    return route(request);
-  } catch (const RequestError& e) {
-    return error_response(e.status(), e.what(), e.limit());
-  } catch (const Error& e) {
-    // What a client's rows can get wrong is predict's kUsage (a missing
-    // column) and kBadData (a bad value); anything else is the server's.
-    if (e.kind() == ErrorKind::kUsage || e.kind() == ErrorKind::kBadData) return error_response(400, e.what());
-    if (options_.log) options_.log("error", e.what(), "{}");
-    return error_response(500, e.what());
-  } catch (const std::exception& e) {
-    if (options_.log) options_.log("error", std::string("internal error: ") + e.what(), "{}");
-    return error_response(500, std::string("internal error: ") + e.what());
+    route(request, out);
+  } catch (...) {
+    out->fail(std::current_exception());
   }
 }
 
-HttpResponse Service::route(const HttpRequest& request) {
+void Service::route(const HttpRequest& request, const std::shared_ptr<Responder>& out) {
   std::string_view path = request.target.substr(0, request.target.find('?'));
   std::vector<std::string> parts;
   for (std::size_t start = 1; start <= path.size();) {
@@ -251,25 +290,37 @@ HttpResponse Service::route(const HttpRequest& request) {
   auto method_not_allowed = [&](const char* allowed) {
     HttpResponse r = error_response(405, std::string(request.method) + " is not allowed here; use " + allowed);
     r.headers.emplace_back("Allow", allowed);
-    return r;
+    out->send(std::move(r));
   };
 
   if (parts.size() == 3 && parts[0] == "v2" && parts[1] == "health") {
+    out->route = "health";
     if (!get) return method_not_allowed("GET");
-    if (parts[2] == "live") return json_response(200, json{{"live", true}});
+    if (parts[2] == "live") return out->send(json_response(200, json{{"live", true}}));
     if (parts[2] == "ready") {
-      if (draining_) return json_response(503, json{{"ready", false}, {"error", "the server is shutting down"}});
-      return json_response(200, json{{"ready", true}});
+      if (draining_) return out->send(json_response(503, json{{"ready", false}, {"error", "the server is shutting down"}}));
+      return out->send(json_response(200, json{{"ready", true}}));
     }
   }
   if (parts.size() == 1 && parts[0] == "ping") {
+    out->route = "health";
     if (!get) return method_not_allowed("GET");
-    return json_response(200, json{{"live", true}});
+    return out->send(json_response(200, json{{"live", true}}));
+  }
+  if (parts.size() == 1 && parts[0] == "metrics") {
+    out->route = "metrics";
+    if (!get) return method_not_allowed("GET");
+    if (auto refused = refuse_unless(request, Role::kAdmin)) return out->send(std::move(*refused));
+    HttpResponse r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = metrics_.text();
+    return out->send(std::move(r));
   }
   if (parts.size() == 1 && parts[0] == "v2") {
+    out->route = "metadata";
     if (!get) return method_not_allowed("GET");
-    if (auto refused = refuse_unless(request, Role::kPredict)) return *refused;
-    return json_response(200, json{{"name", "anneal"}, {"version", version()}, {"extensions", json::array()}});
+    if (auto refused = refuse_unless(request, Role::kPredict)) return out->send(std::move(*refused));
+    return out->send(json_response(200, json{{"name", "anneal"}, {"version", version()}, {"extensions", json::array()}}));
   }
   // /v2/models/{name}[/versions/{v}][/ready|/infer]
   if (parts.size() >= 3 && parts[0] == "v2" && parts[1] == "models") {
@@ -281,35 +332,37 @@ HttpResponse Service::route(const HttpRequest& request) {
     }
     const std::string action = parts.size() == next + 1 ? parts[next] : parts.size() == next ? "" : "?";
     if (action != "" && action != "ready" && action != "infer")
-      return error_response(404, "no such route: " + std::string(path));
+      return out->send(error_response(404, "no such route: " + std::string(path)));
+    out->route = action.empty() ? "metadata" : action;
     const Role needed = action.empty() ? Role::kAdmin : Role::kPredict;
-    if (auto refused = refuse_unless(request, needed)) return *refused;
+    if (auto refused = refuse_unless(request, needed)) return out->send(std::move(*refused));
     ServedModel* model = model_named(parts[2]);
-    if (!model) return error_response(404, "no served model is named '" + parts[2] + "'");
-    if (action.empty()) return get ? model_metadata(*model, version) : method_not_allowed("GET");
-    if (action == "ready") return get ? model_ready(*model, version) : method_not_allowed("GET");
-    return post ? infer(*model, version, request) : method_not_allowed("POST");
+    if (!model) return out->send(error_response(404, "no served model is named '" + parts[2] + "'"));
+    if (action.empty()) return get ? out->send(model_metadata(*model, version)) : method_not_allowed("GET");
+    if (action == "ready") return get ? out->send(model_ready(*model, version)) : method_not_allowed("GET");
+    return post ? infer(*model, version, request, out) : method_not_allowed("POST");
   }
   // MLflow: /invocations (one served model), /models/{name}/invocations.
   if ((parts.size() == 1 && parts[0] == "invocations") ||
       (parts.size() == 3 && parts[0] == "models" && parts[2] == "invocations")) {
+    out->route = "invocations";
     if (!post) return method_not_allowed("POST");
-    if (auto refused = refuse_unless(request, Role::kPredict)) return *refused;
+    if (auto refused = refuse_unless(request, Role::kPredict)) return out->send(std::move(*refused));
     ServedModel* model = nullptr;
     if (parts.size() == 3) {
       model = model_named(parts[1]);
-      if (!model) return error_response(404, "no served model is named '" + parts[1] + "'");
+      if (!model) return out->send(error_response(404, "no served model is named '" + parts[1] + "'"));
     } else if (models_.size() == 1) {
       model = models_.front().get();
     } else {
       std::string names;
       for (const auto& m : models_) names.append(names.empty() ? "" : ", ").append(m->name());
-      return error_response(400, "several models are served (" + names +
-                                     "); post to /models/NAME/invocations to say which");
+      return out->send(error_response(400, "several models are served (" + names +
+                                               "); post to /models/NAME/invocations to say which"));
     }
-    return invocations(*model, request);
+    return invocations(*model, request, out);
   }
-  return error_response(404, "no such route: " + std::string(path));
+  return out->send(error_response(404, "no such route: " + std::string(path)));
 }
 
 namespace {
@@ -383,25 +436,50 @@ HttpResponse Service::model_ready(ServedModel& model, const std::string& version
   return r;
 }
 
-HttpResponse Service::infer(ServedModel& model, const std::string& version, const HttpRequest& request) {
+void Service::submit(const std::shared_ptr<LoadedVersion>& version, const ServedModel& model, BatchJob job) {
+  if (version->batcher.submit(std::move(job), metrics_, model.name())) run_batches(version, model.name());
+}
+
+void Service::run_batches(const std::shared_ptr<LoadedVersion>& version, const std::string& name) {
+  // One batch now; the next, if any, after whatever else the threads have
+  // to do (reading requests, answering them), so a busy model cannot keep
+  // a thread from its connections.
+  if (version->batcher.run_batch(version->model, *version->predictor, metrics_, name))
+    post_([this, version, name] { run_batches(version, name); });
+}
+
+void Service::infer(ServedModel& model, const std::string& version, const HttpRequest& request,
+                    const std::shared_ptr<Responder>& out) {
   HttpResponse refusal;
   const std::shared_ptr<LoadedVersion> v = answerable(model, stores_, version, refusal);
-  if (!v) return refusal;
+  if (!v) return out->send(std::move(refusal));
   const DecodedRows rows = decode_infer_request(request.body, v->shape, options_.limits.max_rows);
   // A request in flight, holding the version it resolved to: a test stops
   // it here while an alias moves (serve_alias_test).
   fault_point("serve.answering");
-  const runs::RowPredictions predictions = predict(*v, rows);
-  HttpResponse r;
-  r.body = infer_answer(model, *v, rows, predictions);
-  add_version_header(r, *v);
-  return r;
+  runs::PreparedRows prepared = prepare(*v, rows);
+  BatchJob job;
+  job.rows = prepared.rows;
+  job.x = std::move(prepared.x);
+  job.done = [&model, v, out, id = rows.request_id, counts = prepared.counts, n = prepared.rows](
+                 std::span<const float> predictions, std::exception_ptr error) {
+    if (error) return out->fail(error);
+    try {
+      HttpResponse r;
+      r.body = infer_answer(model, *v, id, Answered{n, predictions, counts});
+      add_version_header(r, *v);
+      out->send(std::move(r));
+    } catch (...) {
+      out->fail(std::current_exception());
+    }
+  };
+  submit(v, model, std::move(job));
 }
 
-HttpResponse Service::invocations(ServedModel& model, const HttpRequest& request) {
+void Service::invocations(ServedModel& model, const HttpRequest& request, const std::shared_ptr<Responder>& out) {
   HttpResponse refusal;
   const std::shared_ptr<LoadedVersion> v = answerable(model, stores_, "", refusal);
-  if (!v) return refusal;
+  if (!v) return out->send(std::move(refusal));
   const std::string type = header_of(request.content_type);
   DecodedRows rows;
   if (type == "text/csv") rows = decode_csv_body(request.body, v->shape, options_.limits.max_rows);
@@ -409,16 +487,29 @@ HttpResponse Service::invocations(ServedModel& model, const HttpRequest& request
     rows = decode_mlflow_json(request.body, v->shape, options_.limits.max_rows);
   else
     throw RequestError(415, "Content-Type '" + type + "' is not one this route reads (application/json or text/csv)");
-  const runs::RowPredictions predictions = predict(*v, rows);
-  HttpResponse r;
-  if (header_of(request.accept) == "text/csv") {
-    r.content_type = "text/csv";
-    r.body = runs::prediction_csv(v->model, predictions.predictions, predictions.rows);
-  } else {
-    r.body = mlflow_answer(model, *v, predictions);
-  }
-  add_version_header(r, *v);
-  return r;
+  runs::PreparedRows prepared = prepare(*v, rows);
+  const bool csv = header_of(request.accept) == "text/csv";
+  BatchJob job;
+  job.rows = prepared.rows;
+  job.x = std::move(prepared.x);
+  job.done = [&model, v, out, csv, counts = prepared.counts, n = prepared.rows](std::span<const float> predictions,
+                                                                               std::exception_ptr error) {
+    if (error) return out->fail(error);
+    try {
+      HttpResponse r;
+      if (csv) {
+        r.content_type = "text/csv";
+        r.body = runs::prediction_csv(v->model, predictions, n);
+      } else {
+        r.body = mlflow_answer(model, *v, Answered{n, predictions, counts});
+      }
+      add_version_header(r, *v);
+      out->send(std::move(r));
+    } catch (...) {
+      out->fail(std::current_exception());
+    }
+  };
+  submit(v, model, std::move(job));
 }
 
 }  // namespace anneal::serve

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "anneal/serve.h"
+#include "serve/metrics.h"
 #include "serve/served_models.h"
 #include "serve/tokens.h"
 
@@ -40,16 +41,28 @@ struct HttpResponse {
 // {"limit": limit}.
 HttpResponse error_response(int status, const std::string& message, const std::string& limit = "");
 
+// Receives the answer to one request, exactly once, on whichever thread
+// made it (the one that ran its batch, for an infer).
+using Reply = std::function<void(HttpResponse)>;
+
+// Runs `work` later on one of the server's threads.
+using Post = std::function<void(std::function<void()> work)>;
+
 class Service {
  public:
   // Opens the store's connections, resolves and loads the models (logging
   // those that are not ready) and reads the tokens file. Errors as
-  // Server::Server.
-  explicit Service(const ServeOptions& options);
+  // Server::Server. `post` must stay usable while the service lives.
+  Service(const ServeOptions& options, Post post);
 
-  // The answer to `request`. Thread-safe; never throws for anything a
-  // client sends (a failure of the server itself is a 500 answer).
-  HttpResponse handle(const HttpRequest& request);
+  // Answers `request` through `reply`: at once, or for a prediction once
+  // its batch has run. `request` need only live until this returns.
+  // Thread-safe; never throws for anything a client sends (a failure of
+  // the server itself is a 500 answer).
+  void handle(const HttpRequest& request, Reply reply);
+
+  // What the server counts (GET /metrics).
+  Metrics& metrics() { return metrics_; }
 
   // Reads the tokens file again; on an error keeps the tokens it had and
   // rethrows. Thread-safe.
@@ -59,17 +72,25 @@ class Service {
 
   std::vector<std::string> model_names() const;
 
+  struct Responder;  // a request's reply, its route and its start
+
  private:
-  HttpResponse route(const HttpRequest& request);
+  void route(const HttpRequest& request, const std::shared_ptr<Responder>& out);
   // nullptr when allowed; else the 401/403 answer.
   std::unique_ptr<HttpResponse> refuse_unless(const HttpRequest& request, Role needed);
   ServedModel* model_named(const std::string& name);
   HttpResponse model_metadata(ServedModel& model, const std::string& version);
   HttpResponse model_ready(ServedModel& model, const std::string& version);
-  HttpResponse infer(ServedModel& model, const std::string& version, const HttpRequest& request);
-  HttpResponse invocations(ServedModel& model, const HttpRequest& request);
+  void infer(ServedModel& model, const std::string& version, const HttpRequest& request,
+             const std::shared_ptr<Responder>& out);
+  void invocations(ServedModel& model, const HttpRequest& request, const std::shared_ptr<Responder>& out);
+  // Queues `job` on `version`'s batcher and runs batches when no one is.
+  void submit(const std::shared_ptr<LoadedVersion>& version, const ServedModel& model, BatchJob job);
+  void run_batches(const std::shared_ptr<LoadedVersion>& version, const std::string& name);
 
   const ServeOptions& options_;
+  Post post_;
+  Metrics metrics_;
   StorePool stores_;
   std::vector<std::unique_ptr<ServedModel>> models_;
   std::map<std::string, ServedModel*, std::less<>> by_name_;

@@ -10,10 +10,16 @@
   client.py as_csv FORMAT < ANSWER
       prints the answer (FORMAT infer or mlflow) as `anneal predict`'s CSV,
       numbers as the answer's text, unconverted
-  client.py load PORT PATH BODY_FILE THREADS REQUESTS [TOKEN]
-      THREADS threads sending REQUESTS requests each, in turn; prints one
-      line per answer: "STATUS VERSION", VERSION from the answer's
-      Anneal-Model-Version header
+  client.py switch PORT PATH BODY_FILE THREADS READY_FIFO GO_FIFO
+      THREADS threads sending requests without pause, each on its own
+      connection. Once 50 are answered it writes "ready" to READY_FIFO and
+      waits for a line on GO_FIFO (the test moves the alias meanwhile);
+      each thread then sends 20 more. Prints one line per request: "PHASE
+      STATUS VERSION", PHASE "after" for a request sent once GO_FIFO was
+      read, else "before"; VERSION from the Anneal-Model-Version header.
+  client.py https PORT CA_FILE PATH
+      GET PATH over TLS, verifying the server against CA_FILE; prints the
+      status, then the body
 """
 import csv
 import http.client
@@ -101,35 +107,58 @@ def request(port, method, path, payload=None, headers=None):
     return response, data
 
 
-def load(port, path, payload, threads, requests, token):
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = "Bearer " + token
+def switch(port, path, payload, threads, ready_fifo, go_fifo):
     lines = []
     lock = threading.Lock()
+    answered = [0]
+    go = threading.Event()
+    ready = threading.Event()
 
     def worker():
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-        for _ in range(requests):
+        after = 0
+        while after < 20:
+            phase = "after" if go.is_set() else "before"
             try:
-                conn.request("POST", path, body=payload, headers=headers)
+                conn.request("POST", path, body=payload, headers={"Content-Type": "application/json"})
                 response = conn.getresponse()
                 response.read()
-                line = f"{response.status} {response.getheader('Anneal-Model-Version')}"
+                line = f"{phase} {response.status} {response.getheader('Anneal-Model-Version')}"
             except (OSError, http.client.HTTPException) as e:
-                line = f"ERROR {type(e).__name__}:{e}"
+                line = f"{phase} ERROR {type(e).__name__}:{e}"
                 conn.close()
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
             with lock:
                 lines.append(line)
+                answered[0] += 1
+                if answered[0] >= 50:
+                    ready.set()
+            if phase == "after":
+                after += 1
         conn.close()
 
     pool = [threading.Thread(target=worker) for _ in range(threads)]
     for t in pool:
         t.start()
+    ready.wait(300)
+    with open(ready_fifo, "w") as f:
+        f.write("ready\n")
+    with open(go_fifo) as f:
+        f.readline()
+    go.set()
     for t in pool:
         t.join()
     print("\n".join(lines))
+
+
+def https_get(port, ca, path):
+    import ssl
+    context = ssl.create_default_context(cafile=ca)
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=300, context=context)
+    conn.request("GET", path)
+    response = conn.getresponse()
+    print(response.status)
+    print(response.read().decode())
 
 
 def main(argv):
@@ -150,9 +179,11 @@ def main(argv):
         json.dump(body(argv[2], argv[3]), sys.stdout)
     elif command == "as_csv":
         sys.stdout.write(as_csv(argv[2], sys.stdin.read()))
-    elif command == "load":
+    elif command == "switch":
         payload = open(argv[4], "rb").read()
-        load(int(argv[2]), argv[3], payload, int(argv[5]), int(argv[6]), argv[7] if len(argv) > 7 else "")
+        switch(int(argv[2]), argv[3], payload, int(argv[5]), argv[6], argv[7])
+    elif command == "https":
+        https_get(int(argv[2]), argv[3], argv[4])
     else:
         raise SystemExit("unknown command " + command)
 

@@ -4,6 +4,7 @@
 
 PY=/usr/bin/python3
 SERVER_PIDS=()
+SERVE_GLOBAL=()  # global flags (--log-format json) for the next start_server
 SERVE_CLIENT="$(dirname "${BASH_SOURCE[0]}")/client.py"
 trap 'for p in "${SERVER_PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$WORK"' EXIT
 
@@ -18,7 +19,7 @@ start_server() {
   fifo="$WORK/$name.fifo"
   rm -f "$fifo"
   mkfifo "$fifo"
-  "$ANNEAL" serve --port 0 "$@" >"$fifo" 2>"$WORK/$name.err" &
+  "$ANNEAL" "${SERVE_GLOBAL[@]}" serve --port 0 "$@" >"$fifo" 2>"$WORK/$name.err" &
   SERVER_PID=$!
   SERVER_PIDS+=("$SERVER_PID")
   exec {SERVER_FD}<"$fifo"
@@ -58,4 +59,27 @@ expect_status() {
 # body_get EXPR: a Python expression over the JSON in $BODY (as j).
 body_get() {
   printf '%s' "$BODY" | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"
+}
+
+# wait_log FILE TEXT: blocks until FILE (a server's stderr) holds TEXT: the
+# server says it has done something asynchronous (re-read its tokens).
+# Returns 1 after 120 s, a bound no working server comes near.
+wait_log() {
+  "$PY" - "$1" "$2" <<'PY'
+import sys, time
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:
+    if sys.argv[2] in open(sys.argv[1], errors="replace").read():
+        sys.exit(0)
+    time.sleep(0.01)
+sys.exit(1)
+PY
+}
+
+# metric NAME_AND_LABELS: the value of one sample of $BASE/metrics (admin
+# token $ADMIN when set), empty when absent.
+metric() {
+  local auth=()
+  [ -n "${ADMIN:-}" ] && auth=(-H "Authorization: Bearer $ADMIN")
+  curl -sS --max-time 300 "${auth[@]}" "$BASE/metrics" | awk -v k="$1" '$1 == k { print $2 }'
 }
