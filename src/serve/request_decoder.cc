@@ -127,13 +127,11 @@ Tensor read_tensor(const json& input, std::size_t index) {
   return t;
 }
 
-DecodedRows raw_rows(const std::vector<const json*>& values, std::uint64_t rows, const InputShape& shape,
-                     const std::string& where) {
+DecodedRows raw_rows(const std::vector<const json*>& values, std::uint64_t rows, const std::string& where) {
   DecodedRows out;
   out.rows = rows;
   out.raw.reserve(values.size());
   for (const json* v : values) out.raw.push_back(raw_value(*v, where));
-  (void)shape;
   return out;
 }
 
@@ -177,7 +175,7 @@ DecodedRows decode_infer_request(std::string_view body, const InputShape& shape,
                   std::to_string(want) + " per row");
     if (!shape.delimited) {
       if (t.datatype == "BYTES") bad_request("input '" + t.name + "': the model takes numbers, not BYTES");
-      out = raw_rows(t.values, rows, shape, "input '" + t.name + "'");
+      out = raw_rows(t.values, rows, "input '" + t.name + "'");
     } else {
       out.rows = rows;
       append_header(out.csv, shape.columns);
@@ -273,7 +271,7 @@ DecodedRows decode_mlflow_json(std::string_view body, const InputShape& shape, s
                   " values per row");
     std::vector<const json*> values;
     for (const auto& row : rows) values.insert(values.end(), row.begin(), row.end());
-    return raw_rows(values, out.rows, shape, "data");
+    return raw_rows(values, out.rows, "data");
   }
   append_header(out.csv, names);
   for (const auto& row : rows) {
