@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "anneal/catalog_watch.h"
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
 #include "anneal/model_inputs.h"
@@ -27,6 +28,12 @@ StorePool::Lease StorePool::lease() {
     }
   }
   return Lease(*this, std::make_unique<Store>(Store::open(root_, access_)));
+}
+
+std::int64_t StorePool::catalog_version() {
+  std::lock_guard lock(watch_mutex_);
+  if (!watch_) watch_ = std::make_unique<Store>(Store::open(root_, access_));
+  return catalog_data_version(*watch_);
 }
 
 namespace {
@@ -64,6 +71,23 @@ ServedModel::ServedModel(ModelRef ref, BackendOptions compute, BatchLimits batch
       metrics_(metrics) {}
 
 Resolution ServedModel::resolve(StorePool& stores) {
+  // Read before the catalog is: a commit after this read moves the counter
+  // again, and the next request reads the catalog anew.
+  const std::int64_t seen = stores.catalog_version();
+  {
+    std::lock_guard lock(state_mutex_);
+    if (resolved_ && resolved_at_ == seen) {
+      if (resolved_id_ == 0) return {nullptr, unresolved_};
+      if (loaded_ && loaded_->record.id == resolved_id_) return {loaded_, ""};
+      if (failed_id_ == resolved_id_) return {nullptr, failed_reason_};
+    }
+  }
+  auto remember = [&](std::int64_t id, const std::string& why) {
+    resolved_ = true;
+    resolved_at_ = seen;
+    resolved_id_ = id;
+    unresolved_ = why;
+  };
   ModelRecord record;
   {
     StorePool::Lease lease = stores.lease();
@@ -72,13 +96,21 @@ Resolution ServedModel::resolve(StorePool& stores) {
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kNotFound) throw;
       metrics_.model_state(name_, 0, false);
+      std::lock_guard lock(state_mutex_);
+      remember(0, e.what());
       return {nullptr, e.what()};
     }
   }
   auto known = [&]() -> std::optional<Resolution> {
     std::lock_guard lock(state_mutex_);
-    if (loaded_ && loaded_->record.id == record.id) return Resolution{loaded_, ""};
-    if (failed_id_ == record.id) return Resolution{nullptr, failed_reason_};
+    if (loaded_ && loaded_->record.id == record.id) {
+      remember(record.id, "");
+      return Resolution{loaded_, ""};
+    }
+    if (failed_id_ == record.id) {
+      remember(record.id, "");
+      return Resolution{nullptr, failed_reason_};
+    }
     return std::nullopt;
   };
   if (auto answer = known()) return *answer;
@@ -95,6 +127,7 @@ Resolution ServedModel::resolve(StorePool& stores) {
     reason = "model " + record.ref() + " cannot be loaded: " + e.what();
   }
   std::lock_guard lock(state_mutex_);
+  remember(record.id, "");
   if (version) {
     const std::string previous = loaded_ ? loaded_->record.ref() : "";
     loaded_ = version;

@@ -50,11 +50,18 @@ class StorePool {
   };
   Lease lease();
 
+  // The catalog's change counter (anneal/catalog_watch.h), read on a
+  // connection of its own that never writes: it differs from the last one
+  // read whenever anything was committed to the catalog in between.
+  std::int64_t catalog_version();
+
  private:
   std::filesystem::path root_;
   StoreAccess access_;
   std::mutex mutex_;
   std::vector<std::unique_ptr<Store>> idle_;
+  std::mutex watch_mutex_;
+  std::unique_ptr<Store> watch_;
 };
 
 // Prepared rows waiting for a forward pass, and what to do with their
@@ -130,7 +137,10 @@ class ServedModel {
   // Resolves the reference in the catalog now and returns the version it
   // points at, loading that version when it is not the one loaded (once:
   // concurrent callers wait for that load). A version that failed to load
-  // is not tried again until the reference moves. Thread-safe.
+  // is not tried again until the reference moves. The catalog is read again
+  // only when its change counter has moved since the last resolution, so
+  // a request that starts after an alias move has committed always sees
+  // it, and the others cost a counter read. Thread-safe.
   Resolution resolve(StorePool& stores);
 
  private:
@@ -145,6 +155,11 @@ class ServedModel {
   std::shared_ptr<LoadedVersion> loaded_;
   std::int64_t failed_id_ = 0;
   std::string failed_reason_;
+  // The last resolution: the catalog counter read before it, the model id
+  // it found (0: none, unresolved_ says why).
+  bool resolved_ = false;
+  std::int64_t resolved_at_ = 0, resolved_id_ = 0;
+  std::string unresolved_;
 };
 
 // `rows` read and preprocessed for `version`'s model, by anneal/prediction.h
