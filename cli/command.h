@@ -75,5 +75,7 @@ void add_quantize_commands(std::vector<Command>& out);
 void add_job_commands(std::vector<Command>& out);
 // Defined in audit_commands.cc (audit log, audit verify).
 void add_audit_commands(std::vector<Command>& out);
+// Defined in serve_commands.cc (serve).
+void add_serve_commands(std::vector<Command>& out);
 
 }  // namespace anneal::cli

@@ -11,6 +11,7 @@ const std::vector<Command>& commands() {
     add_quantize_commands(all);
     add_job_commands(all);
     add_audit_commands(all);
+    add_serve_commands(all);
     return all;
   }();
   return kCommands;

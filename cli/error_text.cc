@@ -54,6 +54,8 @@ const char* flag_of(Subject subject) {
     case Subject::kFinetuneLearningRate: return "--lr";
     case Subject::kFinetuneData: return "--data";
     case Subject::kDateFormat: return "--date-format";
+    case Subject::kTokensFile: return "--tokens";
+    case Subject::kListenAddress: return "--bind";
   }
   return "";
 }

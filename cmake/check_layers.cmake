@@ -3,6 +3,7 @@
 #   cli/            parse and print            public headers only
 #   quantize/       compression of models      public headers only
 #   src/runs, jobs  tie store and engine       common, store, engine, runs
+#   src/serve       models over HTTP           common, store, engine, runs, serve
 #   src/engine      the engine                 common, engine
 #   store/          the store                  common, store
 #   base/           hashes (anneal_base)       common
@@ -17,10 +18,11 @@
 cmake_minimum_required(VERSION 3.25)
 
 set(common   error spelling fault_point report version build_info hash weights_hash)
-set(store    store object_store encryption catalog_runs catalog_jobs datasets dataset_rows data_check formats delimited_scan input_stream table chunker maintenance fs audit)
+set(store    store object_store encryption catalog_runs catalog_jobs catalog_watch datasets dataset_rows data_check formats delimited_scan input_stream table chunker maintenance fs audit)
 set(engine   tensor backend backend_plugin communicator communicator_plugin device layers network loss optimizer trainer linear boosted_trees sample_source)
-set(runs     runs config jobs model_metrics preprocess model_file model_kind model_inputs scoring run_report onnx_export)
+set(runs     runs config jobs model_metrics preprocess model_file model_kind model_inputs scoring run_report onnx_export prediction)
 set(quantize quantize)
+set(serve    serve)
 
 # Per source layer: its files, the public-header layers it may include, and
 # the internal include prefixes it may use (<local>: a same-directory include
@@ -40,8 +42,11 @@ set(runs_internal runs/ jobs/)
 set(quantize_files    quantize/*.cc quantize/*.h)
 set(quantize_may      common store engine runs quantize)
 set(quantize_internal <local>)
+set(serve_files    src/serve/*.cc src/serve/*.h)
+set(serve_may      common store engine runs serve)
+set(serve_internal serve/)
 set(cli_files    cli/*.cc cli/*.h)
-set(cli_may      common store engine runs quantize)
+set(cli_may      common store engine runs quantize serve)
 set(cli_internal <local>)
 # A public header may include the public headers its own layer may.
 set(common_may common)
@@ -49,7 +54,7 @@ set(common_may common)
 set(violations "")
 
 function(layer_of header out)
-  foreach(layer common store engine runs quantize)
+  foreach(layer common store engine runs quantize serve)
     if(header IN_LIST ${layer})
       set(${out} ${layer} PARENT_SCOPE)
       return()
@@ -101,7 +106,7 @@ function(check_file file allowed_layers allowed_prefixes)
   set(violations "${violations}" PARENT_SCOPE)
 endfunction()
 
-foreach(layer base store engine runs quantize cli)
+foreach(layer base store engine runs quantize serve cli)
   set(globs "")
   foreach(glob IN LISTS ${layer}_files)
     list(APPEND globs "${ROOT}/${glob}")

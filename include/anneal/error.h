@@ -107,6 +107,8 @@ enum class Subject {
   kFinetuneLearningRate, // its learning rate
   kFinetuneData,         // the dataset pruning fine-tunes on
   kDateFormat,           // a date format an import is given (for one column or any)
+  kTokensFile,           // the file of bearer tokens a server accepts
+  kListenAddress,        // the address a server listens on
 };
 
 // What the user can do about an error, as a concept. The message ends with
@@ -235,6 +237,8 @@ inline const char* subject_name(Subject subject) {
     case Subject::kFinetuneLearningRate: return "the fine-tuning learning rate";
     case Subject::kFinetuneData: return "the fine-tuning data";
     case Subject::kDateFormat: return "the date format";
+    case Subject::kTokensFile: return "the tokens file";
+    case Subject::kListenAddress: return "the listening address";
   }
   return "";
 }

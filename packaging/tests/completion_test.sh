@@ -75,6 +75,9 @@ expect "anneal data export iris@v1 -o " "iris.csv notes.txt subdir"
 expect "anneal train " "iris.csv notes.txt subdir"
 expect "anneal data show " ""
 expect "anneal init " ""
+expect_has "anneal serve --" --model --bind --port --tokens --max-body-bytes --max-rows --request-timeout
+expect "anneal serve --tokens " "iris.csv notes.txt subdir"
+expect "anneal serve --port " ""
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures completion checks failed" >&2

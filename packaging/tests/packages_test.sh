@@ -142,7 +142,7 @@ trap 'rm -rf "$work"' EXIT
 # What the issue asks each package to install.
 common="/usr/bin/anneal /usr/share/man/man1/anneal.1.gz /usr/share/bash-completion/completions/anneal
 /usr/share/doc/anneal/examples/iris.ini /usr/share/doc/anneal/examples/fmnist-mlp.ini /etc/anneal/retrain.d"
-units="anneal-worker.service anneal-retrain@.service anneal-retrain@.timer"
+units="anneal-worker.service anneal-serve.service anneal-retrain@.service anneal-retrain@.timer"
 deb_files=$(dpkg-deb -c "$deb" | awk '{print $6}' | sed 's|^\.||; s|/$||')
 rpm_files=$(rpm -qlp "$rpm" 2>/dev/null)
 for f in $common /usr/share/doc/anneal/copyright /usr/share/doc/anneal/changelog.gz; do

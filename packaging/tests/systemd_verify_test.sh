@@ -21,7 +21,7 @@ for component in main deb; do
 done
 
 failures=0
-units="anneal-worker.service anneal-retrain@nightly.service anneal-retrain@nightly.timer"
+units="anneal-worker.service anneal-serve.service anneal-retrain@nightly.service anneal-retrain@nightly.timer"
 paths=""
 for unit in $units; do paths="$paths /lib/systemd/system/$unit"; done
 # shellcheck disable=SC2086
@@ -35,7 +35,7 @@ fi
 
 # The sandbox as systemd rates it: exposure at most 2.0 of 10 ("OK"; the
 # units are at 1.4 now). --threshold counts in tenths.
-for unit in anneal-worker.service anneal-retrain@nightly.service; do
+for unit in anneal-worker.service anneal-serve.service anneal-retrain@nightly.service; do
   if ! out=$(systemd-analyze security --offline=true --root="$root" --threshold=20 "$unit" 2>&1); then
     echo "FAIL: $unit exposure above 2.0:" >&2
     echo "$out" | tail -n 1 >&2
@@ -44,7 +44,7 @@ for unit in anneal-worker.service anneal-retrain@nightly.service; do
 done
 
 # The settings the issue asks for, spelled as it asks.
-for unit in anneal-worker.service anneal-retrain@nightly.service; do
+for unit in anneal-worker.service anneal-serve.service anneal-retrain@nightly.service; do
   for want in "User=anneal" "Environment=ANNEAL_HOME=/var/lib/anneal" "NoNewPrivileges=yes" \
               "ProtectSystem=strict" "ProtectHome=yes" "PrivateTmp=yes" \
               "ReadWritePaths=/var/lib/anneal"; do

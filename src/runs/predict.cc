@@ -27,6 +27,7 @@
 #include "anneal/fs.h"
 #include "anneal/input_stream.h"
 #include "anneal/model_inputs.h"
+#include "anneal/prediction.h"
 #include "anneal/runs.h"
 #include "runs/prediction_csv.h"
 
@@ -34,7 +35,7 @@ namespace anneal {
 namespace {
 
 // Rows per forward pass of the predictor.
-constexpr std::size_t kPassRows = 256;
+constexpr std::size_t kPassRows = runs::kPredictPassRows;
 // Transformed rows held at once, at least one pass: one-hot columns make a
 // transformed row many times its raw size, so a batch is expanded a piece
 // at a time. Passes of a piece run back to back: with forward passes and
@@ -215,12 +216,79 @@ class BatchPredictor {
 
 }  // namespace
 
+namespace runs {
+
+bool reads_delimited_rows(const ModelFile& model) {
+  return model.dataset_format == "csv" || model.dataset_format == "tsv";
+}
+
+ParseOptions prediction_parse_options(const ModelFile& model, const std::string& display_name) {
+  ParseOptions options;
+  options.display_name = display_name;
+  options.labelled = false;
+  // Only the columns the model reads as numbers or dates are typed; every
+  // other column, one-hot ones and those it does not use, is text, so an
+  // odd value in a column the model ignores cannot fail the prediction.
+  // Date columns are read in the format the training data had, whatever
+  // the first rows of this file look like (01/02/2024 needs it).
+  std::vector<std::string> typed, read;
+  for (const auto& c : model.features.columns()) {
+    if (!c.one_hot) typed.push_back(c.column);
+    read.push_back(c.column);
+  }
+  options.typed_columns = typed;
+  // The columns the model does not use are only read past: an identifier
+  // unique per row would otherwise grow a dictionary with every row.
+  options.read_columns = read;
+  for (const auto& c : model.dataset_columns)
+    if (c.type == ColumnType::kDatetime) options.date_formats.push_back({c.name, c.datetime_format, true});
+  return options;
+}
+
+PreparedRows prepare_raw_rows(const ModelFile& model, std::span<const float> raw) {
+  const auto raw_width = static_cast<std::size_t>(model.features.input_width());
+  if (raw_width == 0 || raw.size() % raw_width != 0)
+    throw data_error(std::to_string(raw.size()) + " values are not whole rows of " + std::to_string(raw_width));
+  PreparedRows result;
+  result.rows = raw.size() / raw_width;
+  // The transform is row by row: one call over every row gives what
+  // BatchPredictor's pieces give.
+  result.x = model.features.apply(raw, result.counts);
+  return result;
+}
+
+PreparedRows prepare_rows(const ModelFile& model, std::string_view text, char delimiter,
+                          const std::string& display_name) {
+  const Table table = parse_delimited(text, delimiter, prediction_parse_options(model, display_name));
+  const std::vector<float> raw = aligned_features(table, model, display_name);
+  return prepare_raw_rows(model, raw);
+}
+
+std::vector<float> predict_prepared(const ModelFile& model, Predictor& predictor, std::span<const float> x,
+                                    std::uint64_t rows) {
+  const auto width = static_cast<std::size_t>(model.features.output_width());
+  if (x.size() != rows * width)
+    throw data_error(std::to_string(x.size()) + " values are not " + std::to_string(rows) + " rows of " +
+                     std::to_string(width));
+  std::vector<float> predictions;
+  // Passes of kPassRows counted from the first row, as BatchPredictor runs
+  // them: a row's pass holds the rows predict_file's would.
+  for (std::size_t row = 0; row < rows; row += kPassRows) {
+    const std::size_t take = std::min<std::size_t>(kPassRows, rows - row);
+    const std::vector<float> pass = predictor.predict(x.subspan(row * width, take * width));
+    predictions.insert(predictions.end(), pass.begin(), pass.end());
+  }
+  return predictions;
+}
+
+}  // namespace runs
+
 PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesystem::path& input,
                            const std::filesystem::path& out, bool force, const BackendOptions& compute) {
   PredictResult result;
   result.model = find_model(store, ref);
   runs::ModelFile model = runs::load_model(store, result.model);
-  if (model.dataset_format != "csv" && model.dataset_format != "tsv")
+  if (!runs::reads_delimited_rows(model))
     throw usage_error(Subject::kPredictInput, ": prediction reads CSV/TSV files; model " + result.model.ref() +
                                                  " was trained on " + model.dataset_format +
                                                  " data (evaluate it on an imported version instead)");
@@ -251,25 +319,7 @@ PredictResult predict_file(Store& store, const ModelRef& ref, const std::filesys
   Format format = detect_format(input.filename().string(), head);
   char delimiter = format == Format::kTsv ? '\t' : ',';
   if (format != Format::kCsv && format != Format::kTsv) delimiter = model.dataset_format == "tsv" ? '\t' : ',';
-  ParseOptions options;
-  options.display_name = input.string();
-  options.labelled = false;
-  // Only the columns the model reads as numbers or dates are typed; every
-  // other column, one-hot ones and those it does not use, is text, so an
-  // odd value in a column the model ignores cannot fail the prediction.
-  // Date columns are read in the format the training data had, whatever
-  // the first rows of this file look like (01/02/2024 needs it).
-  std::vector<std::string> typed, read;
-  for (const auto& c : model.features.columns()) {
-    if (!c.one_hot) typed.push_back(c.column);
-    read.push_back(c.column);
-  }
-  options.typed_columns = typed;
-  // The columns the model does not use are only read past: an identifier
-  // unique per row would otherwise grow a dictionary with every row.
-  options.read_columns = read;
-  for (const auto& c : model.dataset_columns)
-    if (c.type == ColumnType::kDatetime) options.date_formats.push_back({c.name, c.datetime_format, true});
+  const ParseOptions options = runs::prediction_parse_options(model, input.string());
 
   BackendOptions device = compute;
   device.int8 = model.int8;

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "anneal/model_kind.h"
+#include "anneal/prediction.h"
 #include "anneal/scoring.h"
 
 namespace anneal::runs {
@@ -16,14 +17,34 @@ std::string csv_field(const std::string& s) {
   return out + "\"";
 }
 
-std::string number_text(double v) {
+}  // namespace
+
+std::string prediction_number_text(double v) {
   std::ostringstream out;
   out.precision(7);
   out << v;
   return out.str();
 }
 
-}  // namespace
+PredictionAnswers prediction_answers(const ModelFile& model, std::span<const float> predictions,
+                                     std::uint64_t rows) {
+  PredictionAnswers answers;
+  answers.classification = model.labels.classification();
+  if (answers.classification) {
+    const LossKind head = model_kind(model).prediction_loss(model);
+    answers.probabilities = class_probabilities(head, predictions);
+    const auto k = static_cast<std::size_t>(model.labels.classes());
+    answers.best_class.reserve(rows);
+    for (std::uint64_t r = 0; r < rows; ++r) {
+      const float* p = answers.probabilities.data() + r * k;
+      answers.best_class.push_back(static_cast<std::size_t>(std::max_element(p, p + k) - p));
+    }
+  } else {
+    answers.values.reserve(rows);
+    for (std::uint64_t r = 0; r < rows; ++r) answers.values.push_back(model.labels.decode_value(predictions[r]));
+  }
+  return answers;
+}
 
 std::string prediction_csv_header(const ModelFile& model) {
   std::string csv = "row,prediction";
@@ -36,26 +57,27 @@ std::string prediction_csv_header(const ModelFile& model) {
 std::string prediction_csv_rows(const ModelFile& model, std::span<const float> predictions, std::uint64_t rows,
                                 std::uint64_t first_row) {
   std::string csv;
-  const bool classification = model.labels.classification();
-  const LossKind head = model_kind(model).prediction_loss(model);
-  std::vector<float> probs = classification ? class_probabilities(head, predictions) : std::vector<float>();
-  const auto k = static_cast<std::size_t>(classification ? model.labels.classes() : 1);
+  const PredictionAnswers answers = prediction_answers(model, predictions, rows);
+  const auto k = static_cast<std::size_t>(answers.classification ? model.labels.classes() : 1);
   for (std::uint64_t r = 0; r < rows; ++r) {
     csv += std::to_string(first_row + r + 1) + ",";
-    if (classification) {
-      const float* p = probs.data() + r * k;
-      auto best = static_cast<std::size_t>(std::max_element(p, p + k) - p);
-      csv += csv_field(model.labels.class_names()[best]);
+    if (answers.classification) {
+      const float* p = answers.probabilities.data() + r * k;
+      csv += csv_field(model.labels.class_names()[answers.best_class[r]]);
       for (std::size_t j = 0; j < k; ++j) {
         csv += ',';
-        csv += number_text(p[j]);
+        csv += prediction_number_text(p[j]);
       }
     } else {
-      csv += number_text(model.labels.decode_value(predictions[r]));
+      csv += prediction_number_text(answers.values[r]);
     }
     csv += "\n";
   }
   return csv;
+}
+
+std::string prediction_csv(const ModelFile& model, std::span<const float> predictions, std::uint64_t rows) {
+  return prediction_csv_header(model) + prediction_csv_rows(model, predictions, rows, 0);
 }
 
 }  // namespace anneal::runs

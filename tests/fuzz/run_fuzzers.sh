@@ -14,7 +14,7 @@ shift
 source_dir=$(cd "$(dirname "$0")" && pwd)
 seconds=${FUZZ_SECONDS:-60}
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(csv libsvm idx decompress object model checkpoint config layer_spec audit)
+[ ${#targets[@]} -eq 0 ] && targets=(csv libsvm idx decompress object model checkpoint config layer_spec audit serve_request)
 
 # Inputs past these sizes add time per run, not coverage.
 max_len() {

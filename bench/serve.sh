@@ -1,0 +1,139 @@
+#!/bin/bash
+# `anneal serve` against its peer: ONNX Runtime (onnxruntime-node) behind
+# Node's http module (bench/serve/ort_server.js), serving the same model
+# exported as ONNX, both on loopback, loaded by wrk with the same rows in the
+# same KServe V2 JSON body, at 1, 8 and 64 connections: requests per second
+# and p99 latency of each, and the ratios (goal at 64 connections: anneal's
+# throughput at least 3x, its p99 at most 1/3). Two models: the
+# Fashion-MNIST MLP (one [N,784] tensor, 8 images a request) and a tabular
+# model (bench/data/tabular's Glass table, named columns, 8 rows a
+# request); then the p50 latency of a one-row request to the tabular model
+# (goal: under 250 µs).
+#   bench/serve.sh   (ANNEAL set; SERVE_SECONDS per measurement, default 5)
+set -euo pipefail
+: "${ANNEAL:?}"
+BUILD=${BUILD:-$(dirname "$(dirname "$ANNEAL")")}
+HERE=$(dirname "$(realpath "$0")")
+. "$HERE/lib.sh"
+SECONDS_EACH=${SERVE_SECONDS:-5}
+NPM_DIR=${ANNEAL_NPM_DIR:-$BUILD/onnxruntime-node}
+
+echo "== serve: anneal serve vs ONNX Runtime (onnxruntime-node) behind node http, wrk on loopback"
+for tool in wrk node npm; do
+  command -v "$tool" >/dev/null || { echo "  skipped: no $tool (packaging/install-deps bench)"; exit 0; }
+done
+if [ ! -d "$NPM_DIR/node_modules/onnxruntime-node" ]; then
+  mkdir -p "$NPM_DIR"
+  npm install --prefix "$NPM_DIR" --ignore-scripts --no-audit --no-fund onnxruntime-node >/dev/null 2>&1 ||
+    { echo "  skipped: onnxruntime-node could not be installed (npm registry unreachable?)"; exit 0; }
+fi
+
+# --- the models ---------------------------------------------------------------
+import_fmnist
+cat >"$WORK/fmnist.ini" <<'INI'
+name    = fmnist
+dataset = fmnist
+layers  = dense(256) relu dense(128) relu dense(10)
+epochs  = 1
+seed    = 1
+INI
+"$ANNEAL" train "$WORK/fmnist.ini" >/dev/null 2>&1
+"$ANNEAL" data import glass "$HERE/data/tabular/Glass.train.csv.zst" --label Type --categorical Type >/dev/null
+cat >"$WORK/glass.ini" <<'INI'
+name    = glass
+dataset = glass
+layers  = dense(64) relu dense(32) relu dense(6)
+epochs  = 20
+seed    = 1
+INI
+"$ANNEAL" train "$WORK/glass.ini" >/dev/null 2>&1
+for m in fmnist glass; do
+  "$ANNEAL" model export "$m@v1" --format onnx -o "$WORK/$m.onnx" >/dev/null
+done
+
+# The request bodies: the same rows for both servers, in the inputs each
+# takes (anneal: KServe V2 as docs/SERVING.md says; ONNX Runtime: the
+# export's inputs, one per raw feature column, the image as [N,1,28,28]).
+"$PYTHON" - "$WORK" "$FMNIST" "$HERE/data/tabular/Glass.test.csv.zst" <<'PY'
+import csv, gzip, io, json, subprocess, sys
+work, fmnist, glass = sys.argv[1:4]
+# Fashion-MNIST: 8 test images (and 1).
+pixels = list(gzip.open(f"{fmnist}/t10k-images-idx3-ubyte.gz").read()[16:16 + 8 * 784])
+for n in (8, 1):
+    data = pixels[:n * 784]
+    json.dump({"inputs": [{"name": "input", "shape": [n, 784], "datatype": "FP32", "data": data}]},
+              open(f"{work}/fmnist-{n}.anneal.json", "w"))
+    json.dump({"inputs": [{"name": "image", "shape": [n, 1, 28, 28], "datatype": "FP32", "data": data}]},
+              open(f"{work}/fmnist-{n}.ort.json", "w"))
+# Glass: 8 test rows (and 1), every column but the label, all numeric.
+text = subprocess.run(["zstd", "-dc", glass], capture_output=True, check=True).stdout.decode()
+rows = list(csv.reader(io.StringIO(text)))
+header, rows = rows[0], rows[1:]
+cols = [j for j in range(len(header)) if header[j] != "Type"]
+for n in (8, 1):
+    body = {"inputs": [{"name": header[j], "shape": [n], "datatype": "FP32",
+                        "data": [float(r[j]) for r in rows[:n]]} for j in cols]}
+    json.dump(body, open(f"{work}/glass-{n}.anneal.json", "w"))
+    json.dump(body, open(f"{work}/glass-{n}.ort.json", "w"))
+PY
+
+# --- the servers ----------------------------------------------------------------
+mkfifo "$WORK/anneal.out" "$WORK/ort-fmnist.out" "$WORK/ort-glass.out"
+"$ANNEAL" serve --port 0 --model fmnist@v1 --model glass@v1 --threads 1 --io-threads 2 \
+  >"$WORK/anneal.out" 2>"$WORK/anneal.err" &
+ANNEAL_PID=$!
+exec {fd}<"$WORK/anneal.out"
+read -r -t 300 line <&"$fd"
+ANNEAL_PORT=${line##*:}
+pids=("$ANNEAL_PID")
+declare -A ORT_PORT
+for m in fmnist glass; do
+  node "$HERE/serve/ort_server.js" "$NPM_DIR" "$WORK/$m.onnx" >"$WORK/ort-$m.out" 2>"$WORK/ort-$m.err" &
+  pids+=($!)
+  exec {ofd}<"$WORK/ort-$m.out"
+  read -r -t 300 line <&"$ofd"
+  ORT_PORT[$m]=${line##* }
+done
+trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$WORK"' EXIT
+
+# Both answer the body before they are timed.
+for m in fmnist glass; do
+  curl -sf --max-time 60 --data-binary @"$WORK/$m-8.anneal.json" \
+    "http://127.0.0.1:$ANNEAL_PORT/v2/models/$m@v1/infer" >/dev/null || { echo "  anneal refused the $m body"; exit 1; }
+  curl -sf --max-time 60 --data-binary @"$WORK/$m-8.ort.json" "http://127.0.0.1:${ORT_PORT[$m]}/" >/dev/null ||
+    { echo "  ONNX Runtime refused the $m body: $(curl -s --data-binary @"$WORK/$m-8.ort.json" "http://127.0.0.1:${ORT_PORT[$m]}/")"; exit 1; }
+done
+
+# wrk_run URL BODY CONNECTIONS: "REQUESTS_PER_S P50_US P99_US" (errors and
+# non-2xx answers make it fail).
+wrk_run() {
+  local out threads=$(( $3 < 2 ? 1 : 2 ))
+  out=$(WRK_BODY=$2 wrk -t"$threads" -c"$3" -d"${SECONDS_EACH}s" --latency -s "$HERE/serve/post.lua" "$1")
+  if grep -qE "Non-2xx|Socket errors" <<<"$out"; then echo "wrk reported errors: $out" >&2; return 1; fi
+  "$PYTHON" - "$out" <<'PY'
+import re, sys
+out = sys.argv[1]
+def us(text):
+    value, unit = re.match(r"([\d.]+)(us|ms|s)", text).groups()
+    return float(value) * {"us": 1, "ms": 1e3, "s": 1e6}[unit]
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+p50 = us(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))
+p99 = us(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
+print(f"{rps:.0f} {p50:.0f} {p99:.0f}")
+PY
+}
+
+printf '  %-8s %5s  %12s %10s  %12s %10s  %9s %9s\n' model conns "anneal req/s" "p99 us" "ORT req/s" "p99 us" \
+  "req/s x" "p99 1/x"
+for m in fmnist glass; do
+  for c in 1 8 64; do
+    read -r a_rps _ a_p99 < <(wrk_run "http://127.0.0.1:$ANNEAL_PORT/v2/models/$m@v1/infer" "$WORK/$m-8.anneal.json" "$c")
+    read -r o_rps _ o_p99 < <(wrk_run "http://127.0.0.1:${ORT_PORT[$m]}/" "$WORK/$m-8.ort.json" "$c")
+    printf '  %-8s %5s  %12s %10s  %12s %10s  %9s %9s\n' "$m" "$c" "$a_rps" "$a_p99" "$o_rps" "$o_p99" \
+      "$("$PYTHON" -c "print(f'{$a_rps / $o_rps:.2f}')")" "$("$PYTHON" -c "print(f'{$o_p99 / max($a_p99, 1):.2f}')")"
+  done
+done
+read -r _ a_p50 _ < <(wrk_run "http://127.0.0.1:$ANNEAL_PORT/v2/models/glass@v1/infer" "$WORK/glass-1.anneal.json" 1)
+read -r _ o_p50 _ < <(wrk_run "http://127.0.0.1:${ORT_PORT[glass]}/" "$WORK/glass-1.ort.json" 1)
+echo "  one-row tabular request, 1 connection: p50 anneal ${a_p50} us, ONNX Runtime ${o_p50} us (goal: anneal under 250 us)"
+echo "  (8 rows a request; goals at 64 connections: req/s x >= 3, p99 1/x >= 3)"
