@@ -19,6 +19,7 @@
 #include "anneal/model_file.h"
 #include "anneal/model_kind.h"
 #include "anneal/scoring.h"
+#include "runs/auto_search.h"
 #include "runs/distributed.h"
 #include "runs/process_stats.h"
 #include "runs/training_data.h"
@@ -100,11 +101,13 @@ json class_weights_json(const PreparedData& data) {
   return out;
 }
 
-json lineage_json(const TrainConfig& config, const PreparedData& data, const RunRecord& run,
-                  const BackendCapabilities& backend, const std::vector<std::string>& hosts) {
+// `config_text`: the config that trained the model (a searched run's: the
+// winner's, so a retrain or warm start trains that kind again).
+json lineage_json(const TrainConfig& config, const std::string& config_text, const PreparedData& data,
+                  const RunRecord& run, const BackendCapabilities& backend, const std::vector<std::string>& hosts) {
   return {{"dataset", data.version.ref()},
           {"dataset_fingerprint", data.version.fingerprint},
-          {"config", config.to_text()},
+          {"config", config_text},
           {"seed", config.trainer.seed},
           {"threads", config.threads},
           {"device", backend.device},
@@ -379,9 +382,11 @@ Setup resolve_setup(Store& store, const TrainRequest& request) {
 //   prepare_data  the dataset's rows as sources under the memory budget;
 //   build         what the model's kind refuses, and a network's trainer;
 //   open_run      the run's record, created or reopened;
-//   fit           per kind: boost the trees, fit the linear model, or train
-//                 the network (resume_checkpoint, train_loop); each scores
-//                 the model it made on the validation and test rows;
+//   fit           layers = auto: the search (auto_search.h) chooses the
+//                 kind and its settings; then per kind: boost the trees,
+//                 fit the linear model, or train the network
+//                 (resume_checkpoint, train_loop); each scores the model it
+//                 made on the validation and test rows;
 //   finish        the summary and lineage, and the registered model.
 // A failure once the run is open records it as failed (record_failure).
 // Under mpirun the other ranks follow this one through leader_; a single
@@ -421,6 +426,12 @@ class TrainingRun {
   // Everything that can be checked without training, before a run exists.
   void resolve() {
     setup_ = resolve_setup(store_, request_);
+    if (config().auto_search && config().warm_start) {
+      auto where = config().sources.find("warm_start");
+      throw usage_error((where != config().sources.end() ? where->second + ": " : std::string()) +
+                        "warm_start: layers = auto searches from scratch; set layers to the parent's kind to "
+                        "continue from it");
+    }
     warm_ = runs::resolve_warm_start(store_, setup_.config, reporter_);
     lock_resumed_run();
     choose_backend();
@@ -496,6 +507,7 @@ class TrainingRun {
 
   // --- build ---------------------------------------------------------------
   void build() {
+    if (config().auto_search) return check_search();
     if (network()) return build_trainer();
     const bool trees = config().kind == runs::ModelKindId::kTrees;
     const std::string kind_words = trees ? "boosted trees" : "the linear model";
@@ -511,6 +523,22 @@ class TrainingRun {
                         ": " + layers_key + " fits on every row at once; " + data().version.ref() +
                             " does not fit memory_budget = " + memory_budget_text(result_.memory_budget) +
                             "; raise it or train a network");
+  }
+
+  // layers = auto: what the search needs, checked before the run exists.
+  void check_search() {
+    auto where = config().sources.find("layers");
+    const std::string at = where != config().sources.end() ? where->second + ": " : std::string();
+    if (leader_.communicator())
+      throw usage_error(at + "layers = auto: the search runs in one process; run it without mpirun (or with -np 1)");
+    if (!data().tabular)
+      throw usage_error(at + "layers = auto: the search chooses among models for tabular (CSV/TSV) data and " +
+                        data().version.ref() + " is " + data().version.format + "; write a layer spec (layers = ...)");
+    if (data().rows->streamed)
+      throw usage_error(Subject::kMemoryBudget,
+                        ": layers = auto fits its trials on every row at once; " + data().version.ref() +
+                            " does not fit memory_budget = " + memory_budget_text(result_.memory_budget) +
+                            "; raise it or write a layer spec");
   }
 
   void build_trainer() {
@@ -554,6 +582,10 @@ class TrainingRun {
   // --- fit -----------------------------------------------------------------
   void fit() {
     model_ = model_shell(data());
+    if (config().auto_search) {
+      search();
+      if (network()) build_trainer();
+    }
     if (data().tabular && config().baseline && data().rows->streamed)
       reporter_.note("baseline: not fitted, the linear model needs every row in memory and " + data().version.ref() +
                      " streams");
@@ -567,6 +599,92 @@ class TrainingRun {
       case runs::ModelKindId::kNetwork:
         return train_network();
     }
+  }
+
+  // layers = auto: trains the portfolio's trials and makes the config the
+  // winner's (setup_.config: the run's recorded config text stays auto).
+  void search() {
+    runs::SearchOptions options;
+    options.folds = static_cast<int>(config().folds);
+    options.time_budget = config().time_budget;
+    options.max_trials = config().max_trials;
+    options.seed = config().trainer.seed;
+    options.threads = config().threads;
+    const std::vector<runs::Candidate> portfolio = runs::search_portfolio();
+    const std::vector<runs::Trial> finished = setup_.resumed ? recorded_trials() : std::vector<runs::Trial>{};
+    if (!finished.empty())
+      reporter_.note("the search's first " + std::to_string(finished.size()) + " trials finished before: " +
+                     "taking their recorded scores");
+    runs::SearchResult result = runs::run_search(
+        data(), config(), *backend_, options, reporter_, request_.stop, finished,
+        [&](const std::vector<runs::Trial>& trials) { record_trials(trials, portfolio); });
+    if (result.skipped > 0)
+      reporter_.note(result.skipped_by == "time_budget"
+                         ? "time_budget = " + config().time_budget_text + ": " + std::to_string(result.skipped) +
+                               " trials not started; a search cut by time does not repeat run to run (set "
+                               "max_trials for one that does)"
+                         : "max_trials = " + std::to_string(*config().max_trials) + ": " +
+                               std::to_string(result.skipped) + " trials of the portfolio not run");
+    const runs::Trial& won = result.trials[result.winner];
+    reporter_.note("search: " + portfolio[won.candidate].describe() + " scored best (" + result.metric + " " +
+                   metric_text(won.score) + ", " + result.scoring + "); training it on all " +
+                   std::to_string(data().train_rows()) + " training rows");
+    runs::apply_winner(result, portfolio, model_.outputs, setup_.config);
+    search_ = result.to_json(portfolio, options);
+  }
+
+  // Records the search's trials so far as a checkpoint of the run (no
+  // trainer state; step = the number of trials), so a killed search resumes
+  // without repeating them. Each record holds every trial so far: the
+  // released older ones lose nothing.
+  void record_trials(const std::vector<runs::Trial>& trials, const std::vector<runs::Candidate>& portfolio) {
+    search_trials_ = json::array();
+    for (const runs::Trial& t : trials) search_trials_.push_back(t.to_json(portfolio));
+    runs::Checkpoint c;
+    c.header = preprocessing();
+    const auto step = static_cast<std::int64_t>(trials.size());
+    c.header["run"] = run_.id;
+    c.header["step"] = step;
+    c.header["search_trials"] = search_trials_;
+    SavedCheckpoint saved = anneal::save_checkpoint(store_, run_.id, step, runs::encode_checkpoint(c), std::nullopt,
+                                                    config().keep_checkpoints, fence_);
+    if (!saved.reclaim_error.empty())
+      reporter_.suggest("search trial " + std::to_string(step) +
+                            " recorded, but removing the released checkpoints failed: " + saved.reclaim_error,
+                        Remedy::kCollectGarbage);
+    fault_point("auto.trial");
+  }
+
+  // A resumed search's finished trials: those of the newest checkpoint of
+  // the run that records them and verifies (a damaged one costs the trials
+  // since the one before it).
+  std::vector<runs::Trial> recorded_trials() {
+    const json prep = preprocessing();
+    auto checkpoints = run_checkpoints(store_, run_.id);
+    for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
+      const std::string owner = run_.label() + " checkpoint at step " + std::to_string(it->step);
+      std::optional<runs::Checkpoint> c;
+      try {
+        c = runs::decode_checkpoint(read_checkpoint(store_, *it), owner);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::kCorrupt) throw;
+        reporter_.note(std::string(e.what()) + "; trying an earlier record of the search");
+        continue;
+      }
+      if (!c->header.contains("search_trials")) continue;
+      if (c->header.value("features", json()) != prep["features"] || c->header.value("labels", json()) != prep["labels"])
+        throw corrupt(owner + ": its preprocessing differs from the one rebuilt from " + data().version.ref());
+      std::vector<runs::Trial> trials;
+      for (const json& t : c->header["search_trials"]) trials.push_back(runs::Trial::from_json(t));
+      return trials;
+    }
+    return {};
+  }
+
+  static std::string metric_text(double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.4g", v);
+    return text;
   }
 
   void fit_tree_model() {
@@ -633,6 +751,7 @@ class TrainingRun {
       }
       if (c->header.value("features", json()) != prep["features"] || c->header.value("labels", json()) != prep["labels"])
         throw corrupt(owner + ": its preprocessing differs from the one rebuilt from " + data().version.ref());
+      if (c->state.empty()) continue;  // a record of the search's trials (record_trials), not the network's
       trainer_->load_state(c->state);
       last_saved_step_ = it->step;
       reporter_.note("continuing from step " + std::to_string(trainer_->step()) + " of " +
@@ -651,6 +770,9 @@ class TrainingRun {
     c.header = preprocessing();
     c.header["run"] = run_.id;
     c.header["step"] = trainer_->step();
+    // A searched run's network carries the search's trials, so a resume
+    // after its records were released still skips the search.
+    if (!search_trials_.is_null()) c.header["search_trials"] = search_trials_;
     c.state = trainer_->save_state();
     try {
       SavedCheckpoint saved = anneal::save_checkpoint(store_, run_.id, trainer_->step(), runs::encode_checkpoint(c),
@@ -786,9 +908,15 @@ class TrainingRun {
     if (!per_class_.empty()) summary["per_class"] = per_class_;
     if (!confusion_.empty()) summary["confusion"] = confusion_;
     if (!importance_.empty()) summary["importance"] = importance_;
+    if (!search_.is_null()) summary["search"] = search_;
     if (trainer_) summary["steps"] = trainer_->step();
     summary.update(data_path_json(result_, data()));
-    json lineage = lineage_json(config(), data(), run_, backend_->capabilities(), leader_.hosts());
+    // A searched run's model records the winner's config, so a retrain
+    // trains that model again, and the search it came from beside it.
+    TrainConfig trained = config();
+    trained.auto_search = false;
+    json lineage = lineage_json(config(), trained.to_text(), data(), run_, backend_->capabilities(), leader_.hosts());
+    if (!search_.is_null()) lineage["search_config"] = config().to_text();
     lineage.update(runs::warm_start_lineage(warm_));
     result_.model = register_model(store_, run_.id, config().name, runs::encode_model(model_), lineage, metrics_,
                                    summary, fence_);
@@ -847,6 +975,8 @@ class TrainingRun {
   json per_class_ = json::object();  // {"test": {"CLASS": {"recall", ...}}, ...}
   json confusion_ = json::object();  // {"test": {"classes", "matrix"}, ...}: for the run's report
   json importance_ = json::array();  // trees: [{"column", "share"}], the largest share first
+  json search_;                      // layers = auto: the leaderboard (SearchResult::to_json), else null
+  json search_trials_;               // layers = auto: the trials recorded so far (Trial::to_json), else null
 };
 
 }  // namespace
