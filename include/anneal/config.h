@@ -27,6 +27,7 @@
 #include "anneal/device.h"
 #include "anneal/loss.h"
 #include "anneal/model_kind.h"
+#include "anneal/model_metrics.h"
 #include "anneal/trainer.h"
 
 namespace anneal {
@@ -73,6 +74,11 @@ struct TrainConfig {
   std::string time_budget_text = "2m";
   std::optional<std::int64_t> max_trials;
   std::int64_t folds = 5;
+  // A binary classifier's decision threshold is chosen on the validation
+  // rows for this metric (auto: balanced accuracy when the majority class
+  // holds more than 80% of the training rows, else accuracy; none: the most
+  // probable class).
+  ThresholdMetric threshold_metric = ThresholdMetric::kAuto;
   TreeParams trees;            // layers = trees: the booster's settings (tree_* keys)
   Device device = Device::kAuto;  // which backend trains (anneal/device.h)
   bool deterministic = true;   // BackendOptions::deterministic

@@ -262,6 +262,12 @@ const std::vector<KeyRow>& key_table() {
          if (!v.text("max_trials").empty()) c.max_trials = v.integer("max_trials", 1, 1000000);
        },
        [](const TrainConfig& c) { return c.max_trials ? std::to_string(*c.max_trials) : std::string(); }},
+      named_row({"threshold_metric", "auto",
+                 "binary classifiers: the metric the decision threshold is chosen for on the validation rows: auto "
+                 "(balanced_accuracy when the majority class exceeds 80%, else accuracy), accuracy, "
+                 "balanced_accuracy, f1 or none (the more probable class)"},
+                [](const std::string& s) { return parse_threshold_metric(s); }, threshold_metric_name,
+                ANNEAL_FIELD(threshold_metric)),
       integer_row({"folds", "5", "layers = auto: folds of the cross-validation that scores trials on small tables"}, 2, 20,
                   ANNEAL_FIELD(folds)),
       {{"label", "", "the label column; must be the one the dataset was imported with"},

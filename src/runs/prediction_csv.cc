@@ -44,7 +44,9 @@ std::string prediction_csv_rows(const ModelFile& model, std::span<const float> p
     csv += std::to_string(first_row + r + 1) + ",";
     if (classification) {
       const float* p = probs.data() + r * k;
-      auto best = static_cast<std::size_t>(std::max_element(p, p + k) - p);
+      // A binary model's decision threshold, else the most probable class.
+      auto best = k == 2 && model.threshold ? static_cast<std::size_t>(p[1] > *model.threshold)
+                                            : static_cast<std::size_t>(std::max_element(p, p + k) - p);
       csv += csv_field(model.labels.class_names()[best]);
       for (std::size_t j = 0; j < k; ++j) {
         csv += ',';

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdio>
 
 #include "anneal/boosted_trees.h"
@@ -218,9 +219,12 @@ runs::TreeModel fit_trees(PreparedData& data, const TrainConfig& config, const r
 // class of the same rows (`labels`: their class indices): recorded as
 // "<split>_majority_accuracy", with a warning when the model does no better,
 // since on an imbalanced table a high accuracy can mean nothing was learnt.
+// A binary model whose threshold was chosen for balanced accuracy or F1
+// (`by_balance`) trades accuracy for the rare class on purpose: it is judged
+// by its balanced accuracy against the majority answer's, 0.5.
 void compare_with_majority(json& metrics, const std::string& split, const std::vector<float>& labels,
-                           const LabelEncoding& encoding, Reporter& reporter) {
-  const std::string key = split + "_accuracy";
+                           const LabelEncoding& encoding, Reporter& reporter, bool by_balance) {
+  const std::string key = split + (by_balance ? "_balanced_accuracy" : "_accuracy");
   if (labels.empty() || !metrics.contains(key)) return;
   std::vector<std::uint64_t> counts(static_cast<std::size_t>(encoding.classes()), 0);
   for (float y : labels)
@@ -229,16 +233,20 @@ void compare_with_majority(json& metrics, const std::string& split, const std::v
   const double majority = static_cast<double>(*most) / static_cast<double>(labels.size());
   metrics[split + "_majority_accuracy"] = majority;
   const double accuracy = metrics[key].get<double>();
-  if (accuracy <= majority) {
+  if (accuracy <= (by_balance ? 0.5 : majority)) {
     auto g4 = [](double v) {
       char text[32];
       std::snprintf(text, sizeof text, "%.4g", v);
       return std::string(text);
     };
     const std::string name = encoding.class_names()[static_cast<std::size_t>(most - counts.begin())];
-    reporter.note("warning: " + key + " " + g4(accuracy) + " is no better than always answering '" + name + "' (" +
-                  g4(majority) + " of the " + split + " rows); see balanced_accuracy, and consider "
-                  "class_weight = balanced");
+    if (by_balance)
+      reporter.note("warning: " + key + " " + g4(accuracy) + " is no better than always answering '" + name +
+                    "' (0.5)");
+    else
+      reporter.note("warning: " + key + " " + g4(accuracy) + " is no better than always answering '" + name + "' (" +
+                    g4(majority) + " of the " + split + " rows); see balanced_accuracy, and consider "
+                    "class_weight = balanced");
   }
 }
 
@@ -260,25 +268,33 @@ json column_importance(const FeatureTransform& features, const std::vector<doubl
   return out;
 }
 
+// Given a model's predictions on the validation rows (read as `LossKind`),
+// its decision threshold, or none (TrainingRun::decide_threshold).
+using ThresholdDecider = std::function<std::optional<double>(LossKind, const std::vector<float>&)>;
+
 // The scores of `model` (any kind) on the validation and test rows, as the
 // registered model gives them (eval reproduces them), by its kind's
-// predictor on `backend`.
-json model_scores(const runs::ModelFile& model, Backend& backend, const PreparedData& data, json& per_class,
-                  json& confusion) {
+// predictor on `backend`. `decide` sets a binary model's threshold from the
+// validation predictions before anything is scored.
+json model_scores(runs::ModelFile& model, Backend& backend, const PreparedData& data, json& per_class,
+                  json& confusion, const ThresholdDecider& decide) {
   const runs::ModelKind& kind = runs::model_kind(model);
   const LossKind as = kind.prediction_loss(model);
   const std::unique_ptr<runs::KindPredictor> predictor = kind.predictor(model, backend, 256);
   json out = json::object();
-  auto add = [&](const std::string& split, const std::vector<float>& x, const std::vector<float>& y) {
-    const std::vector<float> p = predictor->predict(x);
-    out.update(runs::score(split, as, data.labels, p, y));
+  auto add = [&](const std::string& split, const std::vector<float>& p, const std::vector<float>& y) {
+    out.update(runs::score(split, as, data.labels, p, y, model.threshold));
     if (data.labels.classification()) {
-      per_class[split] = runs::score_per_class(as, data.labels, p, y);
-      confusion[split] = runs::score_confusion(as, data.labels, p, y);
+      per_class[split] = runs::score_per_class(as, data.labels, p, y, model.threshold);
+      confusion[split] = runs::score_confusion(as, data.labels, p, y, model.threshold);
     }
   };
-  if (!data.y_val.empty()) add("val", data.x_val, data.y_val);
-  if (!data.y_test.empty()) add("test", data.x_test, data.y_test);
+  if (!data.y_val.empty()) {
+    const std::vector<float> p = predictor->predict(data.x_val);
+    model.threshold = decide(as, p);
+    add("val", p, data.y_val);
+  }
+  if (!data.y_test.empty()) add("test", predictor->predict(data.x_test), data.y_test);
   return out;
 }
 
@@ -286,19 +302,28 @@ json model_scores(const runs::ModelFile& model, Backend& backend, const Prepared
 // "<prefix>_val_accuracy" etc.
 // Per-class scores go to `per_class` as {"<prefix>val": {...}, ...}.
 // With `confusion` (the linear model is the model), its confusion matrices too.
+// With `decide` (the linear model is the model), its decision threshold is
+// chosen on the validation predictions and applied; the baseline answers the
+// most probable class.
 json linear_scores(const std::string& prefix, const LinearModel& linear, const PreparedData& data, json& per_class,
-                   json* confusion = nullptr) {
+                   json* confusion = nullptr, const ThresholdDecider& decide = {},
+                   std::optional<double>* threshold = nullptr) {
   // The linear model's outputs are already probabilities per class.
   LossKind as = data.labels.classification() ? LossKind::kSoftmaxCrossEntropy : LossKind::kMeanSquaredError;
   json out = json::object();
-  auto add = [&](const std::string& split, const std::vector<float>& x, const std::vector<float>& y) {
-    std::vector<float> p = linear.predict(x);
-    out.update(runs::score(prefix + split, as, data.labels, p, y));
-    if (data.labels.classification()) per_class[prefix + split] = runs::score_per_class(as, data.labels, p, y);
-    if (confusion && data.labels.classification()) (*confusion)[split] = runs::score_confusion(as, data.labels, p, y);
+  std::optional<double> t;
+  auto add = [&](const std::string& split, const std::vector<float>& p, const std::vector<float>& y) {
+    out.update(runs::score(prefix + split, as, data.labels, p, y, t));
+    if (data.labels.classification()) per_class[prefix + split] = runs::score_per_class(as, data.labels, p, y, t);
+    if (confusion && data.labels.classification()) (*confusion)[split] = runs::score_confusion(as, data.labels, p, y, t);
   };
-  if (!data.y_val.empty()) add("val", data.x_val, data.y_val);
-  if (!data.y_test.empty()) add("test", data.x_test, data.y_test);
+  if (!data.y_val.empty()) {
+    const std::vector<float> p = linear.predict(data.x_val);
+    if (decide) t = decide(as, p);
+    add("val", p, data.y_val);
+  }
+  if (!data.y_test.empty()) add("test", linear.predict(data.x_test), data.y_test);
+  if (threshold) *threshold = t;
   return out;
 }
 
@@ -681,6 +706,45 @@ class TrainingRun {
     return {};
   }
 
+  ThresholdDecider threshold_decider() {
+    return [this](LossKind as, const std::vector<float>& p) { return decide_threshold(as, p); };
+  }
+
+  // A binary classifier's decision threshold, chosen on the validation
+  // predictions `p` (read as `as`) for threshold_metric; none for other
+  // models, without validation rows, or with threshold_metric = none.
+  // Recorded in the metrics ("decision_threshold") and the summary.
+  std::optional<double> decide_threshold(LossKind as, const std::vector<float>& p) {
+    if (!data().labels.classification() || data().labels.classes() != 2) return std::nullopt;
+    ThresholdMetric metric = config().threshold_metric;
+    if (metric == ThresholdMetric::kNone || data().y_val.empty()) return std::nullopt;
+    std::string why;
+    if (metric == ThresholdMetric::kAuto) {
+      // The class balance of the training rows (the validation rows' where
+      // the training rows were not materialized).
+      const std::vector<float>& y = data().y_train.empty() ? data().y_val : data().y_train;
+      const auto ones = static_cast<double>(std::count(y.begin(), y.end(), 1.0f));
+      const double majority = std::max(ones, static_cast<double>(y.size()) - ones) / static_cast<double>(y.size());
+      metric = majority > 0.8 ? ThresholdMetric::kBalancedAccuracy : ThresholdMetric::kAccuracy;
+      why = " (threshold_metric = auto: the majority class holds " + metric_text(100 * majority) + "% of the rows)";
+    }
+    const std::vector<float> probs = runs::class_probabilities(as, p);
+    std::vector<float> p1(data().y_val.size());
+    for (std::size_t i = 0; i < p1.size(); ++i) p1[i] = probs[2 * i + 1];
+    const ThresholdChoice choice = choose_threshold(p1, data().y_val, metric);
+    const std::string name = threshold_metric_name(metric);
+    metrics_["decision_threshold"] = choice.threshold;
+    threshold_ = {{"threshold", choice.threshold},
+                  {"metric", name},
+                  {"val_score", choice.score},
+                  {"val_score_at_0.5", choice.score_at_half}};
+    reporter_.note("decision threshold " + metric_text(choice.threshold) + ": P(" + data().labels.class_names()[1] +
+                   ") above it answers '" + data().labels.class_names()[1] + "'; chosen on the validation rows for " +
+                   name + why + ": " + metric_text(choice.score) + ", against " + metric_text(choice.score_at_half) +
+                   " at 0.5");
+    return choice.threshold;
+  }
+
   static std::string metric_text(double v) {
     char text[32];
     std::snprintf(text, sizeof text, "%.4g", v);
@@ -693,7 +757,7 @@ class TrainingRun {
     model_.outputs = model_.trees.objective == TreeObjective::kMultiSoftmax ? model_.trees.classes : 1;
     model_.weights_hash = to_hex(hash_bytes(model_.trees.booster));
     // Unprefixed val_*/test_* keys: the trees are the model.
-    metrics_.update(model_scores(model_, *backend_, data(), per_class_, confusion_));
+    metrics_.update(model_scores(model_, *backend_, data(), per_class_, confusion_, threshold_decider()));
     if (linear_) metrics_.update(linear_scores("baseline_", *linear_, data(), per_class_));
     importance_ = column_importance(data().features, model_.trees.importance);
   }
@@ -703,7 +767,7 @@ class TrainingRun {
     model_.linear_model = *linear_;
     model_.weights_hash = runs::linear_weights_hash(*linear_);
     // Unprefixed val_*/test_* keys: here the linear model is the model.
-    metrics_.update(linear_scores("", *linear_, data(), per_class_, &confusion_));
+    metrics_.update(linear_scores("", *linear_, data(), per_class_, &confusion_, threshold_decider(), &model_.threshold));
   }
 
   void train_network() {
@@ -879,10 +943,11 @@ class TrainingRun {
     const bool classification = data().labels.classification();
     auto add = [&](const std::string& split, SampleSource& rows, const std::vector<float>& y) {
       std::vector<float> p = trainer.predict(rows);
-      metrics_.update(runs::score(split, data().loss, data().labels, p, y));
+      if (split == "val") model_.threshold = decide_threshold(data().loss, p);
+      metrics_.update(runs::score(split, data().loss, data().labels, p, y, model_.threshold));
       if (classification) {
-        per_class_[split] = runs::score_per_class(data().loss, data().labels, p, y);
-        confusion_[split] = runs::score_confusion(data().loss, data().labels, p, y);
+        per_class_[split] = runs::score_per_class(data().loss, data().labels, p, y, model_.threshold);
+        confusion_[split] = runs::score_confusion(data().loss, data().labels, p, y, model_.threshold);
       }
     };
     if (data().rows->validation) {
@@ -897,8 +962,9 @@ class TrainingRun {
   // --- finish --------------------------------------------------------------
   TrainResult finish() {
     if (data().labels.classification()) {
-      compare_with_majority(metrics_, "val", data().y_val, data().labels, reporter_);
-      compare_with_majority(metrics_, "test", data().y_test, data().labels, reporter_);
+      const bool by_balance = threshold_.is_object() && threshold_.value("metric", "") != "accuracy";
+      compare_with_majority(metrics_, "val", data().y_val, data().labels, reporter_, by_balance);
+      compare_with_majority(metrics_, "test", data().y_test, data().labels, reporter_, by_balance);
     }
     result_.weights_hash = model_.weights_hash;
     result_.metrics = metrics_;
@@ -909,6 +975,7 @@ class TrainingRun {
     if (!confusion_.empty()) summary["confusion"] = confusion_;
     if (!importance_.empty()) summary["importance"] = importance_;
     if (!search_.is_null()) summary["search"] = search_;
+    if (!threshold_.is_null()) summary["threshold"] = threshold_;
     if (trainer_) summary["steps"] = trainer_->step();
     summary.update(data_path_json(result_, data()));
     // A searched run's model records the winner's config, so a retrain
@@ -977,6 +1044,7 @@ class TrainingRun {
   json importance_ = json::array();  // trees: [{"column", "share"}], the largest share first
   json search_;                      // layers = auto: the leaderboard (SearchResult::to_json), else null
   json search_trials_;               // layers = auto: the trials recorded so far (Trial::to_json), else null
+  json threshold_;                   // a binary model's decision threshold and how it was chosen, else null
 };
 
 }  // namespace
