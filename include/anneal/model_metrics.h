@@ -68,8 +68,10 @@ struct ThresholdChoice {
 // successive distinct values of p1 (and one below the least), each a float
 // value strictly below the higher of its two values (so a float32
 // comparison decides as this one does); among
-// equally good ones the one nearest 0.5 wins, so 0.5 is kept unless
-// another is strictly better. kBadData for sizes that disagree or a label
+// equally good ones the one nearest 0.5 wins. 0.5 is kept unless the best
+// beats it by more than 1/sqrt(rows) (about two standard errors of a
+// proportion on those rows), so a few validation rows do not move it by
+// chance. kBadData for sizes that disagree or a label
 // other than 0 and 1; no rows: 0.5.
 ThresholdChoice choose_threshold(std::span<const float> p1, std::span<const float> labels, ThresholdMetric metric);
 

@@ -174,6 +174,11 @@ ThresholdChoice choose_threshold(std::span<const float> p1, std::span<const floa
     }
     i = j;
   }
+  // A gain within the noise of these rows is no reason to leave 0.5.
+  if (best.score - best.score_at_half <= 1 / std::sqrt(static_cast<double>(p1.size()))) {
+    best.threshold = 0.5;
+    best.score = best.score_at_half;
+  }
   return best;
 }
 

@@ -38,9 +38,20 @@ TEST(DecisionThreshold, KeepsHalfUnlessStrictlyBetterAndChecksItsInput) {
     EXPECT_EQ(c.threshold, 0.5) << threshold_metric_name(m);
     EXPECT_DOUBLE_EQ(c.score, 1.0);
   }
-  // Accuracy on the imbalanced rows: calling both positives costs nothing
-  // here and gains two rows.
-  EXPECT_DOUBLE_EQ(choose_threshold(kP1, kY, ThresholdMetric::kAccuracy).score, 1.0);
+  // Accuracy on the imbalanced rows: calling both positives gains two rows
+  // of ten, 0.2, within 1/sqrt(10) of chance: 0.5 stays. Twenty copies of
+  // the rows make the same gain real.
+  const ThresholdChoice few = choose_threshold(kP1, kY, ThresholdMetric::kAccuracy);
+  EXPECT_EQ(few.threshold, 0.5);
+  EXPECT_DOUBLE_EQ(few.score, 0.8);
+  std::vector<float> many_p, many_y;
+  for (int copy = 0; copy < 20; ++copy) {
+    many_p.insert(many_p.end(), kP1.begin(), kP1.end());
+    many_y.insert(many_y.end(), kY.begin(), kY.end());
+  }
+  const ThresholdChoice many = choose_threshold(many_p, many_y, ThresholdMetric::kAccuracy);
+  EXPECT_DOUBLE_EQ(many.score, 1.0);
+  EXPECT_LT(many.threshold, 0.35);
   EXPECT_EQ(choose_threshold({}, {}, ThresholdMetric::kAccuracy).threshold, 0.5);
   EXPECT_THROW(choose_threshold(p, std::vector<float>{0, 1}, ThresholdMetric::kAccuracy), Error);
   EXPECT_THROW(choose_threshold(p, std::vector<float>{0, 2, 1, 1}, ThresholdMetric::kAccuracy), Error);
