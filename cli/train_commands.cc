@@ -149,6 +149,33 @@ int run_runs_list(const Invocation& inv) {
   return kExitOk;
 }
 
+// layers = auto: the search's leaderboard (the run summary's "search"),
+// every trial in the order it ran, the winner marked.
+void print_leaderboard(const json& search) {
+  const json trials = search.value("trials", json::array());
+  std::cout << "\nsearch: " << terminal_text(search.value("scoring", "")) << ", " << terminal_text(search.value("metric", ""))
+            << "; " << trials.size() << " trials in " << format_double(search.value("seconds", 0.0), 3) << " s";
+  const json by = search.value("skipped_by", json());
+  if (search.value("skipped", 0) > 0)
+    std::cout << "; " << search.value("skipped", 0) << " not run (" << terminal_text(by.is_string() ? by.get<std::string>() : "")
+              << ")";
+  std::cout << "\n";
+  std::vector<std::vector<std::string>> rows = {{"  TRIAL", "KIND", "SETTINGS", "RUNG", "BUDGET", "SCORE", "SECONDS", ""}};
+  const std::size_t winner = search.value("winner", std::size_t{0});
+  for (std::size_t i = 0; i < trials.size(); ++i) {
+    const json& t = trials[i];
+    std::string settings;
+    const json named = t.value("settings", json::object());  // items() must not outlive it
+    for (const auto& [key, value] : named.items())
+      settings += (settings.empty() ? "" : " ") + key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
+    rows.push_back({"  " + std::to_string(i + 1), t.value("kind", ""), terminal_text(settings),
+                    std::to_string(t.value("rung", 0)), format_double(t.value("budget", 0.0), 3),
+                    format_double(t.value("score", 0.0), 4), format_double(t.value("seconds", 0.0), 3),
+                    i == winner ? "<- chosen" : ""});
+  }
+  print_table(std::cout, rows);
+}
+
 int run_runs_show(const Invocation& inv) {
   Store store = Store::open(inv.global.store, inv.global.access);
   RunRecord run = find_run(store, parse_run_id(inv.args["RUN"].as<std::string>()));
@@ -211,6 +238,7 @@ int run_runs_show(const Invocation& inv) {
     for (const auto& [key, value] : run.summary["metrics"].items()) m.push_back({"  " + key, metric_text(value)});
     print_table(std::cout, m);
   }
+  if (run.summary.contains("search")) print_leaderboard(run.summary["search"]);
   std::cout << "\nconfig:\n";
   std::istringstream config(run.config_text);
   for (std::string line; std::getline(config, line);) std::cout << "  " << terminal_text(line) << "\n";

@@ -9,8 +9,9 @@
 //   lr        = 0.001
 //
 // The file is read with Boost.Program_options (key = value lines, '#'
-// comments). Every key is optional except name, dataset and layers; the
-// defaults are listed by known_config_keys(). Parsing is pure: it reads no
+// comments). Every key is optional except name and dataset (no layers:
+// layers = auto, the search of src/runs/auto_search.h); the defaults are
+// listed by known_config_keys(). Parsing is pure: it reads no
 // store and touches no file system. Thread-safe.
 #pragma once
 
@@ -26,6 +27,7 @@
 #include "anneal/device.h"
 #include "anneal/loss.h"
 #include "anneal/model_kind.h"
+#include "anneal/model_metrics.h"
 #include "anneal/trainer.h"
 
 namespace anneal {
@@ -60,6 +62,23 @@ struct TrainConfig {
   // The kind of model the run trains: a network (a layer spec), the linear
   // model (layers = linear) or boosted trees (layers = trees).
   runs::ModelKindId kind = runs::ModelKindId::kNetwork;
+  // layers = auto (or no layers key): the run searches a portfolio of
+  // linear, tree and network models (docs/TRAINING.md, "layers = auto") and
+  // trains the winner; `kind` and the winner's settings are then set by the
+  // run, on its own copy.
+  bool auto_search = false;
+  // layers = auto: seconds after which no new trial starts (nullopt: no
+  // limit; the default is 2m, or no limit when max_trials is set), the most
+  // trials (nullopt: no limit) and the folds of the cross-validation.
+  std::optional<double> time_budget = 120;
+  std::string time_budget_text = "2m";
+  std::optional<std::int64_t> max_trials;
+  std::int64_t folds = 5;
+  // A binary classifier's decision threshold is chosen on the validation
+  // rows for this metric (auto: balanced accuracy when the majority class
+  // holds more than 80% of the training rows, else accuracy; none: the most
+  // probable class).
+  ThresholdMetric threshold_metric = ThresholdMetric::kAuto;
   TreeParams trees;            // layers = trees: the booster's settings (tree_* keys)
   Device device = Device::kAuto;  // which backend trains (anneal/device.h)
   bool deterministic = true;   // BackendOptions::deterministic

@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <optional>
 
 #include "anneal/backend.h"
 #include "anneal/boosted_trees.h"
@@ -96,6 +97,10 @@ struct ModelFile {
   bool int8 = false;
   std::map<std::string, LayerScales> activation_scales;
   nlohmann::json compression = nlohmann::json::object();  // how it was made: method, sparsity, ...
+  // A binary classifier's decision threshold: class 1 when P(class 1) >
+  // threshold (chosen on validation rows, threshold_metric); unset: the
+  // most probable class. Header "threshold", present only when set.
+  std::optional<double> threshold;
 };
 
 // True when the model runs as an inference-only Network (int8, or

@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -40,8 +41,39 @@ struct ClassificationMetrics {
 // `probabilities` is rows x classes (each row a distribution), `labels` the
 // true class indices. The predicted class is the arg max (the first on
 // ties). ROC AUC (binary) ranks rows by P(class 1), ties counted as half.
+// With `threshold` (two classes only; ignored otherwise) the predicted
+// class is 1 when P(class 1) > threshold, else 0: a binary model's decision
+// threshold (0.5 gives the arg max).
 ClassificationMetrics classification_metrics(std::span<const float> probabilities,
-                                             std::span<const float> labels, std::int64_t classes);
+                                             std::span<const float> labels, std::int64_t classes,
+                                             std::optional<double> threshold = std::nullopt);
+
+// What a binary classifier's decision threshold is chosen for
+// (threshold_metric): auto (balanced accuracy when the majority class
+// holds more than 80% of the training rows, else accuracy), accuracy,
+// balanced accuracy, F1 of class 1, or none (no threshold: the arg max).
+enum class ThresholdMetric : std::uint8_t { kAuto, kAccuracy, kBalancedAccuracy, kF1, kNone };
+// "auto" | "accuracy" | "balanced_accuracy" | "f1" | "none"; kUsage otherwise.
+ThresholdMetric parse_threshold_metric(std::string_view name);
+const char* threshold_metric_name(ThresholdMetric metric);
+
+struct ThresholdChoice {
+  double threshold = 0.5;
+  double score = 0;          // the metric at `threshold`
+  double score_at_half = 0;  // the metric at 0.5 (the arg max)
+};
+// The threshold t that maximizes `metric` (not kAuto or kNone) when class 1
+// is predicted for P(class 1) > t, over the rows' P(class 1) `p1` and
+// labels (0 or 1). The candidates are 0.5 and the midpoints between
+// successive distinct values of p1 (and one below the least), each a float
+// value strictly below the higher of its two values (so a float32
+// comparison decides as this one does); among
+// equally good ones the one nearest 0.5 wins. 0.5 is kept unless the best
+// beats it by more than 1/sqrt(rows) (about two standard errors of a
+// proportion on those rows), so a few validation rows do not move it by
+// chance. kBadData for sizes that disagree or a label
+// other than 0 and 1; no rows: 0.5.
+ThresholdChoice choose_threshold(std::span<const float> p1, std::span<const float> labels, ThresholdMetric metric);
 
 struct RegressionMetrics {
   std::uint64_t rows = 0;

@@ -66,7 +66,9 @@ std::vector<float> predict_prepared(const ModelFile& model, Predictor& predictor
 
 // The answers for `rows` rows of `model`'s raw predictions, as predict's
 // CSV writes them: for a classifier, each row's predicted class (index
-// into model.labels.class_names()) and its class probabilities (rows x
+// into model.labels.class_names(); a binary model with a decision
+// threshold answers its second class when that class's probability is
+// above it) and its class probabilities (rows x
 // classes); for a regression model, each row's value in the target's
 // units. Numbers as text with 7 significant digits, the text predict's CSV
 // holds (number_text below).

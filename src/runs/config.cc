@@ -220,17 +220,56 @@ const std::vector<KeyRow>& key_table() {
       {{"dataset", "", "dataset version to train on: NAME, NAME@latest or NAME@vN (required)"},
        [](const Values& v, TrainConfig& c) { c.dataset = v.text("dataset"); },
        [](const TrainConfig& c) { return c.dataset; }},
-      {{"layers", "", "layer spec, e.g. 'dense(128) relu dense(10)'; 'linear' or 'trees' for those models (required)"},
+      {{"layers", "auto",
+        "layer spec, e.g. 'dense(128) relu dense(10)'; 'linear' or 'trees' for those models; 'auto': search linear, "
+        "trees and networks on tabular data and train the best"},
        [](const Values& v, TrainConfig& c) {
          const std::string layers = v.text("layers");
+         c.auto_search = layers == "auto" || layers.empty();
          c.kind = layers == "linear"  ? runs::ModelKindId::kLinear
                   : layers == "trees" ? runs::ModelKindId::kTrees
                                       : runs::ModelKindId::kNetwork;
-         c.trainer.layers = c.kind == runs::ModelKindId::kNetwork ? layers : "";
+         c.trainer.layers = c.kind == runs::ModelKindId::kNetwork && !c.auto_search ? layers : "";
        },
        [](const TrainConfig& c) {
+         if (c.auto_search) return std::string("auto");
          return c.kind == runs::ModelKindId::kNetwork ? c.trainer.layers : std::string(runs::model_kind(c.kind).name());
        }},
+      {{"time_budget", "2m",
+        "layers = auto: no trial starts after this duration (120s, 5m, 1h) or none; unset with max_trials: none. "
+        "A search cut by time is not reproducible"},
+       [](const Values& v, TrainConfig& c) {
+         const std::string text = v.text("time_budget");
+         c.time_budget_text = text;
+         if (text == "none" || (!v.has("time_budget") && c.max_trials)) {
+           c.time_budget.reset();
+           c.time_budget_text = "none";
+           return;
+         }
+         CheckpointEvery d;
+         try {
+           d = parse_checkpoint_every(text, "time_budget");
+         } catch (const Error&) {
+           v.bad("time_budget", "a duration such as 120s, 5m or 1h, or none");
+         }
+         if (d.seconds <= 0) v.bad("time_budget", "a duration such as 120s, 5m or 1h, or none");
+         c.time_budget = d.seconds;
+       },
+       [](const TrainConfig& c) { return c.time_budget_text; },
+       /*pass=*/1},
+      {{"max_trials", "", "layers = auto: the most trials (with a seed, the search repeats bit for bit); default: no limit"},
+       [](const Values& v, TrainConfig& c) {
+         if (!v.text("max_trials").empty()) c.max_trials = v.integer("max_trials", 1, 1000000);
+       },
+       [](const TrainConfig& c) { return c.max_trials ? std::to_string(*c.max_trials) : std::string(); }},
+      named_row({"threshold_metric", "auto",
+                 "binary classifiers: the metric the decision threshold is chosen for on the validation rows: auto "
+                 "(balanced_accuracy when the majority class exceeds 80%, else accuracy), accuracy, "
+                 "balanced_accuracy, f1 or none (the more probable class)"},
+                [](const std::string& s) { return parse_threshold_metric(s); }, threshold_metric_name,
+                ANNEAL_FIELD(threshold_metric)),
+      integer_row({"folds", "5", "layers = auto: folds of the cross-validation that scores trials on small tables"}, 2, 20,
+                  ANNEAL_FIELD(folds)),
       {{"label", "", "the label column; must be the one the dataset was imported with"},
        [](const Values& v, TrainConfig& c) { c.label = v.text("label"); },
        [](const TrainConfig& c) { return c.label; }},
@@ -569,7 +608,7 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
   TrainConfig c;
   for (const auto& [key, setting] : settings) c.sources[key] = setting.where;
   Values v(std::move(settings));
-  for (const char* required : {"name", "dataset", "layers"})
+  for (const char* required : {"name", "dataset"})
     if (!v.has(required) || v.text(required).empty())
       throw usage_error(std::string(source) + ": missing key '" + required + "'");
   // Each row reads its key into its field; a row that reads other fields

@@ -28,7 +28,7 @@ void score_predictions(const runs::ModelFile& model, const std::vector<float>& p
     result.class_names = model.labels.class_names();
     const LossKind head = runs::model_kind(model).prediction_loss(model);
     result.classification_metrics =
-        classification_metrics(runs::class_probabilities(head, predictions), y, model.labels.classes());
+        classification_metrics(runs::class_probabilities(head, predictions), y, model.labels.classes(), model.threshold);
   } else {
     std::vector<double> p(predictions.size()), t(y.size());
     for (std::size_t i = 0; i < p.size(); ++i) p[i] = model.labels.decode_value(predictions[i]);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -97,6 +98,7 @@ std::string encode_model(const ModelFile& m) {
                  {"label_column", m.label_column},
                  {"dataset_format", m.dataset_format},
                  {"weights_hash", m.weights_hash}};
+  if (m.threshold) header["threshold"] = *m.threshold;
   std::string payload;
   header["format"] = kind.encode(m, header, payload) + kFormatOfLayout;
   return frame(kModelMagic, header, payload);
@@ -126,6 +128,11 @@ ModelFile decode_model(std::string_view bytes, const std::string& owner) {
     m.label_column = h.at("label_column").get<std::string>();
     m.dataset_format = h.at("dataset_format").get<std::string>();
     m.weights_hash = h.at("weights_hash").get<std::string>();
+    if (h.contains("threshold")) {
+      m.threshold = h.at("threshold").get<double>();
+      if (!std::isfinite(*m.threshold) || m.labels.classes() != 2)
+        throw corrupt(owner + ": a decision threshold belongs to a binary classifier with a finite value");
+    }
     model_kind(m).decode(h, layout, payload, owner, m);
     return m;
   } catch (const json::exception& e) {

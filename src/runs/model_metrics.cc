@@ -9,7 +9,8 @@
 namespace anneal {
 
 ClassificationMetrics classification_metrics(std::span<const float> probabilities,
-                                             std::span<const float> labels, std::int64_t classes) {
+                                             std::span<const float> labels, std::int64_t classes,
+                                             std::optional<double> threshold) {
   if (classes < 1 || probabilities.size() != labels.size() * static_cast<std::size_t>(classes))
     throw data_error("metrics: " + std::to_string(probabilities.size()) + " predictions for " +
                      std::to_string(labels.size()) + " rows of " + std::to_string(classes) + " classes");
@@ -20,7 +21,8 @@ ClassificationMetrics classification_metrics(std::span<const float> probabilitie
   std::uint64_t correct = 0;
   for (std::size_t i = 0; i < labels.size(); ++i) {
     const float* p = probabilities.data() + i * k;
-    auto predicted = static_cast<std::size_t>(std::max_element(p, p + k) - p);
+    auto predicted = k == 2 && threshold ? static_cast<std::size_t>(p[1] > *threshold)
+                                         : static_cast<std::size_t>(std::max_element(p, p + k) - p);
     auto truth = static_cast<std::size_t>(labels[i]);
     if (labels[i] < 0 || truth >= k) throw data_error("metrics: row " + std::to_string(i + 1) + " has label outside 0.." + std::to_string(k - 1));
     ++m.confusion[truth][predicted];
@@ -85,6 +87,99 @@ ClassificationMetrics classification_metrics(std::span<const float> probabilitie
     }
   }
   return m;
+}
+
+ThresholdMetric parse_threshold_metric(std::string_view name) {
+  if (name == "auto") return ThresholdMetric::kAuto;
+  if (name == "accuracy") return ThresholdMetric::kAccuracy;
+  if (name == "balanced_accuracy") return ThresholdMetric::kBalancedAccuracy;
+  if (name == "f1") return ThresholdMetric::kF1;
+  if (name == "none") return ThresholdMetric::kNone;
+  throw usage_error("'" + std::string(name) + "': expected auto, accuracy, balanced_accuracy, f1 or none");
+}
+
+const char* threshold_metric_name(ThresholdMetric metric) {
+  switch (metric) {
+    case ThresholdMetric::kAuto: return "auto";
+    case ThresholdMetric::kAccuracy: return "accuracy";
+    case ThresholdMetric::kBalancedAccuracy: return "balanced_accuracy";
+    case ThresholdMetric::kF1: return "f1";
+    case ThresholdMetric::kNone: return "none";
+  }
+  return "none";
+}
+
+ThresholdChoice choose_threshold(std::span<const float> p1, std::span<const float> labels, ThresholdMetric metric) {
+  if (p1.size() != labels.size())
+    throw data_error("threshold: " + std::to_string(p1.size()) + " predictions for " + std::to_string(labels.size()) +
+                     " rows");
+  if (metric == ThresholdMetric::kAuto || metric == ThresholdMetric::kNone)
+    throw std::invalid_argument("choose_threshold: resolve auto and none first");
+  std::uint64_t positives = 0;
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] != 0.0f && labels[i] != 1.0f)
+      throw data_error("threshold: row " + std::to_string(i + 1) + " has a label other than 0 and 1");
+    positives += labels[i] == 1.0f;
+  }
+  const std::uint64_t negatives = labels.size() - positives;
+  // The metric with `tp` of the positives and `fp` of the negatives above the threshold.
+  auto value = [&](std::uint64_t tp, std::uint64_t fp) {
+    const double n = static_cast<double>(labels.size());
+    const double tn = static_cast<double>(negatives - fp), fn = static_cast<double>(positives - tp);
+    switch (metric) {
+      case ThresholdMetric::kAccuracy: return n > 0 ? (static_cast<double>(tp) + tn) / n : 0.0;
+      case ThresholdMetric::kBalancedAccuracy: {
+        double sum = 0;
+        int present = 0;
+        if (positives) sum += static_cast<double>(tp) / static_cast<double>(positives), ++present;
+        if (negatives) sum += tn / static_cast<double>(negatives), ++present;
+        return present ? sum / present : 0.0;
+      }
+      case ThresholdMetric::kF1: {
+        const double d = 2 * static_cast<double>(tp) + static_cast<double>(fp) + fn;
+        return d > 0 ? 2 * static_cast<double>(tp) / d : 0.0;
+      }
+      default: return 0.0;
+    }
+  };
+  auto at = [&](double t) {
+    std::uint64_t tp = 0, fp = 0;
+    for (std::size_t i = 0; i < p1.size(); ++i)
+      if (static_cast<double>(p1[i]) > t) (labels[i] == 1.0f ? tp : fp) += 1;
+    return value(tp, fp);
+  };
+  ThresholdChoice best;
+  best.score_at_half = best.score = at(0.5);
+  if (p1.empty()) return best;
+  // Sweep the distinct values from the highest down: after a value's rows,
+  // every row at or above it is predicted 1.
+  std::vector<std::size_t> order(p1.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return p1[a] > p1[b]; });
+  std::uint64_t tp = 0, fp = 0;
+  for (std::size_t i = 0; i < order.size();) {
+    const float v = p1[order[i]];
+    std::size_t j = i;
+    for (; j < order.size() && p1[order[j]] == v; ++j) (labels[order[j]] == 1.0f ? tp : fp) += 1;
+    // Rows >= v are 1, the rest 0: a threshold between v and the next lower value.
+    const double below = j < order.size() ? static_cast<double>(p1[order[j]]) : -1.0;
+    // A float, so a float32 comparison (the ONNX export's) decides every
+    // row as this double one does: below it and not below v.
+    auto t = static_cast<float>((static_cast<double>(v) + below) / 2);
+    if (t >= v) t = std::nextafter(v, -2.0f);
+    const double score = value(tp, fp);
+    if (score > best.score || (score == best.score && std::abs(t - 0.5) < std::abs(best.threshold - 0.5))) {
+      best.score = score;
+      best.threshold = t;
+    }
+    i = j;
+  }
+  // A gain within the noise of these rows is no reason to leave 0.5.
+  if (best.score - best.score_at_half <= 1 / std::sqrt(static_cast<double>(p1.size()))) {
+    best.threshold = 0.5;
+    best.score = best.score_at_half;
+  }
+  return best;
 }
 
 nlohmann::json ClassificationMetrics::to_json() const {

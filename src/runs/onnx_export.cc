@@ -256,12 +256,26 @@ void write_graph(Graph& g, onnx::GraphProto& graph, const ModelFile& model) {
   if (model.labels.classification()) {
     const auto k = model.labels.classes();
     g.node("Identity", {scores}, {"probabilities"});
-    onnx::NodeProto* argmax = g.node("ArgMax", {"probabilities"}, {g.fresh("class")});
-    attr_int(argmax, "axis", 1);
-    attr_int(argmax, "keepdims", 0);
+    std::string predicted;
+    if (k == 2 && model.threshold) {
+      // The binary model's decision threshold: class 1 when P(1) > t (t is a
+      // float value, so float32 decides as anneal does).
+      onnx::NodeProto* p1 = g.node("Gather", {"probabilities", g.int64s("class_1", {}, {1})}, {g.fresh("p1")});
+      attr_int(p1, "axis", 1);
+      const std::string above =
+          g.op("Greater", {p1->output(0), g.scalar_f(static_cast<float>(*model.threshold))}, "above_threshold");
+      onnx::NodeProto* cast = g.node("Cast", {above}, {g.fresh("class")});
+      attr_int(cast, "to", onnx::TensorProto::INT64);
+      predicted = cast->output(0);
+    } else {
+      onnx::NodeProto* argmax = g.node("ArgMax", {"probabilities"}, {g.fresh("class")});
+      attr_int(argmax, "axis", 1);
+      attr_int(argmax, "keepdims", 0);
+      predicted = argmax->output(0);
+    }
     std::vector<std::int64_t> indices;
     for (std::int64_t c = 0; c < k; ++c) indices.push_back(c);
-    onnx::NodeProto* names = g.node("LabelEncoder", {argmax->output(0)}, {"label"}, "ai.onnx.ml");
+    onnx::NodeProto* names = g.node("LabelEncoder", {predicted}, {"label"}, "ai.onnx.ml");
     attr_ints(names, "keys_int64s", indices);
     attr_strings(names, "values_strings", model.labels.class_names());
     attr_string(names, "default_string", "");

@@ -37,7 +37,10 @@ PredictionAnswers prediction_answers(const ModelFile& model, std::span<const flo
     answers.best_class.reserve(rows);
     for (std::uint64_t r = 0; r < rows; ++r) {
       const float* p = answers.probabilities.data() + r * k;
-      answers.best_class.push_back(static_cast<std::size_t>(std::max_element(p, p + k) - p));
+      // A binary model's decision threshold, else the most probable class.
+      answers.best_class.push_back(k == 2 && model.threshold
+                                       ? static_cast<std::size_t>(p[1] > *model.threshold)
+                                       : static_cast<std::size_t>(std::max_element(p, p + k) - p));
     }
   } else {
     answers.values.reserve(rows);

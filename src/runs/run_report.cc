@@ -600,6 +600,39 @@ std::string permutation_section(const Page& p) {
   return out + table({"column", "drop", "spread", ""}, rows) + "</section>\n";
 }
 
+// layers = auto: the search's leaderboard (the run summary's "search"),
+// every trial in the order it ran, the chosen one marked. Nothing for a run
+// that did not search.
+std::string search_section(const Page& p) {
+  const json search = p.run.summary.value("search", json());
+  if (!search.is_object()) return "";
+  const json trials = search.value("trials", json::array());
+  std::string out = "<section id=\"search\">\n<h2>Search</h2>\n<p class=\"note\">" +
+                    esc(std::to_string(trials.size())) + " trials scored by " + esc(json_text(search.value("scoring", json("")))) +
+                    " on " + esc(json_text(search.value("metric", json("")))) + " in " + num(search.value("seconds", 0.0)) + " s";
+  if (search.value("skipped", 0) > 0)
+    out += "; " + esc(std::to_string(search.value("skipped", 0))) + " not run (" +
+           esc(json_text(search.value("skipped_by", json("")))) + ")";
+  out += ". Successive halving: each rung keeps the best third at three times the budget.</p>\n";
+  const std::size_t winner = search.value("winner", std::size_t{0});
+  std::vector<Row> rows;
+  for (std::size_t i = 0; i < trials.size(); ++i) {
+    const json& t = trials[i];
+    std::string settings;
+    const json named = t.value("settings", json::object());  // items() must not outlive it
+    for (const auto& [key, value] : named.items())
+      settings += (settings.empty() ? "" : " ") + key + "=" + json_text(value);
+    std::string folds;
+    const json fold_scores = t.value("fold_scores", json::array());
+    for (const json& f : fold_scores) folds += (folds.empty() ? "" : " ") + num(f.get<double>());
+    rows.push_back({esc(std::to_string(i + 1)) + (i == winner ? " (chosen)" : ""), esc(t.value("kind", "")), esc(settings),
+                    esc(std::to_string(t.value("rung", 0))), num(t.value("budget", 0.0), 3), num(t.value("score", 0.0)),
+                    esc(folds), num(t.value("seconds", 0.0), 3)});
+  }
+  return out + table({"trial", "kind", "settings", "rung", "budget", "score", "fold scores", "seconds"}, rows) +
+         "</section>\n";
+}
+
 // A quantized or pruned model beside its parent: each score on the same
 // rows, and the size on disk.
 std::string parent_section(const Page& p) {
@@ -831,6 +864,7 @@ std::string run_report_html(Store& store, std::int64_t run_id) {
     html += metrics_section(p);
     html += importance_section(p);
     html += permutation_section(p);
+    html += search_section(p);
     html += parent_section(p);
     html += classes_section(p);
     html += run_section(p);

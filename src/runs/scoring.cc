@@ -16,27 +16,27 @@ std::vector<float> class_probabilities(LossKind loss, std::span<const float> pre
 }
 
 json score_per_class(LossKind loss, const LabelEncoding& labels, std::span<const float> predictions,
-                     std::span<const float> encoded_labels) {
+                     std::span<const float> encoded_labels, std::optional<double> threshold) {
   if (!labels.classification()) return json::object();
   ClassificationMetrics m =
-      classification_metrics(class_probabilities(loss, predictions), encoded_labels, labels.classes());
+      classification_metrics(class_probabilities(loss, predictions), encoded_labels, labels.classes(), threshold);
   return m.per_class_json(labels.class_names());
 }
 
 json score_confusion(LossKind loss, const LabelEncoding& labels, std::span<const float> predictions,
-                     std::span<const float> encoded_labels) {
+                     std::span<const float> encoded_labels, std::optional<double> threshold) {
   if (!labels.classification()) return nullptr;
   ClassificationMetrics m =
-      classification_metrics(class_probabilities(loss, predictions), encoded_labels, labels.classes());
+      classification_metrics(class_probabilities(loss, predictions), encoded_labels, labels.classes(), threshold);
   return {{"classes", labels.class_names()}, {"matrix", m.confusion}};
 }
 
 json score(const std::string& prefix, LossKind loss, const LabelEncoding& labels,
-           std::span<const float> predictions, std::span<const float> encoded_labels) {
+           std::span<const float> predictions, std::span<const float> encoded_labels, std::optional<double> threshold) {
   json out = json::object();
   if (labels.classification()) {
     std::vector<float> probs = class_probabilities(loss, predictions);
-    ClassificationMetrics m = classification_metrics(probs, encoded_labels, labels.classes());
+    ClassificationMetrics m = classification_metrics(probs, encoded_labels, labels.classes(), threshold);
     out[prefix + "_accuracy"] = m.accuracy;
     out[prefix + "_macro_f1"] = m.macro_f1;
     out[prefix + "_balanced_accuracy"] = m.balanced_accuracy;

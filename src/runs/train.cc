@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdio>
 #include <numeric>
 
@@ -19,6 +20,7 @@
 #include "anneal/model_file.h"
 #include "anneal/model_kind.h"
 #include "anneal/scoring.h"
+#include "runs/auto_search.h"
 #include "runs/distributed.h"
 #include "runs/permutation_importance.h"
 #include "runs/process_stats.h"
@@ -101,11 +103,13 @@ json class_weights_json(const PreparedData& data) {
   return out;
 }
 
-json lineage_json(const TrainConfig& config, const PreparedData& data, const RunRecord& run,
-                  const BackendCapabilities& backend, const std::vector<std::string>& hosts) {
+// `config_text`: the config that trained the model (a searched run's: the
+// winner's, so a retrain or warm start trains that kind again).
+json lineage_json(const TrainConfig& config, const std::string& config_text, const PreparedData& data,
+                  const RunRecord& run, const BackendCapabilities& backend, const std::vector<std::string>& hosts) {
   return {{"dataset", data.version.ref()},
           {"dataset_fingerprint", data.version.fingerprint},
-          {"config", config.to_text()},
+          {"config", config_text},
           {"seed", config.trainer.seed},
           {"threads", config.threads},
           {"device", backend.device},
@@ -216,9 +220,12 @@ runs::TreeModel fit_trees(PreparedData& data, const TrainConfig& config, const r
 // class of the same rows (`labels`: their class indices): recorded as
 // "<split>_majority_accuracy", with a warning when the model does no better,
 // since on an imbalanced table a high accuracy can mean nothing was learnt.
+// A binary model whose threshold was chosen for balanced accuracy or F1
+// (`by_balance`) trades accuracy for the rare class on purpose: it is judged
+// by its balanced accuracy against the majority answer's, 0.5.
 void compare_with_majority(json& metrics, const std::string& split, const std::vector<float>& labels,
-                           const LabelEncoding& encoding, Reporter& reporter) {
-  const std::string key = split + "_accuracy";
+                           const LabelEncoding& encoding, Reporter& reporter, bool by_balance) {
+  const std::string key = split + (by_balance ? "_balanced_accuracy" : "_accuracy");
   if (labels.empty() || !metrics.contains(key)) return;
   std::vector<std::uint64_t> counts(static_cast<std::size_t>(encoding.classes()), 0);
   for (float y : labels)
@@ -227,16 +234,20 @@ void compare_with_majority(json& metrics, const std::string& split, const std::v
   const double majority = static_cast<double>(*most) / static_cast<double>(labels.size());
   metrics[split + "_majority_accuracy"] = majority;
   const double accuracy = metrics[key].get<double>();
-  if (accuracy <= majority) {
+  if (accuracy <= (by_balance ? 0.5 : majority)) {
     auto g4 = [](double v) {
       char text[32];
       std::snprintf(text, sizeof text, "%.4g", v);
       return std::string(text);
     };
     const std::string name = encoding.class_names()[static_cast<std::size_t>(most - counts.begin())];
-    reporter.note("warning: " + key + " " + g4(accuracy) + " is no better than always answering '" + name + "' (" +
-                  g4(majority) + " of the " + split + " rows); see balanced_accuracy, and consider "
-                  "class_weight = balanced");
+    if (by_balance)
+      reporter.note("warning: " + key + " " + g4(accuracy) + " is no better than always answering '" + name +
+                    "' (0.5)");
+    else
+      reporter.note("warning: " + key + " " + g4(accuracy) + " is no better than always answering '" + name + "' (" +
+                    g4(majority) + " of the " + split + " rows); see balanced_accuracy, and consider "
+                    "class_weight = balanced");
   }
 }
 
@@ -258,25 +269,33 @@ json column_importance(const FeatureTransform& features, const std::vector<doubl
   return out;
 }
 
+// Given a model's predictions on the validation rows (read as `LossKind`),
+// its decision threshold, or none (TrainingRun::decide_threshold).
+using ThresholdDecider = std::function<std::optional<double>(LossKind, const std::vector<float>&)>;
+
 // The scores of `model` (any kind) on the validation and test rows, as the
 // registered model gives them (eval reproduces them), by its kind's
-// predictor on `backend`.
-json model_scores(const runs::ModelFile& model, Backend& backend, const PreparedData& data, json& per_class,
-                  json& confusion) {
+// predictor on `backend`. `decide` sets a binary model's threshold from the
+// validation predictions before anything is scored.
+json model_scores(runs::ModelFile& model, Backend& backend, const PreparedData& data, json& per_class,
+                  json& confusion, const ThresholdDecider& decide) {
   const runs::ModelKind& kind = runs::model_kind(model);
   const LossKind as = kind.prediction_loss(model);
   const std::unique_ptr<runs::KindPredictor> predictor = kind.predictor(model, backend, 256);
   json out = json::object();
-  auto add = [&](const std::string& split, const std::vector<float>& x, const std::vector<float>& y) {
-    const std::vector<float> p = predictor->predict(x);
-    out.update(runs::score(split, as, data.labels, p, y));
+  auto add = [&](const std::string& split, const std::vector<float>& p, const std::vector<float>& y) {
+    out.update(runs::score(split, as, data.labels, p, y, model.threshold));
     if (data.labels.classification()) {
-      per_class[split] = runs::score_per_class(as, data.labels, p, y);
-      confusion[split] = runs::score_confusion(as, data.labels, p, y);
+      per_class[split] = runs::score_per_class(as, data.labels, p, y, model.threshold);
+      confusion[split] = runs::score_confusion(as, data.labels, p, y, model.threshold);
     }
   };
-  if (!data.y_val.empty()) add("val", data.x_val, data.y_val);
-  if (!data.y_test.empty()) add("test", data.x_test, data.y_test);
+  if (!data.y_val.empty()) {
+    const std::vector<float> p = predictor->predict(data.x_val);
+    model.threshold = decide(as, p);
+    add("val", p, data.y_val);
+  }
+  if (!data.y_test.empty()) add("test", predictor->predict(data.x_test), data.y_test);
   return out;
 }
 
@@ -284,19 +303,28 @@ json model_scores(const runs::ModelFile& model, Backend& backend, const Prepared
 // "<prefix>_val_accuracy" etc.
 // Per-class scores go to `per_class` as {"<prefix>val": {...}, ...}.
 // With `confusion` (the linear model is the model), its confusion matrices too.
+// With `decide` (the linear model is the model), its decision threshold is
+// chosen on the validation predictions and applied; the baseline answers the
+// most probable class.
 json linear_scores(const std::string& prefix, const LinearModel& linear, const PreparedData& data, json& per_class,
-                   json* confusion = nullptr) {
+                   json* confusion = nullptr, const ThresholdDecider& decide = {},
+                   std::optional<double>* threshold = nullptr) {
   // The linear model's outputs are already probabilities per class.
   LossKind as = data.labels.classification() ? LossKind::kSoftmaxCrossEntropy : LossKind::kMeanSquaredError;
   json out = json::object();
-  auto add = [&](const std::string& split, const std::vector<float>& x, const std::vector<float>& y) {
-    std::vector<float> p = linear.predict(x);
-    out.update(runs::score(prefix + split, as, data.labels, p, y));
-    if (data.labels.classification()) per_class[prefix + split] = runs::score_per_class(as, data.labels, p, y);
-    if (confusion && data.labels.classification()) (*confusion)[split] = runs::score_confusion(as, data.labels, p, y);
+  std::optional<double> t;
+  auto add = [&](const std::string& split, const std::vector<float>& p, const std::vector<float>& y) {
+    out.update(runs::score(prefix + split, as, data.labels, p, y, t));
+    if (data.labels.classification()) per_class[prefix + split] = runs::score_per_class(as, data.labels, p, y, t);
+    if (confusion && data.labels.classification()) (*confusion)[split] = runs::score_confusion(as, data.labels, p, y, t);
   };
-  if (!data.y_val.empty()) add("val", data.x_val, data.y_val);
-  if (!data.y_test.empty()) add("test", data.x_test, data.y_test);
+  if (!data.y_val.empty()) {
+    const std::vector<float> p = linear.predict(data.x_val);
+    if (decide) t = decide(as, p);
+    add("val", p, data.y_val);
+  }
+  if (!data.y_test.empty()) add("test", linear.predict(data.x_test), data.y_test);
+  if (threshold) *threshold = t;
   return out;
 }
 
@@ -421,9 +449,11 @@ Setup resolve_setup(Store& store, const TrainRequest& request) {
 //   prepare_data  the dataset's rows as sources under the memory budget;
 //   build         what the model's kind refuses, and a network's trainer;
 //   open_run      the run's record, created or reopened;
-//   fit           per kind: boost the trees, fit the linear model, or train
-//                 the network (resume_checkpoint, train_loop); each scores
-//                 the model it made on the validation and test rows;
+//   fit           layers = auto: the search (auto_search.h) chooses the
+//                 kind and its settings; then per kind: boost the trees,
+//                 fit the linear model, or train the network
+//                 (resume_checkpoint, train_loop); each scores the model it
+//                 made on the validation and test rows;
 //   finish        the summary and lineage, and the registered model.
 // A failure once the run is open records it as failed (record_failure).
 // Under mpirun the other ranks follow this one through leader_; a single
@@ -463,6 +493,12 @@ class TrainingRun {
   // Everything that can be checked without training, before a run exists.
   void resolve() {
     setup_ = resolve_setup(store_, request_);
+    if (config().auto_search && config().warm_start) {
+      auto where = config().sources.find("warm_start");
+      throw usage_error((where != config().sources.end() ? where->second + ": " : std::string()) +
+                        "warm_start: layers = auto searches from scratch; set layers to the parent's kind to "
+                        "continue from it");
+    }
     warm_ = runs::resolve_warm_start(store_, setup_.config, reporter_);
     lock_resumed_run();
     choose_backend();
@@ -538,6 +574,7 @@ class TrainingRun {
 
   // --- build ---------------------------------------------------------------
   void build() {
+    if (config().auto_search) return check_search();
     if (network()) return build_trainer();
     const bool trees = config().kind == runs::ModelKindId::kTrees;
     const std::string kind_words = trees ? "boosted trees" : "the linear model";
@@ -553,6 +590,22 @@ class TrainingRun {
                         ": " + layers_key + " fits on every row at once; " + data().version.ref() +
                             " does not fit memory_budget = " + memory_budget_text(result_.memory_budget) +
                             "; raise it or train a network");
+  }
+
+  // layers = auto: what the search needs, checked before the run exists.
+  void check_search() {
+    auto where = config().sources.find("layers");
+    const std::string at = where != config().sources.end() ? where->second + ": " : std::string();
+    if (leader_.communicator())
+      throw usage_error(at + "layers = auto: the search runs in one process; run it without mpirun (or with -np 1)");
+    if (!data().tabular)
+      throw usage_error(at + "layers = auto: the search chooses among models for tabular (CSV/TSV) data and " +
+                        data().version.ref() + " is " + data().version.format + "; write a layer spec (layers = ...)");
+    if (data().rows->streamed)
+      throw usage_error(Subject::kMemoryBudget,
+                        ": layers = auto fits its trials on every row at once; " + data().version.ref() +
+                            " does not fit memory_budget = " + memory_budget_text(result_.memory_budget) +
+                            "; raise it or write a layer spec");
   }
 
   void build_trainer() {
@@ -596,6 +649,10 @@ class TrainingRun {
   // --- fit -----------------------------------------------------------------
   void fit() {
     model_ = model_shell(data());
+    if (config().auto_search) {
+      search();
+      if (network()) build_trainer();
+    }
     if (data().tabular && config().baseline && data().rows->streamed)
       reporter_.note("baseline: not fitted, the linear model needs every row in memory and " + data().version.ref() +
                      " streams");
@@ -611,13 +668,138 @@ class TrainingRun {
     }
   }
 
+  // layers = auto: trains the portfolio's trials and makes the config the
+  // winner's (setup_.config: the run's recorded config text stays auto).
+  void search() {
+    runs::SearchOptions options;
+    options.folds = static_cast<int>(config().folds);
+    options.time_budget = config().time_budget;
+    options.max_trials = config().max_trials;
+    options.seed = config().trainer.seed;
+    options.threads = config().threads;
+    const std::vector<runs::Candidate> portfolio = runs::search_portfolio();
+    const std::vector<runs::Trial> finished = setup_.resumed ? recorded_trials() : std::vector<runs::Trial>{};
+    if (!finished.empty())
+      reporter_.note("the search's first " + std::to_string(finished.size()) + " trials finished before: " +
+                     "taking their recorded scores");
+    runs::SearchResult result = runs::run_search(
+        data(), config(), *backend_, options, reporter_, request_.stop, finished,
+        [&](const std::vector<runs::Trial>& trials) { record_trials(trials, portfolio); });
+    if (result.skipped > 0)
+      reporter_.note(result.skipped_by == "time_budget"
+                         ? "time_budget = " + config().time_budget_text + ": " + std::to_string(result.skipped) +
+                               " trials not started; a search cut by time does not repeat run to run (set "
+                               "max_trials for one that does)"
+                         : "max_trials = " + std::to_string(*config().max_trials) + ": " +
+                               std::to_string(result.skipped) + " trials of the portfolio not run");
+    const runs::Trial& won = result.trials[result.winner];
+    reporter_.note("search: " + portfolio[won.candidate].describe() + " scored best (" + result.metric + " " +
+                   metric_text(won.score) + ", " + result.scoring + "); training it on all " +
+                   std::to_string(data().train_rows()) + " training rows");
+    runs::apply_winner(result, portfolio, model_.outputs, setup_.config);
+    search_ = result.to_json(portfolio, options);
+  }
+
+  // Records the search's trials so far as a checkpoint of the run (no
+  // trainer state; step = the number of trials), so a killed search resumes
+  // without repeating them. Each record holds every trial so far: the
+  // released older ones lose nothing.
+  void record_trials(const std::vector<runs::Trial>& trials, const std::vector<runs::Candidate>& portfolio) {
+    search_trials_ = json::array();
+    for (const runs::Trial& t : trials) search_trials_.push_back(t.to_json(portfolio));
+    runs::Checkpoint c;
+    c.header = preprocessing();
+    const auto step = static_cast<std::int64_t>(trials.size());
+    c.header["run"] = run_.id;
+    c.header["step"] = step;
+    c.header["search_trials"] = search_trials_;
+    SavedCheckpoint saved = anneal::save_checkpoint(store_, run_.id, step, runs::encode_checkpoint(c), std::nullopt,
+                                                    config().keep_checkpoints, fence_);
+    if (!saved.reclaim_error.empty())
+      reporter_.suggest("search trial " + std::to_string(step) +
+                            " recorded, but removing the released checkpoints failed: " + saved.reclaim_error,
+                        Remedy::kCollectGarbage);
+    fault_point("auto.trial");
+  }
+
+  // A resumed search's finished trials: those of the newest checkpoint of
+  // the run that records them and verifies (a damaged one costs the trials
+  // since the one before it).
+  std::vector<runs::Trial> recorded_trials() {
+    const json prep = preprocessing();
+    auto checkpoints = run_checkpoints(store_, run_.id);
+    for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
+      const std::string owner = run_.label() + " checkpoint at step " + std::to_string(it->step);
+      std::optional<runs::Checkpoint> c;
+      try {
+        c = runs::decode_checkpoint(read_checkpoint(store_, *it), owner);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::kCorrupt) throw;
+        reporter_.note(std::string(e.what()) + "; trying an earlier record of the search");
+        continue;
+      }
+      if (!c->header.contains("search_trials")) continue;
+      if (c->header.value("features", json()) != prep["features"] || c->header.value("labels", json()) != prep["labels"])
+        throw corrupt(owner + ": its preprocessing differs from the one rebuilt from " + data().version.ref());
+      std::vector<runs::Trial> trials;
+      for (const json& t : c->header["search_trials"]) trials.push_back(runs::Trial::from_json(t));
+      return trials;
+    }
+    return {};
+  }
+
+  ThresholdDecider threshold_decider() {
+    return [this](LossKind as, const std::vector<float>& p) { return decide_threshold(as, p); };
+  }
+
+  // A binary classifier's decision threshold, chosen on the validation
+  // predictions `p` (read as `as`) for threshold_metric; none for other
+  // models, without validation rows, or with threshold_metric = none.
+  // Recorded in the metrics ("decision_threshold") and the summary.
+  std::optional<double> decide_threshold(LossKind as, const std::vector<float>& p) {
+    if (!data().labels.classification() || data().labels.classes() != 2) return std::nullopt;
+    ThresholdMetric metric = config().threshold_metric;
+    if (metric == ThresholdMetric::kNone || data().y_val.empty()) return std::nullopt;
+    std::string why;
+    if (metric == ThresholdMetric::kAuto) {
+      // The class balance of the training rows (the validation rows' where
+      // the training rows were not materialized).
+      const std::vector<float>& y = data().y_train.empty() ? data().y_val : data().y_train;
+      const auto ones = static_cast<double>(std::count(y.begin(), y.end(), 1.0f));
+      const double majority = std::max(ones, static_cast<double>(y.size()) - ones) / static_cast<double>(y.size());
+      metric = majority > 0.8 ? ThresholdMetric::kBalancedAccuracy : ThresholdMetric::kAccuracy;
+      why = " (threshold_metric = auto: the majority class holds " + metric_text(100 * majority) + "% of the rows)";
+    }
+    const std::vector<float> probs = runs::class_probabilities(as, p);
+    std::vector<float> p1(data().y_val.size());
+    for (std::size_t i = 0; i < p1.size(); ++i) p1[i] = probs[2 * i + 1];
+    const ThresholdChoice choice = choose_threshold(p1, data().y_val, metric);
+    const std::string name = threshold_metric_name(metric);
+    metrics_["decision_threshold"] = choice.threshold;
+    threshold_ = {{"threshold", choice.threshold},
+                  {"metric", name},
+                  {"val_score", choice.score},
+                  {"val_score_at_0.5", choice.score_at_half}};
+    reporter_.note("decision threshold " + metric_text(choice.threshold) + ": P(" + data().labels.class_names()[1] +
+                   ") above it answers '" + data().labels.class_names()[1] + "'; chosen on the validation rows for " +
+                   name + why + ": " + metric_text(choice.score) + ", against " + metric_text(choice.score_at_half) +
+                   " at 0.5");
+    return choice.threshold;
+  }
+
+  static std::string metric_text(double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.4g", v);
+    return text;
+  }
+
   void fit_tree_model() {
     model_.kind = runs::ModelKindId::kTrees;
     model_.trees = fit_trees(data(), config(), warm_.used ? &warm_.parent_model : nullptr, reporter_, request_.stop);
     model_.outputs = model_.trees.objective == TreeObjective::kMultiSoftmax ? model_.trees.classes : 1;
     model_.weights_hash = runs::model_weights_hash(model_);
     // Unprefixed val_*/test_* keys: the trees are the model.
-    metrics_.update(model_scores(model_, *backend_, data(), per_class_, confusion_));
+    metrics_.update(model_scores(model_, *backend_, data(), per_class_, confusion_, threshold_decider()));
     if (linear_) metrics_.update(linear_scores("baseline_", *linear_, data(), per_class_));
     importance_ = column_importance(data().features, model_.trees.importance);
   }
@@ -627,7 +809,7 @@ class TrainingRun {
     model_.linear_model = *linear_;
     model_.weights_hash = runs::model_weights_hash(model_);
     // Unprefixed val_*/test_* keys: here the linear model is the model.
-    metrics_.update(linear_scores("", *linear_, data(), per_class_, &confusion_));
+    metrics_.update(linear_scores("", *linear_, data(), per_class_, &confusion_, threshold_decider(), &model_.threshold));
   }
 
   void train_network() {
@@ -675,6 +857,7 @@ class TrainingRun {
       }
       if (c->header.value("features", json()) != prep["features"] || c->header.value("labels", json()) != prep["labels"])
         throw corrupt(owner + ": its preprocessing differs from the one rebuilt from " + data().version.ref());
+      if (c->state.empty()) continue;  // a record of the search's trials (record_trials), not the network's
       trainer_->load_state(c->state);
       last_saved_step_ = it->step;
       reporter_.note("continuing from step " + std::to_string(trainer_->step()) + " of " +
@@ -693,6 +876,9 @@ class TrainingRun {
     c.header = preprocessing();
     c.header["run"] = run_.id;
     c.header["step"] = trainer_->step();
+    // A searched run's network carries the search's trials, so a resume
+    // after its records were released still skips the search.
+    if (!search_trials_.is_null()) c.header["search_trials"] = search_trials_;
     c.state = trainer_->save_state();
     try {
       SavedCheckpoint saved = anneal::save_checkpoint(store_, run_.id, trainer_->step(), runs::encode_checkpoint(c),
@@ -799,10 +985,11 @@ class TrainingRun {
     const bool classification = data().labels.classification();
     auto add = [&](const std::string& split, SampleSource& rows, const std::vector<float>& y) {
       std::vector<float> p = trainer.predict(rows);
-      metrics_.update(runs::score(split, data().loss, data().labels, p, y));
+      if (split == "val") model_.threshold = decide_threshold(data().loss, p);
+      metrics_.update(runs::score(split, data().loss, data().labels, p, y, model_.threshold));
       if (classification) {
-        per_class_[split] = runs::score_per_class(data().loss, data().labels, p, y);
-        confusion_[split] = runs::score_confusion(data().loss, data().labels, p, y);
+        per_class_[split] = runs::score_per_class(data().loss, data().labels, p, y, model_.threshold);
+        confusion_[split] = runs::score_confusion(data().loss, data().labels, p, y, model_.threshold);
       }
     };
     if (data().rows->validation) {
@@ -817,8 +1004,9 @@ class TrainingRun {
   // --- finish --------------------------------------------------------------
   TrainResult finish() {
     if (data().labels.classification()) {
-      compare_with_majority(metrics_, "val", data().y_val, data().labels, reporter_);
-      compare_with_majority(metrics_, "test", data().y_test, data().labels, reporter_);
+      const bool by_balance = threshold_.is_object() && threshold_.value("metric", "") != "accuracy";
+      compare_with_majority(metrics_, "val", data().y_val, data().labels, reporter_, by_balance);
+      compare_with_majority(metrics_, "test", data().y_test, data().labels, reporter_, by_balance);
     }
     result_.weights_hash = model_.weights_hash;
     result_.metrics = metrics_;
@@ -828,13 +1016,20 @@ class TrainingRun {
     if (!per_class_.empty()) summary["per_class"] = per_class_;
     if (!confusion_.empty()) summary["confusion"] = confusion_;
     if (!importance_.empty()) summary["importance"] = importance_;
+    if (!search_.is_null()) summary["search"] = search_;
+    if (!threshold_.is_null()) summary["threshold"] = threshold_;
     if (trainer_) summary["steps"] = trainer_->step();
     // After the data path's peaks: those are the training's.
     summary.update(data_path_json(result_, data()));
     if (json permutation = permutation_importance_summary(model_, *backend_, data(), config().trainer.seed);
         !permutation.is_null())
       summary["permutation_importance"] = std::move(permutation);
-    json lineage = lineage_json(config(), data(), run_, backend_->capabilities(), leader_.hosts());
+    // A searched run's model records the winner's config, so a retrain
+    // trains that model again, and the search it came from beside it.
+    TrainConfig trained = config();
+    trained.auto_search = false;
+    json lineage = lineage_json(config(), trained.to_text(), data(), run_, backend_->capabilities(), leader_.hosts());
+    if (!search_.is_null()) lineage["search_config"] = config().to_text();
     lineage.update(runs::warm_start_lineage(warm_));
     result_.model = register_model(store_, run_.id, config().name, runs::encode_model(model_), lineage, metrics_,
                                    summary, fence_);
@@ -893,6 +1088,9 @@ class TrainingRun {
   json per_class_ = json::object();  // {"test": {"CLASS": {"recall", ...}}, ...}
   json confusion_ = json::object();  // {"test": {"classes", "matrix"}, ...}: for the run's report
   json importance_ = json::array();  // trees: [{"column", "share"}], the largest share first
+  json search_;                      // layers = auto: the leaderboard (SearchResult::to_json), else null
+  json search_trials_;               // layers = auto: the trials recorded so far (Trial::to_json), else null
+  json threshold_;                   // a binary model's decision threshold and how it was chosen, else null
 };
 
 }  // namespace

@@ -37,7 +37,7 @@ expect_error 2 "did you mean 'adam'" train "$WORK/ok.ini" --set optimizer=adma
 expect_error 2 "expected a step count" train "$WORK/ok.ini" --set checkpoint_every=soon
 expect_error 2 "or set validation = FRACTION" train "$WORK/ok.ini" --set early_stop=val_loss:2
 expect_error 2 "bce needs exactly 2" train "$WORK/ok.ini" --set loss=bce
-expect_error 2 "missing key 'layers'" train <(printf 'name = x\ndataset = digits\n')
+expect_error 2 "missing key 'dataset'" train <(printf 'name = x\nlayers = linear\n')
 expect_error 2 "expected key=value" train "$WORK/ok.ini" --set lr
 expect_error 2 "cannot read" train "$WORK/none.ini"
 expect_error 1 "no run run-4" train --resume run-4

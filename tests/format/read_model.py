@@ -675,9 +675,13 @@ def cmd_predict(args):
         print(json.dumps(p.tolist()))
         return
     out = ["row,prediction" + ("".join(f",p_{c}" for c in labels["classes"]) if labels["classification"] else "")]
+    # A binary model's decision threshold (header "threshold"): class 1 when
+    # P(class 1) > threshold; without one, the most probable class.
+    threshold = header.get("threshold")
     for r in range(p.shape[0]):
         if labels["classification"]:
-            out.append(f"{r + 1},{labels['classes'][int(np.argmax(p[r]))]}," + ",".join(repr(float(v)) for v in p[r]))
+            k = int(p[r, 1] > threshold) if threshold is not None and p.shape[1] == 2 else int(np.argmax(p[r]))
+            out.append(f"{r + 1},{labels['classes'][k]}," + ",".join(repr(float(v)) for v in p[r]))
         else:
             out.append(f"{r + 1},{repr(float(p[r, 0] * labels['scale'] + labels['mean']))}")
     print("\n".join(out))

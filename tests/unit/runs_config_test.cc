@@ -74,8 +74,45 @@ TEST(RunsConfig, BadValuesSayWhereAndWhatWasExpected) {
   EXPECT_NE(error_of(kExample, {"early_stop=val_loss:2"}).find("validation"), std::string::npos);
   EXPECT_NE(error_of(kExample, {"checkpoint_every=10q"}).find("expected a step count"), std::string::npos);
   EXPECT_NE(error_of(kExample, {"nesterov=maybe"}).find("true or false"), std::string::npos);
-  EXPECT_EQ(error_of("name = x\ndataset = d\n"), "cfg.ini: missing key 'layers'");
+  EXPECT_EQ(error_of("name = x\nlayers = linear\n"), "cfg.ini: missing key 'dataset'");
   EXPECT_NE(error_of(std::string(kExample) + "lr = 0.1\n").find("set twice"), std::string::npos);
+}
+
+// Issue 31: a config without layers (or with layers = auto) searches; its
+// keys read, refuse bad values naming the key, and write back for a resume.
+TEST(RunsConfig, NoLayersMeansAutoWithItsBudgetKeys) {
+  TrainConfig c = parse_train_config("name = x\ndataset = d\n", "cfg.ini", {});
+  EXPECT_TRUE(c.auto_search);
+  EXPECT_EQ(c.time_budget, std::optional<double>(120));
+  EXPECT_FALSE(c.max_trials);
+  EXPECT_EQ(c.folds, 5);
+  EXPECT_NE(c.to_text().find("layers = auto\n"), std::string::npos) << c.to_text();
+  EXPECT_NE(c.to_text().find("time_budget = 2m\n"), std::string::npos) << c.to_text();
+  TrainConfig back = parse_train_config(c.to_text(), "recorded", {});
+  EXPECT_TRUE(back.auto_search);
+  EXPECT_EQ(back.to_text(), c.to_text());
+
+  TrainConfig trials = parse_train_config("name = x\ndataset = d\nlayers = auto\nmax_trials = 4\nfolds = 3\n", "cfg.ini", {});
+  EXPECT_EQ(trials.max_trials, std::optional<std::int64_t>(4));
+  EXPECT_FALSE(trials.time_budget) << "max_trials without a time_budget: no time limit";
+  EXPECT_EQ(trials.folds, 3);
+  EXPECT_EQ(parse_train_config(trials.to_text(), "recorded", {}).to_text(), trials.to_text());
+  TrainConfig both = parse_train_config("name = x\ndataset = d\nmax_trials = 4\ntime_budget = 5m\n", "cfg.ini", {});
+  EXPECT_EQ(both.time_budget, std::optional<double>(300));
+
+  EXPECT_EQ(error_of("name = x\ndataset = d\ntime_budget = soon\n"),
+            "cfg.ini:3: time_budget = 'soon': expected a duration such as 120s, 5m or 1h, or none");
+  EXPECT_NE(error_of("name = x\ndataset = d\n", {"time_budget=120"}).find("--set time_budget: time_budget = '120'"),
+            std::string::npos);
+  EXPECT_NE(error_of("name = x\ndataset = d\n", {"time_budget=0s"}).find("expected a duration"), std::string::npos);
+  EXPECT_NE(error_of("name = x\ndataset = d\n", {"max_trials=0"}).find("max_trials = '0'"), std::string::npos);
+  EXPECT_NE(error_of("name = x\ndataset = d\n", {"folds=1"}).find("folds = '1'"), std::string::npos);
+
+  // Every other config keeps its meaning.
+  TrainConfig network = parse_train_config(kExample, "cfg.ini", {});
+  EXPECT_FALSE(network.auto_search);
+  EXPECT_EQ(network.trainer.layers, "dense(256) relu dense(128) relu dense(10)");
+  EXPECT_FALSE(parse_train_config(network.to_text(), "recorded", {}).auto_search);
 }
 
 // Issue 29: `--set name=模型` said "invalid dataset name".

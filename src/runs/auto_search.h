@@ -1,0 +1,150 @@
+// layers = auto: anneal chooses the model. A portfolio of candidates
+// (the linear model; boosted trees at a few depths and learning rates;
+// the MLP at a few widths and learning rates) is trained by successive
+// halving: every candidate first with a small budget (boosting rounds,
+// epochs), then the best third again with three times the budget, and so
+// on until one is left at the full budget. Each trial is scored by k-fold
+// cross-validation over the training rows on small tables, else on the
+// validation split (or, without one, on one fold held out). The run then
+// trains the winner on all training rows as an ordinary model of its kind
+// (docs/TRAINING.md, "layers = auto").
+//
+// Determinism: the folds, the order of the trials and every trial's
+// training depend on the data, the config and the seed alone, so with
+// max_trials (and no time budget) a search gives the same trials and the
+// same winner run to run. A time budget cuts the search where the clock
+// says and is not reproducible.
+//
+// Internal to src/runs/. Not thread-safe: one search per thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "anneal/backend.h"
+#include "anneal/config.h"
+#include "anneal/model_kind.h"
+#include "anneal/report.h"
+#include "runs/training_data.h"
+
+namespace anneal::runs {
+
+// The fold (0..folds-1) of each of `labels.size()` rows. Classification
+// (`classes` > 0, labels are class indices): each class's rows are shuffled
+// by `seed` and dealt to the folds in turn, so every fold holds each class
+// in proportion (stratified). Regression (`classes` == 0): the rows are
+// shuffled and dealt the same way. Folds differ in size by at most one row
+// per class. Deterministic and the same on every platform (its own
+// generator, not std::shuffle). kUsage for folds < 2 or more folds than rows.
+std::vector<std::uint32_t> assign_folds(std::span<const float> labels, std::int64_t classes, int folds,
+                                        std::uint64_t seed);
+
+// One rung of successive halving: how many candidates train in it and the
+// fraction of the full budget each gets.
+struct HalvingRung {
+  std::size_t entrants = 0;
+  double budget = 1;
+};
+
+// The rungs for `candidates` (>= 1) candidates keeping the best
+// ceil(1 / eta) of each rung: entrants n, ceil(n/eta), ... down to 1, the
+// last at budget 1 and each earlier one at 1/eta of the next. One
+// candidate: one rung at the full budget.
+std::vector<HalvingRung> halving_schedule(std::size_t candidates, int eta = 3);
+
+// The indices of the `keep` best of `scores` (higher is better), best
+// first; ties go to the lower index, so the choice is deterministic.
+std::vector<std::size_t> best_indices(std::span<const double> scores, std::size_t keep);
+
+// A candidate of the portfolio and the settings it trains with.
+struct Candidate {
+  ModelKindId kind = ModelKindId::kLinear;
+  // Trees: depth and learning rate; network: hidden layers (without the
+  // output layer) and learning rate.
+  int depth = 0;
+  double learning_rate = 0;
+  std::string hidden;
+  nlohmann::json settings() const;
+  std::string describe() const;  // "trees depth 6 lr 0.1"
+};
+
+// The portfolio, in the order its trials run: the linear model (trained
+// once, at rung 0; it takes part in the final choice), then the trees, then
+// the networks.
+std::vector<Candidate> search_portfolio();
+
+// Full budgets: boosting rounds and network epochs at budget 1, and the
+// patience of each kind's early stopping.
+constexpr int kSearchTreeRounds = 1000;
+constexpr int kSearchTreePatience = 50;
+constexpr int kSearchNetworkEpochs = 100;
+constexpr int kSearchNetworkPatience = 10;
+constexpr std::int64_t kSearchNetworkBatch = 64;
+// Tables with fewer training rows than this are scored by k-fold
+// cross-validation, larger ones on the validation split.
+constexpr std::uint64_t kCrossValidationRows = 5000;
+
+// One trial: a candidate trained at one rung's budget and scored.
+struct Trial {
+  std::size_t candidate = 0;  // index into search_portfolio()
+  int rung = 0;
+  double budget = 1;          // fraction of the full budget
+  double score = 0;           // mean of fold_scores; higher is better
+  std::vector<double> fold_scores;
+  double seconds = 0;         // wall time (not part of determinism)
+  // Trees: the rounds, network: the epochs, each fold's model kept (its
+  // best on the held-out rows), averaged over the folds and rounded; 0 for
+  // the linear model. The refit trains this many when there is no
+  // validation split to stop it.
+  std::int64_t kept = 0;
+  nlohmann::json to_json(const std::vector<Candidate>& portfolio) const;
+  static Trial from_json(const nlohmann::json& j);  // kCorrupt for a malformed record
+};
+
+struct SearchOptions {
+  int folds = 5;
+  std::optional<double> time_budget;  // seconds; no new trial after it
+  std::optional<std::int64_t> max_trials;
+  std::uint64_t seed = 0;
+  int threads = 1;
+};
+
+struct SearchResult {
+  std::vector<Trial> trials;      // in the order they ran
+  std::size_t winner = 0;         // index into trials
+  std::size_t skipped = 0;        // trials not run (time budget, max_trials)
+  std::string skipped_by;         // "time_budget", "max_trials" or ""
+  std::string scoring;            // "5-fold cross-validation", "validation split", "holdout fold"
+  std::string metric;             // "accuracy" or "r2"
+  double seconds = 0;
+  nlohmann::json to_json(const std::vector<Candidate>& portfolio, const SearchOptions& options) const;
+};
+
+// Runs the search on `data`'s training rows (materialized here), networks
+// on `backend`, reporting a line per trial through `reporter`. `finished`
+// holds trials of an interrupted search of the same run (from
+// Trial::from_json): they are taken as they are instead of rerun, so a
+// resumed search ends where an uninterrupted one would. `on_trial` is
+// called after each new trial with every trial so far (to record them).
+// kFailure when `stop` is requested between folds; kUsage when the table
+// has too few rows for the folds; errors of the trainers pass through.
+SearchResult run_search(PreparedData& data, const TrainConfig& config, Backend& backend,
+                        const SearchOptions& options, Reporter& reporter, const std::stop_token& stop,
+                        const std::vector<Trial>& finished,
+                        const std::function<void(const std::vector<Trial>&)>& on_trial);
+
+// `config` made into the winner's: its kind and settings, for the refit on
+// all training rows. With a validation split the refit stops early on it
+// at the full budget; without, it trains the rounds or epochs the winner's
+// folds kept. `outputs`: the network's output width (the model's outputs).
+void apply_winner(const SearchResult& result, const std::vector<Candidate>& portfolio, std::int64_t outputs,
+                  TrainConfig& config);
+
+}  // namespace anneal::runs

@@ -1,0 +1,133 @@
+// layers = auto's pieces that decide which trials run: the folds of the
+// cross-validation (deterministic, stratified) and the successive-halving
+// schedule with its promotions (runs/auto_search.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "anneal/error.h"
+#include "runs/auto_search.h"
+
+namespace anneal::runs {
+namespace {
+
+std::vector<float> imbalanced_labels() {
+  // 3 classes: 73, 25 and 3 rows, interleaved.
+  std::vector<float> y;
+  for (int i = 0; i < 101; ++i) y.push_back(i % 4 == 1 ? 1.0f : i < 12 && i % 4 == 3 ? 2.0f : 0.0f);
+  return y;
+}
+
+TEST(AutoSearchFolds, AreStratifiedEvenAndDeterministic) {
+  const std::vector<float> y = imbalanced_labels();
+  std::map<float, int> total;
+  for (float v : y) ++total[v];
+  const auto fold = assign_folds(y, 3, 5, 7);
+  ASSERT_EQ(fold.size(), y.size());
+  EXPECT_EQ(fold, assign_folds(y, 3, 5, 7)) << "the same seed gives the same folds";
+  EXPECT_NE(fold, assign_folds(y, 3, 5, 8)) << "another seed deals the rows differently";
+  std::map<std::uint32_t, int> sizes;
+  std::map<std::pair<std::uint32_t, float>, int> per_class;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    ASSERT_LT(fold[i], 5u);
+    ++sizes[fold[i]];
+    ++per_class[{fold[i], y[i]}];
+  }
+  ASSERT_EQ(sizes.size(), 5u);
+  for (const auto& [f, n] : sizes) EXPECT_TRUE(n == 20 || n == 21) << "fold " << f << " holds " << n;
+  // Each class in each fold: its share of the rows, within one row.
+  for (const auto& [label, n] : total)
+    for (std::uint32_t f = 0; f < 5; ++f) {
+      const int in_fold = per_class[{f, label}];
+      EXPECT_LE(std::abs(in_fold * 5 - n), 5) << "class " << label << " fold " << f << ": " << in_fold << " of " << n;
+    }
+}
+
+TEST(AutoSearchFolds, RegressionShufflesAndRefusesTooFewRows) {
+  std::vector<float> y(23);
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(i) * 0.5f - 3;
+  const auto fold = assign_folds(y, 0, 4, 1);
+  std::map<std::uint32_t, int> sizes;
+  for (auto f : fold) ++sizes[f];
+  EXPECT_EQ(sizes.size(), 4u);
+  for (const auto& [f, n] : sizes) EXPECT_TRUE(n == 5 || n == 6);
+  EXPECT_FALSE(std::is_sorted(fold.begin(), fold.end())) << "rows are shuffled, not cut in order";
+  std::vector<std::uint32_t> dealt_in_order(fold.size());
+  for (std::size_t i = 0; i < fold.size(); ++i) dealt_in_order[i] = static_cast<std::uint32_t>(i % 4);
+  EXPECT_NE(fold, dealt_in_order);
+
+  EXPECT_THROW(assign_folds(std::vector<float>(3, 0.0f), 0, 5, 0), Error);
+  EXPECT_THROW(assign_folds(y, 0, 1, 0), Error);
+  EXPECT_THROW(assign_folds(std::vector<float>{0, 1, 2, 1, 0}, 2, 2, 0), Error) << "label 2 is not a class of 2";
+}
+
+TEST(AutoSearchHalving, KeepsTheBestThirdEachRungAtThreeTimesTheBudget) {
+  const auto nine = halving_schedule(9);
+  ASSERT_EQ(nine.size(), 3u);
+  EXPECT_EQ(nine[0].entrants, 9u);
+  EXPECT_EQ(nine[1].entrants, 3u);
+  EXPECT_EQ(nine[2].entrants, 1u);
+  EXPECT_DOUBLE_EQ(nine[0].budget, 1.0 / 9);
+  EXPECT_DOUBLE_EQ(nine[1].budget, 1.0 / 3);
+  EXPECT_DOUBLE_EQ(nine[2].budget, 1.0);
+
+  const auto ten = halving_schedule(10);
+  std::vector<std::size_t> entrants;
+  for (const auto& r : ten) entrants.push_back(r.entrants);
+  EXPECT_EQ(entrants, (std::vector<std::size_t>{10, 4, 2, 1}));
+  EXPECT_DOUBLE_EQ(ten[0].budget, 1.0 / 27);
+  EXPECT_DOUBLE_EQ(ten.back().budget, 1.0);
+
+  const auto one = halving_schedule(1);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].entrants, 1u);
+  EXPECT_DOUBLE_EQ(one[0].budget, 1.0);
+
+  const auto halves = halving_schedule(8, 2);
+  ASSERT_EQ(halves.size(), 4u);
+  EXPECT_DOUBLE_EQ(halves[0].budget, 1.0 / 8);
+}
+
+TEST(AutoSearchHalving, PromotesTheBestWithTiesToTheEarlierCandidate) {
+  const std::vector<double> scores = {0.8, 0.9, 0.85, 0.9, 0.1};
+  EXPECT_EQ(best_indices(scores, 2), (std::vector<std::size_t>{1, 3}));
+  EXPECT_EQ(best_indices(scores, 3), (std::vector<std::size_t>{1, 3, 2}));
+  EXPECT_EQ(best_indices(scores, 9).size(), 5u);
+  EXPECT_TRUE(best_indices({}, 1).empty());
+}
+
+TEST(AutoSearchPortfolio, LinearFirstThenTreesThenNetworksAndTrialsRoundTrip) {
+  const auto portfolio = search_portfolio();
+  ASSERT_GE(portfolio.size(), 4u);
+  EXPECT_EQ(portfolio[0].kind, ModelKindId::kLinear);
+  std::set<std::string> seen;
+  for (const auto& c : portfolio) EXPECT_TRUE(seen.insert(c.describe()).second) << "twice: " << c.describe();
+  EXPECT_EQ(portfolio[1].kind, ModelKindId::kTrees);
+  EXPECT_EQ(portfolio.back().kind, ModelKindId::kNetwork);
+
+  Trial t;
+  t.candidate = 2;
+  t.rung = 1;
+  t.budget = 1.0 / 3;
+  t.score = 0.875;
+  t.fold_scores = {0.85, 0.9};
+  t.kept = 117;
+  t.seconds = 0.25;
+  const Trial back = Trial::from_json(t.to_json(portfolio));
+  EXPECT_EQ(back.candidate, t.candidate);
+  EXPECT_EQ(back.rung, t.rung);
+  EXPECT_EQ(back.budget, t.budget);
+  EXPECT_EQ(back.score, t.score);
+  EXPECT_EQ(back.fold_scores, t.fold_scores);
+  EXPECT_EQ(back.kept, t.kept);
+  EXPECT_EQ(t.to_json(portfolio)["kind"], "trees");
+  EXPECT_THROW(Trial::from_json({{"candidate", 2}}), Error);
+  nlohmann::json unknown = t.to_json(portfolio);
+  unknown["candidate"] = 999;
+  EXPECT_THROW(Trial::from_json(unknown), Error);
+}
+
+}  // namespace
+}  // namespace anneal::runs
