@@ -620,11 +620,18 @@ std::string search_section(const Page& p) {
     const json& t = trials[i];
     std::string settings;
     const json named = t.value("settings", json::object());  // items() must not outlive it
-    for (const auto& [key, value] : named.items())
-      settings += (settings.empty() ? "" : " ") + key + "=" + json_text(value);
+    // Appended piece by piece: GCC 12 warns (-Wstringop-overflow, a false
+    // positive) on "literal" + std::string temporaries here.
+    for (const auto& [key, value] : named.items()) {
+      if (!settings.empty()) settings += ' ';
+      settings.append(key).append("=").append(json_text(value));
+    }
     std::string folds;
     const json fold_scores = t.value("fold_scores", json::array());
-    for (const json& f : fold_scores) folds += (folds.empty() ? "" : " ") + num(f.get<double>());
+    for (const json& f : fold_scores) {
+      if (!folds.empty()) folds += ' ';
+      folds += num(f.get<double>());
+    }
     rows.push_back({esc(std::to_string(i + 1)) + (i == winner ? " (chosen)" : ""), esc(t.value("kind", "")), esc(settings),
                     esc(std::to_string(t.value("rung", 0))), num(t.value("budget", 0.0), 3), num(t.value("score", 0.0)),
                     esc(folds), num(t.value("seconds", 0.0), 3)});
