@@ -271,8 +271,13 @@ struct SgdUpdate {
 // converted by the op. Errors as for the layer ops.
 
 // How an fp32 dense layer with mostly-zero weights runs.
+inline constexpr double kCsrZeroFraction = 0.8;
 enum class SparseKernel : std::uint8_t {
-  kMeasure,  // time CSR and the dense inner product once per batch size, keep the faster
+  // CSR when at least kCsrZeroFraction of the weights are zero (and the
+  // fused activation is none or relu), else the dense product: a fixed rule,
+  // so a model's predictions are the same bits in every process (a choice
+  // by timing made serve and predict disagree in the last digit).
+  kAuto,
   kDense,    // always oneDNN's dense inner product
   kSparse,   // always CSR (for tests)
 };
@@ -311,7 +316,7 @@ struct InferenceDenseSpec {
   InferenceWeights weights;
   bool int8 = false;
   Int8Activations quant;                // int8 only
-  SparseKernel sparse = SparseKernel::kMeasure;  // fp32 only
+  SparseKernel sparse = SparseKernel::kAuto;  // fp32 only
 };
 
 // y(N,O,Ho,Wo) = act(conv(x(N,C,H,W), W(O,C,K,K)) + b), square kernel,

@@ -73,7 +73,7 @@ struct InferenceLayer {
 // its weights zero runs a CSR kernel when `sparse` says so (see SparseKernel).
 struct InferenceOptions {
   bool int8 = false;
-  SparseKernel sparse = SparseKernel::kMeasure;
+  SparseKernel sparse = SparseKernel::kAuto;
   std::map<std::string, InferenceLayer> layers;  // by parameter prefix: "0.dense", "3.conv"
 };
 

@@ -50,7 +50,7 @@ class InferenceDenseLayer final : public InferenceLayer {
   // x (N, I...) -> y (N, O):  y = act(x·Wᵀ + b)
   //   int8: x f32 (quantized to s8 on the way in) or s8/u8; y s8/u8 at the
   //   next layer's scale, or f32 for the last layer
-  //   fp32: W mostly zero runs as CSR when that measured faster
+  //   fp32: W mostly zero (kCsrZeroFraction) runs as CSR
   const Tensor& forward(const Tensor& x, const PassContext&) override {
     op_->forward(x, y_);
     return y_;

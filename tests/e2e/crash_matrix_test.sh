@@ -50,6 +50,7 @@ PY
 
 iris_config "$WORK/c.ini" crashy "epochs = 4" "checkpoint_every = 8" "keep_checkpoints = 1"
 printf 'name = crashy-trees\ndataset = iris\nlayers = trees\ntree_rounds = 5\nthreads = 1\n' > "$WORK/trees.ini"
+printf 'name = crashy-auto\ndataset = iris\nmax_trials = 3\nfolds = 2\nseed = 1\nthreads = 1\n' > "$WORK/auto.ini"
 
 expect_rc 0 init
 expect_rc 0 data import iris "$TEST_DATA/iris.csv"
@@ -71,6 +72,11 @@ for point in $points; do
       # Boosting has no checkpoint: a kill mid-boosting leaves the run
       # running (a later --resume boosts again from the start).
       cmd=(train "$WORK/trees.ini") ;;
+    auto.*)
+      # A search killed after a trial's record: the run stays running with
+      # its finished trials as checkpoints (auto_search_resume_test resumes
+      # one to the uninterrupted result).
+      cmd=(train "$WORK/auto.ini") ;;
     gc.*)
       # Garbage for gc: the objects of an import killed before its commit.
       head -n "$((40 + n))" "$TEST_DATA/wine.csv" > "$WORK/garbage$n.csv"

@@ -1958,8 +1958,8 @@ TEST_P(BackendConformance, FakeQuantizeRefusesBf16WithAUsageError) {
 // fp32 (the inference dense and conv, and the dense of mostly-zero weights
 // on either kernel): kF32Tolerance of the terms, as for the training ops; the
 // CSR and dense kernels also agree with each other within it. The sparse
-// kernel is always named (kSparse or kDense), never kMeasure, whose choice
-// depends on a timing. Thread-count determinism is asked of the int8 ops only
+// kernel is always named (kSparse or kDense) rather than left to kAuto's
+// rule. Thread-count determinism is asked of the int8 ops only
 // (exact int32 accumulation; backend.h promises no more for fp32 products).
 
 // The int8 group's skip reason.
@@ -2437,7 +2437,7 @@ TEST_P(BackendConformance, F32InferenceDenseAndConvWithEachFusedActivation) {
       spec.out = out;
       spec.fused = act;
       spec.weights = f32_weights(out, f, 80);
-      spec.sparse = SparseKernel::kDense;  // never the timing-dependent kMeasure
+      spec.sparse = SparseKernel::kDense;  // named, not left to kAuto
       auto op = be().inference_dense(spec);
       Tensor x, y;
       if (conv_layout) {
@@ -2511,7 +2511,7 @@ TEST_P(BackendConformance, SparseDenseCsrAndDenseKernelsAgreeWithTheReference) {
             max_terms([&](const std::vector<RefTensor>& a) { return dense_ref(a, n, f, out, Activation::kNone); }, v);
         HostTensor results[2];
         int at = 0;
-        // kSparse and kDense, never kMeasure (its choice depends on timing).
+        // kSparse and kDense by name, not kAuto (its choice depends on the weights).
         for (SparseKernel kernel : {SparseKernel::kSparse, SparseKernel::kDense}) {
           SCOPED_TRACE(kernel == SparseKernel::kSparse ? "kSparse" : "kDense");
           InferenceDenseSpec spec;
@@ -2887,7 +2887,7 @@ TEST_P(BackendConformance, ElementwiseOpsAndReductionsGiveTheSameBitsRunTwiceAnd
 // batch_invariant (fp32, and bf16 where capabilities().bf16), each fused
 // activation; what else a network's inference pass runs (pooling, eltwise,
 // batch norm's forward_inference, layer norm, loss predict); and the
-// inference-only ops: fp32 dense on each sparse kernel (kMeasure included:
+// inference-only ops: fp32 dense on each sparse kernel (kAuto included:
 // whatever it measured, every batch size must run the same kernel), fp32
 // conv, int8 dense and conv where capabilities().int8, pooling. One op
 // object serves every batch size, as in a Predictor.
@@ -3088,7 +3088,7 @@ TEST_P(BackendConformance, PoolEltwiseNormAndPredictGiveEachSampleTheSameBitsInA
 TEST_P(BackendConformance, InferenceOnlyOpsGiveEachSampleTheSameBitsInAnyBatch) {
   if (!caps().batch_invariant) GTEST_SKIP() << "capabilities().batch_invariant is false";
   // Dense: dense weights (the inner product), and 90% zero weights on each
-  // sparse kernel, kMeasure included.
+  // sparse kernel, kAuto included.
   struct DenseCase {
     const char* name;
     double zeros;
@@ -3097,7 +3097,7 @@ TEST_P(BackendConformance, InferenceOnlyOpsGiveEachSampleTheSameBitsInAnyBatch) 
   const DenseCase dense_cases[] = {{"dense weights", 0, SparseKernel::kDense},
                                    {"90% zero weights, kDense", 0.9, SparseKernel::kDense},
                                    {"90% zero weights, kSparse", 0.9, SparseKernel::kSparse},
-                                   {"90% zero weights, kMeasure", 0.9, SparseKernel::kMeasure}};
+                                   {"90% zero weights, kAuto", 0.9, SparseKernel::kAuto}};
   for (const DenseCase& c : dense_cases)
     for (bool conv_layout : {false, true})
       for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSigmoid}) {

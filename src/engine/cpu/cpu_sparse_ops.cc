@@ -1,15 +1,13 @@
 // The fp32 dense layer of an inference-only network (Backend::inference_dense
-// without int8): pruned models' mostly-zero weights run through a CSR kernel
-// when it measures faster than the dense product (RowInvariantProduct);
-// other weights always run dense.
+// without int8): pruned models' mostly-zero weights (kCsrZeroFraction) run
+// through a CSR kernel, other weights through the dense product
+// (RowInvariantProduct).
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
-#include <functional>
 
 #include "engine/cpu/cpu_gemm.h"
 #include "engine/cpu/cpu_ops.h"
@@ -179,19 +177,6 @@ void sparse_dense_forward(const CsrMatrix& w, const float* bias, bool relu, cons
     sample(w.row_ptr.data(), w.col.data(), w.values.data(), out, bias, relu, x + s * in, y + s * out);
 }
 
-// The median of 5 timed runs of f, after one untimed.
-double median_seconds(const std::function<void()>& f) {
-  f();
-  std::vector<double> t;
-  for (int r = 0; r < 5; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[2];
-}
-
 class CpuSparseDenseOp final : public InferenceOp {
  public:
   CpuSparseDenseOp(CpuContext& ctx, InferenceDenseSpec spec)
@@ -201,7 +186,8 @@ class CpuSparseDenseOp final : public InferenceOp {
       throw corrupt("inference: dense " + spec_.in.str() + " -> " + std::to_string(o) +
                     ": weights have the wrong size");
     // CSR only pays off on mostly-zero weights, and fuses only relu.
-    candidate_ = zero_fraction(spec_.weights.weight) >= 0.5 &&
+    zero_fraction_ = zero_fraction(spec_.weights.weight);
+    candidate_ = zero_fraction_ >= 0.5 &&
                  (spec_.fused == Activation::kNone || spec_.fused == Activation::kRelu) &&
                  spec_.sparse != SparseKernel::kDense;
     if (candidate_) csr_ = CsrMatrix::from_dense(spec_.weights.weight.data(), o, in_);
@@ -233,39 +219,19 @@ class CpuSparseDenseOp final : public InferenceOp {
   std::string kernel() const override { return kernel_; }
 
  private:
-  // kMeasure times both kernels once, on kMeasureRows zero rows of its own
-  // (no denormals or NaNs; the real input may not exist yet), whatever
-  // the first batch's size: a choice per batch size would give a sample
-  // other bits in a batch of another size.
-  static constexpr std::int64_t kMeasureRows = 256;
-
+  // By the weights alone (SparseKernel::kAuto): the same kernel, and so
+  // the same bits, in every process and for every batch size.
   void choose_kernel() {
-    use_csr_ = candidate_ && spec_.sparse == SparseKernel::kSparse;
-    kernel_ = "fp32 inner product";
-    if (candidate_ && spec_.sparse == SparseKernel::kMeasure) {
-      const std::int64_t n = kMeasureRows, o = spec_.out;
-      std::vector<float> px(std::size_t(n * in_), 0.0f), py(std::size_t(n * o));
-      Tensor x, y;
-      x.reshape(Dims{n, in_}, DType::kF32, make_layout(plain_md(Dims{n, in_}, DType::kF32)), *ctx_.allocator);
-      std::fill_n(static_cast<float*>(x.data()), n * in_, 0.0f);
-      const double dense_s = median_seconds([&] {
-        dense_.forward(x, y);
-        ctx_.stream.wait();
-      });
-      const double csr_s = median_seconds([&] {
-        sparse_dense_forward(csr_, spec_.weights.bias.data(), spec_.fused == Activation::kRelu, px.data(), n,
-                             py.data(), csr_scratch_);
-      });
-      use_csr_ = csr_s < dense_s;
-      if (!use_csr_) kernel_ = "fp32 inner product (measured faster than csr)";
-    }
-    if (use_csr_) kernel_ = "sparse csr";
+    use_csr_ = candidate_ && (spec_.sparse == SparseKernel::kSparse ||
+                              (spec_.sparse == SparseKernel::kAuto && zero_fraction_ >= kCsrZeroFraction));
+    kernel_ = use_csr_ ? "sparse csr" : "fp32 inner product";
   }
 
   CpuContext& ctx_;
   InferenceDenseSpec spec_;
   std::int64_t in_;
-  bool candidate_ = false;  // may run CSR
+  double zero_fraction_ = 0;  // of the weights
+  bool candidate_ = false;    // may run CSR
   bool use_csr_ = false;
   CsrMatrix csr_;
   std::vector<float> csr_scratch_;
