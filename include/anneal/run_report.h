@@ -7,7 +7,10 @@
 // heat map, per-class precision and recall, the metrics, the config, the
 // lineage (dataset version, parent model, anneal version and commit), the
 // dataset's schema with its statistics, the timings and, for a quantized or
-// pruned model, its scores and size beside its parent's. It loads nothing:
+// pruned model, its scores and size beside its parent's; for a run that
+// `anneal retrain` trained, the night's story: the data checks of the
+// version against what production trained on, the gate's two scores on the
+// same rows and the decision. It loads nothing:
 // no script, font, image or style sheet from anywhere (its
 // Content-Security-Policy forbids them), so it opens the same from a file,
 // a mail attachment or a web server. Every text that comes from the store

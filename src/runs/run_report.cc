@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anneal/catalog_jobs.h"
 #include "anneal/catalog_runs.h"
 #include "anneal/datasets.h"
 #include "anneal/error.h"
@@ -400,6 +401,7 @@ struct Page {
   std::optional<ModelRecord> parent;  // a derived or warm-started model's
   std::optional<DatasetVersion> dataset;
   std::string dataset_missing;        // why `dataset` is unset
+  std::optional<RetrainRecord> retrain;  // the night that trained this run, for `anneal retrain`'s runs
 };
 
 std::optional<double> epoch_value(const EpochRecord& e, std::string_view name) {
@@ -684,6 +686,86 @@ std::string parent_section(const Page& p) {
   return out;
 }
 
+// The night's story, for a run that `anneal retrain` trained: what it
+// trained on, the data checks of that version against what production
+// learned from (every column, its figures against the thresholds, the
+// failures marked), the gate's two scores on the same rows, and the
+// decision. Nothing for a run trained otherwise.
+std::string retrain_section(const Page& p) {
+  if (!p.retrain) return "";
+  const RetrainRecord& r = *p.retrain;
+  const std::string outcome = retrain_outcome_name(r.outcome);
+  std::string out = "<section id=\"retrain\">\n<h2>Retrain: " + esc(outcome) + "</h2>\n";
+  std::vector<Row> facts = {{"config", esc(r.config)}, {"dataset", esc(r.dataset)},
+                            {"model", esc(r.model.empty() ? std::string("none") : r.model)},
+                            {"decision", esc(outcome) + (r.detail.empty() ? std::string() : ": " + esc(r.detail))}};
+  out += table({}, facts, "kv");
+
+  const json& gate = r.gate;
+  out += "<h3>Gate</h3>\n";
+  if (!gate.is_object()) {
+    out += "<p class=\"note\">" +
+           std::string(r.data_checks.is_object() && !r.data_checks.value("passed", true)
+                           ? "Not judged: the data checks failed, so the model was not offered for promotion."
+                           : "No gate judged this night.") +
+           "</p>\n";
+  } else if (gate.contains("metric")) {
+    auto score = [](const json& v) { return v.is_number() ? num(v.get<double>()) : std::string("none"); };
+    std::vector<Row> rows = {
+        {"expression", esc(json_text(gate.value("expression", json(""))))},
+        {esc(json_text(gate.value("metric", json("")))) + " of the new model " +
+             esc(json_text(gate.value("candidate_model", json("")))),
+         score(gate.value("candidate", json()))},
+        {esc(json_text(gate.value("metric", json("")))) + " of " + esc(json_text(gate.value("alias", json("")))) + " " +
+             esc(json_text(gate.value("incumbent_model", json("")))),
+         score(gate.value("incumbent", json()))},
+        {"scored on", esc(json_text(gate.value("rows", json(0)))) + " rows of " +
+                          esc(json_text(gate.value("on", json(r.dataset)))) + " (" +
+                          esc(json_text(gate.value("excluded_rows", json(0)))) +
+                          " test rows left out: either model trained on them)"},
+        {"verdict", (gate.value("passed", false) ? "passed: " : "refused: ") + esc(json_text(gate.value("reason", json(""))))}};
+    out += table({}, rows, "kv");
+  } else {
+    out += "<p>" + esc(json_text(gate.value("expression", json("")))) + ": " +
+           (gate.value("passed", false) ? "passed" : "refused") + " (" + esc(json_text(gate.value("reason", json("")))) +
+           ")</p>\n";
+  }
+
+  const json& checks = r.data_checks;
+  out += "<h3>Data checks</h3>\n";
+  if (!checks.is_object()) return out + "<p class=\"note\">Not run this night (retrain --max-drift runs them).</p>\n</section>\n";
+  const json thresholds = checks.value("thresholds", json::object());
+  out += "<p>" + esc(json_text(checks.value("candidate", json("")))) + " (" +
+         esc(json_text(checks.value("candidate_rows", json(0)))) + " rows) against " +
+         esc(json_text(checks.value("reference", json("")))) + " (" +
+         esc(json_text(checks.value("reference_rows", json(0)))) + " rows), what production trained on: <strong>" +
+         (checks.value("passed", false) ? "passed" : "failed") + "</strong>. Thresholds: PSI " +
+         num(thresholds.value("psi", 0.0)) + ", KS " + num(thresholds.value("ks", 0.0)) + ", missing rate +" +
+         num(thresholds.value("missing_increase", 0.0)) + ", unseen levels " + num(thresholds.value("unseen", 0.0)) +
+         ".</p>\n";
+  auto figure = [](const json& c, const char* key) {
+    return c.contains(key) && c[key].is_number() ? num(c[key].get<double>(), 3) : std::string("&ndash;");
+  };
+  std::vector<Row> rows;
+  const json columns = checks.value("columns", json::array());
+  for (const json& c : columns) {
+    std::string failures;
+    for (const json& f : c.value("failures", json::array())) {
+      if (!failures.empty()) failures += "; ";
+      failures += json_text(f);
+    }
+    const std::string column = esc(c.value("column", std::string())) + (c.value("label", false) ? " (label)" : "");
+    rows.push_back({failures.empty() ? column : "<strong>" + column + "</strong>", esc(c.value("kind", std::string())),
+                    num(c.value("reference_missing", 0.0), 3) + " &rarr; " + num(c.value("missing", 0.0), 3),
+                    figure(c, "psi"), figure(c, "ks"), figure(c, "unseen"),
+                    failures.empty() ? "ok" : "<strong>" + esc(failures) + "</strong>"});
+  }
+  out += table({"column", "kind", "missing", "PSI", "KS", "unseen", "result"}, rows);
+  const json added = checks.value("new_columns", json::array());
+  if (!added.empty()) out += "<p class=\"note\">New columns, not in the reference: " + esc(json_text(added)) + "</p>\n";
+  return out + "</section>\n";
+}
+
 std::string run_section(const Page& p) {
   const RunRecord& r = p.run;
   std::vector<Row> rows = {{"run", esc(r.label())}, {"status", esc(run_status_name(r.status))},
@@ -849,6 +931,8 @@ std::string run_report_html(Store& store, std::int64_t run_id) {
       }
     }
   }
+  for (RetrainRecord& r : list_retrains(store))
+    if (r.run && *r.run == run_id) p.retrain = std::move(r);
   try {
     p.dataset = find_dataset(store, parse_dataset_ref(p.run.dataset, "dataset"));
   } catch (const Error& e) {
@@ -868,6 +952,7 @@ std::string run_report_html(Store& store, std::int64_t run_id) {
   html += "<main>\n";
   try {
     html += curves_section(p);
+    html += retrain_section(p);
     html += metrics_section(p);
     html += importance_section(p);
     html += permutation_section(p);

@@ -78,9 +78,22 @@ fault_night explode region psi
 fault_night empty quantity "missing 0."
 fault_night flip returned psi
 
-# The text form: one line with the refusal.
-expect_rc 4 retrain "$WORK/orders.ini" --data "$WORK/cents2.csv" --promote production --max-drift
+# The text form: one line with the refusal; the night's report shows the
+# checks (the failed column marked) and that the gate was not judged.
+mkdir -p "$WORK/reports"
+expect_rc 4 retrain "$WORK/orders.ini" --data "$WORK/cents2.csv" --promote production --max-drift \
+  --report-dir "$WORK/reports"
 expect_contains "$OUT" "not promoted: data checks against orders@v1 failed: unit_price: psi" "one line names it"
+refused_model=$(printf '%s\n' "$OUT" | awk '/^trained/ {sub(/;$/, "", $2); print $2; exit}')
+page="$WORK/reports/${refused_model/@v/-v}.html"
+html=$(cat "$page" 2>/dev/null)
+expect_contains "$html" '<section id="retrain">' "the refused night's report has a retrain section ($page)"
+expect_contains "$html" "<h2>Retrain: refused</h2>" "it says the night was refused"
+expect_contains "$html" "data checks against orders@v1 failed: unit_price: psi" "with the reason"
+expect_contains "$html" "<strong>unit_price</strong>" "the failed column is marked"
+expect_contains "$html" "against orders@v1" "against the version production trained on"
+expect_contains "$html" "Not judged: the data checks failed" "the gate was not judged"
+expect_eq "$(printf '%s' "$html" | grep -c '<strong>region</strong>')" "0" "a column that passed is not marked"
 
 # Metrics: each check's value of the last retrain, and the failures.
 expect_rc 0 metrics
@@ -93,10 +106,19 @@ if command -v promtool >/dev/null; then
     fail "promtool rejects the metrics: $(cat "$WORK/promtool.err")"
 fi
 
-# A clean night: checks pass, promoted.
-expect_rc 0 --json retrain "$WORK/orders.ini" --data "$WORK/night6.csv" --promote production --max-drift
+# A clean night: checks pass, the gate compares both models on the same
+# rows, promoted; the report shows the checks beside both scores.
+expect_rc 0 --json retrain "$WORK/orders.ini" --data "$WORK/night6.csv" --promote production --max-drift \
+  --gate 'accuracy >= production' --report-dir "$WORK/reports"
 expect_eq "$(json_get 'j["outcome"]')" "promoted" "a clean night promotes"
 expect_eq "$(json_get 'j["data_checks"]["passed"]')" "True" "its checks pass"
+candidate=$(json_get 'round(j["gate"]["candidate"], 4)')
+html=$(cat "$(json_get 'j["report"]')" 2>/dev/null)
+expect_contains "$html" "<h2>Retrain: promoted</h2>" "the clean night's report says promoted"
+expect_contains "$html" "passed</strong>. Thresholds: PSI 0.2" "its checks passed, with the thresholds"
+expect_contains "$html" "accuracy of production orders@v1" "the gate's incumbent score is shown"
+expect_contains "$html" "verdict</th><td>passed: accuracy" "and the verdict"
+expect_eq "$(printf '%s' "$html" | grep -c '<strong>unit_price</strong>')" "0" "nothing is marked failed"
 expect_rc 0 metrics
 expect_contains "$OUT" 'anneal_data_check_failures{config="orders",dataset="orders@v' "the last checks are exported"
 failures=$(printf '%s\n' "$OUT" | awk '/^anneal_data_check_failures/ {print $NF}')
