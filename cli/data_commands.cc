@@ -133,6 +133,8 @@ int run_init(const Invocation& inv) {
   return kExitOk;
 }
 
+void print_check_report(const DataCheckReport& report);
+
 int run_import(const Invocation& inv) {
   const auto& a = inv.args;
   ImportRequest request;
@@ -162,18 +164,31 @@ int run_import(const Invocation& inv) {
     throw usage_error("--max-decompression-ratio 0: expected a ratio of at least 1");
   if (request.test && !a["split"].defaulted())
     throw usage_error("--split: a version with --test FILE takes its test split from that file");
+  const bool check = a["check"].as<bool>();
+  if (!check && (a.count("max-psi") || a.count("max-ks") || a.count("max-missing-increase") || a.count("max-unseen")))
+    throw usage_error("--max-psi, --max-ks, --max-missing-increase and --max-unseen: give --check too");
+  const DriftThresholds thresholds = drift_thresholds_of(inv);
 
   Store store = Store::open(inv.global.store, inv.global.access);
   TerminalReporter reporter(inv.global.log_format);
-  ImportResult result = import_dataset(store, request, reporter);
+  CheckedImport checked;
+  if (check) checked = import_checked(store, request, thresholds, reporter);
+  else checked.import = import_dataset(store, request, reporter);
+  const ImportResult& result = checked.import;
+  const int code = checked.checks && !checked.checks->passed() ? kExitDataCheckFailed : kExitOk;
   if (inv.global.json) {
     json hints = json::array();
     for (const auto& hint : result.date_format_hints)
       hints.push_back({{"column", hint.column}, {"formats", hint.formats}});
-    print_json({{"created", result.created}, {"bytes_added", result.bytes_added},
+    json out = {{"created", result.created}, {"bytes_added", result.bytes_added},
                 {"source_bytes", result.source_bytes}, {"date_format_hints", hints},
-                {"version", version_json(result.version)}});
-    return kExitOk;
+                {"version", version_json(result.version)}, {"exit_code", code}};
+    if (check) {
+      out["data_checks"] = checked.checks ? checked.checks->to_json() : json(nullptr);
+      if (!checked.not_checked.empty()) out["not_checked"] = checked.not_checked;
+    }
+    print_json(out);
+    return code;
   }
   // Always shown (not a progress note): the column was read as text.
   for (const auto& hint : result.date_format_hints) {
@@ -193,7 +208,9 @@ int run_import(const Invocation& inv) {
       std::cout << "; rewrote " << human_bytes(result.bytes_added) << " of missing or damaged objects";
     std::cout << "\n";
   }
-  return kExitOk;
+  if (checked.checks) print_check_report(*checked.checks);
+  else if (check) std::cout << "not checked: " << terminal_text(checked.not_checked) << "\n";
+  return code;
 }
 
 int run_list(const Invocation& inv) {
@@ -278,20 +295,8 @@ namespace {
 
 std::string optional_number(const std::optional<double>& v) { return v ? format_double(*v, 3) : "-"; }
 
-int run_check(const Invocation& inv) {
-  if (!inv.args.count("against")) throw usage_error("--against: data check needs the reference version (--against REF)");
-  const DriftThresholds thresholds = drift_thresholds_of(inv);
-  Store store = Store::open(inv.global.store, inv.global.access);
-  DatasetRef candidate = parse_dataset_ref(inv.args["NEW"].as<std::string>(), "NEW");
-  DatasetRef reference = parse_dataset_ref(inv.args["against"].as<std::string>(), "--against");
-  const DataCheckReport report = check_data(store, candidate, reference, thresholds);
-  const int code = report.passed() ? kExitOk : kExitDataCheckFailed;
-  if (inv.global.json) {
-    json out = report.to_json();
-    out["exit_code"] = code;
-    print_json(out);
-    return code;
-  }
+// The data checks' table, a line per new column, and the verdict.
+void print_check_report(const DataCheckReport& report) {
   std::cout << terminal_text(report.candidate) << " (" << report.candidate_rows << " rows) against "
             << terminal_text(report.reference) << " (" << report.reference_rows << " rows)\n";
   std::vector<std::vector<std::string>> rows = {{"  column", "kind", "missing", "psi", "ks", "unseen", "check"}};
@@ -309,6 +314,23 @@ int run_check(const Invocation& inv) {
   for (const std::string& name : report.new_columns)
     std::cout << "  new column " << terminal_text(name) << " (not in " << terminal_text(report.reference) << ")\n";
   std::cout << (report.passed() ? "passed" : "failed: " + terminal_text(report.failure_line())) << "\n";
+}
+
+int run_check(const Invocation& inv) {
+  if (!inv.args.count("against")) throw usage_error("--against: data check needs the reference version (--against REF)");
+  const DriftThresholds thresholds = drift_thresholds_of(inv);
+  Store store = Store::open(inv.global.store, inv.global.access);
+  DatasetRef candidate = parse_dataset_ref(inv.args["NEW"].as<std::string>(), "NEW");
+  DatasetRef reference = parse_dataset_ref(inv.args["against"].as<std::string>(), "--against");
+  const DataCheckReport report = check_data(store, candidate, reference, thresholds);
+  const int code = report.passed() ? kExitOk : kExitDataCheckFailed;
+  if (inv.global.json) {
+    json out = report.to_json();
+    out["exit_code"] = code;
+    print_json(out);
+    return code;
+  }
+  print_check_report(report);
   return code;
 }
 
@@ -383,7 +405,9 @@ void add_store_commands(std::vector<Command>& out) {
        "string columns become categorical), IDX (MNIST style; --labels FILE), LIBSVM. .gz and .zst "
        "input is decompressed. Without --test, a reproducible split (--split, --seed) decided per row "
        "by its content holds out a test set: a row stays on its side as the file grows. Importing identical content with the same options again creates no "
-       "version and names the existing one.",
+       "version and names the existing one. With --check the new version is checked against the dataset's latest "
+       "version before it, as 'data check' does (thresholds --max-psi, --max-ks, --max-missing-increase, "
+       "--max-unseen); it is imported either way, and exit code 3 says a check failed.",
        [](po::options_description& o) {
          o.add_options()
              ("labels", po::value<std::string>()->value_name("FILE"), "IDX: the labels file of FILE")
@@ -408,7 +432,9 @@ void add_store_commands(std::vector<Command>& out) {
               ".gz/.zst input: most bytes it may expand to (suffix K, M or G)")
              ("max-decompression-ratio",
               po::value<std::uint64_t>()->default_value(kDefaultMaxDecompressionRatio)->value_name("N"),
-              ".gz/.zst input: most times its compressed size it may expand to");
+              ".gz/.zst input: most times its compressed size it may expand to")
+             ("check", po::bool_switch(), "check the new version against the latest one before it (drift)");
+         add_drift_options(o);
        },
        {"NAME", "FILE"}, run_import});
   out.push_back({"data list", "", "list datasets and their latest versions", "", nullptr, {}, run_list});

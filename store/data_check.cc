@@ -12,6 +12,7 @@
 
 #include "anneal/dataset_rows.h"
 #include "anneal/error.h"
+#include "anneal/report.h"
 
 namespace anneal {
 using nlohmann::json;
@@ -351,6 +352,32 @@ DataCheckReport check_data(Store& store, const DatasetRef& candidate_ref, const 
     report.columns.push_back(std::move(check));
   }
   return report;
+}
+
+CheckedImport import_checked(Store& store, const ImportRequest& request, const DriftThresholds& thresholds,
+                             Reporter& reporter) {
+  validate_dataset_name(request.dataset);
+  std::optional<DatasetVersion> previous;
+  try {
+    previous = find_dataset(store, parse_dataset_ref(request.dataset, "dataset"));
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kNotFound) throw;  // no version yet: the first import
+  }
+  // Before importing: a check that cannot run must not leave a version behind.
+  if (previous) require_table(*previous);
+  CheckedImport out;
+  out.import = import_dataset(store, request, reporter);
+  const DatasetVersion& now = out.import.version;
+  if (!previous) {
+    out.not_checked = now.ref() + " is the first version of " + request.dataset + "; nothing to check against";
+  } else if (now.version == previous->version) {
+    out.not_checked = now.ref() + " was already the latest version; nothing new to check";
+  } else {
+    reporter.note("checking " + now.ref() + " against " + previous->ref());
+    out.checks = check_data(store, parse_dataset_ref(now.ref(), "dataset"),
+                            parse_dataset_ref(previous->ref(), "dataset"), thresholds);
+  }
+  return out;
 }
 
 }  // namespace anneal

@@ -77,4 +77,22 @@ struct DataCheckReport {
 DataCheckReport check_data(Store& store, const DatasetRef& candidate, const DatasetRef& reference,
                            const DriftThresholds& thresholds);
 
+struct CheckedImport {
+  ImportResult import;
+  std::optional<DataCheckReport> checks;  // set when there was a version to check against
+  std::string not_checked;                // why `checks` is unset: "" when it is set
+};
+
+// `data import --check`: imports `request` (import_dataset) and checks the
+// new version against the dataset's latest version before it. The version
+// is imported whatever the checks find (the store keeps the export as it
+// came; the caller reports a failed check by its exit code, and `retrain
+// --max-drift` keeps such a night from production). Not checked, with the
+// reason in `not_checked`: the dataset's first version, or an import whose
+// content was already the latest version. Throws what import_dataset
+// throws, with nothing imported; kUsage before importing when the previous
+// version holds images; after a successful import, check_data's errors.
+CheckedImport import_checked(Store& store, const ImportRequest& request, const DriftThresholds& thresholds,
+                             Reporter& reporter);
+
 }  // namespace anneal
