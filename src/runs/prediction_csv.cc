@@ -1,7 +1,7 @@
 #include "runs/prediction_csv.h"
 
 #include <algorithm>
-#include <sstream>
+#include <charconv>
 
 #include "anneal/model_kind.h"
 #include "anneal/prediction.h"
@@ -20,10 +20,15 @@ std::string csv_field(const std::string& s) {
 }  // namespace
 
 std::string prediction_number_text(double v) {
-  std::ostringstream out;
-  out.precision(7);
-  out << v;
-  return out.str();
+  // printf's %.7g, which is what an ostream with precision 7 wrote before:
+  // to_chars with a precision is specified as that conversion, without a
+  // stream (and its locale) per number. Serve writes every probability of
+  // every answer through here.
+  // 32 bytes hold any double's %.7g (at most 14 characters), so it cannot
+  // run out of room.
+  char text[32];
+  const char* end = std::to_chars(text, text + sizeof text, v, std::chars_format::general, 7).ptr;
+  return std::string(text, static_cast<std::size_t>(end - text));
 }
 
 PredictionAnswers prediction_answers(const ModelFile& model, std::span<const float> predictions,

@@ -32,8 +32,8 @@ StorePool::Lease StorePool::lease() {
 
 std::int64_t StorePool::catalog_version() {
   std::lock_guard lock(watch_mutex_);
-  if (!watch_) watch_ = std::make_unique<Store>(Store::open(root_, access_));
-  return catalog_data_version(*watch_);
+  if (!watch_) watch_ = std::make_unique<CatalogWatch>(root_, access_);
+  return watch_->data_version();
 }
 
 namespace {

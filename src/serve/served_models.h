@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "anneal/catalog_runs.h"
+#include "anneal/catalog_watch.h"
 #include "anneal/device.h"
 #include "anneal/model_file.h"
 #include "anneal/prediction.h"
@@ -61,7 +62,7 @@ class StorePool {
   std::mutex mutex_;
   std::vector<std::unique_ptr<Store>> idle_;
   std::mutex watch_mutex_;
-  std::unique_ptr<Store> watch_;
+  std::unique_ptr<CatalogWatch> watch_;
 };
 
 // Prepared rows waiting for a forward pass, and what to do with their
