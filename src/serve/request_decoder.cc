@@ -4,11 +4,15 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <optional>
+
+#include <simdjson.h>
 
 namespace anneal::serve {
 namespace {
 
-using nlohmann::json;
+using Element = simdjson::dom::element;
+using ElementType = simdjson::dom::element_type;
 
 [[noreturn]] void bad_request(const std::string& message) { throw RequestError(400, message); }
 
@@ -18,53 +22,112 @@ void check_rows(std::uint64_t rows, std::uint64_t max_rows) {
                        "rows");
 }
 
-json parse_json(std::string_view body) {
-  // Depth is bounded by the body limit; nlohmann's parser is iterative
-  // for arrays and objects alike, so deep nesting cannot overflow the stack.
-  json document = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (document.is_discarded()) bad_request("the body is not valid JSON");
-  if (!document.is_object()) bad_request("the body must be a JSON object");
-  return document;
+// A body parsed by simdjson (its DOM: a few microseconds for a request of
+// thousands of numbers, where a DOM of nlohmann::json nodes took most of
+// the request's time). The parser owns the document the elements point
+// into, so it lives as long as they are read.
+class Document {
+ public:
+  explicit Document(std::string_view body) {
+    // Depth is bounded (simdjson's parser refuses more than 1024 levels, and
+    // walks them without recursion); the body is already bounded in size.
+    if (parser_.parse(body.data(), body.size(), /*realloc_if_needed=*/true).get(root_) != simdjson::SUCCESS)
+      bad_request("the body is not valid JSON");
+    if (root_.type() != ElementType::OBJECT) bad_request("the body must be a JSON object");
+  }
+  simdjson::dom::object root() const { return simdjson::dom::object(root_); }
+
+ private:
+  simdjson::dom::parser parser_;
+  Element root_;
+};
+
+// The member `key` of `object`, or std::nullopt.
+std::optional<Element> member(const simdjson::dom::object& object, std::string_view key) {
+  Element value;
+  if (object.at_key(key).get(value) != simdjson::SUCCESS) return std::nullopt;
+  return value;
 }
 
-// A JSON scalar as the text of a CSV cell: numbers as the shortest text
-// that reads back as the same double, strings as they are, null as an
-// empty (missing) cell.
-std::string cell_text(const json& value, const std::string& where) {
+bool is_number(const Element& value) {
+  const ElementType t = value.type();
+  return t == ElementType::INT64 || t == ElementType::UINT64 || t == ElementType::DOUBLE;
+}
+
+// JSON's name for the type of `value`, for errors.
+std::string type_name(const Element& value) {
   switch (value.type()) {
-    case json::value_t::null: return "";
-    case json::value_t::string: return value.get_ref<const std::string&>();
-    case json::value_t::number_integer: return std::to_string(value.get<std::int64_t>());
-    case json::value_t::number_unsigned: return std::to_string(value.get<std::uint64_t>());
-    case json::value_t::number_float: {
-      char text[64];
-      const auto [end, ec] = std::to_chars(text, text + sizeof text, value.get<double>());
-      if (ec != std::errc()) bad_request(where + ": a number that cannot be written");
-      return std::string(text, end);
-    }
-    case json::value_t::boolean: bad_request(where + ": true/false is not a value a model reads");
-    default: bad_request(where + ": expected a number, a string or null, not " + std::string(value.type_name()));
+    case ElementType::ARRAY: return "array";
+    case ElementType::OBJECT: return "object";
+    case ElementType::STRING: return "string";
+    case ElementType::BOOL: return "boolean";
+    case ElementType::NULL_VALUE: return "null";
+    default: return "number";
+  }
+}
+
+std::string string_of(const Element& value) { return std::string(std::string_view(value)); }
+
+// Writes number `value` as text at `text` (64 bytes): integers as written,
+// other numbers as the shortest text that reads back as the same double.
+// Returns the end.
+char* number_text(const Element& value, char* text) {
+  switch (value.type()) {
+    case ElementType::INT64: return std::to_chars(text, text + 64, std::int64_t(value)).ptr;
+    case ElementType::UINT64: return std::to_chars(text, text + 64, std::uint64_t(value)).ptr;
+    default: return std::to_chars(text, text + 64, double(value)).ptr;  // at most 24 characters
+  }
+}
+
+// A JSON scalar as the text of a CSV cell: numbers as number_text, strings
+// as they are, null as an empty (missing) cell. `where` names the tensor
+// or column in an error.
+std::string cell_text(const Element& value, const std::string& where) {
+  char text[64];
+  switch (value.type()) {
+    case ElementType::NULL_VALUE: return "";
+    case ElementType::STRING: return string_of(value);
+    case ElementType::INT64:
+    case ElementType::UINT64:
+    case ElementType::DOUBLE: return std::string(text, static_cast<std::size_t>(number_text(value, text) - text));
+    case ElementType::BOOL: bad_request(where + ": true/false is not a value a model reads");
+    default: bad_request(where + ": expected a number, a string or null, not " + type_name(value));
+  }
+}
+
+// Appends `value` to `csv` as one CSV cell (cell_text, quoted where it
+// must be). Numbers go straight into the text: no string per cell.
+void append_cell(std::string& csv, const Element& value, const std::string& where) {
+  char text[64];
+  switch (value.type()) {
+    case ElementType::NULL_VALUE: return;
+    case ElementType::INT64:
+    case ElementType::UINT64:
+    case ElementType::DOUBLE: csv.append(text, static_cast<std::size_t>(number_text(value, text) - text)); return;
+    default: csv += csv_field(cell_text(value, where));
   }
 }
 
 // A JSON scalar as a raw feature value: numbers, null (missing: NaN).
-float raw_value(const json& value, const std::string& where) {
-  if (value.is_null()) return std::numeric_limits<float>::quiet_NaN();
-  if (!value.is_number()) bad_request(where + ": expected a number or null, not " + std::string(value.type_name()));
-  const double v = value.get<double>();
+float raw_value(const Element& value, const std::string& where) {
+  if (value.type() == ElementType::NULL_VALUE) return std::numeric_limits<float>::quiet_NaN();
+  if (!is_number(value)) bad_request(where + ": expected a number or null, not " + type_name(value));
+  const double v = value.type() == ElementType::INT64    ? static_cast<double>(std::int64_t(value))
+                   : value.type() == ElementType::UINT64 ? static_cast<double>(std::uint64_t(value))
+                                                         : double(value);
   if (std::isfinite(v) && std::fabs(v) > std::numeric_limits<float>::max())
     bad_request(where + ": " + cell_text(value, where) + " is out of the FP32 range");
   return static_cast<float>(v);
 }
 
 // Appends the scalars of `data` (nested arrays, row-major) to `out`.
-void flatten(const json& data, std::vector<const json*>& out, const std::string& where, int depth = 0) {
-  if (!data.is_array()) {
-    out.push_back(&data);
+void flatten(const Element& data, std::vector<Element>& out, const std::string& where, int depth = 0) {
+  if (data.type() != ElementType::ARRAY) {
+    out.push_back(data);
     return;
   }
   if (depth > 8) bad_request(where + ": data nested deeper than a tensor's shape");
-  for (const json& item : data) flatten(item, out, where, depth + 1);
+  for (Element item : simdjson::dom::array(data)) flatten(item, out, where, depth + 1);
 }
 
 void append_header(std::string& csv, const std::vector<std::string>& names) {
@@ -77,61 +140,63 @@ struct Tensor {
   std::string name;
   std::vector<std::uint64_t> shape;
   std::string datatype;
-  std::vector<const json*> values;
+  std::vector<Element> values;
 };
 
 constexpr const char* kNumericTypes[] = {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8",
                                          "INT16", "INT32", "INT64", "FP16", "FP32", "FP64"};
 
-Tensor read_tensor(const json& input, std::size_t index) {
+Tensor read_tensor(const Element& input, std::size_t index) {
   Tensor t;
   const std::string where = "inputs[" + std::to_string(index) + "]";
-  if (!input.is_object()) bad_request(where + " must be an object");
-  auto name = input.find("name");
-  if (name == input.end() || !name->is_string()) bad_request(where + ": \"name\" must be a string");
-  t.name = name->get<std::string>();
+  if (input.type() != ElementType::OBJECT) bad_request(where + " must be an object");
+  const simdjson::dom::object fields(input);
+  std::optional<Element> name = member(fields, "name");
+  if (!name || name->type() != ElementType::STRING) bad_request(where + ": \"name\" must be a string");
+  t.name = string_of(*name);
   const std::string tensor = "input '" + t.name + "'";
-  auto shape = input.find("shape");
-  if (shape == input.end() || !shape->is_array() || shape->empty())
+  std::optional<Element> shape = member(fields, "shape");
+  if (!shape || shape->type() != ElementType::ARRAY || simdjson::dom::array(*shape).size() == 0)
     bad_request(tensor + ": \"shape\" must be a non-empty array");
   std::uint64_t elements = 1;
-  for (const json& d : *shape) {
-    if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<std::int64_t>() >= 0))
-      bad_request(tensor + ": \"shape\" must hold non-negative integers");
-    const auto n = d.get<std::uint64_t>();
+  for (Element d : simdjson::dom::array(*shape)) {
+    const bool non_negative = d.type() == ElementType::UINT64 ||
+                              (d.type() == ElementType::INT64 && std::int64_t(d) >= 0);
+    if (!non_negative) bad_request(tensor + ": \"shape\" must hold non-negative integers");
+    const auto n = d.type() == ElementType::UINT64 ? std::uint64_t(d) : static_cast<std::uint64_t>(std::int64_t(d));
     if (n != 0 && elements > std::numeric_limits<std::uint64_t>::max() / n) bad_request(tensor + ": shape too large");
     elements *= n;
     t.shape.push_back(n);
   }
-  auto datatype = input.find("datatype");
-  if (datatype == input.end() || !datatype->is_string()) bad_request(tensor + ": \"datatype\" must be a string");
-  t.datatype = datatype->get<std::string>();
+  std::optional<Element> datatype = member(fields, "datatype");
+  if (!datatype || datatype->type() != ElementType::STRING) bad_request(tensor + ": \"datatype\" must be a string");
+  t.datatype = string_of(*datatype);
   bool known = t.datatype == "BYTES";
   for (const char* type : kNumericTypes) known = known || t.datatype == type;
   if (!known) bad_request(tensor + ": unknown datatype '" + t.datatype + "'");
   if (t.datatype == "BOOL") bad_request(tensor + ": BOOL is not a type a model reads");
-  auto data = input.find("data");
-  if (data == input.end()) bad_request(tensor + ": no \"data\"");
+  std::optional<Element> data = member(fields, "data");
+  if (!data) bad_request(tensor + ": no \"data\"");
   flatten(*data, t.values, tensor);
   if (t.values.size() != elements)
     bad_request(tensor + ": its shape holds " + std::to_string(elements) + " values, its data " +
                 std::to_string(t.values.size()));
-  for (const json* v : t.values) {
+  for (const Element& v : t.values) {
     if (t.datatype == "BYTES") {
-      if (!v->is_string() && !v->is_null()) bad_request(tensor + ": BYTES data must be strings");
-    } else if (!v->is_number() && !v->is_null()) {
-      bad_request(tensor + ": " + t.datatype + " data must be numbers (null for a missing value), not " +
-                  std::string(v->type_name()));
+      if (v.type() != ElementType::STRING && v.type() != ElementType::NULL_VALUE)
+        bad_request(tensor + ": BYTES data must be strings");
+    } else if (!is_number(v) && v.type() != ElementType::NULL_VALUE) {
+      bad_request(tensor + ": " + t.datatype + " data must be numbers (null for a missing value), not " + type_name(v));
     }
   }
   return t;
 }
 
-DecodedRows raw_rows(const std::vector<const json*>& values, std::uint64_t rows, const std::string& where) {
+DecodedRows raw_rows(const std::vector<Element>& values, std::uint64_t rows, const std::string& where) {
   DecodedRows out;
   out.rows = rows;
   out.raw.reserve(values.size());
-  for (const json* v : values) out.raw.push_back(raw_value(*v, where));
+  for (const Element& v : values) out.raw.push_back(raw_value(v, where));
   return out;
 }
 
@@ -150,17 +215,18 @@ std::string csv_field(std::string_view text) {
 }
 
 DecodedRows decode_infer_request(std::string_view body, const InputShape& shape, std::uint64_t max_rows) {
-  const json request = parse_json(body);
+  const Document document(body);
+  const simdjson::dom::object request = document.root();
   std::string id;
-  if (auto found = request.find("id"); found != request.end()) {
-    if (!found->is_string()) bad_request("\"id\" must be a string");
-    id = found->get<std::string>();
+  if (std::optional<Element> found = member(request, "id")) {
+    if (found->type() != ElementType::STRING) bad_request("\"id\" must be a string");
+    id = string_of(*found);
   }
-  auto inputs = request.find("inputs");
-  if (inputs == request.end() || !inputs->is_array() || inputs->empty())
+  std::optional<Element> inputs = member(request, "inputs");
+  if (!inputs || inputs->type() != ElementType::ARRAY || simdjson::dom::array(*inputs).size() == 0)
     bad_request("\"inputs\" must be a non-empty array of tensors");
   std::vector<Tensor> tensors;
-  for (std::size_t i = 0; i < inputs->size(); ++i) tensors.push_back(read_tensor((*inputs)[i], i));
+  for (Element input : simdjson::dom::array(*inputs)) tensors.push_back(read_tensor(input, tensors.size()));
 
   DecodedRows out;
   // One tensor of rank 2 or more: a whole row per first-axis entry.
@@ -179,10 +245,11 @@ DecodedRows decode_infer_request(std::string_view body, const InputShape& shape,
     } else {
       out.rows = rows;
       append_header(out.csv, shape.columns);
+      const std::string where = "input '" + t.name + "'";
       for (std::uint64_t r = 0; r < rows; ++r) {
         for (std::size_t c = 0; c < want; ++c) {
           if (c) out.csv += ',';
-          out.csv += csv_field(cell_text(*t.values[r * want + c], "input '" + t.name + "'"));
+          append_cell(out.csv, t.values[r * want + c], where);
         }
         out.csv += '\n';
       }
@@ -206,10 +273,12 @@ DecodedRows decode_infer_request(std::string_view body, const InputShape& shape,
   }
   out.rows = rows;
   append_header(out.csv, names);
+  std::vector<std::string> where;
+  for (const Tensor& t : tensors) where.push_back("input '" + t.name + "'");
   for (std::uint64_t r = 0; r < rows; ++r) {
     for (std::size_t c = 0; c < tensors.size(); ++c) {
       if (c) out.csv += ',';
-      out.csv += csv_field(cell_text(*tensors[c].values[r], "input '" + tensors[c].name + "'"));
+      append_cell(out.csv, tensors[c].values[r], where[c]);
     }
     out.csv += '\n';
   }
@@ -218,46 +287,47 @@ DecodedRows decode_infer_request(std::string_view body, const InputShape& shape,
 }
 
 DecodedRows decode_mlflow_json(std::string_view body, const InputShape& shape, std::uint64_t max_rows) {
-  const json request = parse_json(body);
+  const Document document(body);
+  const simdjson::dom::object request = document.root();
   DecodedRows out;
   std::vector<std::string> names;
-  std::vector<std::vector<const json*>> rows;
-  static const json kNull;
-  if (auto split = request.find("dataframe_split"); split != request.end()) {
-    if (!split->is_object()) bad_request("\"dataframe_split\" must be an object");
-    auto columns = split->find("columns");
-    auto data = split->find("data");
-    if (columns == split->end() || !columns->is_array()) bad_request("dataframe_split: \"columns\" must be an array");
-    if (data == split->end() || !data->is_array()) bad_request("dataframe_split: \"data\" must be an array of rows");
-    for (const json& c : *columns) {
-      if (!c.is_string()) bad_request("dataframe_split: column names must be strings");
-      names.push_back(c.get<std::string>());
+  // Each row's cells, in the order of `names`; std::nullopt: a record
+  // without that key (a missing cell).
+  std::vector<std::vector<std::optional<Element>>> rows;
+  if (std::optional<Element> split = member(request, "dataframe_split")) {
+    if (split->type() != ElementType::OBJECT) bad_request("\"dataframe_split\" must be an object");
+    const simdjson::dom::object fields(*split);
+    std::optional<Element> columns = member(fields, "columns");
+    std::optional<Element> data = member(fields, "data");
+    if (!columns || columns->type() != ElementType::ARRAY) bad_request("dataframe_split: \"columns\" must be an array");
+    if (!data || data->type() != ElementType::ARRAY) bad_request("dataframe_split: \"data\" must be an array of rows");
+    for (Element c : simdjson::dom::array(*columns)) {
+      if (c.type() != ElementType::STRING) bad_request("dataframe_split: column names must be strings");
+      names.push_back(string_of(c));
     }
-    check_rows(data->size(), max_rows);
-    for (std::size_t r = 0; r < data->size(); ++r) {
-      const json& row = (*data)[r];
-      if (!row.is_array() || row.size() != names.size())
-        bad_request("dataframe_split: row " + std::to_string(r) + " must be an array of " +
+    const simdjson::dom::array data_rows(*data);
+    check_rows(data_rows.size(), max_rows);
+    for (Element row : data_rows) {
+      if (row.type() != ElementType::ARRAY || simdjson::dom::array(row).size() != names.size())
+        bad_request("dataframe_split: row " + std::to_string(rows.size()) + " must be an array of " +
                     std::to_string(names.size()) + " values");
-      std::vector<const json*> cells;
-      for (const json& cell : row) cells.push_back(&cell);
+      std::vector<std::optional<Element>> cells;
+      for (Element cell : simdjson::dom::array(row)) cells.emplace_back(cell);
       rows.push_back(std::move(cells));
     }
-  } else if (auto records = request.find("dataframe_records"); records != request.end()) {
-    if (!records->is_array()) bad_request("\"dataframe_records\" must be an array of objects");
-    check_rows(records->size(), max_rows);
+  } else if (std::optional<Element> records = member(request, "dataframe_records")) {
+    if (records->type() != ElementType::ARRAY) bad_request("\"dataframe_records\" must be an array of objects");
+    const simdjson::dom::array all(*records);
+    check_rows(all.size(), max_rows);
     // The columns: every key of every record, in order of first appearance.
-    for (const json& record : *records) {
-      if (!record.is_object()) bad_request("dataframe_records: each record must be an object");
-      for (auto it = record.begin(); it != record.end(); ++it)
-        if (std::find(names.begin(), names.end(), it.key()) == names.end()) names.push_back(it.key());
+    for (Element record : all) {
+      if (record.type() != ElementType::OBJECT) bad_request("dataframe_records: each record must be an object");
+      for (simdjson::dom::key_value_pair field : simdjson::dom::object(record))
+        if (std::find(names.begin(), names.end(), field.key) == names.end()) names.emplace_back(field.key);
     }
-    for (const json& record : *records) {
-      std::vector<const json*> cells;
-      for (const std::string& name : names) {
-        auto found = record.find(name);
-        cells.push_back(found == record.end() ? &kNull : &*found);
-      }
+    for (Element record : all) {
+      std::vector<std::optional<Element>> cells;
+      for (const std::string& name : names) cells.push_back(member(simdjson::dom::object(record), name));
       rows.push_back(std::move(cells));
     }
   } else {
@@ -269,15 +339,19 @@ DecodedRows decode_mlflow_json(std::string_view body, const InputShape& shape, s
     if (names.size() != shape.raw_width)
       bad_request(std::to_string(names.size()) + " columns; the model takes " + std::to_string(shape.raw_width) +
                   " values per row");
-    std::vector<const json*> values;
-    for (const auto& row : rows) values.insert(values.end(), row.begin(), row.end());
-    return raw_rows(values, out.rows, "data");
+    out.raw.reserve(rows.size() * names.size());
+    for (const auto& row : rows)
+      for (const std::optional<Element>& cell : row)
+        out.raw.push_back(cell ? raw_value(*cell, "data") : std::numeric_limits<float>::quiet_NaN());
+    return out;
   }
   append_header(out.csv, names);
+  std::vector<std::string> where;
+  for (const std::string& name : names) where.push_back("column '" + name + "'");
   for (const auto& row : rows) {
     for (std::size_t c = 0; c < row.size(); ++c) {
       if (c) out.csv += ',';
-      out.csv += csv_field(cell_text(*row[c], "column '" + names[c] + "'"));
+      if (row[c]) append_cell(out.csv, *row[c], where[c]);
     }
     out.csv += '\n';
   }

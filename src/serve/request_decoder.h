@@ -14,7 +14,6 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 
 namespace anneal::serve {
 
