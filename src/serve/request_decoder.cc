@@ -146,7 +146,8 @@ struct Tensor {
 constexpr const char* kNumericTypes[] = {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8",
                                          "INT16", "INT32", "INT64", "FP16", "FP32", "FP64"};
 
-Tensor read_tensor(const Element& input, std::size_t index) {
+// `body_bytes`: the size of the body it came from.
+Tensor read_tensor(const Element& input, std::size_t index, std::size_t body_bytes) {
   Tensor t;
   const std::string where = "inputs[" + std::to_string(index) + "]";
   if (input.type() != ElementType::OBJECT) bad_request(where + " must be an object");
@@ -177,15 +178,21 @@ Tensor read_tensor(const Element& input, std::size_t index) {
   if (t.datatype == "BOOL") bad_request(tensor + ": BOOL is not a type a model reads");
   std::optional<Element> data = member(fields, "data");
   if (!data) bad_request(tensor + ": no \"data\"");
+  // Room for the values the shape promises, as far as the body could hold
+  // them (each takes at least two bytes of it): a shape is the client's
+  // word, not a reason to allocate.
+  t.values.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(elements, body_bytes / 2 + 1)));
   flatten(*data, t.values, tensor);
   if (t.values.size() != elements)
     bad_request(tensor + ": its shape holds " + std::to_string(elements) + " values, its data " +
                 std::to_string(t.values.size()));
+  const bool bytes = t.datatype == "BYTES";
   for (const Element& v : t.values) {
-    if (t.datatype == "BYTES") {
-      if (v.type() != ElementType::STRING && v.type() != ElementType::NULL_VALUE)
-        bad_request(tensor + ": BYTES data must be strings");
-    } else if (!is_number(v) && v.type() != ElementType::NULL_VALUE) {
+    const ElementType type = v.type();
+    if (type == ElementType::NULL_VALUE) continue;
+    if (bytes) {
+      if (type != ElementType::STRING) bad_request(tensor + ": BYTES data must be strings");
+    } else if (!is_number(v)) {
       bad_request(tensor + ": " + t.datatype + " data must be numbers (null for a missing value), not " + type_name(v));
     }
   }
@@ -226,7 +233,7 @@ DecodedRows decode_infer_request(std::string_view body, const InputShape& shape,
   if (!inputs || inputs->type() != ElementType::ARRAY || simdjson::dom::array(*inputs).size() == 0)
     bad_request("\"inputs\" must be a non-empty array of tensors");
   std::vector<Tensor> tensors;
-  for (Element input : simdjson::dom::array(*inputs)) tensors.push_back(read_tensor(input, tensors.size()));
+  for (Element input : simdjson::dom::array(*inputs)) tensors.push_back(read_tensor(input, tensors.size(), body.size()));
 
   DecodedRows out;
   // One tensor of rank 2 or more: a whole row per first-axis entry.
