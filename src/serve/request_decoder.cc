@@ -110,11 +110,14 @@ void append_cell(std::string& csv, const Element& value, const std::string& wher
 
 // A JSON scalar as a raw feature value: numbers, null (missing: NaN).
 float raw_value(const Element& value, const std::string& where) {
-  if (value.type() == ElementType::NULL_VALUE) return std::numeric_limits<float>::quiet_NaN();
-  if (!is_number(value)) bad_request(where + ": expected a number or null, not " + type_name(value));
-  const double v = value.type() == ElementType::INT64    ? static_cast<double>(std::int64_t(value))
-                   : value.type() == ElementType::UINT64 ? static_cast<double>(std::uint64_t(value))
-                                                         : double(value);
+  double v;
+  switch (value.type()) {
+    case ElementType::NULL_VALUE: return std::numeric_limits<float>::quiet_NaN();
+    case ElementType::DOUBLE: v = value.get_double().value_unsafe(); break;
+    case ElementType::INT64: v = static_cast<double>(value.get_int64().value_unsafe()); break;
+    case ElementType::UINT64: v = static_cast<double>(value.get_uint64().value_unsafe()); break;
+    default: bad_request(where + ": expected a number or null, not " + type_name(value));
+  }
   if (std::isfinite(v) && std::fabs(v) > std::numeric_limits<float>::max())
     bad_request(where + ": " + cell_text(value, where) + " is out of the FP32 range");
   return static_cast<float>(v);
@@ -127,7 +130,12 @@ void flatten(const Element& data, std::vector<Element>& out, const std::string& 
     return;
   }
   if (depth > 8) bad_request(where + ": data nested deeper than a tensor's shape");
-  for (Element item : simdjson::dom::array(data)) flatten(item, out, where, depth + 1);
+  // Held by value: value_unsafe() hands out the inside of a temporary.
+  const simdjson::dom::array items = data.get_array().value_unsafe();
+  for (Element item : items) {
+    if (item.type() == ElementType::ARRAY) flatten(item, out, where, depth + 1);
+    else out.push_back(item);
+  }
 }
 
 void append_header(std::string& csv, const std::vector<std::string>& names) {
