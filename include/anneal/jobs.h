@@ -217,6 +217,12 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
 
 // ---- Telemetry -------------------------------------------------------------
 
+// `value` as a Prometheus label value goes between its double quotes in the
+// text exposition format: backslash, double quote and line feed escaped
+// (\\, \", \n), everything else as is. The one escape of `anneal metrics`
+// and of `anneal serve`'s /metrics, so the two cannot disagree.
+std::string prometheus_label_value(std::string_view value);
+
 // The Prometheus text exposition format (version 0.0.4) of the store: jobs
 // by state, job durations, retries, last retrain success and duration per
 // config, each config's last gated retrain against an alias (both scores,

@@ -284,5 +284,14 @@ TEST_F(JobsCatalogTest, RetrainRecordsFindTheLastTrainedOne) {
   EXPECT_EQ(list_retrains(store).back().gate, r.gate);
 }
 
+// `anneal metrics` and serve's /metrics escape label values the one way the
+// text format asks: backslash, double quote and line feed, nothing else.
+TEST(PrometheusLabelValue, EscapesBackslashQuoteAndLineFeedOnly) {
+  EXPECT_EQ(prometheus_label_value("plain name@v1"), "plain name@v1");
+  EXPECT_EQ(prometheus_label_value("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+  EXPECT_EQ(prometheus_label_value("tab\there\r"), "tab\there\r");
+  EXPECT_EQ(prometheus_label_value(""), "");
+}
+
 }  // namespace
 }  // namespace anneal
