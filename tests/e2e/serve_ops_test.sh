@@ -31,7 +31,11 @@ infer() {  # infer [CURL ARGS...]: POST $WORK/infer.json to iris-mlp@production
 
 # --- metrics, JSON logs, SIGHUP, batching ------------------------------------
 fault_fifos batch
-export ANNEAL_FAULT='serve.batching@2=pause'
+# serve.queued pauses in its own FIFOs (include/anneal/fault_point.h): it is
+# reached while serve.batching holds the runner.
+mkdir "$ANNEAL_FAULT_DIR/serve.queued"
+mkfifo "$ANNEAL_FAULT_DIR/serve.queued/reached" "$ANNEAL_FAULT_DIR/serve.queued/resume"
+export ANNEAL_FAULT='serve.batching@2=pause;serve.queued@9=pause'
 SERVE_GLOBAL=(--log-format json)
 start_server ops --model iris-mlp@production --tokens "$WORK/tokens" --io-threads 2 ||
   { fail "the server did not start: $(cat "$WORK/ops.err")"; finish; }
@@ -44,7 +48,10 @@ infer
 expect_status 401 "infer without a token"
 # Batching, made certain: the second batch's runner stops at serve.batching
 # before taking its one-row request, while 7 more queue behind it; let go,
-# it takes all 8 into one forward pass.
+# it takes all 8 into one forward pass. The 7th of them is the 9th request
+# this server queues (the 10-row infer above, the runner's own, 7 more): it
+# stops at serve.queued once its row is in the queue, so the test knows all
+# 8 rows are there by that event, not by watching the clock.
 curl -sS --max-time 300 -o "$WORK/first.json" -H "Authorization: Bearer $PREDICT" \
   --data-binary @"$WORK/one.json" "$BASE/v2/models/iris-mlp@production/infer" &
 FIRST=$!
@@ -55,19 +62,12 @@ for i in 1 2 3 4 5 6 7; do
     --data-binary @"$WORK/one.json" "$BASE/v2/models/iris-mlp@production/infer" >"$WORK/queued-$i.code" &
   pids+=($!)
 done
-# The queue is the server's to report; wait until it holds all 8 rows.
-"$PY" - "$PORT" "$ADMIN" <<'PY' || fail "the 7 requests never queued"
-import http.client, sys, time
-deadline = time.monotonic() + 120
-while time.monotonic() < deadline:
-    c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=60)
-    c.request("GET", "/metrics", headers={"Authorization": "Bearer " + sys.argv[2]})
-    text = c.getresponse().read().decode()
-    if 'anneal_serve_queued_rows{model="iris-mlp@production"} 8' in text:
-        sys.exit(0)
-    time.sleep(0.01)
-sys.exit(1)
-PY
+queued=$(fault_reached batch/serve.queued) || fail "the 7 requests never queued"
+expect_contains "$queued" "serve.queued" "the 9th request queued"
+fault_resume batch/serve.queued
+# The queue is the server's to report: all 8 rows, while the runner waits
+# (its I/O thread is the one still held).
+expect_eq "$(metric 'anneal_serve_queued_rows{model="iris-mlp@production"}')" "8" "8 rows queued"
 fault_resume batch
 wait "$FIRST" && pass || fail "the first of the batch failed"
 for i in 1 2 3 4 5 6 7; do
