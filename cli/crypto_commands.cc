@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 std::shared_ptr<const StoreKey> key_to_encrypt_with(const std::string& command, const GlobalOptions& global,
                                                     bool& created) {
   const fs::path& store = global.store;
-  auto source = configured_key_source(global.access.key_file);
+  auto source = configured_key_source(global.access.key_file, global.access.key_file_source);
   if (!source)
     throw usage_error("anneal " + command + ": give the key file with --key-file FILE or $ANNEAL_KEY_FILE "
                       "(a new key is written there when FILE does not exist)");
@@ -75,7 +75,7 @@ int run_encrypt(const Invocation& inv) {
 }
 
 int run_rekey(const Invocation& inv) {
-  auto source = configured_key_source(inv.global.access.key_file);
+  auto source = configured_key_source(inv.global.access.key_file, inv.global.access.key_file_source);
   if (!source)
     throw usage_error("anneal rekey: give the current key with --key-file FILE or $ANNEAL_KEY_FILE");
   auto old_key = read_key_file(*source, inv.global.store);

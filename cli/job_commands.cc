@@ -88,7 +88,7 @@ json job_json(const JobRecord& j) {
 
 int run_submit(const Invocation& inv) {
   const std::string path = inv.args["CONFIG"].as<std::string>();
-  JobSpec spec = make_job_spec(read_text_file(path, "CONFIG"), path, overrides_of(inv));
+  JobSpec spec = make_job_spec(read_text_file(path, "CONFIG"), path, overrides_of(inv), flag_sources());
   spec.priority = int_arg(inv, "priority", 0);
   spec.retries = int_arg(inv, "retries", 0);
   spec.cores = int_arg(inv, "cores", spec.cores);
@@ -300,17 +300,44 @@ int run_jobs_retry(const Invocation& inv) {
 
 // --------------------------------------------------------------- cron path
 
+// A gate's reason as the user reads it: a refusal by rule (the gate could
+// not compare the two models) names the commands of its remedy, which the
+// verdict says in words (GateVerdict::uncompared).
+std::string gate_reason_text(const GateVerdict& verdict) {
+  if (!verdict.uncompared || !verdict.comparison) return verdict.reason;
+  const GateVerdict::Uncompared& u = *verdict.uncompared;
+  const GateComparison& c = *verdict.comparison;
+  return u.cause + (u.version_unknown ? " (name one with --on)" : "") + "; the gate refuses and " + c.alias +
+         " stays on " + c.incumbent_model + ": check " + c.candidate_model + " (anneal eval " + c.candidate_model +
+         " " + (c.on.empty() ? "DATA" : c.on) + "), then promote it with anneal model promote " + c.candidate_model +
+         " --to " + c.alias + " (no --gate)";
+}
+
+// The "gate" object of --json output, its reason as gate_reason_text says it.
+json gate_json(const GateVerdict& verdict) {
+  json j = verdict.to_json();
+  j["reason"] = gate_reason_text(verdict);
+  return j;
+}
+
+// A retrain's reason, a refusing gate's part as gate_reason_text says it.
+std::string retrain_reason_text(const RetrainResult& result) {
+  if (!result.gate || !result.gate->uncompared || !result.reason.ends_with(result.gate->reason)) return result.reason;
+  return result.reason.substr(0, result.reason.size() - result.gate->reason.size()) + gate_reason_text(*result.gate);
+}
+
 int run_retrain(const Invocation& inv) {
   RetrainRequest request;
   request.config_source = inv.args["CONFIG"].as<std::string>();
   request.config_text = read_text_file(request.config_source, "CONFIG");
   request.overrides = overrides_of(inv);
+  request.sources = flag_sources();
   if (inv.args.count("data")) request.data = inv.args["data"].as<std::string>();
   request.if_changed = inv.args["if-changed"].as<bool>();
   if (inv.args.count("promote")) request.promote = inv.args["promote"].as<std::string>();
   if (inv.args.count("gate")) {
     if (!request.promote) throw usage_error("--gate: give --promote ALIAS too; the gate decides that promotion");
-    request.gate = parse_gate(inv.args["gate"].as<std::string>());
+    request.gate = parse_gate(inv.args["gate"].as<std::string>(), "--gate");
   }
   if (inv.args["max-drift"].as<bool>()) {
     if (!request.promote)
@@ -353,6 +380,8 @@ int run_retrain(const Invocation& inv) {
   }
   if (inv.global.json) {
     json out = result.to_json();
+    if (!result.reason.empty()) out["reason"] = retrain_reason_text(result);
+    if (result.gate) out["gate"] = gate_json(*result.gate);
     out["exit_code"] = code;
     if (report) out["report"] = report->string();
     print_json(out);
@@ -361,7 +390,8 @@ int run_retrain(const Invocation& inv) {
   switch (result.outcome) {
     case RetrainOutcome::kSkipped: std::cout << "skipped: " << terminal_text(result.reason) << "\n"; break;
     case RetrainOutcome::kRefused:
-      std::cout << "trained " << result.train->model->ref() << "; not promoted: " << terminal_text(result.reason) << "\n";
+      std::cout << "trained " << result.train->model->ref() << "; not promoted: "
+                << terminal_text(retrain_reason_text(result)) << "\n";
       break;
     case RetrainOutcome::kPromoted:
       std::cout << "trained " << result.train->model->ref() << " and promoted it to " << result.train->model->name
@@ -440,7 +470,7 @@ int run_alias_history(const Invocation& inv) {
 int run_promote(const Invocation& inv) {
   if (!inv.args.count("to")) throw usage_error("anneal model promote: --to ALIAS is required");
   std::optional<Gate> gate;
-  if (inv.args.count("gate")) gate = parse_gate(inv.args["gate"].as<std::string>());
+  if (inv.args.count("gate")) gate = parse_gate(inv.args["gate"].as<std::string>(), "--gate");
   std::optional<DatasetRef> on;
   if (inv.args.count("on")) {
     on = parse_dataset_ref(inv.args["on"].as<std::string>(), "--on");
@@ -456,12 +486,12 @@ int run_promote(const Invocation& inv) {
   const int code = verdict.passed ? kExitOk : kExitGateRefused;
   if (inv.global.json) {
     print_json({{"model", model.ref()}, {"alias", model.name + "@" + alias}, {"promoted", verdict.passed},
-                {"reason", verdict.reason.empty() ? json(nullptr) : json(verdict.reason)},
-                {"gate", gate ? verdict.to_json() : json(nullptr)}, {"exit_code", code}});
+                {"reason", verdict.reason.empty() ? json(nullptr) : json(gate_reason_text(verdict))},
+                {"gate", gate ? gate_json(verdict) : json(nullptr)}, {"exit_code", code}});
   } else if (verdict.passed) {
     std::cout << model.name << "@" << alias << " -> " << model.ref() << (verdict.reason.empty() ? "" : " (" + terminal_text(verdict.reason) + ")") << "\n";
   } else {
-    std::cout << "not promoted: " << terminal_text(verdict.reason) << "\n";
+    std::cout << "not promoted: " << terminal_text(gate_reason_text(verdict)) << "\n";
   }
   return code;
 }

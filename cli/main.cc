@@ -230,6 +230,7 @@ int run(int argc, char** argv, unsigned user_umask) {
   // --key-file when given.
   StoreAccess& access = invocation.global.access;
   access.actor.command = audit_command_line(std::vector<std::string>(argv, argv + argc));
+  access.key_file_source = "--key-file";
   if (invocation.args.count("key-file")) access.key_file = fs::absolute(invocation.args["key-file"].as<std::string>());
   else if (global.count("key-file")) access.key_file = fs::absolute(global["key-file"].as<std::string>());
   // Under mpirun every rank would run the command on the store at once (N

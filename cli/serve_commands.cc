@@ -128,7 +128,9 @@ void add_serve_commands(std::vector<Command>& out) {
        "file is owner-only, one 'ROLE TOKEN' per line: predict (infer, readiness) or admin (also model "
        "metadata); requests then carry 'Authorization: Bearer TOKEN'. A request over a limit gets a 4xx JSON "
        "error whose \"limit\" names it. SIGTERM or SIGINT: the requests in flight are answered, then exit 0; "
-       "SIGHUP: the tokens file is read again. docs/SERVING.md has the details.",
+       "SIGHUP: the tokens file is read again. The start, each reload that takes effect and the stop are "
+       "recorded in the audit trail (anneal audit log), with how many tokens of each role, never a token. "
+       "docs/SERVING.md has the details.",
        [](po::options_description& o) {
          o.add_options()
              ("model", po::value<std::vector<std::string>>()->value_name("NAME@ALIAS"),

@@ -57,6 +57,7 @@ int train_on(const Invocation& inv, Communicator* comm) {
   const auto& a = inv.args;
   TrainRequest request;
   request.communicator = comm;
+  request.sources = flag_sources();
   std::vector<std::string> configs;
   if (a.count("CONFIG")) configs = a["CONFIG"].as<std::vector<std::string>>();
   if (a.count("set")) request.overrides = a["set"].as<std::vector<std::string>>();

@@ -179,6 +179,10 @@ void add_compute_options(po::options_description& o, bool threads) {
   if (threads) o.add_options()("threads", po::value<int>()->value_name("N"), "threads (default: all cores)");
 }
 
+SettingSources flag_sources() {
+  return {.overrides = "--set", .device = "--device", .warm_start = "--warm-start", .memory_budget = "--memory-budget"};
+}
+
 BackendOptions compute_options_of(const Invocation& inv) {
   BackendOptions options;
   options.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -57,6 +57,10 @@ enum class TextSource { kReadOnce, kReadAgainLater };
 std::string read_text_file(const std::string& path, const std::string& what,
                            TextSource source = TextSource::kReadOnce);
 
+// The flags that give the settings beside a config file (--set, --device,
+// --warm-start, --memory-budget), for messages to name as the user typed.
+SettingSources flag_sources();
+
 // "42s", "3m5s", "1h2m".
 std::string duration_text(double seconds);
 

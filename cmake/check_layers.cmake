@@ -14,6 +14,14 @@
 # directory is the file's own layer. Any violation fails the build with the
 # file, the line and the rule.
 #
+# No command-line words below cli/ either: a string literal in any layer
+# below it (or in a public header) that names a flag (starting with --word
+# or holding " --word") fails the build, unless the allow-list below names
+# the file and the flag with the reason. The layers below name an input as
+# a concept (a Subject of anneal/error.h, which cli/error_text.cc says as
+# its flag) or by a label their caller in cli/ passes; so a flag renamed
+# in cli/ cannot leave an old spelling in a message.
+#
 #   cmake -DROOT=<source dir> -DSTAMP=<file to touch on success> -P check_layers.cmake
 cmake_minimum_required(VERSION 3.25)
 
@@ -126,6 +134,60 @@ foreach(file IN LISTS headers)
     continue()
   endif()
   check_file("${file}" "${${layer}_may}" "")
+endforeach()
+
+# ---- Flags below cli/ --------------------------------------------------------
+
+# "FILE FLAG" pairs a string literal may hold, each with why.
+set(flag_words_allowed
+  # mpirun's own options, in the mpirun command line a worker starts a job
+  # of several ranks with (not anneal's flags).
+  "src/jobs/worker.cc --bind-to"
+  "src/jobs/worker.cc --hostfile"
+  # The run report (an HTML page for the user, not an error) points at the
+  # command that prints the whole confusion matrix, and at the retrain flag
+  # that runs the data checks: user help, like a man page, with no caller
+  # in cli/ between the report and its reader.
+  "src/runs/run_report.cc --json"
+  "src/runs/run_report.cc --max-drift")
+
+function(check_flag_words file)
+  # Only lines that could hold a flag; whole-line comments are skipped.
+  file(STRINGS "${ROOT}/${file}" lines REGEX "--[a-z]")
+  foreach(line IN LISTS lines)
+    if(line MATCHES "^[ \t]*(//|/\\*|\\*)")
+      continue()
+    endif()
+    # Escaped backslashes and quotes out, so that literals pair up; then a
+    # trailing comment off (a // outside any literal).
+    string(REPLACE "\\\\" "" code "${line}")
+    string(REPLACE "\\\"" "" code "${code}")
+    string(REGEX REPLACE "^(([^\"/]|\"[^\"]*\"|/[^/\"])*)//.*$" "\\1" code "${code}")
+    string(REGEX MATCHALL "\"[^\"]*\"" literals "${code}")
+    foreach(literal IN LISTS literals)
+      if(literal MATCHES "(^\"| )(--[a-z][a-z0-9-]*)")
+        set(flag "${CMAKE_MATCH_2}")
+        if(NOT "${file} ${flag}" IN_LIST flag_words_allowed)
+          set(violations "${violations}${file}: a string literal names the flag ${flag}: ${literal} (below cli/, name the input by a Subject or a label cli/ passes; see cmake/check_layers.cmake)\n")
+        endif()
+      endif()
+    endforeach()
+  endforeach()
+  set(violations "${violations}" PARENT_SCOPE)
+endfunction()
+
+foreach(layer base store engine runs quantize serve)
+  set(globs "")
+  foreach(glob IN LISTS ${layer}_files)
+    list(APPEND globs "${ROOT}/${glob}")
+  endforeach()
+  file(GLOB files RELATIVE "${ROOT}" ${globs})
+  foreach(file IN LISTS files)
+    check_flag_words("${file}")
+  endforeach()
+endforeach()
+foreach(file IN LISTS headers)
+  check_flag_words("${file}")
 endforeach()
 
 if(NOT violations STREQUAL "")

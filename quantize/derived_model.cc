@@ -13,6 +13,17 @@
 namespace anneal::compress {
 using nlohmann::json;
 
+DatasetRef dataset_ref_of(std::string_view text, Subject subject) {
+  try {
+    return parse_dataset_ref(text, "");
+  } catch (const Error& e) {
+    // Unnamed, the message is " 'TEXT': expected ..."; the subject leads it.
+    std::string detail = e.what();
+    if (detail.starts_with(' ')) detail.erase(0, 1);
+    throw Error(e.kind(), subject, detail);
+  }
+}
+
 Parent load_parent(Store& store, const std::string& ref, Derivation derivation) {
   Parent p;
   p.record = find_model(store, parse_model_ref(ref, "MODEL"));

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anneal/datasets.h"
+#include "anneal/error.h"
 #include "anneal/quantize.h"
 #include "anneal/model_file.h"
 
@@ -26,6 +28,11 @@ enum class Derivation : std::uint8_t { kQuantize, kPrune };
 // parent of `derivation` (a linear model, an int8 one: ModelKind's
 // why_not_quantizable, why_not_prunable).
 Parent load_parent(Store& store, const std::string& ref, Derivation derivation);
+
+// `text` as a dataset reference (NAME, NAME@latest, NAME@vN); a malformed
+// one is kUsage about `subject` (the calibration or fine-tuning data), so
+// that cli/ names the flag that gave it.
+DatasetRef dataset_ref_of(std::string_view text, Subject subject);
 
 // Bytes the model blob takes in the store: each chunk as the object store
 // writes it (16-byte header + zstd level 1 frame).

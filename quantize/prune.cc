@@ -160,7 +160,7 @@ CompressResult prune_model(Store& store, const PruneRequest& request, Reporter& 
   if (!(request.lr > 0)) throw usage_error(Subject::kFinetuneLearningRate, "must be > 0");
   const std::string data_text = request.data.empty() ? parent.record.lineage.value("dataset", "") : request.data;
   if (data_text.empty()) throw usage_error(Subject::kFinetuneData, "must be given: the parent names no dataset");
-  DatasetRef data = parse_dataset_ref(data_text, "--data");
+  DatasetRef data = compress::dataset_ref_of(data_text, Subject::kFinetuneData);
   const std::unique_ptr<Backend> backend = make_backend({.device = request.device, .threads = request.threads});
   const Dims input(parent.model.input_shape);
   const std::vector<WeightedLayer> layers = weighted_layers(parent.model.layers, input, *backend);

@@ -245,7 +245,7 @@ CompressResult quantize_model(Store& store, const QuantizeRequest& request, Repo
     throw usage_error(Subject::kQatEpochs, "must be >= 0, not " + std::to_string(request.qat_epochs));
   if (!(request.qat_lr > 0)) throw usage_error(Subject::kQatLearningRate, "must be > 0");
   if (request.qat_batch < 1) throw usage_error(Subject::kQatBatch, "must be >= 1");
-  DatasetRef calib = parse_dataset_ref(request.calib, "--calib");
+  DatasetRef calib = compress::dataset_ref_of(request.calib, Subject::kCalibrationData);
   // It also scores the int8 child (derived_model.cc).
   const std::unique_ptr<Backend> backend =
       make_backend({.device = request.device, .threads = request.threads, .int8 = true});

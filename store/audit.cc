@@ -185,6 +185,12 @@ void append_audit(Store& store, std::string_view action, const nlohmann::json& d
   db.prepare("UPDATE audit_head SET count = ?, hash = ? WHERE id = 1").bind(1, r.seq).bind(2, r.hash).run();
 }
 
+void record_audit_action(Store& store, std::string_view action, const nlohmann::json& detail) {
+  sql::Transaction txn(store.db());
+  append_audit(store, action, detail);
+  txn.commit();
+}
+
 std::string recorded_key_check(sql::Database& db) {
   auto stmt = db.prepare(
       "SELECT detail FROM audit WHERE action IN ('store.encrypt', 'store.rekey') ORDER BY seq DESC LIMIT 1");

@@ -99,8 +99,9 @@ const StoreKey* KeyRing::find(const KeyId& id) const {
   return nullptr;
 }
 
-std::optional<KeySource> configured_key_source(const std::optional<fs::path>& key_file) {
-  if (key_file) return KeySource{*key_file, "--key-file"};
+std::optional<KeySource> configured_key_source(const std::optional<fs::path>& key_file,
+                                               std::string_view key_file_source) {
+  if (key_file) return KeySource{*key_file, std::string(key_file_source)};
   if (const char* env = std::getenv("ANNEAL_KEY_FILE"); env && *env) return KeySource{env, "$ANNEAL_KEY_FILE"};
   // systemd's LoadCredential=anneal-key:PATH puts the key here, readable by
   // the service alone (packaging/systemd).
@@ -277,7 +278,8 @@ void write_encryption_record(const fs::path& root, const EncryptionRecord& recor
   write_file_atomic(encryption_record_path(root), text, root / "tmp", /*replace=*/true);
 }
 
-std::shared_ptr<const KeyRing> open_store_keys(const fs::path& root, const std::optional<fs::path>& key_file) {
+std::shared_ptr<const KeyRing> open_store_keys(const fs::path& root, const std::optional<fs::path>& key_file,
+                                               std::string_view key_file_source) {
   auto record = read_encryption_record(root);
   // --key-file on a store that is not encrypted: whoever typed it believes
   // it is, and would otherwise write plaintext unawares. ($ANNEAL_KEY_FILE
@@ -290,7 +292,7 @@ std::shared_ptr<const KeyRing> open_store_keys(const fs::path& root, const std::
   const std::string store = root.string();
   if (record->retiring)
     throw failure(store + ": a key rotation was interrupted").with(Remedy::kFinishRotation);
-  auto source = configured_key_source(key_file);
+  auto source = configured_key_source(key_file, key_file_source);
   if (!source)
     throw failure(store + ": the store is encrypted").with(Remedy::kGiveKey);
   std::shared_ptr<const StoreKey> key;

@@ -337,7 +337,7 @@ Store Store::open(const fs::path& root, const StoreAccess& access) {
   check_store_permissions(root);
   for (const char* sub : {"objects", "tmp", "locks"}) make_private_dir(root / sub);
   // The key first: a missing or wrong one fails before anything is changed.
-  auto keys = open_store_keys(root, access.key_file);
+  auto keys = open_store_keys(root, access.key_file, access.key_file_source);
   auto impl = std::make_unique<Impl>(root, /*create=*/false, access);
   impl->objects.set_keys(std::move(keys));
   migrate(impl->db, root);

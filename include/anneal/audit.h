@@ -11,7 +11,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace anneal {
 
@@ -54,6 +57,15 @@ std::string audit_record_hash(const AuditRecord& record);
 
 // Every record, by seq.
 std::vector<AuditRecord> audit_log(Store& store);
+
+// Appends the record of an admin action that changes who may use the
+// store's models rather than the catalog (`anneal serve` starting, taking
+// new tokens, stopping: docs/SERVING.md), in a BEGIN IMMEDIATE transaction
+// of its own, as the actor `store` was opened with. `action` names it
+// ("serve.start"); `detail` is a JSON object saying what, never a secret.
+// Throws what a catalog write throws (kBusy when another writer holds the
+// catalog past the busy timeout, kCorrupt without the head row).
+void record_audit_action(Store& store, std::string_view action, const nlohmann::json& detail);
 
 struct AuditHead {
   std::int64_t count = 0;

@@ -110,7 +110,8 @@ struct TrainConfig {
   // Everything the engine needs except classes and loss, which come from
   // the data (set by the run).
   TrainerConfig trainer;
-  // Where each key that was set came from: "fmnist.ini:3" or "--set lr".
+  // Where each key that was set came from: "fmnist.ini:3", or an override
+  // as SettingSources names it ("--set lr" from the CLI).
   std::map<std::string, std::string> sources;
 
   // The resolved configuration as "key = value" lines, every key present
@@ -129,13 +130,25 @@ struct ConfigKey {
 // the recorded text cannot disagree.
 const std::vector<ConfigKey>& known_config_keys();
 
+// How messages (and TrainConfig::sources) name the settings a caller gives
+// beside a config file: cli/ gives its flags ("--set", "--device", ...), so
+// that the words the user typed come back; the defaults are words, for
+// callers that are not the CLI.
+struct SettingSources {
+  std::string overrides = "override";  // followed by the key: "override lr"
+  std::string device = "device override";
+  std::string warm_start = "warm-start override";
+  std::string memory_budget = "memory-budget override";
+};
+
 // Parses `text` (an INI file; `source` names it in errors, e.g. the path)
-// and then applies each "key=value" of `overrides` (the --set flags), which
-// win over the file. Throws anneal::Error kUsage, one line naming
-// SOURCE:LINE or "--set key" and what was expected: an unknown key (with the
-// closest known one), a malformed value, a missing required key.
+// and then applies each "key=value" of `overrides`, which win over the
+// file. Throws anneal::Error kUsage, one line naming SOURCE:LINE or the
+// override ("OVERRIDES key", OVERRIDES from `named`) and what was expected:
+// an unknown key (with the closest known one), a malformed value, a missing
+// required key.
 TrainConfig parse_train_config(std::string_view text, std::string_view source,
-                               const std::vector<std::string>& overrides);
+                               const std::vector<std::string>& overrides, const SettingSources& named = {});
 
 // A memory_budget value: bytes with an optional binary suffix K, M, G or T
 // (KiB..TiB), e.g. "512M", "2G", "1048576"; at least 64K. Throws kUsage

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace anneal {
@@ -64,8 +65,10 @@ struct KeySource {
   std::filesystem::path path;
   std::string source;
 };
-// `key_file`: the --key-file given, if any.
-std::optional<KeySource> configured_key_source(const std::optional<std::filesystem::path>& key_file);
+// `key_file`: the file given, if any (--key-file in cli/), which messages
+// name as `key_file_source` (the caller's name for it: cli/ passes its flag).
+std::optional<KeySource> configured_key_source(const std::optional<std::filesystem::path>& key_file,
+                                               std::string_view key_file_source);
 
 // Refuses (kUsage, one line naming key.source and the path) a key file that
 // lies inside the store at `store`: resolved with symbolic links followed
@@ -106,9 +109,11 @@ void write_encryption_record(const std::filesystem::path& root, const Encryption
 // encrypted; for an encrypted one, the configured key, checked against the
 // record. A missing key, a wrong key and an unfinished rotation are each a
 // one-line kFailure (exit 1) naming the store, before anything is read;
-// A --key-file (`key_file`) on a store that is not encrypted is kUsage.
+// A key file given (`key_file`, named `key_file_source` in messages) on a
+// store that is not encrypted is kUsage.
 std::shared_ptr<const KeyRing> open_store_keys(const std::filesystem::path& root,
-                                               const std::optional<std::filesystem::path>& key_file);
+                                               const std::optional<std::filesystem::path>& key_file,
+                                               std::string_view key_file_source);
 
 // `anneal encrypt` and `anneal rekey`: rewrite every object of the store at
 // `root` under a new key, one at a time, each atomically (a temporary file

@@ -25,7 +25,10 @@
 //            $ANNEAL_FAULT_DIR: the process opens `reached` for writing and
 //            writes "POINT PID\n" (blocking until the test reads), then
 //            opens `resume` for reading and blocks until the test writes it
-//            and closes. No sleeps and no polling on either side.
+//            and closes. No sleeps and no polling on either side. When
+//            $ANNEAL_FAULT_DIR/POINT/ is a directory, its two FIFOs serve
+//            that point instead: two threads of one process paused at once
+//            are then released one at a time.
 // POINT may end in '*' to match every point with that prefix. A malformed
 // ANNEAL_FAULT is reported on stderr and aborts the process, so a test never
 // runs believing a fault is armed when it is not.

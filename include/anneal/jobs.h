@@ -34,9 +34,10 @@
 namespace anneal {
 
 // Reads CONFIG text, checks it (every key and value, as train would), and
-// builds the spec `anneal submit` queues. Throws kUsage naming SOURCE:LINE.
+// builds the spec `anneal submit` queues. Throws kUsage naming SOURCE:LINE
+// or the override (as `named` names overrides).
 JobSpec make_job_spec(const std::string& config_text, const std::string& config_source,
-                      const std::vector<std::string>& overrides);
+                      const std::vector<std::string>& overrides, const SettingSources& named = {});
 
 // In the child: trains job `job` (resuming its run when it has one) and
 // records the run on the job, as the attempt of claim generation `claim`
@@ -112,14 +113,15 @@ std::filesystem::path job_log_path(const Store& store, std::int64_t job);
 // row_content_key over the columns both tables share by name and type).
 // METRIC then names what eval computes, a val_/test_/baseline_ prefix
 // stripped: val_accuracy compares accuracy. Throws kUsage naming `what`
-// and what was expected (an alias gate's unknown metric lists the known).
+// (the caller's name for the gate: cli/ passes its flag) and what was
+// expected (an alias gate's unknown metric lists the known).
 struct Gate {
   std::string metric, op, rhs;
   std::optional<double> constant;  // RHS is a number
   std::string text;
   std::string scored_metric;       // alias gates: the eval metric compared ("accuracy")
 };
-Gate parse_gate(std::string_view text, std::string_view what = "--gate");
+Gate parse_gate(std::string_view text, std::string_view what = "the gate");
 
 // The eval metrics an alias gate can compare (gate_scored_metric's results).
 const std::vector<std::string>& gate_known_metrics();
@@ -143,6 +145,15 @@ struct GateVerdict {
   std::string expression;                   // the gate as written
   std::optional<double> recorded;           // constant gates: the candidate's recorded metric
   std::optional<GateComparison> comparison; // alias gates whose alias is set
+  // An alias gate that could not compare the two models refuses by its
+  // rule (the alias stays; check the candidate, then promote it by hand
+  // without a gate). `reason` says so with the remedy in words; these are
+  // its parts, so that cli/ can say the remedy with its commands.
+  struct Uncompared {
+    std::string cause;             // why: "missing column 'x' ..."
+    bool version_unknown = false;  // the version to judge on could not be told: naming one is the fix
+  };
+  std::optional<Uncompared> uncompared;
   // The "gate" object of --json output, the alias history and the retrain
   // record: expression, passed, reason, and for an alias gate alias,
   // metric, candidate, incumbent (scores or null), candidate_model,
@@ -182,6 +193,7 @@ GateVerdict promote_model(Store& store, const ModelRecord& model, const std::str
 struct RetrainRequest {
   std::string config_text, config_source;
   std::vector<std::string> overrides;
+  SettingSources sources;  // how messages name the overrides and the warm start (cli/: its flags)
   std::optional<std::filesystem::path> data;  // import first as a new version of the config's dataset
   bool if_changed = false;
   std::optional<std::string> promote;  // alias
@@ -216,6 +228,12 @@ struct RetrainResult {
 RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingReporter& reporter);
 
 // ---- Telemetry -------------------------------------------------------------
+
+// `value` as a Prometheus label value goes between its double quotes in the
+// text exposition format: backslash, double quote and line feed escaped
+// (\\, \", \n), everything else as is. The one escape of `anneal metrics`
+// and of `anneal serve`'s /metrics, so the two cannot disagree.
+std::string prometheus_label_value(std::string_view value);
 
 // The Prometheus text exposition format (version 0.0.4) of the store: jobs
 // by state, job durations, retries, last retrain success and duration per

@@ -32,6 +32,7 @@
 
 #include "anneal/catalog_runs.h"
 #include "anneal/communicator.h"
+#include "anneal/config.h"
 #include "anneal/device.h"
 #include "anneal/datasets.h"
 #include "anneal/maintenance.h"
@@ -71,6 +72,9 @@ struct TrainRequest {
   // config's `warm_start` (retrain --warm-start: the alias it promotes).
   std::optional<std::string> warm_start;
   std::optional<std::int64_t> resume;    // continue this run instead
+  // How messages name the overrides, device, warm_start and memory_budget
+  // above (cli/ gives its flags: "--set", "--device", ...).
+  SettingSources sources;
   std::stop_token stop;                  // requested: checkpoint, record cancelled, return
   // Called once the run is recorded (created or reopened), before training.
   std::function<void(const RunRecord&)> on_run_started;

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "anneal/audit.h"
 #include "anneal/fs.h"
@@ -38,6 +39,9 @@ struct StoreAccess {
   // from $ANNEAL_KEY_FILE or the systemd credential (anneal/encryption.h);
   // with it, a store that is not encrypted is refused (kUsage).
   std::optional<std::filesystem::path> key_file;
+  // How messages name key_file (KeySource::source): cli/ gives its flag
+  // ("--key-file"); the default words serve code that is not the CLI.
+  std::string key_file_source = "given key file";
 };
 
 class Store {

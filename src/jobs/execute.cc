@@ -35,8 +35,8 @@ class FaultingReporter final : public TrainingReporter {
 }  // namespace
 
 JobSpec make_job_spec(const std::string& config_text, const std::string& config_source,
-                      const std::vector<std::string>& overrides) {
-  TrainConfig config = parse_train_config(config_text, config_source, overrides);
+                      const std::vector<std::string>& overrides, const SettingSources& named) {
+  TrainConfig config = parse_train_config(config_text, config_source, overrides, named);
   validate_model_name(config.name);
   parse_dataset_ref(config.dataset, config_source + ": dataset");
   JobSpec spec;

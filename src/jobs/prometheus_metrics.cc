@@ -8,9 +8,8 @@
 #include "anneal/maintenance.h"
 
 namespace anneal {
-namespace {
 
-std::string escape_label(const std::string& value) {
+std::string prometheus_label_value(std::string_view value) {
   std::string out;
   for (char c : value) {
     if (c == '\\') out += "\\\\";
@@ -20,6 +19,8 @@ std::string escape_label(const std::string& value) {
   }
   return out;
 }
+
+namespace {
 
 // Metric names allow [a-zA-Z0-9_:]; a model metric key is used as a label
 // value instead, so nothing needs mangling there.
@@ -33,7 +34,7 @@ class Exposition {
     if (!labels.empty()) {
       out_ << "{";
       for (std::size_t i = 0; i < labels.size(); ++i)
-        out_ << (i ? "," : "") << labels[i].first << "=\"" << escape_label(labels[i].second) << "\"";
+        out_ << (i ? "," : "") << labels[i].first << "=\"" << prometheus_label_value(labels[i].second) << "\"";
       out_ << "}";
     }
     out_ << " ";

@@ -157,11 +157,12 @@ std::string computed_metrics(const EvalResult& r) {
 }
 
 // The one line of an alias gate that could not compare, and the rule:
-// production stays; promote by hand once the candidate is checked.
-std::string refusal(const GateComparison& c, const std::string& why) {
-  return why + "; the gate refuses and " + c.alias + " stays on " + c.incumbent_model + ": check " +
-         c.candidate_model + " (anneal eval " + c.candidate_model + " " + (c.on.empty() ? "DATA" : c.on) + "), then promote it with anneal "
-         "model promote " + c.candidate_model + " --to " + c.alias + " (no --gate)";
+// production stays; promote by hand once the candidate is checked. In
+// words: cli/ says the same with its commands (GateVerdict::uncompared).
+std::string refusal(const GateComparison& c, const GateVerdict::Uncompared& u) {
+  return u.cause + (u.version_unknown ? " (name the version to judge it on)" : "") + "; the gate refuses and " +
+         c.alias + " stays on " + c.incumbent_model + ": check " + c.candidate_model + " (evaluate it on " +
+         (c.on.empty() ? "the data" : c.on) + "), then promote it to " + c.alias + " by hand, without a gate";
 }
 
 // An alias gate whose alias is set: both models scored on the same rows.
@@ -174,9 +175,10 @@ GateVerdict compare_with_holder(Store& store, const Gate& gate, const ModelRecor
   c.metric = gate.scored_metric;
   c.candidate_model = candidate.ref();
   c.incumbent_model = holder.ref();
-  auto refuse = [&](const std::string& why) {
+  auto refuse = [&](const std::string& why, bool version_unknown = false) {
     verdict.passed = false;
-    verdict.reason = refusal(c, why);
+    verdict.uncompared = GateVerdict::Uncompared{why, version_unknown};
+    verdict.reason = refusal(c, *verdict.uncompared);
     return verdict;
   };
 
@@ -187,8 +189,7 @@ GateVerdict compare_with_holder(Store& store, const Gate& gate, const ModelRecor
     try {
       on_ref = training_data_of(candidate);
     } catch (const Error& e) {
-      return refuse("cannot tell which version to judge " + candidate.ref() + " on: " + e.what() +
-                    " (name one with --on)");
+      return refuse("cannot tell which version to judge " + candidate.ref() + " on: " + e.what(), true);
     }
   }
   // Loaded once each: the gate's version is often the candidate's.
@@ -343,8 +344,8 @@ GateVerdict evaluate_gate(Store& store, const Gate& gate, const ModelRecord& can
   if (gate.constant) {
     GateVerdict verdict;
     verdict.expression = gate.text;
-    if (on) throw usage_error("--on: the gate '" + gate.text + "' compares with a number, not an alias; --on names "
-                              "the rows a gate against an alias scores both models on");
+    if (on) throw usage_error("the gate '" + gate.text + "' compares with a number, not an alias; the version "
+                              "to judge on names the rows a gate against an alias scores both models on");
     const double value = metric_of(candidate, gate.metric, "gate");
     verdict.recorded = value;
     verdict.passed = compare(value, gate.op, *gate.constant);
@@ -354,7 +355,7 @@ GateVerdict evaluate_gate(Store& store, const Gate& gate, const ModelRecord& can
   }
   std::optional<ModelRecord> holder = find_alias(store, candidate.name, gate.rhs);
   if (!holder) {
-    if (on) find_dataset(store, *on);  // a wrong --on is still an error
+    if (on) find_dataset(store, *on);  // a wrong version to judge on is still an error
     GateVerdict verdict;
     verdict.expression = gate.text;
     verdict.passed = true;
@@ -375,7 +376,9 @@ GateVerdict promote_model(Store& store, const ModelRecord& model, const std::str
                           const std::optional<Gate>& gate, const std::string& reason,
                           const std::optional<DatasetRef>& on, RetrainRecord* retrain) {
   validate_alias_name(alias);
-  if (on && !gate) throw usage_error("--on: give --gate too; --on names the rows the gate scores both models on");
+  if (on && !gate)
+    throw usage_error("a version to judge on was given without a gate; it names the rows the gate scores both "
+                      "models on");
   GateVerdict verdict;
   verdict.passed = true;
   if (gate) verdict = evaluate_gate(store, *gate, model, on);

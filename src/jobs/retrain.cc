@@ -121,7 +121,7 @@ json RetrainResult::to_json() const {
 
 RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingReporter& reporter) {
   // Everything about the config is checked before the lock or the store.
-  TrainConfig config = parse_train_config(request.config_text, request.config_source, request.overrides);
+  TrainConfig config = parse_train_config(request.config_text, request.config_source, request.overrides, request.sources);
   validate_model_name(config.name);
   DatasetRef dataset_ref = parse_dataset_ref(config.dataset, request.config_source + ": dataset");
   if (request.promote) validate_alias_name(*request.promote);
@@ -212,6 +212,7 @@ RetrainResult retrain(Store& store, const RetrainRequest& request, TrainingRepor
     train.config_text = request.config_text;
     train.config_source = request.config_source;
     train.overrides = request.overrides;
+    train.sources = request.sources;
     // Train exactly the version resolved above, even if an import lands
     // in between.
     train.overrides.push_back("dataset=" + version.ref());

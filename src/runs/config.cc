@@ -32,7 +32,8 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b + 1));
 }
 
-// A value and where it came from ("fmnist.ini:7" or "--set lr").
+// A value and where it came from ("fmnist.ini:7" or an override, "--set lr"
+// as the CLI names it).
 struct Setting {
   std::string value;
   std::string where;
@@ -559,7 +560,7 @@ CheckpointEvery parse_checkpoint_every(std::string_view text, std::string_view k
 }
 
 TrainConfig parse_train_config(std::string_view text, std::string_view source,
-                               const std::vector<std::string>& overrides) {
+                               const std::vector<std::string>& overrides, const SettingSources& named) {
   po::options_description description;
   for (const auto& k : known_config_keys())
     description.add_options()(k.name, po::value<std::string>());
@@ -587,10 +588,10 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
   for (const auto& o : overrides) {
     std::size_t eq = o.find('=');
     if (eq == std::string::npos)
-      throw usage_error("--set " + o + ": expected key=value");
+      throw usage_error(named.overrides + " " + o + ": expected key=value");
     std::string key = trim(o.substr(0, eq));
     if (!is_known(key))
-      throw usage_error("--set " + o + ": unknown key '" + key + "'" + suggest_key(key));
+      throw usage_error(named.overrides + " " + o + ": unknown key '" + key + "'" + suggest_key(key));
     std::string value = trim(o.substr(eq + 1));
     // The resolved config is written back as INI text (to_text(), frozen
     // in a job or a run) and must parse back to exactly this value: in that
@@ -598,11 +599,11 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
     // has no escape for either.
     for (char ch : value)
       if (ch == '#' || static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f)
-        throw usage_error("--set " + key + ": the value may not contain " +
+        throw usage_error(named.overrides + " " + key + ": the value may not contain " +
                           (ch == '#' ? std::string("'#' (it starts a comment in a config file)")
                                      : std::string("a line break or control character")) +
                           (key == "label" ? "; name the label column by its 0-based index instead" : ""));
-    settings[key] = {value, "--set " + key};
+    settings[key] = {value, named.overrides + " " + key};
   }
 
   TrainConfig c;

@@ -410,20 +410,20 @@ Setup resolve_setup(Store& store, const TrainRequest& request) {
     // started on does it end at an uninterrupted run's exact bits.
     if (request.device) {
       s.config.device = *request.device;
-      s.config.sources["device"] = "--device";
+      s.config.sources["device"] = request.sources.device;
     }
     s.dataset = parse_dataset_ref(run.dataset, "dataset");
     s.resumed = std::move(run);
     return s;
   }
-  s.config = parse_train_config(request.config_text, request.config_source, request.overrides);
+  s.config = parse_train_config(request.config_text, request.config_source, request.overrides, request.sources);
   if (request.device) {
     s.config.device = *request.device;
-    s.config.sources["device"] = "--device";
+    s.config.sources["device"] = request.sources.device;
   }
   if (request.warm_start) {
     s.config.warm_start = parse_warm_start(*request.warm_start, s.config.name);
-    s.config.sources["warm_start"] = "--warm-start";
+    s.config.sources["warm_start"] = request.sources.warm_start;
   }
   if (request.memory_budget) {
     try {
@@ -431,7 +431,7 @@ Setup resolve_setup(Store& store, const TrainRequest& request) {
     } catch (const Error& e) {
       throw usage_error(Subject::kMemoryBudget, ": " + std::string(e.what()));
     }
-    s.config.sources["memory_budget"] = "--memory-budget";
+    s.config.sources["memory_budget"] = request.sources.memory_budget;
   }
   validate_model_name(s.config.name);
   s.dataset = parse_dataset_ref(s.config.dataset, "dataset");
@@ -534,7 +534,8 @@ class TrainingRun {
                                .deterministic = config().deterministic,
                                .tf32 = config().tf32});
     } catch (const Error& e) {
-      // Name where the device was asked for: "fm.ini:7" or "--set device".
+      // Name where the device was asked for: "fm.ini:7" or "--set device"
+      // (as config.sources names it).
       auto where = config().sources.find("device");
       if (e.kind() != ErrorKind::kUsage || where == config().sources.end()) throw;
       throw usage_error(where->second + ": " + e.what());

@@ -21,7 +21,8 @@ std::string column_list(const DatasetVersion& v) {
   return out;
 }
 
-// "fm.ini:5: " or "--set features: " for a config key, "" when it was not set.
+// Where a config key was set, as config.sources names it ("fm.ini:5: ", or
+// "--set features: " from the CLI); "" when it was not set.
 std::string where(const TrainConfig& config, const std::string& key) {
   auto it = config.sources.find(key);
   return it == config.sources.end() ? std::string() : it->second + ": ";

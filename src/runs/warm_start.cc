@@ -18,7 +18,8 @@ using nlohmann::json;
 
 namespace {
 
-// "r.ini:9: " or "--set warm_start: ", where warm_start was given.
+// Where warm_start was given, as config.sources names it: "r.ini:9: ", or
+// an override's name ("--set warm_start: " from the CLI).
 std::string source_of(const TrainConfig& config) {
   auto it = config.sources.find("warm_start");
   return it == config.sources.end() ? std::string() : it->second + ": ";

@@ -3,19 +3,10 @@
 #include <cmath>
 #include <sstream>
 
+#include "anneal/jobs.h"
+
 namespace anneal::serve {
 namespace {
-
-std::string escape_label(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out;
-}
 
 template <std::size_t N, class H>
 void add(H& h, const std::array<double, N>& bounds, double value) {
@@ -29,7 +20,7 @@ void add(H& h, const std::array<double, N>& bounds, double value) {
 template <std::size_t N, class H>
 void write_histogram(std::ostringstream& out, const std::string& name, const std::string& label,
                      const std::string& value, const std::array<double, N>& bounds, const H& h) {
-  const std::string labels = label + "=\"" + escape_label(value) + "\"";
+  const std::string labels = label + "=\"" + prometheus_label_value(value) + "\"";
   std::uint64_t cumulative = 0;
   for (std::size_t i = 0; i < N; ++i) {
     cumulative += h.counts[i];
@@ -71,13 +62,13 @@ std::string Metrics::text() const {
   out << "# HELP anneal_serve_requests_total Requests answered, by route and HTTP status code.\n"
          "# TYPE anneal_serve_requests_total counter\n";
   for (const auto& [key, n] : requests_)
-    out << "anneal_serve_requests_total{route=\"" << escape_label(key.first) << "\",code=\"" << key.second << "\"} "
+    out << "anneal_serve_requests_total{route=\"" << prometheus_label_value(key.first) << "\",code=\"" << key.second << "\"} "
         << n << "\n";
   out << "# HELP anneal_serve_refused_total Requests refused with a 4xx status, by the limit they broke (none: "
          "another reason).\n"
          "# TYPE anneal_serve_refused_total counter\n";
   for (const auto& [limit, n] : refused_)
-    out << "anneal_serve_refused_total{limit=\"" << escape_label(limit) << "\"} " << n << "\n";
+    out << "anneal_serve_refused_total{limit=\"" << prometheus_label_value(limit) << "\"} " << n << "\n";
   out << "# HELP anneal_serve_request_duration_seconds Time from a request read whole to its answer made, by "
          "route.\n"
          "# TYPE anneal_serve_request_duration_seconds histogram\n";
@@ -89,15 +80,15 @@ std::string Metrics::text() const {
   out << "# HELP anneal_serve_queued_rows Rows waiting for a forward pass, by model.\n"
          "# TYPE anneal_serve_queued_rows gauge\n";
   for (const auto& [model, rows] : queued_)
-    out << "anneal_serve_queued_rows{model=\"" << escape_label(model) << "\"} " << rows << "\n";
+    out << "anneal_serve_queued_rows{model=\"" << prometheus_label_value(model) << "\"} " << rows << "\n";
   out << "# HELP anneal_serve_model_version The model version answering for each served model (0 when none).\n"
          "# TYPE anneal_serve_model_version gauge\n";
   for (const auto& [model, state] : models_)
-    out << "anneal_serve_model_version{model=\"" << escape_label(model) << "\"} " << state.first << "\n";
+    out << "anneal_serve_model_version{model=\"" << prometheus_label_value(model) << "\"} " << state.first << "\n";
   out << "# HELP anneal_serve_model_ready Whether each served model can answer (1) or not (0).\n"
          "# TYPE anneal_serve_model_ready gauge\n";
   for (const auto& [model, state] : models_)
-    out << "anneal_serve_model_ready{model=\"" << escape_label(model) << "\"} " << (state.second ? 1 : 0) << "\n";
+    out << "anneal_serve_model_ready{model=\"" << prometheus_label_value(model) << "\"} " << (state.second ? 1 : 0) << "\n";
   out << "# HELP anneal_serve_connections Open connections.\n"
          "# TYPE anneal_serve_connections gauge\n"
          "anneal_serve_connections "

@@ -423,6 +423,13 @@ struct Server::Impl {
       beast::error_code ignored;
       acceptor.close(ignored);
       signals.cancel(ignored);
+      // The server stops answering: recorded, but a trail that cannot take
+      // the record (a full disk) does not keep it answering.
+      try {
+        service.record("serve.stop", json{{"reason", why}, {"connections", open.size()}});
+      } catch (const std::exception& e) {
+        if (options.log) options.log("error", std::string("the stop could not be recorded: ") + e.what(), "{}");
+      }
       // Said once no new connection can arrive.
       if (options.log)
         options.log("info", "draining: the requests in flight finish, then the server exits",
@@ -440,7 +447,17 @@ struct Server::Impl {
   Shared shared;
 };
 
-Server::Server(ServeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) { impl_->listen(); }
+Server::Server(ServeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  impl_->listen();
+  // Listening: from now on the models are answered, to whom the tokens
+  // say. A start the audit trail cannot show does not serve (the error
+  // propagates and the acceptor closes with the server).
+  impl_->service.record("serve.start", json{{"address", impl_->options.bind_address},
+                                            {"port", port()},
+                                            {"tls", impl_->tls.has_value()},
+                                            {"models", impl_->service.model_names()},
+                                            {"tokens", impl_->service.token_counts()}});
+}
 
 Server::~Server() = default;
 

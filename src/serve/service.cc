@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anneal/audit.h"
 #include "anneal/catalog_jobs.h"
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
@@ -228,11 +229,35 @@ std::vector<std::string> Service::model_names() const {
   return names;
 }
 
+namespace {
+
+json counts_of(const TokenTable& table) {
+  return {{"predict", table.count(Role::kPredict)}, {"admin", table.count(Role::kAdmin)}};
+}
+
+}  // namespace
+
 void Service::reload_tokens() {
   if (!options_.tokens_file) return;
   auto table = std::make_shared<const TokenTable>(TokenTable::read(*options_.tokens_file));
+  // Recorded before the tokens change: a reload the trail cannot show is
+  // not done.
+  record("serve.tokens-reload", {{"tokens", counts_of(*table)}});
   std::lock_guard lock(tokens_mutex_);
   tokens_ = std::move(table);
+}
+
+void Service::record(std::string_view action, const json& detail) {
+  // An admin action about to be recorded: a test fails the record here
+  // (serve_ops_test: a reload the trail cannot show is not done).
+  fault_point("serve.recording");
+  StorePool::Lease lease = stores_.lease();
+  record_audit_action(lease.store(), action, detail);
+}
+
+json Service::token_counts() const {
+  std::lock_guard lock(tokens_mutex_);
+  return tokens_ ? counts_of(*tokens_) : json(nullptr);
 }
 
 std::unique_ptr<HttpResponse> Service::refuse_unless(const HttpRequest& request, Role needed) {

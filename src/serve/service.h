@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "anneal/serve.h"
 #include "serve/metrics.h"
 #include "serve/served_models.h"
@@ -64,9 +66,19 @@ class Service {
   // What the server counts (GET /metrics).
   Metrics& metrics() { return metrics_; }
 
-  // Reads the tokens file again; on an error keeps the tokens it had and
-  // rethrows. Thread-safe.
+  // Reads the tokens file again and records it in the store's audit trail
+  // (serve.tokens-reload: how many tokens of each role, never a token or
+  // its digest), then takes the new tokens. On an error (a file that does
+  // not read, a record that cannot be written) keeps the tokens it had and
+  // rethrows: new tokens the trail does not show are never in force.
+  // Thread-safe.
   void reload_tokens();
+  // Appends an admin action of this server to the store's audit trail, as
+  // the actor the store was opened with (record_audit_action). Thread-safe.
+  void record(std::string_view action, const nlohmann::json& detail);
+  // The tokens in force as an audit detail: {"predict": N, "admin": M};
+  // null without a tokens file (every request allowed). Thread-safe.
+  nlohmann::json token_counts() const;
   // From now on readiness says 503 (draining). Thread-safe.
   void set_draining() { draining_ = true; }
 

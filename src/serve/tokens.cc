@@ -27,6 +27,12 @@ std::array<unsigned char, 32> digest_of(std::string_view token) {
 
 }  // namespace
 
+std::size_t TokenTable::count(Role role) const {
+  std::size_t n = 0;
+  for (const Entry& entry : entries_) n += entry.role == role;
+  return n;
+}
+
 TokenTable TokenTable::read(const std::filesystem::path& file) {
   if (sodium_init() < 0) throw failure("libsodium could not be initialised");
   struct stat st {};

@@ -30,6 +30,8 @@ class TokenTable {
   // is none of the file's. Constant time in the token's content.
   std::optional<Role> role_of(std::string_view token) const;
   std::size_t size() const { return entries_.size(); }
+  // How many of the tokens have `role`.
+  std::size_t count(Role role) const;
 
  private:
   struct Entry {

@@ -1,6 +1,7 @@
 // Fault points as test builds have them: ANNEAL_FAULT decides what happens at
 // each named point. See fault_point.h for the syntax and the actions.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -88,12 +89,18 @@ void die_by(int sig) {
   std::_Exit(128 + sig);
 }
 
-std::string fifo_path(const char* name) {
+// The FIFO `name` a pause at `point` meets: in $ANNEAL_FAULT_DIR/POINT/
+// when the test made that directory (two threads of one process paused at
+// once, each released on its own), else in $ANNEAL_FAULT_DIR.
+std::string fifo_path(std::string_view point, const char* name) {
   const char* dir = std::getenv("ANNEAL_FAULT_DIR");
   if (dir == nullptr || *dir == '\0') {
     std::fprintf(stderr, "anneal: ANNEAL_FAULT pause needs ANNEAL_FAULT_DIR (holding FIFOs 'reached' and 'resume')\n");
     std::abort();
   }
+  const std::string own = std::string(dir) + "/" + std::string(point);
+  struct stat st;
+  if (::stat(own.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return own + "/" + name;
   return std::string(dir) + "/" + name;
 }
 
@@ -106,7 +113,7 @@ int open_retrying(const std::string& path, int flags) {
 
 // Tells the test where the process is and waits for its go-ahead.
 void pause_at(std::string_view point) {
-  const std::string reached = fifo_path("reached"), resume = fifo_path("resume");
+  const std::string reached = fifo_path(point, "reached"), resume = fifo_path(point, "resume");
   int out = open_retrying(reached, O_WRONLY);
   if (out < 0) {
     std::perror(reached.c_str());

@@ -104,8 +104,10 @@ for point in $points; do
       cmd=(fsck) ;;
     serve.*)
       # A request in flight in `anneal serve`, which writes nothing to the
-      # store: a kill there has nothing to lose. serve_alias_test stops a
-      # request there while its model's alias moves.
+      # store but the audit records of its own admin actions (each one
+      # transaction, before which serve.recording lies): a kill there has
+      # nothing to lose. serve_alias_test stops a request there while its
+      # model's alias moves.
       pass
       continue ;;
     worker.idle)

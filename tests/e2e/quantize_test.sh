@@ -38,6 +38,12 @@ expect_rc 2 bench digits-mlp --batch 0
 expect_contains "$ERR" "--batch must be >= 1" "bad bench batch named as its flag"
 expect_rc 2 quantize digits-mlp --int8 --calib digits --calib-samples 0
 expect_contains "$ERR" "--calib-samples must be >= 1" "bad calibration row count named as its flag"
+expect_rc 2 quantize digits-mlp --int8 --calib 'digits@@v1'
+expect_eq "$ERR" "anneal: --calib 'digits@@v1': expected NAME, NAME@latest or NAME@vN with N >= 1" \
+  "a malformed calibration reference named as its flag"
+expect_rc 2 prune digits-mlp --sparsity 0.5 --data 'digits@v0'
+expect_eq "$ERR" "anneal: --data 'digits@v0': expected NAME, NAME@latest or NAME@vN with N >= 1" \
+  "a malformed fine-tuning reference named as its flag"
 expect_rc 1 quantize no-such-model --int8 --calib digits
 expect_eq "$(store_state)" "$before" "bad requests left the store unchanged"
 expect_eq "$("$ANNEAL" --json runs list | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["runs"]))')" \

@@ -31,7 +31,12 @@ infer() {  # infer [CURL ARGS...]: POST $WORK/infer.json to iris-mlp@production
 
 # --- metrics, JSON logs, SIGHUP, batching ------------------------------------
 fault_fifos batch
-export ANNEAL_FAULT='serve.batching@2=pause'
+# serve.queued pauses in its own FIFOs (include/anneal/fault_point.h): it is
+# reached while serve.batching holds the runner.
+mkdir "$ANNEAL_FAULT_DIR/serve.queued"
+mkfifo "$ANNEAL_FAULT_DIR/serve.queued/reached" "$ANNEAL_FAULT_DIR/serve.queued/resume"
+# serve.recording@2: the first SIGHUP's audit record fails (below).
+export ANNEAL_FAULT='serve.batching@2=pause;serve.queued@9=pause;serve.recording@2=fail'
 SERVE_GLOBAL=(--log-format json)
 start_server ops --model iris-mlp@production --tokens "$WORK/tokens" --io-threads 2 ||
   { fail "the server did not start: $(cat "$WORK/ops.err")"; finish; }
@@ -44,7 +49,10 @@ infer
 expect_status 401 "infer without a token"
 # Batching, made certain: the second batch's runner stops at serve.batching
 # before taking its one-row request, while 7 more queue behind it; let go,
-# it takes all 8 into one forward pass.
+# it takes all 8 into one forward pass. The 7th of them is the 9th request
+# this server queues (the 10-row infer above, the runner's own, 7 more): it
+# stops at serve.queued once its row is in the queue, so the test knows all
+# 8 rows are there by that event, not by watching the clock.
 curl -sS --max-time 300 -o "$WORK/first.json" -H "Authorization: Bearer $PREDICT" \
   --data-binary @"$WORK/one.json" "$BASE/v2/models/iris-mlp@production/infer" &
 FIRST=$!
@@ -55,19 +63,12 @@ for i in 1 2 3 4 5 6 7; do
     --data-binary @"$WORK/one.json" "$BASE/v2/models/iris-mlp@production/infer" >"$WORK/queued-$i.code" &
   pids+=($!)
 done
-# The queue is the server's to report; wait until it holds all 8 rows.
-"$PY" - "$PORT" "$ADMIN" <<'PY' || fail "the 7 requests never queued"
-import http.client, sys, time
-deadline = time.monotonic() + 120
-while time.monotonic() < deadline:
-    c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=60)
-    c.request("GET", "/metrics", headers={"Authorization": "Bearer " + sys.argv[2]})
-    text = c.getresponse().read().decode()
-    if 'anneal_serve_queued_rows{model="iris-mlp@production"} 8' in text:
-        sys.exit(0)
-    time.sleep(0.01)
-sys.exit(1)
-PY
+queued=$(fault_reached batch/serve.queued) || fail "the 7 requests never queued"
+expect_contains "$queued" "serve.queued" "the 9th request queued"
+fault_resume batch/serve.queued
+# The queue is the server's to report: all 8 rows, while the runner waits
+# (its I/O thread is the one still held).
+expect_eq "$(metric 'anneal_serve_queued_rows{model="iris-mlp@production"}')" "8" "8 rows queued"
 fault_resume batch
 wait "$FIRST" && pass || fail "the first of the batch failed"
 for i in 1 2 3 4 5 6 7; do
@@ -108,8 +109,17 @@ assert lines and all({"time", "level", "message"} <= set(l) for l in lines), lin
 assert any(l.get("model") == "iris-mlp@production" and l.get("version") == 1 for l in lines), lines
 PY
 
-# SIGHUP: the tokens file is read again.
+# SIGHUP: the tokens file is read again, and recorded in the audit trail
+# before the new tokens count. The first time the record fails (the fault
+# point): the old tokens stay, as tokens the trail does not show must.
 printf 'predict n-0123456789abcdef\nadmin %s\n' "$ADMIN" >"$WORK/tokens"
+kill -HUP "$OPS_PID"
+wait_log "$WORK/ops.err" "the old tokens stay: fault point serve.recording: injected failure" ||
+  fail "SIGHUP with no audit record: nothing logged"
+infer -H "Authorization: Bearer $PREDICT"
+expect_status 200 "a reload the trail could not record keeps the old token"
+infer -H "Authorization: Bearer n-0123456789abcdef"
+expect_status 401 "a reload the trail could not record does not take the new token"
 kill -HUP "$OPS_PID"
 wait_log "$WORK/ops.err" "the tokens file was read again" || fail "SIGHUP: no reload logged"
 infer -H "Authorization: Bearer $PREDICT"
@@ -118,12 +128,37 @@ infer -H "Authorization: Bearer n-0123456789abcdef"
 expect_status 200 "after SIGHUP the new token is accepted"
 chmod 644 "$WORK/tokens"
 kill -HUP "$OPS_PID"
-wait_log "$WORK/ops.err" "the old tokens stay" || fail "SIGHUP with a bad file: nothing logged"
+wait_log "$WORK/ops.err" "is open to other users" || fail "SIGHUP with a bad file: nothing logged"
 infer -H "Authorization: Bearer n-0123456789abcdef"
 expect_status 200 "a bad tokens file on SIGHUP keeps the tokens there were"
 chmod 600 "$WORK/tokens"
 stop_server "$OPS_PID"
 expect_eq "$SERVER_RC" "0" "exit 0"
+
+# The audit trail holds the server's admin actions: its start (where, which
+# models, how many tokens of each role), the one reload that took effect
+# (not the one that failed to record, nor the bad file's) and its stop, as
+# the user who ran it; never a token.
+expect_rc 0 --json audit log
+printf '%s\n' "$OUT" >"$WORK/audit.json"
+"$PY" - "$WORK/audit.json" "$(id -un)" <<'PY' && pass || fail "the audit trail lacks the server's actions: $(cat "$WORK/audit.json")"
+import json, sys
+records = [r for r in json.load(open(sys.argv[1]))["records"] if r["action"].startswith("serve.")]
+assert [r["action"] for r in records] == ["serve.start", "serve.tokens-reload", "serve.stop"], records
+start, reload, stop = (r["detail"] for r in records)
+assert start["address"] == "127.0.0.1" and start["port"] > 0 and start["tls"] is False, start
+assert start["models"] == ["iris-mlp@production"], start
+assert start["tokens"] == {"predict": 1, "admin": 1}, start
+assert reload == {"tokens": {"predict": 1, "admin": 1}}, reload
+assert stop["reason"] == "SIGTERM", stop
+for r in records:
+    assert r["user"] == sys.argv[2], r
+    assert " serve " in r["command"] and "--tokens <elided>" in r["command"], r
+PY
+for token in "$PREDICT" "$ADMIN" n-0123456789abcdef; do
+  expect_eq "$(grep -c -- "$token" "$WORK/audit.json")" "0" "no token in the audit trail"
+done
+expect_rc 0 audit verify
 
 # --- a slow client holds no thread -------------------------------------------
 # One thread answers. A client sends its request a byte at a time and stops

@@ -136,6 +136,24 @@ TEST_F(AuditTest, AFailedChangeLeavesNoRecord) {
   EXPECT_TRUE(verify_audit(store).ok());
 }
 
+// An admin action that changes no catalog row (serve starting) is one record
+// of its own, as the store's actor, in the same chain.
+TEST_F(AuditTest, AnAdminActionIsARecordOfItsOwnInTheChain) {
+  Store store = four_records();
+  record_audit_action(store, "serve.start", {{"port", 8080}, {"tokens", {{"predict", 1}, {"admin", 0}}}});
+  const std::vector<AuditRecord> log = audit_log(store);
+  ASSERT_EQ(log.size(), 5u);
+  EXPECT_EQ(log.back().action, "serve.start");
+  EXPECT_EQ(log.back().user, "alice");
+  EXPECT_EQ(log.back().command, "anneal test");
+  EXPECT_EQ(nlohmann::json::parse(log.back().detail)["tokens"]["predict"], 1);
+  EXPECT_EQ(log.back().prev_hash, log[3].hash);
+  EXPECT_TRUE(verify_audit(store).ok());
+  // A missing head row refuses it, as any change.
+  store.db().exec("DELETE FROM audit_head");
+  EXPECT_THROW(record_audit_action(store, "serve.stop", nlohmann::json::object()), Error);
+}
+
 TEST_F(AuditTest, AnEditedRecordIsNamed) {
   Store store = four_records();
   store.db().exec("UPDATE audit SET user = 'mallory' WHERE seq = 2");

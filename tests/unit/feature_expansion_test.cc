@@ -389,7 +389,7 @@ TEST(FeatureConfig, FeaturesExcludeAndLevelsKeysRoundTrip) {
   EXPECT_EQ(defaults.max_categories, 50);
   auto error = [](const std::string& line, const std::vector<std::string>& sets = {}) {
     try {
-      parse_train_config("name = m\ndataset = d\nlayers = dense(2)\n" + line, "m.ini", sets);
+      parse_train_config("name = m\ndataset = d\nlayers = dense(2)\n" + line, "m.ini", sets, {.overrides = "--set"});
     } catch (const Error& e) {
       return std::string(e.what());
     }

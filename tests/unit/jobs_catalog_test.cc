@@ -227,8 +227,13 @@ TEST_F(JobsCatalogTest, GatesCompareWithAnAliasOrAConstant) {
   EXPECT_FALSE(refused.passed);
   EXPECT_NE(refused.reason.find("lineage"), std::string::npos) << refused.reason;
   EXPECT_NE(refused.reason.find("production stays on m@v1"), std::string::npos) << refused.reason;
-  EXPECT_NE(refused.reason.find("anneal model promote m@v2 --to production (no --gate)"), std::string::npos)
+  EXPECT_NE(refused.reason.find("check m@v2"), std::string::npos) << refused.reason;
+  EXPECT_NE(refused.reason.find("then promote it to production by hand, without a gate"), std::string::npos)
       << refused.reason;
+  // The parts cli/ words the remedy from, with its commands.
+  ASSERT_TRUE(refused.uncompared);
+  EXPECT_NE(refused.uncompared->cause.find("lineage"), std::string::npos) << refused.uncompared->cause;
+  EXPECT_TRUE(refused.reason.starts_with(refused.uncompared->cause)) << refused.reason;
   ASSERT_TRUE(refused.comparison);
   EXPECT_FALSE(refused.comparison->incumbent);
   const nlohmann::json j = refused.to_json();
@@ -282,6 +287,15 @@ TEST_F(JobsCatalogTest, RetrainRecordsFindTheLastTrainedOne) {
   r.gate = {{"expression", "val_accuracy >= production"}, {"passed", false}, {"candidate", 0.5}};
   record_retrain(store, r);
   EXPECT_EQ(list_retrains(store).back().gate, r.gate);
+}
+
+// `anneal metrics` and serve's /metrics escape label values the one way the
+// text format asks: backslash, double quote and line feed, nothing else.
+TEST(PrometheusLabelValue, EscapesBackslashQuoteAndLineFeedOnly) {
+  EXPECT_EQ(prometheus_label_value("plain name@v1"), "plain name@v1");
+  EXPECT_EQ(prometheus_label_value("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+  EXPECT_EQ(prometheus_label_value("tab\there\r"), "tab\there\r");
+  EXPECT_EQ(prometheus_label_value(""), "");
 }
 
 }  // namespace

@@ -20,9 +20,13 @@ const char* kExample =
     "epochs    = 10\n"
     "seed      = 1\n";
 
+// The overrides named as cli/ names them (its flag), so the messages below
+// read as the user sees them.
+const SettingSources kCli{.overrides = "--set"};
+
 std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}) {
   try {
-    parse_train_config(text, "cfg.ini", sets);
+    parse_train_config(text, "cfg.ini", sets, kCli);
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
     return e.what();
@@ -48,7 +52,8 @@ TEST(RunsConfig, ParsesTheExample) {
 TEST(RunsConfig, SetWinsOverTheFile) {
   TrainConfig c = parse_train_config(kExample, "cfg.ini", {"lr=0.05", "epochs = 3", "optimizer=sgd", "momentum=0.9",
                                                             "nesterov=true", "early_stop=train_loss:2",
-                                                            "checkpoint_every=30s", "precision=bf16"});
+                                                            "checkpoint_every=30s", "precision=bf16"},
+                                 kCli);
   EXPECT_FLOAT_EQ(c.trainer.optimizer.lr, 0.05f);
   EXPECT_EQ(c.trainer.epochs, 3);
   EXPECT_EQ(c.trainer.optimizer.kind, OptimizerKind::kSgd);
@@ -58,6 +63,14 @@ TEST(RunsConfig, SetWinsOverTheFile) {
   EXPECT_DOUBLE_EQ(c.checkpoint_every.seconds, 30);
   EXPECT_EQ(c.trainer.precision, Precision::kBf16);
   EXPECT_EQ(c.sources.at("lr"), "--set lr");
+  // A caller that is not the CLI names no flag: the default is words.
+  EXPECT_EQ(parse_train_config(kExample, "cfg.ini", {"lr=0.05"}).sources.at("lr"), "override lr");
+  try {
+    parse_train_config(kExample, "cfg.ini", {"lr"});
+    ADD_FAILURE() << "an override without '=' was taken";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "override lr: expected key=value");
+  }
 }
 
 TEST(RunsConfig, UnknownKeysNameTheLineAndTheClosestKey) {
