@@ -156,6 +156,17 @@ expect_rc 0 runs report "$RUN" -o "$WORK/report.html"
 expect_contains "$(cat "$WORK/report.html")" 'id="reliability"' "the report draws the reliability diagram"
 expect_contains "$(cat "$WORK/report.html")" "Temperature" "the report names the temperature"
 
+# --- derived models keep their parent's temperature -------------------------
+expect_rc 0 --json quantize noisy@v2 --int8 --calib noisy --threads 1
+INT8=$(json_get 'j["model"]')
+expect_rc 0 --json prune noisy@v2 --sparsity 0.5 --finetune-epochs 1 --threads 1
+PRUNED=$(json_get 'j["model"]')
+for ref in "$INT8" "$PRUNED"; do
+  "$PY" "$READER" blob --store "$ANNEAL_HOME" --model "$ref" -o "$WORK/child.bin" || fail "reader could not read $ref"
+  expect_eq "$("$PY" -c 'import json,struct,sys; d=open(sys.argv[1],"rb").read(); n=struct.unpack_from("<Q",d,8)[0]; print(json.loads(d[16:16+n]).get("temperature"))' "$WORK/child.bin")" \
+    "$T" "$ref keeps its parent's temperature"
+done
+
 # --- a hostile temperature in a model header is corrupt ---------------------
 # Rewrites noisy@v2's blob with the header's temperature replaced (a new
 # object and blob, as the store writes them, so only the header is wrong).
