@@ -213,6 +213,13 @@ printf 'name = noisy\ndataset = noisy\nlayers = dense(8) relu dense(3)\nepochs =
 expect_rc 2 train "$WORK/noval.ini"
 expect_contains "$ERR" "noval.ini:5" "calibrate = temperature without validation rows names its line"
 expect_contains "$ERR" "validation" "and says what it needs"
+# A regression target has no class probabilities.
+cut -d, -f1-5 "$WORK/noisy.csv" >"$WORK/reg.csv"
+expect_rc 0 data import reg "$WORK/reg.csv" --label a
+printf 'name = reg\ndataset = reg\nlayers = dense(4) relu dense(1)\nloss = mse\nvalidation = 0.2\nepochs = 1\ncalibrate = temperature\n' \
+  >"$WORK/reg.ini"
+expect_rc 2 train "$WORK/reg.ini"
+expect_contains "$ERR" "reg.ini:7: calibrate = temperature" "calibrate = temperature on a regression target names its line"
 # auto without validation rows: uncalibrated, and the run still scores its ECE.
 expect_rc 0 --json train "$WORK/noval.ini" --set calibrate=auto
 expect_eq "$(json_get '"temperature" not in j["metrics"] and j["metrics"]["test_ece"] > 0')" "True" \
