@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "anneal/boosted_trees.h"
+#include "anneal/calibration.h"
 #include "anneal/catalog_runs.h"
 #include "anneal/device.h"
 #include "anneal/loss.h"
@@ -79,6 +80,11 @@ struct TrainConfig {
   // holds more than 80% of the training rows, else accuracy; none: the most
   // probable class).
   ThresholdMetric threshold_metric = ThresholdMetric::kAuto;
+  // A classifier's probabilities are calibrated on the validation rows
+  // (anneal/calibration.h): auto (temperature for a network classifier with
+  // validation rows, else none), none, or temperature (any classifier;
+  // the run refuses it without validation rows or for regression).
+  runs::CalibrateMode calibrate = runs::CalibrateMode::kAuto;
   TreeParams trees;            // layers = trees: the booster's settings (tree_* keys)
   Device device = Device::kAuto;  // which backend trains (anneal/device.h)
   bool deterministic = true;   // BackendOptions::deterministic

@@ -101,6 +101,12 @@ struct ModelFile {
   // threshold (chosen on validation rows, threshold_metric); unset: the
   // most probable class. Header "threshold", present only when set.
   std::optional<double> threshold;
+  // A classifier's calibration temperature T (anneal/calibration.h): its
+  // predictor's class probabilities are softmax(log p / T) of the kind's
+  // (softmax(z / T) of a network's logits z), fitted on validation rows
+  // (config `calibrate`). 1: uncalibrated. Header "temperature", present
+  // only when not 1; a reader without it reads 1.
+  double temperature = 1;
 };
 
 // True when the model runs as an inference-only Network (int8, or
@@ -155,8 +161,11 @@ class Predictor {
   ~Predictor();
   Predictor(const Predictor&) = delete;
   Predictor& operator=(const Predictor&) = delete;
-  // rows x outputs: class probabilities (bce: P(1)), or the standardized value.
-  std::vector<float> predict(std::span<const float> features) { return kind_predictor_->predict(features); }
+  // rows x outputs: class probabilities (bce: P(1)), or the standardized
+  // value. A calibrated model's (temperature not 1) probabilities are the
+  // kind's rescaled by apply_temperature() (anneal/calibration.h): the one
+  // place predict, eval, serve and derived models get them from.
+  std::vector<float> predict(std::span<const float> features);
   // What runs the predictions ("network", "network (int8)", "linear", ...).
   std::string engine() const { return kind_predictor_->engine(); }
   // True when the model runs as an inference-only network (int8, sparse weights).
@@ -166,6 +175,9 @@ class Predictor {
 
  private:
   std::unique_ptr<KindPredictor> kind_predictor_;
+  LossKind loss_;           // the kind's prediction_loss()
+  std::int64_t classes_;    // the model's classes (0: regression)
+  double temperature_;      // the model's temperature
 };
 
 }  // namespace anneal::runs

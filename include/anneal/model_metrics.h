@@ -32,6 +32,11 @@ struct ClassificationMetrics {
   std::vector<double> precision, recall;
   std::vector<std::vector<std::uint64_t>> confusion;  // [true][predicted]
   std::optional<double> roc_auc;                      // two classes only
+  // The expected calibration error of the probabilities: 15 equal-width
+  // bins of each row's top-class probability (the arg max, whatever the
+  // threshold), averaging |accuracy - confidence| weighted by rows
+  // (anneal/calibration.h). JSON "ece".
+  double ece = 0;
   nlohmann::json to_json() const;
   // {"CLASS": {"recall": r, "precision": p, "support": n}, ...} keyed by
   // `class_names` (one per class).

@@ -17,7 +17,8 @@ namespace anneal::runs {
 
 // Scores predictions (rows x outputs of a model with this loss) against
 // encoded labels as "<prefix>_accuracy", "<prefix>_macro_f1",
-// "<prefix>_balanced_accuracy" (mean per-class recall), ... or
+// "<prefix>_balanced_accuracy" (mean per-class recall), "<prefix>_ece"
+// (expected calibration error, ClassificationMetrics::ece), ... or
 // "<prefix>_rmse", "<prefix>_mae", "<prefix>_r2" in the target's units.
 // `threshold`: a binary model's decision threshold (classification_metrics),
 // none for the arg max; the same for the two functions below.

@@ -269,6 +269,11 @@ const std::vector<KeyRow>& key_table() {
                  "balanced_accuracy, f1 or none (the more probable class)"},
                 [](const std::string& s) { return parse_threshold_metric(s); }, threshold_metric_name,
                 ANNEAL_FIELD(threshold_metric)),
+      named_row({"calibrate", "auto",
+                 "classifiers: how the class probabilities are calibrated on the validation rows: auto (temperature "
+                 "for networks with validation rows, else none), none or temperature (a fitted T: softmax(z/T))"},
+                [](const std::string& s) { return runs::parse_calibrate_mode(s); }, runs::calibrate_mode_name,
+                ANNEAL_FIELD(calibrate)),
       integer_row({"folds", "5", "layers = auto: folds of the cross-validation that scores trials on small tables"}, 2, 20,
                   ANNEAL_FIELD(folds)),
       {{"label", "", "the label column; must be the one the dataset was imported with"},

@@ -7,6 +7,7 @@
 #include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "anneal/calibration.h"
 #include "anneal/datasets.h"
 #include "anneal/error.h"
 #include "anneal/weights_hash.h"
@@ -99,6 +100,7 @@ std::string encode_model(const ModelFile& m) {
                  {"dataset_format", m.dataset_format},
                  {"weights_hash", m.weights_hash}};
   if (m.threshold) header["threshold"] = *m.threshold;
+  if (m.temperature != 1) header["temperature"] = m.temperature;
   std::string payload;
   header["format"] = kind.encode(m, header, payload) + kFormatOfLayout;
   return frame(kModelMagic, header, payload);
@@ -134,6 +136,14 @@ ModelFile decode_model(std::string_view bytes, const std::string& owner) {
         throw corrupt(owner + ": a decision threshold belongs to a binary classifier with a finite value");
     }
     model_kind(m).decode(h, layout, payload, owner, m);
+    if (h.contains("temperature")) {
+      // Checked after the kind's fields: a tree model's loss is its
+      // objective's. The bounds are kMinTemperature and kMaxTemperature.
+      m.temperature = h.at("temperature").get<double>();
+      if (!(m.temperature >= kMinTemperature && m.temperature <= kMaxTemperature) || !m.labels.classification() ||
+          !calibratable(model_kind(m).prediction_loss(m)))
+        throw corrupt(owner + ": a temperature belongs to a classifier, with a value in [0.01, 100]");
+    }
     return m;
   } catch (const json::exception& e) {
     throw corrupt(owner + ": model header: " + e.what());
@@ -172,7 +182,16 @@ Checkpoint decode_checkpoint(std::string_view bytes, const std::string& owner) {
 }
 
 Predictor::Predictor(const ModelFile& model, Backend& backend, std::int64_t batch)
-    : kind_predictor_(model_kind(model).predictor(model, backend, std::max<std::int64_t>(batch, 1))) {}
+    : kind_predictor_(model_kind(model).predictor(model, backend, std::max<std::int64_t>(batch, 1))),
+      loss_(model_kind(model).prediction_loss(model)),
+      classes_(model.labels.classes()),
+      temperature_(model.temperature) {}
+
+std::vector<float> Predictor::predict(std::span<const float> features) {
+  std::vector<float> out = kind_predictor_->predict(features);
+  apply_temperature(loss_, classes_, temperature_, out);  // T = 1: as the kind gave them
+  return out;
+}
 
 Predictor::~Predictor() = default;
 

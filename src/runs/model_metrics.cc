@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "anneal/calibration.h"
 #include "anneal/error.h"
 
 namespace anneal {
@@ -86,6 +87,7 @@ ClassificationMetrics classification_metrics(std::span<const float> probabilitie
       m.roc_auc = (rank_sum - p * (p + 1) / 2) / (p * n);
     }
   }
+  m.ece = runs::expected_calibration_error(runs::reliability_bins(probabilities, labels, classes));
   return m;
 }
 
@@ -191,6 +193,7 @@ nlohmann::json ClassificationMetrics::to_json() const {
                       {"balanced_accuracy", balanced_accuracy},
                       {"confusion", confusion}};
   if (roc_auc) j["roc_auc"] = *roc_auc;
+  j["ece"] = ece;
   return j;
 }
 

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -240,6 +241,18 @@ std::string export_onnx(const ModelFile& model, const std::string& ref) {
 
 namespace {
 
+// The class probabilities `p` (N, K) of a calibrated model rescaled by its
+// temperature as apply_temperature() (anneal/calibration.h) rescales them:
+// Softmax(Log(Max(p, least normal float)) / T) over the classes.
+std::string calibrated(Graph& g, const std::string& p, double temperature) {
+  const std::string floor = g.scalar_f(std::numeric_limits<float>::min());
+  const std::string scores = g.op1("Log", g.op("Max", {p, floor}, "p_floor"), "log_p");
+  const std::string scaled = g.op("Div", {scores, g.scalar_f(static_cast<float>(temperature))}, "log_p_over_t");
+  onnx::NodeProto* n = g.node("Softmax", {scaled}, {g.fresh("calibrated")});
+  attr_int(n, "axis", 1);
+  return n->output(0);
+}
+
 // The graph's inputs, nodes and outputs (g.inputs, g.outputs: their
 // descriptions for the metadata).
 void write_graph(Graph& g, onnx::GraphProto& graph, const ModelFile& model) {
@@ -252,9 +265,10 @@ void write_graph(Graph& g, onnx::GraphProto& graph, const ModelFile& model) {
   const std::string x = preprocess(g, graph, model, inputs);
   // The class probabilities of a classifier, the standardized value of a
   // regression model.
-  const std::string scores = model_kind(model).write_onnx(g, model, x);
+  std::string scores = model_kind(model).write_onnx(g, model, x);
   if (model.labels.classification()) {
     const auto k = model.labels.classes();
+    if (model.temperature != 1) scores = calibrated(g, scores, model.temperature);
     g.node("Identity", {scores}, {"probabilities"});
     std::string predicted;
     if (k == 2 && model.threshold) {

@@ -558,6 +558,89 @@ std::string metrics_section(const Page& p) {
   return out;
 }
 
+// A reliability diagram of one recorded set of bins
+// (calibration.h's reliability_json): per confidence bin with rows, a bar
+// up to the accuracy of its rows and a tick at their mean confidence; a
+// calibrated model's bars follow the diagonal. The uncalibrated bins, when
+// given, are drawn as grey outlines behind the calibrated ones.
+std::string reliability_svg(const std::string& id, const json& bins, const json& behind) {
+  const double left = 46, top = 14, size = 256;
+  std::string out = "<svg id=\"" + id +
+                    "\" class=\"chart\" width=\"330\" height=\"310\" viewBox=\"0 0 330 310\" role=\"img\" "
+                    "aria-label=\"reliability diagram\">\n<title>reliability diagram</title>\n";
+  out += "<rect x=\"" + attr(left) + "\" y=\"" + attr(top) + "\" width=\"" + attr(size) + "\" height=\"" + attr(size) +
+         "\" fill=\"none\" stroke=\"#9ca3af\"/>\n";
+  out += "<line x1=\"" + attr(left) + "\" y1=\"" + attr(top + size) + "\" x2=\"" + attr(left + size) + "\" y2=\"" +
+         attr(top) + "\" stroke=\"#9ca3af\" stroke-dasharray=\"4 3\"/>\n";
+  for (int t = 0; t <= 4; ++t) {
+    const double v = t / 4.0;
+    out += "<text x=\"" + attr(left + v * size) + "\" y=\"" + attr(top + size + 14) +
+           "\" text-anchor=\"middle\" font-size=\"10\">" + fixed(v, 2) + "</text>\n";
+    out += "<text x=\"" + attr(left - 4) + "\" y=\"" + attr(top + size - v * size + 3) +
+           "\" text-anchor=\"end\" font-size=\"10\">" + fixed(v, 2) + "</text>\n";
+  }
+  out += "<text x=\"" + attr(left + size / 2) + "\" y=\"" + attr(top + size + 30) +
+         "\" text-anchor=\"middle\" font-size=\"11\">confidence (top-class probability)</text>\n";
+  out += "<text x=\"12\" y=\"" + attr(top + size / 2) + "\" text-anchor=\"middle\" font-size=\"11\" "
+         "transform=\"rotate(-90 12 " + attr(top + size / 2) + ")\">accuracy</text>\n";
+  auto draw = [&](const json& set, bool outline) {
+    if (!set.is_array()) return;
+    for (const json& b : set) {
+      const double rows = number_or(b, "rows", 0);
+      if (rows <= 0) continue;
+      const double lo = std::clamp(number_or(b, "lower", 0), 0.0, 1.0), hi = std::clamp(number_or(b, "upper", 0), lo, 1.0);
+      const double acc = std::clamp(number_or(b, "accuracy", 0), 0.0, 1.0);
+      const double conf = std::clamp(number_or(b, "confidence", 0), 0.0, 1.0);
+      const double x = left + lo * size, w = (hi - lo) * size, h = acc * size;
+      const std::string tip = "<title>confidence " + fixed(lo, 3) + " to " + fixed(hi, 3) + ": " +
+                              std::to_string(static_cast<long long>(rows)) + " rows, mean confidence " + fixed(conf, 3) +
+                              ", accuracy " + fixed(acc, 3) + (outline ? " (uncalibrated)" : "") + "</title>";
+      if (outline) {
+        out += "<rect x=\"" + attr(x + 1) + "\" y=\"" + attr(top + size - h) + "\" width=\"" + attr(std::max(w - 2, 0.0)) +
+               "\" height=\"" + attr(h) + "\" fill=\"none\" stroke=\"#6b7280\" stroke-dasharray=\"2 2\">" + tip + "</rect>\n";
+      } else {
+        out += "<rect x=\"" + attr(x + 2) + "\" y=\"" + attr(top + size - h) + "\" width=\"" + attr(std::max(w - 4, 0.0)) +
+               "\" height=\"" + attr(h) + "\" fill=\"#4477aa\" fill-opacity=\"0.75\">" + tip + "</rect>\n";
+        out += "<line x1=\"" + attr(x + 1) + "\" x2=\"" + attr(x + w - 1) + "\" y1=\"" + attr(top + size - conf * size) +
+               "\" y2=\"" + attr(top + size - conf * size) + "\" stroke=\"#cc6677\" stroke-width=\"2\"/>\n";
+      }
+    }
+  };
+  draw(behind, true);
+  draw(bins, false);
+  out += "</svg>\n";
+  return out;
+}
+
+// A classifier's calibration (the run summary's `calibration`): its
+// expected calibration error and reliability diagram, before and after the
+// temperature when one was fitted. Nothing for regression.
+std::string calibration_section(const Page& p) {
+  const json c = p.run.summary.value("calibration", json());
+  if (!c.is_object() || !c.contains("uncalibrated")) return "";
+  const json metrics = p.model ? p.model->metrics : p.run.summary.value("metrics", json::object());
+  const std::string split = c.value("split", std::string("test"));
+  const bool fitted = c.value("method", std::string()) == "temperature" && c.contains("calibrated");
+  std::string out = "<section id=\"calibration\">\n<h2>Calibration</h2>\n<p class=\"note\">";
+  if (fitted)
+    out += "Temperature " + esc(num(number_or(c, "temperature", 1))) +
+           " fitted on the validation rows: the class probabilities are softmax(z / T) of the uncalibrated "
+           "scores z. ";
+  else
+    out += "Not calibrated (calibrate = none, or no validation rows). ";
+  out += "Expected calibration error on the " + esc(split_title(split)) + " (" +
+         esc(std::to_string(c.value("bins", 15))) + " equal-width bins of the top-class probability): ";
+  const std::string key = split + "_ece";
+  if (fitted && metrics.contains(key + "_uncalibrated"))
+    out += esc(num(number_or(metrics, (key + "_uncalibrated").c_str(), 0))) + " uncalibrated, ";
+  out += esc(num(number_or(metrics, key.c_str(), 0))) + (fitted ? " calibrated" : "") + ".";
+  out += " Bars: accuracy per bin; red ticks: mean confidence; dashed diagonal: perfect calibration" +
+         std::string(fitted ? "; grey outlines: before calibration" : "") + ".</p>\n";
+  out += fitted ? reliability_svg("reliability", c["calibrated"], c["uncalibrated"])
+                : reliability_svg("reliability", c["uncalibrated"], json());
+  return out + "</section>\n";
+}
+
 // A tree model's feature importance (the run summary's `importance`): each
 // feature column's share of the trees' split gain, the largest first, as a
 // percentage and a bar. Nothing for other kinds.
@@ -956,6 +1039,7 @@ std::string run_report_html(Store& store, std::int64_t run_id) {
     html += metrics_section(p);
     html += importance_section(p);
     html += permutation_section(p);
+    html += calibration_section(p);
     html += search_section(p);
     html += parent_section(p);
     html += classes_section(p);

@@ -41,6 +41,7 @@ json score(const std::string& prefix, LossKind loss, const LabelEncoding& labels
     out[prefix + "_macro_f1"] = m.macro_f1;
     out[prefix + "_balanced_accuracy"] = m.balanced_accuracy;
     if (m.roc_auc) out[prefix + "_roc_auc"] = *m.roc_auc;
+    out[prefix + "_ece"] = m.ece;
   } else {
     std::vector<double> p(predictions.size()), t(encoded_labels.size());
     for (std::size_t i = 0; i < p.size(); ++i) p[i] = labels.decode_value(predictions[i]);

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <cstdio>
 #include <numeric>
 
 #include "anneal/boosted_trees.h"
+#include "anneal/calibration.h"
 #include "anneal/config.h"
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
@@ -273,12 +275,18 @@ json column_importance(const FeatureTransform& features, const std::vector<doubl
 // its decision threshold, or none (TrainingRun::decide_threshold).
 using ThresholdDecider = std::function<std::optional<double>(LossKind, const std::vector<float>&)>;
 
+// Given a model's predictions on the validation rows and on the test rows
+// (null without them), both read as `LossKind`: calibrates them in place
+// and records the model's temperature (TrainingRun::calibrate).
+using Calibrator = std::function<void(LossKind, std::vector<float>&, std::vector<float>*)>;
+
 // The scores of `model` (any kind) on the validation and test rows, as the
 // registered model gives them (eval reproduces them), by its kind's
-// predictor on `backend`. `decide` sets a binary model's threshold from the
-// validation predictions before anything is scored.
+// predictor on `backend`. `calibrate` rescales the predictions (and sets
+// the model's temperature), then `decide` sets a binary model's threshold
+// from the validation predictions, before anything is scored.
 json model_scores(runs::ModelFile& model, Backend& backend, const PreparedData& data, json& per_class,
-                  json& confusion, const ThresholdDecider& decide) {
+                  json& confusion, const ThresholdDecider& decide, const Calibrator& calibrate) {
   const runs::ModelKind& kind = runs::model_kind(model);
   const LossKind as = kind.prediction_loss(model);
   const std::unique_ptr<runs::KindPredictor> predictor = kind.predictor(model, backend, 256);
@@ -290,12 +298,15 @@ json model_scores(runs::ModelFile& model, Backend& backend, const PreparedData& 
       confusion[split] = runs::score_confusion(as, data.labels, p, y, model.threshold);
     }
   };
+  std::vector<float> p_val, p_test;
+  if (!data.y_val.empty()) p_val = predictor->predict(data.x_val);
+  if (!data.y_test.empty()) p_test = predictor->predict(data.x_test);
+  calibrate(as, p_val, data.y_test.empty() ? nullptr : &p_test);
   if (!data.y_val.empty()) {
-    const std::vector<float> p = predictor->predict(data.x_val);
-    model.threshold = decide(as, p);
-    add("val", p, data.y_val);
+    model.threshold = decide(as, p_val);
+    add("val", p_val, data.y_val);
   }
-  if (!data.y_test.empty()) add("test", predictor->predict(data.x_test), data.y_test);
+  if (!data.y_test.empty()) add("test", p_test, data.y_test);
   return out;
 }
 
@@ -303,12 +314,13 @@ json model_scores(runs::ModelFile& model, Backend& backend, const PreparedData& 
 // "<prefix>_val_accuracy" etc.
 // Per-class scores go to `per_class` as {"<prefix>val": {...}, ...}.
 // With `confusion` (the linear model is the model), its confusion matrices too.
-// With `decide` (the linear model is the model), its decision threshold is
-// chosen on the validation predictions and applied; the baseline answers the
-// most probable class.
+// With `decide` and `calibrate` (the linear model is the model), its
+// predictions are calibrated, then its decision threshold is chosen on the
+// validation predictions and applied; the baseline answers the most
+// probable class of its uncalibrated probabilities.
 json linear_scores(const std::string& prefix, const LinearModel& linear, const PreparedData& data, json& per_class,
                    json* confusion = nullptr, const ThresholdDecider& decide = {},
-                   std::optional<double>* threshold = nullptr) {
+                   std::optional<double>* threshold = nullptr, const Calibrator& calibrate = {}) {
   // The linear model's outputs are already probabilities per class.
   LossKind as = data.labels.classification() ? LossKind::kSoftmaxCrossEntropy : LossKind::kMeanSquaredError;
   json out = json::object();
@@ -318,12 +330,15 @@ json linear_scores(const std::string& prefix, const LinearModel& linear, const P
     if (data.labels.classification()) per_class[prefix + split] = runs::score_per_class(as, data.labels, p, y, t);
     if (confusion && data.labels.classification()) (*confusion)[split] = runs::score_confusion(as, data.labels, p, y, t);
   };
+  std::vector<float> p_val, p_test;
+  if (!data.y_val.empty()) p_val = linear.predict(data.x_val);
+  if (!data.y_test.empty()) p_test = linear.predict(data.x_test);
+  if (calibrate) calibrate(as, p_val, data.y_test.empty() ? nullptr : &p_test);
   if (!data.y_val.empty()) {
-    const std::vector<float> p = linear.predict(data.x_val);
-    if (decide) t = decide(as, p);
-    add("val", p, data.y_val);
+    if (decide) t = decide(as, p_val);
+    add("val", p_val, data.y_val);
   }
-  if (!data.y_test.empty()) add("test", linear.predict(data.x_test), data.y_test);
+  if (!data.y_test.empty()) add("test", p_test, data.y_test);
   if (threshold) *threshold = t;
   return out;
 }
@@ -355,11 +370,11 @@ json permutation_importance_summary(const runs::ModelFile& model, Backend& backe
     sample.offer(x, y);
   }
   const runs::ModelKind& kind = runs::model_kind(model);
-  const std::unique_ptr<runs::KindPredictor> predictor = kind.predictor(model, backend, 256);
+  runs::Predictor predictor(model, backend, 256);  // the model's probabilities, calibrated as it is
   double baseline = 0;
   const std::vector<ColumnImportance> columns = runs::permutation_importance(
       data.features, data.labels, kind.prediction_loss(model), sample.x(), sample.y(),
-      [&](const std::vector<float>& in) { return predictor->predict(in); }, options, &baseline);
+      [&](const std::vector<float>& in) { return predictor.predict(in); }, options, &baseline);
   return {{"split", data.rows->test ? "test" : "val"},
           {"metric", data.labels.classification() ? "accuracy" : "r2"},
           {"baseline", baseline},
@@ -575,6 +590,7 @@ class TrainingRun {
 
   // --- build ---------------------------------------------------------------
   void build() {
+    check_calibrate();
     if (config().auto_search) return check_search();
     if (network()) return build_trainer();
     const bool trees = config().kind == runs::ModelKindId::kTrees;
@@ -788,6 +804,96 @@ class TrainingRun {
     return choice.threshold;
   }
 
+  // calibrate = temperature: refused, naming where the key was set, for
+  // a regression target or without validation rows to fit on (auto then
+  // means none).
+  void check_calibrate() {
+    if (config().calibrate != runs::CalibrateMode::kTemperature) return;
+    auto where = config().sources.find("calibrate");
+    const std::string at = where != config().sources.end() ? where->second + ": " : std::string();
+    if (!data().labels.classification())
+      throw usage_error(at + "calibrate = temperature calibrates a classifier's probabilities; the label of " +
+                        data().version.ref() + " is a regression target: use calibrate = none or auto");
+    if (data().y_val.empty())
+      throw usage_error(at + "calibrate = temperature is fitted on validation rows, and this run has none: set "
+                             "validation (e.g. 0.1) or use calibrate = none");
+  }
+
+  // Whether the model made by fit() is calibrated (config `calibrate`):
+  // auto calibrates a network classifier with validation rows.
+  bool calibrating() {
+    switch (config().calibrate) {
+      case runs::CalibrateMode::kNone: return false;
+      case runs::CalibrateMode::kTemperature: return true;
+      case runs::CalibrateMode::kAuto: break;
+    }
+    return model_.kind == runs::ModelKindId::kNetwork && data().labels.classification() && !data().y_val.empty();
+  }
+
+  Calibrator calibrator() {
+    return [this](LossKind as, std::vector<float>& p_val, std::vector<float>* p_test) { calibrate(as, p_val, p_test); };
+  }
+
+  // A classifier's predictions on the validation rows `p_val` and the test
+  // rows `p_test` (null without them), read as `as`, rescaled in place by
+  // the temperature fitted on the validation rows when calibrating(), as
+  // the model's predictor rescales them (model_.temperature). Records,
+  // with a temperature, "temperature" and each split's expected
+  // calibration error before it ("*_ece_uncalibrated"; "val_ece" and
+  // "test_ece" are scored with the other metrics), and the
+  // reliability bins of the test rows (else the validation rows) before
+  // and after, for the summary and the report. Before the decision
+  // threshold: it is chosen on the calibrated probabilities.
+  void calibrate(LossKind as, std::vector<float>& p_val, std::vector<float>* p_test) {
+    if (!data().labels.classification() || !runs::calibratable(as)) return;
+    const std::int64_t k = data().labels.classes();
+    const bool has_val = !data().y_val.empty(), has_test = p_test && !data().y_test.empty();
+    auto bins_of = [&](const std::vector<float>& p, const std::vector<float>& y) {
+      return runs::reliability_bins(runs::class_probabilities(as, p), y, k);
+    };
+    std::vector<runs::ReliabilityBin> val_before, test_before;
+    if (has_val) val_before = bins_of(p_val, data().y_val);
+    if (has_test) test_before = bins_of(*p_test, data().y_test);
+    bool fit = calibrating() && has_val;
+    if (fit && !std::all_of(p_val.begin(), p_val.end(), [](float v) { return std::isfinite(v); })) {
+      reporter_.note("calibration skipped: the model's validation predictions are not all finite numbers");
+      fit = false;
+    }
+    const std::string split = has_test ? "test" : "val";  // the split of the report's diagram
+    calibration_ = {{"method", fit ? "temperature" : "none"},
+                    {"split", split},
+                    {"bins", runs::kCalibrationBins},
+                    {"uncalibrated", runs::reliability_json(has_test ? test_before : val_before)}};
+    if (!has_val && !has_test) {
+      calibration_ = nullptr;
+      return;
+    }
+    if (!fit) return;  // "val_ece", "test_ece": scored with the other metrics (runs::score)
+    const runs::TemperatureFit t = runs::fit_temperature(as, k, p_val, data().y_val);
+    model_.temperature = t.temperature;
+    runs::apply_temperature(as, k, t.temperature, p_val);
+    if (has_test) runs::apply_temperature(as, k, t.temperature, *p_test);
+    const std::vector<runs::ReliabilityBin> val_after = bins_of(p_val, data().y_val);
+    metrics_["temperature"] = t.temperature;
+    metrics_["val_ece_uncalibrated"] = runs::expected_calibration_error(val_before);
+    std::vector<runs::ReliabilityBin> test_after;
+    if (has_test) {
+      test_after = bins_of(*p_test, data().y_test);
+      metrics_["test_ece_uncalibrated"] = runs::expected_calibration_error(test_before);
+    }
+    const std::vector<runs::ReliabilityBin>& before = has_test ? test_before : val_before;
+    const std::vector<runs::ReliabilityBin>& after = has_test ? test_after : val_after;
+    calibration_["temperature"] = t.temperature;
+    calibration_["val_nll_uncalibrated"] = t.nll_before;
+    calibration_["val_nll"] = t.nll_after;
+    calibration_["calibrated"] = runs::reliability_json(after);
+    reporter_.note("calibrated: temperature " + metric_text(t.temperature) +
+                   " fitted on the validation rows (negative log-likelihood " + metric_text(t.nll_before) + " -> " +
+                   metric_text(t.nll_after) + "); " + split + " expected calibration error " +
+                   metric_text(runs::expected_calibration_error(before)) + " -> " +
+                   metric_text(runs::expected_calibration_error(after)));
+  }
+
   static std::string metric_text(double v) {
     char text[32];
     std::snprintf(text, sizeof text, "%.4g", v);
@@ -800,7 +906,8 @@ class TrainingRun {
     model_.outputs = model_.trees.objective == TreeObjective::kMultiSoftmax ? model_.trees.classes : 1;
     model_.weights_hash = runs::model_weights_hash(model_);
     // Unprefixed val_*/test_* keys: the trees are the model.
-    metrics_.update(model_scores(model_, *backend_, data(), per_class_, confusion_, threshold_decider()));
+    metrics_.update(
+        model_scores(model_, *backend_, data(), per_class_, confusion_, threshold_decider(), calibrator()));
     if (linear_) metrics_.update(linear_scores("baseline_", *linear_, data(), per_class_));
     importance_ = column_importance(data().features, model_.trees.importance);
   }
@@ -810,7 +917,8 @@ class TrainingRun {
     model_.linear_model = *linear_;
     model_.weights_hash = runs::model_weights_hash(model_);
     // Unprefixed val_*/test_* keys: here the linear model is the model.
-    metrics_.update(linear_scores("", *linear_, data(), per_class_, &confusion_, threshold_decider(), &model_.threshold));
+    metrics_.update(linear_scores("", *linear_, data(), per_class_, &confusion_, threshold_decider(), &model_.threshold,
+                                  calibrator()));
   }
 
   void train_network() {
@@ -984,8 +1092,7 @@ class TrainingRun {
     model_.tensors = runs::export_weights(trainer);
     model_.weights_hash = trainer.weights_hash();
     const bool classification = data().labels.classification();
-    auto add = [&](const std::string& split, SampleSource& rows, const std::vector<float>& y) {
-      std::vector<float> p = trainer.predict(rows);
+    auto add = [&](const std::string& split, const std::vector<float>& p, const std::vector<float>& y) {
       if (split == "val") model_.threshold = decide_threshold(data().loss, p);
       metrics_.update(runs::score(split, data().loss, data().labels, p, y, model_.threshold));
       if (classification) {
@@ -993,11 +1100,15 @@ class TrainingRun {
         confusion_[split] = runs::score_confusion(data().loss, data().labels, p, y, model_.threshold);
       }
     };
+    std::vector<float> p_val, p_test;
+    if (data().rows->validation) p_val = trainer.predict(*data().rows->validation);
+    if (data().rows->test) p_test = trainer.predict(*data().rows->test);
+    calibrate(data().loss, p_val, data().rows->test ? &p_test : nullptr);
     if (data().rows->validation) {
-      add("val", *data().rows->validation, data().y_val);
+      add("val", p_val, data().y_val);
       metrics_["val_loss"] = trainer.history().back().val_loss;
     }
-    if (data().rows->test) add("test", *data().rows->test, data().y_test);
+    if (data().rows->test) add("test", p_test, data().y_test);
     if (linear_) metrics_.update(linear_scores("baseline_", *linear_, data(), per_class_));
     if (trainer.stopped_early()) metrics_["stopped_early_at_epoch"] = trainer.epoch();
   }
@@ -1019,6 +1130,7 @@ class TrainingRun {
     if (!importance_.empty()) summary["importance"] = importance_;
     if (!search_.is_null()) summary["search"] = search_;
     if (!threshold_.is_null()) summary["threshold"] = threshold_;
+    if (!calibration_.is_null()) summary["calibration"] = calibration_;
     if (trainer_) summary["steps"] = trainer_->step();
     // After the data path's peaks: those are the training's.
     summary.update(data_path_json(result_, data()));
@@ -1092,6 +1204,7 @@ class TrainingRun {
   json search_;                      // layers = auto: the leaderboard (SearchResult::to_json), else null
   json search_trials_;               // layers = auto: the trials recorded so far (Trial::to_json), else null
   json threshold_;                   // a binary model's decision threshold and how it was chosen, else null
+  json calibration_;                 // a classifier's reliability bins and temperature (calibrate()), else null
 };
 
 }  // namespace

@@ -52,6 +52,18 @@ INI
 expect_rc 0 train "$WORK/norm.ini"
 ort_vs_predict sales-norm@v1 "$WORK/future.csv" 0.999 1e-4 norm-mlp
 
+# Calibrated models (docs/TRAINING.md, "Calibration"): the export rescales
+# the class probabilities by the temperature (Log, Div, Softmax) as predict
+# does. The bce network with calibrate = temperature; a softmax network
+# calibrated by default (auto, with validation rows).
+expect_rc 0 --json train "$WORK/norm.ini" --set validation=0.2 --set calibrate=temperature
+expect_eq "$(json_get '"temperature" in j["metrics"]')" "True" "the bce network is calibrated"
+ort_vs_predict sales-norm@v2 "$WORK/future.csv" 0.999 1e-4 calibrated-bce
+sed 's/^name    = sales-mlp/name    = sales-calibrated/' "$WORK/mlp.ini" >"$WORK/calibrated.ini"
+expect_rc 0 --json train "$WORK/calibrated.ini" --set validation=0.2
+expect_eq "$(json_get '"temperature" in j["metrics"]')" "True" "the softmax network is calibrated"
+ort_vs_predict sales-calibrated@v1 "$WORK/future.csv" 0.999 1e-4 calibrated-mlp
+
 # The linear model.
 cat >"$WORK/linear.ini" <<'INI'
 name    = sales-linear

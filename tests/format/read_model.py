@@ -474,10 +474,31 @@ def raw_rows_from_csv(features, path, delimiter=","):
     return raw
 
 
+def temperature(header):
+    """A calibrated classifier's temperature T (header "temperature"; 1 when absent)."""
+    t = header.get("temperature", 1.0)
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not (0.01 <= t <= 100):
+        raise FormatError(f"temperature {t!r}")
+    return float(t)
+
+
 def predictions(header, tensors, x):
+    """Class probabilities (rows x classes), or the standardized value: a
+    calibrated model's class probabilities are softmax(z / T) of a network's
+    logits z, softmax(log p / T) of a linear model's probabilities p."""
+    t = temperature(header)
     if header["kind"] == "linear":
-        return linear_predict(header["linear"], x)
+        p = linear_predict(header["linear"], x)
+        if t == 1 or not header["linear"]["classification"]:
+            return p
+        s = np.log(np.maximum(p, np.finfo(np.float32).tiny)) / t
+        e = np.exp(s - s.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
     y = forward(header, tensors, x.reshape([x.shape[0]] + list(header["input_shape"])))
+    if t != 1:
+        if header["loss"] not in ("softmax_ce", "bce"):
+            raise FormatError("a temperature on a regression model")
+        y = y.astype(np.float64) / t
     return loss_predict(header["loss"], y)
 
 

@@ -582,3 +582,52 @@ TEST(WeightsHash, AChangedWeightNoLongerVerifies) {
 
 }  // namespace
 }  // namespace anneal
+
+namespace anneal {
+namespace {
+
+// A calibrated model's header holds "temperature" (absent: 1, so an
+// uncalibrated model's bytes are as before); a value that is not a usable
+// temperature, or one on a regression model, is corrupt.
+TEST(ModelFormat, TemperatureRoundTripsAndHostileValuesAreCorrupt) {
+  TinyTrainer t;
+  runs::ModelFile m = fp32_model(t);
+  const std::string plain = runs::encode_model(m);
+  EXPECT_EQ(plain.find("temperature"), std::string::npos);
+  EXPECT_EQ(runs::decode_model(plain, "plain").temperature, 1.0);
+  m.temperature = 1.75;
+  const std::string calibrated = runs::encode_model(m);
+  const runs::ModelFile back = runs::decode_model(calibrated, "calibrated");
+  EXPECT_EQ(back.temperature, 1.75);
+  EXPECT_TRUE(runs::encode_model(back) == calibrated);
+  auto with = [&](const std::string& value) {
+    std::string bytes = calibrated;
+    const std::string key = "\"temperature\":1.75";
+    const auto at = bytes.find(key);
+    EXPECT_NE(at, std::string::npos);
+    bytes.replace(at, key.size(), "\"temperature\":" + value);
+    std::uint64_t n = 0;
+    std::memcpy(&n, bytes.data() + 8, 8);
+    n = n - key.size() + 14 + value.size();
+    std::memcpy(bytes.data() + 8, &n, 8);
+    return bytes;
+  };
+  EXPECT_EQ(runs::decode_model(with("2.5"), "ok").temperature, 2.5);
+  for (const std::string bad : {"-1", "0", "NaN", "1e999", "\"2\"", "null", "1000", "0.001"}) {
+    try {
+      runs::decode_model(with(bad), "hostile");
+      ADD_FAILURE() << bad << " decoded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << bad << ": " << e.what();
+    }
+  }
+  // A regression model has no class probabilities to calibrate.
+  runs::ModelFile r = fp32_model(t);
+  r.labels = LabelEncoding::from_json(json::parse(R"({"column":"label","classification":false,"categorical":false,"mean":0,"scale":1})"));
+  r.loss = LossKind::kMeanSquaredError;
+  r.temperature = 2;
+  EXPECT_THROW(runs::decode_model(runs::encode_model(r), "regression"), Error);
+}
+
+}  // namespace
+}  // namespace anneal
