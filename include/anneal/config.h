@@ -100,8 +100,7 @@ struct TrainConfig {
   std::vector<std::string> exclude;
   std::int64_t category_min_count = 5;
   std::int64_t max_categories = 50;
-  // How one-value numeric columns are scaled (FeatureOptions::scaling):
-  // the key's value, or when unset standard, and auto under layers = auto.
+  // How one-value numeric columns are scaled (FeatureOptions::scaling).
   Scaling scaling = Scaling::kStandard;
   // How a regression target is encoded (LabelEncoding::fit): the key's
   // value, or standard when unset.

@@ -114,18 +114,17 @@ expect_eq "$(header sales-auto@v1 'sorted(c["column"] for c in h["features"]["co
   "$(cat "$WORK/want.txt")" "scaling = auto: robust exactly where the rule says"
 reader_vs_predict sales-auto@v1 "$WORK/future.csv" "auto-scaled MLP"
 ort_vs_predict sales-auto@v1 "$WORK/future.csv" 0.999 1e-4 auto-mlp
-# layers = auto fits its one transform with scaling = auto unless the
-# config says otherwise, and its model's lineage records the choice (a
-# retrain repeats it).
+# layers = auto fits its one transform with the config's scaling (standard
+# unless set), and its model's lineage records it (a retrain repeats it).
 printf 'name = sales-search\ndataset = sales\nmax_trials = 1\nseed = 1\nthreads = 1\n' >"$WORK/search.ini"
 expect_rc 0 train "$WORK/search.ini"
-expect_eq "$(header sales-search@v1 'sorted(c["column"] for c in h["features"]["columns"] if "robust" in c)')" \
-  "$(cat "$WORK/want.txt")" "layers = auto: scaling = auto by default"
-expect_rc 0 --json model show sales-search@v1
+expect_eq "$(header sales-search@v1 'any("robust" in c for c in h["features"]["columns"])')" "False" \
+  "layers = auto: scaling = standard unless set"
+expect_rc 0 train "$WORK/search.ini" --set scaling=auto
+expect_eq "$(header sales-search@v2 'sorted(c["column"] for c in h["features"]["columns"] if "robust" in c)')" \
+  "$(cat "$WORK/want.txt")" "layers = auto with scaling = auto: the rule's columns"
+expect_rc 0 --json model show sales-search@v2
 expect_contains "$(json_get 'j["lineage"]["config"]')" "scaling = auto" "the searched model's lineage records scaling = auto"
-expect_rc 0 train "$WORK/search.ini" --set scaling=standard
-expect_eq "$(header sales-search@v2 'any("robust" in c for c in h["features"]["columns"])')" "False" \
-  "layers = auto with scaling = standard: no robust column"
 # The linear model and trees read the same transform.
 printf 'name = sales-linear\ndataset = sales\nlayers = linear\nscaling = robust\nthreads = 1\n' >"$WORK/linear.ini"
 expect_rc 0 train "$WORK/linear.ini"

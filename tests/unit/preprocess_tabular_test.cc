@@ -205,7 +205,8 @@ TEST(PreprocessRobustScaling, ImagesAndCategoriesKeepTheirTransforms) {
 TEST(PreprocessRobustScaling, ConfigKey) {
   EXPECT_EQ(parse_train_config("name = x\ndataset = d\nlayers = dense(2)\n", "cfg.ini", {}).scaling,
             Scaling::kStandard);
-  EXPECT_EQ(parse_train_config("name = x\ndataset = d\n", "cfg.ini", {}).scaling, Scaling::kAuto);  // layers = auto
+  EXPECT_EQ(parse_train_config("name = x\ndataset = d\n", "cfg.ini", {}).scaling, Scaling::kStandard);  // layers = auto too
+  EXPECT_EQ(parse_train_config("name = x\ndataset = d\nscaling = auto\n", "cfg.ini", {}).scaling, Scaling::kAuto);
   EXPECT_EQ(parse_train_config("name = x\ndataset = d\nscaling = standard\n", "cfg.ini", {}).scaling,
             Scaling::kStandard);
   const TrainConfig robust = parse_train_config("name = x\ndataset = d\nlayers = linear\nscaling = robust\n", "cfg.ini", {});
