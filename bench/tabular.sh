@@ -11,6 +11,12 @@
 #
 #   ANNEAL=build/cli/anneal BUILD=build bench/tabular.sh
 #   TABLES="HouseVotes84 Glass" ... bench/tabular.sh     # only those tables
+#   AUTO_CONFIG="max_trials = 14" ... bench/tabular.sh    # config lines (';'-separated) added to auto's
+#   EXTRA_CANDIDATES="autostd|validation = 0.1;seed = 1;scaling = standard" ...   # more candidates, one a line
+#
+# The auto search under its default 2m time_budget depends on the machine's
+# speed; `AUTO_CONFIG="max_trials = 14"` (the whole portfolio: 10 trials,
+# then 3, then 1) makes its figures repeat run to run.
 #
 # What cannot run here (no python3 with scikit-learn and XGBoost, no zstd, a
 # table whose import or training fails) is one line saying why; the bench
@@ -58,7 +64,10 @@ CANDIDATES=(
 # here holds out, so "anneal best" can judge it by its validation score. It
 # scores its trials by cross-validation on the other training rows, and its
 # refit stops early on the validation rows.
-CANDIDATES+=("auto|validation = 0.1;seed = 1")
+CANDIDATES+=("auto|validation = 0.1;seed = 1${AUTO_CONFIG:+;$AUTO_CONFIG}")
+while IFS= read -r extra; do
+  [ -n "$extra" ] && CANDIDATES+=("$extra")
+done <<< "${EXTRA_CANDIDATES:-}"
 
 line() { printf '%s\n' "$*"; }
 

@@ -29,6 +29,7 @@
 #include "anneal/loss.h"
 #include "anneal/model_kind.h"
 #include "anneal/model_metrics.h"
+#include "anneal/preprocess.h"
 #include "anneal/trainer.h"
 
 namespace anneal {
@@ -105,6 +106,11 @@ struct TrainConfig {
   std::vector<std::string> exclude;
   std::int64_t category_min_count = 5;
   std::int64_t max_categories = 50;
+  // How one-value numeric columns are scaled (FeatureOptions::scaling).
+  Scaling scaling = Scaling::kStandard;
+  // How a regression target is encoded (LabelEncoding::fit): the key's
+  // value, or standard when unset.
+  TargetTransform target_transform = TargetTransform::kStandard;
   // Class weights of softmax_ce / bce: none (empty), balanced, or a weight
   // per class name (the names are checked against the data by the run).
   ClassWeightSpec class_weight;

@@ -17,15 +17,26 @@
 // has times, and the elapsed days (standardized); missing: all zeros,
 // counted as missing. docs/STORE.md gives the exact formulas.
 //
+// Robust scaling (FeatureOptions::scaling, off by default): a one-value
+// numeric column is centred on its training median, divided by its
+// interquartile range (half its range when that is 0, 1 when the column is
+// constant) and smoothly clipped, z / sqrt(1 + (z/3)^2), into (-3, 3) (as
+// RealMLP, Holzmueller et al. 2024): a skewed column or one with far
+// outliers no longer squeezes its typical rows into a sliver around 0.
+// Scaling::kAuto chooses it per column by robust_scaling_wanted.
+//
 // Labels: classification maps a categorical label to its codes, and numeric
 // integer labels to 0..K-1 in sorted order (the values are kept to name the
-// classes in output); regression standardizes the target.
+// classes in output); regression standardizes the target, or with a log
+// target (TargetTransform) standardizes log1p(y - shift) and decodes a
+// prediction p as expm1(p * scale + mean) + shift.
 //
 // All types are values; const methods are thread-safe. Errors are
 // anneal::Error: kBadData for data that cannot be encoded (a class value the
 // encoding does not know, a non-integer class label), kCorrupt for bad JSON.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -55,6 +66,9 @@ struct ColumnTransform {
   bool datetime = false;         // a datetime expansion (see the file comment)
   bool hour = false;             // datetime: the time-of-day pair is present
   double year_mean = 0, year_scale = 1;  // datetime: standardize the calendar year
+  // Robust scaling: mean is the training median, scale the spread, and the
+  // standardized value is smoothly clipped (see the file comment).
+  bool robust = false;
 
   std::int64_t output_width() const;  // scalars this column becomes
 };
@@ -69,6 +83,26 @@ struct TransformCounts {
   std::uint64_t unseen = 0;   // categorical codes outside the fitted dictionary
 };
 
+// How one-value numeric columns are scaled: standardized (the default),
+// robust-scaled (the file comment), or each column as robust_scaling_wanted
+// says.
+enum class Scaling { kStandard, kRobust, kAuto };
+const char* scaling_name(Scaling s);    // "standard", "robust", "auto"
+Scaling parse_scaling(const std::string& text);  // kUsage naming the choices
+
+// The rule of Scaling::kAuto, on a column's training values (no NaN):
+// robust scaling when their skewness is at least kRobustSkewness in
+// magnitude, or when more than kRobustOutlierFraction of them lie more
+// than kRobustOutlierIqr interquartile ranges beyond the quartiles. Pure.
+inline constexpr double kRobustSkewness = 1.0;
+inline constexpr double kRobustOutlierIqr = 3.0;
+inline constexpr double kRobustOutlierFraction = 0.01;
+bool robust_scaling_wanted(std::span<const double> values);
+
+// The q-quantile (0 <= q <= 1) of sorted values, interpolated linearly
+// between the two nearest (numpy's default); 0 when there are none.
+double sorted_quantile(std::span<const double> sorted, double q);
+
 // Which columns become features and how categorical columns are cut down.
 // Defaults are the documented ones (docs/TRAINING.md).
 struct FeatureOptions {
@@ -80,6 +114,8 @@ struct FeatureOptions {
   std::int64_t category_min_count = 5;
   // At most this many levels keep their own slot (the most frequent).
   std::int64_t max_categories = 50;
+  // How one-value numeric columns are scaled.
+  Scaling scaling = Scaling::kStandard;
 };
 
 // A column that is not among the features, and why (for the run's note,
@@ -172,6 +208,19 @@ class FeatureTransform {
 // came from (the config key and its source).
 std::optional<std::string> check_feature_columns(const Table& table, const std::vector<std::string>& names);
 
+// How a regression target is encoded for training: standardized (the
+// default), log1p(y - shift) standardized, or log when log_target_wanted.
+enum class TargetTransform { kStandard, kLog, kAuto };
+const char* target_transform_name(TargetTransform t);  // "standard", "log", "auto"
+TargetTransform parse_target_transform(const std::string& text);  // kUsage naming the choices
+
+// The rule of TargetTransform::kAuto on the training targets: a log target
+// when every target is at least 0 and their skewness is at least
+// kLogTargetSkewness (a long right tail, where a squared error on the raw
+// values is ruled by the few largest). Pure.
+inline constexpr double kLogTargetSkewness = 0.75;
+bool log_target_wanted(std::span<const float> targets);
+
 class LabelEncoding {
  public:
   LabelEncoding() = default;
@@ -179,7 +228,10 @@ class LabelEncoding {
   // its rows) and, for classes, `test`. Throws kUsage when the loss does not
   // suit the label (bce on more than two classes; a classification loss on
   // a non-integer numeric label), naming the column.
-  static LabelEncoding fit(LossKind loss, const Table& train, const Table& test);
+  // A regression target is encoded as `target` says; the log target's
+  // shift is min(0, the least training target), so log1p sees values >= 0.
+  static LabelEncoding fit(LossKind loss, const Table& train, const Table& test,
+                           TargetTransform target = TargetTransform::kStandard);
   // The loss a label column suggests when the config names none: softmax_ce
   // when labels_are_classes(train), mse otherwise.
   static LossKind infer_loss(const Table& train);
@@ -191,22 +243,37 @@ class LabelEncoding {
 
   // Stored label value (a code or a number) -> training label: the class
   // index, or the standardized target. Throws kBadData naming `where` and
-  // the value for a class it does not know.
+  // the value for a class it does not know, or for a log target's value at
+  // or below shift - 1 (log1p has no value there).
   float encode(float stored, const std::string& where) const;
   std::vector<float> encode_all(std::span<const float> stored, const std::string& where) const;
   // Training-scale regression output -> the target's own units.
-  double decode_value(double standardized) const { return standardized * scale_ + mean_; }
+  double decode_value(double standardized) const {
+    const double v = standardized * scale_ + mean_;
+    return log_ ? std::expm1(v) + shift_ : v;
+  }
+  // Regression: the standardization of the (log) target, decode_value's
+  // steps for the ONNX export and the format's reader.
+  double target_mean() const { return mean_; }
+  double target_scale() const { return scale_; }
+  bool log_target() const { return log_; }
+  double log_shift() const { return shift_; }
 
   nlohmann::json to_json() const;
   static LabelEncoding from_json(const nlohmann::json& json);
 
  private:
+  // fit's log target: shift, mean and scale from the training targets.
+  static LabelEncoding fit_log_target(LabelEncoding e, std::span<const float> targets);
+
   bool classification_ = true;
   std::string column_;
   bool categorical_ = false;
   std::vector<double> class_values_;     // numeric labels: sorted distinct values
   std::vector<std::string> class_names_;
   double mean_ = 0, scale_ = 1;          // regression
+  bool log_ = false;                     // regression: a log target
+  double shift_ = 0;                     // log target: log1p(y - shift_)
 };
 
 // The most distinct integer label values that still read as classes.

@@ -429,6 +429,18 @@ const std::vector<KeyRow>& key_table() {
                   std::int64_t{1} << 40, ANNEAL_FIELD(category_min_count)),
       integer_row({"max_categories", "50", "most one-hot slots of a categorical column besides 'other'"}, 1, 1000000,
                   ANNEAL_FIELD(max_categories)),
+      // Opt-in: standard unless set, so every config's weights stay what
+      // they were (under layers = auto too: bench/RESULTS.md, issue 31, has
+      // the measurement that kept auto from being its default).
+      named_row({"scaling", "standard",
+                 "numeric columns: standard | robust (median, quartile range, smooth clip) | auto (robust for skewed "
+                 "columns)"},
+                [](const std::string& s) { return parse_scaling(s); }, scaling_name, ANNEAL_FIELD(scaling)),
+      named_row({"target_transform", "standard",
+                 "regression: standard | log (train on standardized log1p(y - shift), predict expm1) | auto (log for "
+                 "a non-negative target skewed right)"},
+                [](const std::string& s) { return parse_target_transform(s); }, target_transform_name,
+                ANNEAL_FIELD(target_transform)),
       {{"class_weight", "", "softmax_ce/bce: balanced, or CLASS:W,CLASS:W (default: all 1)"},
        [](const Values& v, TrainConfig& c) {
          if (!v.text("class_weight").empty())

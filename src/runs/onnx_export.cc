@@ -49,6 +49,14 @@ std::string standardize(Graph& g, const ColumnTransform& c, const std::string& x
   return g.op("Where", {g.op1("IsNaN", x, "missing"), g.scalar_f(0.0f), y}, "imputed");
 }
 
+// Robust scaling's smooth clip after standardize, as transform_row does it
+// in float: z / sqrt(1 + (z · (1/3))^2). z: (N, 1).
+std::string smooth_clip(Graph& g, const std::string& z) {
+  const std::string t = g.op("Mul", {z, g.scalar_f(1.0f / 3.0f)}, "third");
+  const std::string s = g.op("Add", {g.scalar_f(1.0f), g.op("Mul", {t, t}, "third_squared")}, "one_plus");
+  return g.op("Div", {z, g.op1("Sqrt", s, "root")}, "clipped");
+}
+
 // One-hot over the column's slots: the category name -> its slot
 // (LabelEncoder), then slot == 0..K-1. A rare level, a level no training
 // row had and an unseen name take the other slot when there is one, else
@@ -185,7 +193,8 @@ std::string preprocess(Graph& g, onnx::GraphProto& graph, const ModelFile& model
       parts.push_back(standardize(g, c, flat));
     } else {
       value_info(graph.add_input(), c.column, onnx::TensorProto::FLOAT, {-1});
-      parts.push_back(standardize(g, c, column_of(g, c.column)));
+      const std::string z = standardize(g, c, column_of(g, c.column));
+      parts.push_back(c.robust ? smooth_clip(g, z) : z);
       info["kind"] = "numeric";
     }
     inputs.push_back(std::move(info));
@@ -297,12 +306,14 @@ void write_graph(Graph& g, onnx::GraphProto& graph, const ModelFile& model) {
     value_info(graph.add_output(), "probabilities", onnx::TensorProto::FLOAT, {-1, k});
     outputs = {"label", "probabilities"};
   } else {
-    // LabelEncoding::decode_value: the target's own units.
+    // LabelEncoding::decode_value: the target's own units; a log target's
+    // exp(v) - 1 + shift after (in float, where anneal's expm1 is double).
     const LabelEncoding& l = model.labels;
-    const double scale = l.decode_value(1) - l.decode_value(0), mean = l.decode_value(0);
-    const std::string v = g.op("Add", {g.op("Mul", {scores, g.scalar_f(static_cast<float>(scale))}, "scaled"),
-                                       g.scalar_f(static_cast<float>(mean))},
-                               "decoded");
+    std::string v = g.op("Add", {g.op("Mul", {scores, g.scalar_f(static_cast<float>(l.target_scale()))}, "scaled"),
+                                 g.scalar_f(static_cast<float>(l.target_mean()))},
+                         "decoded");
+    if (l.log_target())
+      v = g.op("Add", {g.op1("Exp", v, "exp"), g.scalar_f(static_cast<float>(l.log_shift() - 1.0))}, "unlogged");
     g.node("Reshape", {v, g.int64s("shape", {1}, {-1})}, {"value"});
     value_info(graph.add_output(), "value", onnx::TensorProto::FLOAT, {-1});
     outputs = {"value"};

@@ -127,7 +127,75 @@ void fit_levels(ColumnTransform& ct, const std::vector<std::uint64_t>& counts, c
   if (!identity) ct.slots = std::move(slots);
 }
 
+// Whether a column takes robust scaling when options ask for it: one
+// value wide and numeric (an image keeps its standardization as a block,
+// a datetime its expansion).
+bool scalable(const ColumnSchema& column) {
+  return column.type != ColumnType::kCategorical && column.type != ColumnType::kDatetime && column.width() == 1;
+}
+
+// Robust scaling's centre and spread from a column's training values (no
+// NaN), sorted in place: the median, and the interquartile range, else
+// half the range, else 1 (a constant column: every training row becomes 0).
+std::pair<double, double> robust_centre_and_spread(std::vector<double>& values) {
+  std::sort(values.begin(), values.end());
+  if (values.empty()) return {0.0, 1.0};
+  const double median = sorted_quantile(values, 0.5);
+  const double iqr = sorted_quantile(values, 0.75) - sorted_quantile(values, 0.25);
+  const double half_range = (values.back() - values.front()) / 2;
+  return {median, iqr > 1e-12 ? iqr : half_range > 1e-12 ? half_range : 1.0};
+}
+
 }  // namespace
+
+const char* scaling_name(Scaling s) {
+  switch (s) {
+    case Scaling::kStandard: return "standard";
+    case Scaling::kRobust: return "robust";
+    case Scaling::kAuto: return "auto";
+  }
+  return "standard";
+}
+
+Scaling parse_scaling(const std::string& text) {
+  for (Scaling s : {Scaling::kStandard, Scaling::kRobust, Scaling::kAuto})
+    if (text == scaling_name(s)) return s;
+  throw usage_error("unknown scaling '" + text + "'; use standard, robust or auto");
+}
+
+double sorted_quantile(std::span<const double> sorted, double q) {
+  if (sorted.empty()) return 0.0;
+  const double at = q * static_cast<double>(sorted.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(at));
+  const std::size_t hi = std::min(lo + 1, sorted.size() - 1);
+  const double frac = at - static_cast<double>(lo);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * frac;
+}
+
+bool robust_scaling_wanted(std::span<const double> values) {
+  if (values.size() < 2) return false;
+  const double n = static_cast<double>(values.size());
+  double sum = 0;
+  for (double v : values) sum += v;
+  const double mean = sum / n;
+  double m2 = 0, m3 = 0;
+  for (double v : values) {
+    const double d = v - mean;
+    m2 += d * d;
+    m3 += d * d * d;
+  }
+  m2 /= n;
+  m3 /= n;
+  if (m2 <= 1e-24) return false;  // constant: nothing to scale
+  if (std::fabs(m3 / std::pow(m2, 1.5)) >= kRobustSkewness) return true;
+  std::vector<double> sorted(values.begin(), values.end());
+  std::sort(sorted.begin(), sorted.end());
+  const double q1 = sorted_quantile(sorted, 0.25), q3 = sorted_quantile(sorted, 0.75);
+  const double reach = kRobustOutlierIqr * (q3 - q1);
+  if (reach <= 0) return false;  // most rows share one value: the skewness decides
+  const auto outliers = std::count_if(sorted.begin(), sorted.end(), [&](double v) { return v < q1 - reach || v > q3 + reach; });
+  return static_cast<double>(outliers) > kRobustOutlierFraction * n;
+}
 
 std::int64_t ColumnTransform::output_width() const {
   if (one_hot) return categories;
@@ -175,6 +243,7 @@ FeatureTransform FeatureTransform::fit(const Table& schema, std::uint64_t rows, 
     std::int64_t width;    // scalars a row holds of it
     std::vector<std::uint64_t> level_counts;  // categorical
     MeanAndScale values, years;               // numeric / image, datetime (values: the elapsed days)
+    std::vector<double> sample;               // robust scaling: the training values, no NaN
   };
   std::vector<Candidate> candidates;
   std::vector<std::pair<std::size_t, ExcludedColumn>> left_out;  // (position among feature columns, why)
@@ -193,7 +262,7 @@ FeatureTransform FeatureTransform::fit(const Table& schema, std::uint64_t rows, 
       left_out.push_back({position, {column.name, "exclude=", false}});
       continue;
     }
-    Candidate candidate{&column, column_offset, position, column.width(), {}, {}, {}};
+    Candidate candidate{&column, column_offset, position, column.width(), {}, {}, {}, {}};
     if (column.type == ColumnType::kCategorical) candidate.level_counts.assign(column.categories.size(), 0);
     candidates.push_back(std::move(candidate));
   }
@@ -256,6 +325,17 @@ FeatureTransform FeatureTransform::fit(const Table& schema, std::uint64_t rows, 
     });
   }
 
+  // Robust scaling needs each column's quantiles: a third scan keeps the
+  // values of the columns it may scale (only when options ask for it, so
+  // a plain fit holds nothing more).
+  if (options.scaling != Scaling::kStandard &&
+      std::any_of(candidates.begin(), candidates.end(), [](const Candidate& c) { return scalable(*c.schema); })) {
+    scan([&](const float* row) {
+      for (Candidate& c : candidates)
+        if (scalable(*c.schema) && !std::isnan(row[c.offset])) c.sample.push_back(row[c.offset]);
+    });
+  }
+
   // The transform's columns, and the excluded ones in source order.
   std::size_t next_left_out = 0;
   auto flush_left_out = [&](std::size_t upto) {
@@ -288,6 +368,10 @@ FeatureTransform FeatureTransform::fit(const Table& schema, std::uint64_t rows, 
       ct.hour = column.has_time;
       std::tie(ct.year_mean, ct.year_scale) = c.years.result();
       std::tie(ct.mean, ct.scale) = c.values.result();
+    } else if (scalable(column) && (options.scaling == Scaling::kRobust ||
+                                    (options.scaling == Scaling::kAuto && robust_scaling_wanted(c.sample)))) {
+      ct.robust = true;
+      std::tie(ct.mean, ct.scale) = robust_centre_and_spread(c.sample);
     } else {
       std::tie(ct.mean, ct.scale) = c.values.result();
     }
@@ -442,6 +526,14 @@ void FeatureTransform::transform_row(const float* row, std::span<const std::size
         y[k] = nan ? 0.0f : (v - mean) * inv;
       }
       counts.missing += missing;
+      if (c.robust) {
+        // The smooth clip, in float, as the ONNX export and the format's
+        // reader compute it: z / sqrt(1 + (z * (1/3))^2).
+        const float z = y[0];
+        const float t = z * (1.0f / 3.0f);
+        const float s = 1.0f + t * t;
+        y[0] = z / std::sqrt(s);
+      }
     }
     y += c.output_width();
   }
@@ -460,6 +552,10 @@ json FeatureTransform::to_json() const {
     } else if (c.datetime) {
       j["datetime"] = {{"hour", c.hour},           {"year_mean", c.year_mean}, {"year_scale", c.year_scale},
                        {"elapsed_mean", c.mean}, {"elapsed_scale", c.scale}};
+    } else if (c.robust) {
+      // Its own object, with no "mean": a reader that does not know robust
+      // scaling rejects the model rather than skipping the clip.
+      j["robust"] = {{"median", c.mean}, {"spread", c.scale}};
     } else {
       j["mean"] = c.mean;
       j["scale"] = c.scale;
@@ -512,6 +608,16 @@ FeatureTransform FeatureTransform::from_json(const json& j) {
         ct.mean = d.at("elapsed_mean").get<double>();
         ct.scale = d.at("elapsed_scale").get<double>();
         if (ct.width != 1) throw corrupt("feature transform: datetime column '" + ct.column + "' is not 1 wide");
+      } else if (c.contains("robust")) {
+        const json& r = c.at("robust");
+        ct.robust = true;
+        ct.mean = r.at("median").get<double>();
+        ct.scale = r.at("spread").get<double>();
+        if (ct.width != 1) throw corrupt("feature transform: robust-scaled column '" + ct.column + "' is not 1 wide");
+        if (!std::isfinite(ct.mean) || !std::isfinite(ct.scale) || !(ct.scale > 0) || !std::isfinite(1.0 / ct.scale))
+          throw corrupt("feature transform: robust-scaled column '" + ct.column + "' has median " +
+                        number_text(ct.mean) + " and spread " + number_text(ct.scale) +
+                        "; the spread must be a positive finite number");
       } else {
         ct.mean = c.at("mean").get<double>();
         ct.scale = c.at("scale").get<double>();
@@ -546,7 +652,62 @@ LossKind LabelEncoding::infer_loss(const Table& train) {
   return labels_are_classes(train) ? LossKind::kSoftmaxCrossEntropy : LossKind::kMeanSquaredError;
 }
 
-LabelEncoding LabelEncoding::fit(LossKind loss, const Table& train, const Table& test) {
+const char* target_transform_name(TargetTransform t) {
+  switch (t) {
+    case TargetTransform::kStandard: return "standard";
+    case TargetTransform::kLog: return "log";
+    case TargetTransform::kAuto: return "auto";
+  }
+  return "standard";
+}
+
+TargetTransform parse_target_transform(const std::string& text) {
+  for (TargetTransform t : {TargetTransform::kStandard, TargetTransform::kLog, TargetTransform::kAuto})
+    if (text == target_transform_name(t)) return t;
+  throw usage_error("unknown target_transform '" + text + "'; use standard, log or auto");
+}
+
+bool log_target_wanted(std::span<const float> targets) {
+  if (targets.size() < 2) return false;
+  double sum = 0;
+  for (float y : targets) {
+    if (!(y >= 0)) return false;  // a negative target, or NaN
+    sum += y;
+  }
+  const double n = static_cast<double>(targets.size());
+  const double mean = sum / n;
+  double m2 = 0, m3 = 0;
+  for (float y : targets) {
+    const double d = y - mean;
+    m2 += d * d;
+    m3 += d * d * d;
+  }
+  m2 /= n;
+  m3 /= n;
+  return m2 > 1e-24 && m3 / std::pow(m2, 1.5) >= kLogTargetSkewness;
+}
+
+LabelEncoding LabelEncoding::fit_log_target(LabelEncoding e, std::span<const float> targets) {
+  e.log_ = true;
+  double least = 0;
+  for (float y : targets)
+    if (y < least) least = y;
+  e.shift_ = least;
+  double sum = 0;
+  for (float y : targets) sum += std::log1p(y - e.shift_);
+  const double n = static_cast<double>(targets.size());
+  e.mean_ = n > 0 ? sum / n : 0;
+  double m2 = 0;
+  for (float y : targets) {
+    const double d = std::log1p(y - e.shift_) - e.mean_;
+    m2 += d * d;
+  }
+  const double sd = n > 0 ? std::sqrt(m2 / n) : 0;
+  e.scale_ = sd > 1e-12 ? sd : 1.0;
+  return e;
+}
+
+LabelEncoding LabelEncoding::fit(LossKind loss, const Table& train, const Table& test, TargetTransform target) {
   LabelEncoding e;
   const ColumnSchema& label = train.columns[train.label_column];
   e.column_ = label.name;
@@ -556,6 +717,8 @@ LabelEncoding LabelEncoding::fit(LossKind loss, const Table& train, const Table&
     if (e.categorical_)
       throw usage_error("loss = " + std::string(loss_name(loss)) + ": label column '" + label.name +
                         "' is categorical; use softmax_ce or bce");
+    if (target == TargetTransform::kLog || (target == TargetTransform::kAuto && log_target_wanted(train.labels)))
+      return fit_log_target(std::move(e), train.labels);
     double sum = 0;
     for (float y : train.labels) sum += y;
     double n = static_cast<double>(train.labels.size());
@@ -594,6 +757,14 @@ LabelEncoding LabelEncoding::fit(LossKind loss, const Table& train, const Table&
 }
 
 float LabelEncoding::encode(float stored, const std::string& where) const {
+  if (!classification_ && log_) {
+    const double u = static_cast<double>(stored) - shift_;
+    if (u <= -1)  // NaN passes, as the standard encoding passes it
+      throw data_error(where + ": label '" + column_ + "' value " + number_text(stored) +
+                       " is outside the model's log target (log1p(y - " + number_text(shift_) +
+                       ") needs y > " + number_text(shift_ - 1) + ")");
+    return static_cast<float>((std::log1p(u) - mean_) / scale_);
+  }
   if (!classification_) return static_cast<float>((stored - mean_) / scale_);
   if (categorical_) {
     if (stored >= 0 && std::floor(stored) == stored && stored < static_cast<float>(class_names_.size()))
@@ -618,6 +789,10 @@ json LabelEncoding::to_json() const {
   if (classification_) {
     j["classes"] = class_names_;
     if (!categorical_) j["values"] = class_values_;
+  } else if (log_) {
+    // Its own object, with no top-level "mean": a reader that does not know
+    // the log target rejects the model rather than skip the expm1.
+    j["log_target"] = {{"shift", shift_}, {"mean", mean_}, {"scale", scale_}};
   } else {
     j["mean"] = mean_;
     j["scale"] = scale_;
@@ -634,6 +809,16 @@ LabelEncoding LabelEncoding::from_json(const json& j) {
     if (e.classification_) {
       e.class_names_ = j.at("classes").get<std::vector<std::string>>();
       if (!e.categorical_) e.class_values_ = j.at("values").get<std::vector<double>>();
+    } else if (j.contains("log_target")) {
+      const json& l = j.at("log_target");
+      e.log_ = true;
+      e.shift_ = l.at("shift").get<double>();
+      e.mean_ = l.at("mean").get<double>();
+      e.scale_ = l.at("scale").get<double>();
+      if (!std::isfinite(e.shift_) || !std::isfinite(e.mean_) || !std::isfinite(e.scale_) || !(e.scale_ > 0))
+        throw corrupt("label encoding: log target with shift " + number_text(e.shift_) + ", mean " +
+                      number_text(e.mean_) + " and scale " + number_text(e.scale_) +
+                      "; each must be finite and the scale positive");
     } else {
       e.mean_ = j.at("mean").get<double>();
       e.scale_ = j.at("scale").get<double>();

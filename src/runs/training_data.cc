@@ -196,7 +196,7 @@ PreparedData prepare_data(Store& store, LabelParts label_parts, const TrainConfi
     d.loss = config.loss ? *config.loss : LabelEncoding::infer_loss(parts.train);
   }
   check_class_weight_loss(config, d.loss);
-  if (!parent) d.labels = LabelEncoding::fit(d.loss, parts.train, parts.test);
+  if (!parent) d.labels = LabelEncoding::fit(d.loss, parts.train, parts.test, config.target_transform);
   d.tabular = v.format == "csv" || v.format == "tsv";
   // A parent's classes are its own: the stored codes are translated by name.
   auto stored_labels = [&](const Table& part) { return parent ? labels_as_model_codes(part, *parent) : part.labels; };
@@ -356,6 +356,7 @@ PreparedData prepare_data(Store& store, LabelParts label_parts, const TrainConfi
     options.exclude = config.exclude;
     options.category_min_count = config.category_min_count;
     options.max_categories = config.max_categories;
+    options.scaling = config.scaling;
     try {
       d.features = FeatureTransform::fit(
           parts.train, train_rows.size(),

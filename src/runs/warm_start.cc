@@ -72,7 +72,7 @@ std::string column_keys_text(const std::optional<std::vector<std::string>>& name
 }
 
 // Why the keys that choose and encode the feature columns (features,
-// exclude, category_min_count, max_categories) keep the parent from
+// exclude, category_min_count, max_categories, scaling, target_transform) keep the parent from
 // starting this run: its transform was fitted under the values its run
 // recorded, and keeping that transform would quietly ignore changed ones.
 std::string refusal_by_feature_keys(const ModelRecord& parent, const TrainConfig& config) {
@@ -97,6 +97,11 @@ std::string refusal_by_feature_keys(const ModelRecord& parent, const TrainConfig
                   std::to_string(config.category_min_count));
   if (theirs.max_categories != config.max_categories)
     return differ("max_categories", std::to_string(theirs.max_categories), std::to_string(config.max_categories));
+  if (theirs.scaling != config.scaling)
+    return differ("scaling", scaling_name(theirs.scaling), scaling_name(config.scaling));
+  if (theirs.target_transform != config.target_transform)
+    return differ("target_transform", target_transform_name(theirs.target_transform),
+                  target_transform_name(config.target_transform));
   return "";
 }
 

@@ -431,6 +431,17 @@ def transform(features, raw):
                     block[r] = np.array(expand_datetime(c, float(np.float32(v))), dtype=np.float32)
             out.append(block)
             at += 1
+        elif "robust" in c:
+            # Robust scaling: (x - median) / spread in float32, then the
+            # smooth clip z / sqrt(1 + (z * (1/3))^2), NaN -> 0.
+            x = raw[:, at:at + 1].astype(np.float32)
+            r = c["robust"]
+            med, inv = np.float32(r["median"]), np.float32(1.0 / r["spread"])
+            z = ((x - med).astype(np.float32) * inv).astype(np.float32)
+            z[np.isnan(x)] = 0
+            t = (z * np.float32(1.0 / 3.0)).astype(np.float32)
+            out.append((z / np.sqrt((np.float32(1) + t * t).astype(np.float32))).astype(np.float32))
+            at += 1
         else:
             x = raw[:, at:at + w].astype(np.float32)
             mean, inv = np.float32(c["mean"]), np.float32(1.0 / c["scale"])
@@ -682,6 +693,15 @@ def number_text(v):
     return f"{v:.7g}"
 
 
+def decode_value(labels, v):
+    """A regression model's output in the target's own units (float64): v *
+    scale + mean, and for a log target expm1 of that plus the shift."""
+    if "log_target" in labels:
+        t = labels["log_target"]
+        return math.expm1(v * t["scale"] + t["mean"]) + t["shift"]
+    return v * labels["scale"] + labels["mean"]
+
+
 def cmd_predict(args):
     header, tensors = load_model(args.model)
     if args.csv:
@@ -704,7 +724,7 @@ def cmd_predict(args):
             k = int(p[r, 1] > threshold) if threshold is not None and p.shape[1] == 2 else int(np.argmax(p[r]))
             out.append(f"{r + 1},{labels['classes'][k]}," + ",".join(repr(float(v)) for v in p[r]))
         else:
-            out.append(f"{r + 1},{repr(float(p[r, 0] * labels['scale'] + labels['mean']))}")
+            out.append(f"{r + 1},{repr(decode_value(labels, float(p[r, 0])))}")
     print("\n".join(out))
 
 
