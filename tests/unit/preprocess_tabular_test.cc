@@ -32,7 +32,13 @@ std::vector<std::uint32_t> all_rows(std::size_t n) {
 // Numeric feature columns given column by column, and a label.
 Table numbers(const std::vector<std::vector<float>>& columns) {
   Table t;
-  for (std::size_t c = 0; c < columns.size(); ++c) t.columns.push_back(column("x" + std::to_string(c)));
+  for (std::size_t c = 0; c < columns.size(); ++c) {
+    // Appended, not "x" + to_string(c): GCC 12 warns on that (-Wrestrict, a
+    // false positive).
+    std::string name = "x";
+    name += std::to_string(c);
+    t.columns.push_back(column(name));
+  }
   t.columns.push_back(column("label"));
   t.label_column = columns.size();
   t.rows = columns[0].size();
