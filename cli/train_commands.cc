@@ -8,6 +8,7 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -163,6 +164,11 @@ void print_leaderboard(const json& search) {
   std::cout << "\n";
   std::vector<std::vector<std::string>> rows = {{"  TRIAL", "KIND", "SETTINGS", "RUNG", "BUDGET", "SCORE", "SECONDS", ""}};
   const std::size_t winner = search.value("winner", std::size_t{0});
+  const json ensemble = search.value("ensemble", json::object());
+  const bool ensemble_chosen = ensemble.value("chosen", false);
+  std::map<std::size_t, double> weight_of;  // trial (from 1) -> its weight in the ensemble
+  for (const json& m : ensemble.value("members", json::array()))
+    weight_of[m.value("trial", std::size_t{0})] = m.value("weight", 0.0);
   for (std::size_t i = 0; i < trials.size(); ++i) {
     const json& t = trials[i];
     std::string settings;
@@ -172,9 +178,14 @@ void print_leaderboard(const json& search) {
     rows.push_back({"  " + std::to_string(i + 1), t.value("kind", ""), terminal_text(settings),
                     std::to_string(t.value("rung", 0)), format_double(t.value("budget", 0.0), 3),
                     format_double(t.value("score", 0.0), 4), format_double(t.value("seconds", 0.0), 3),
-                    i == winner ? "<- chosen" : ""});
+                    ensemble_chosen ? (weight_of.contains(i + 1) ? "<- ensemble " + format_double(weight_of[i + 1], 3) : "")
+                                    : (i == winner ? "<- chosen" : "")});
   }
   print_table(std::cout, rows);
+  if (!weight_of.empty())
+    std::cout << "ensemble of " << weight_of.size() << " trials: score " << format_double(ensemble.value("score", 0.0), 4)
+              << (ensemble_chosen ? " (chosen: above the best single trial)" : " (not above the best single trial)")
+              << "\n";
 }
 
 int run_runs_show(const Invocation& inv) {

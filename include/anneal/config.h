@@ -62,7 +62,8 @@ struct TrainConfig {
   bool baseline = true;        // also fit the linear baseline on tabular data
   double linear_l2 = 1.0;      // L2 strength of the linear baseline
   // The kind of model the run trains: a network (a layer spec), the linear
-  // model (layers = linear) or boosted trees (layers = trees).
+  // model (layers = linear) or boosted trees (layers = trees); an ensemble
+  // only as a search's choice (the run's own copy).
   runs::ModelKindId kind = runs::ModelKindId::kNetwork;
   // layers = auto (or no layers key): the run searches a portfolio of
   // linear, tree and network models (docs/TRAINING.md, "layers = auto") and
@@ -76,6 +77,9 @@ struct TrainConfig {
   std::string time_budget_text = "2m";
   std::optional<std::int64_t> max_trials;
   std::int64_t folds = 5;
+  // layers = auto: whether the search may register a weighted ensemble of
+  // its best trials when the ensemble validates better than the best one.
+  bool ensemble = true;
   // A binary classifier's decision threshold is chosen on the validation
   // rows for this metric (auto: balanced accuracy when the majority class
   // holds more than 80% of the training rows, else accuracy; none: the most

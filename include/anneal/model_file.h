@@ -84,6 +84,13 @@ struct ModelFile {
   std::vector<NamedTensor> tensors;       // network: parameters, then state buffers
   LinearModel linear_model;               // linear
   TreeModel trees;                        // trees
+  // ensemble: its models and their weights (summing to 1). Each member is
+  // a model of another kind with this model's common fields (features,
+  // labels, loss, input shape); the ensemble's predictions are the
+  // weighted sum of the members' class probabilities (or standardized
+  // values). Members hold no members, threshold or temperature of their own.
+  std::vector<ModelFile> members;
+  std::vector<double> member_weights;
   std::vector<ColumnSchema> dataset_columns;  // for parsing predict input
   std::string label_column;
   std::string dataset_format;

@@ -41,7 +41,7 @@ class Graph;  // src/runs/onnx_graph.h: an ONNX graph under construction
 
 // The kinds of model, as ModelFile::kind holds them. Files store the
 // kind's name (ModelKind::name()), never this number.
-enum class ModelKindId : std::uint8_t { kNetwork, kLinear, kTrees };
+enum class ModelKindId : std::uint8_t { kNetwork, kLinear, kTrees, kEnsemble };
 
 // One model scoring preprocessed rows on a backend; what a Predictor
 // (model_file.h) runs. One thread at a time.

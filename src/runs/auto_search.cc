@@ -7,9 +7,13 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <optional>
+#include <set>
+#include <stdexcept>
 
 #include "anneal/boosted_trees.h"
 #include "anneal/error.h"
+#include "anneal/fault_point.h"
 #include "anneal/linear.h"
 #include "anneal/sample_source.h"
 #include "anneal/scoring.h"
@@ -58,26 +62,196 @@ void append_row(std::vector<float>& x, std::vector<float>& y, const std::vector<
   y.push_back(from_y[row]);
 }
 
-// A fold's held-out predictions and what its model kept.
-struct FoldResult {
+// What a candidate fits on: rows to train on and held-out rows that stop
+// it early and that it predicts (empty for a refit without validation).
+struct FitRows {
+  std::span<const float> x_fit, y_fit, x_held, y_held;
+};
+
+// How long a candidate trains: `units` boosting rounds or epochs, stopping
+// early on the held-out rows when `early_stop`.
+struct FitBudget {
+  int units = 1;
+  bool early_stop = true;
+};
+
+// A fitted candidate: its predictions on the held-out rows, what its
+// early stopping kept, and (when asked for) the model itself.
+struct Fitted {
   std::vector<float> predictions;
   LossKind as = LossKind::kSoftmaxCrossEntropy;  // how to read the predictions
   std::int64_t kept = 0;
+  ModelFile model;  // kind and the kind's fields; the common ones are the caller's
 };
+
+// What every fit shares: the data's shape and the run's settings.
+struct FitContext {
+  const PreparedData& data;
+  const TrainConfig& config;
+  Backend& backend;
+  std::int64_t classes = 0;  // 0: regression
+  std::size_t width = 0;     // preprocessed inputs a row
+  std::uint64_t seed = 0;
+  int threads = 1;
+  const std::stop_token& stop;
+};
+
+void check_stop(const FitContext& cx) {
+  if (cx.stop.stop_requested()) throw failure("interrupted during the search");
+}
+
+std::vector<float> row_weights(const FitContext& cx, std::span<const float> y) {
+  std::vector<float> w;
+  if (cx.data.class_weights.empty()) return w;
+  for (float label : y) w.push_back(cx.data.class_weights[static_cast<std::size_t>(label)]);
+  return w;
+}
+
+Fitted fit_linear_on(const FitContext& cx, const FitRows& r) {
+  const auto inputs = static_cast<std::int64_t>(cx.width);
+  const std::vector<float> x(r.x_fit.begin(), r.x_fit.end()), y(r.y_fit.begin(), r.y_fit.end());
+  Fitted f;
+  f.model.kind = ModelKindId::kLinear;
+  f.model.linear_model = cx.classes > 0 ? fit_logistic(x, y, inputs, cx.classes, cx.config.linear_l2, cx.data.class_weights)
+                                        : fit_ridge(x, y, inputs, cx.config.linear_l2);
+  if (!r.y_held.empty()) f.predictions = f.model.linear_model.predict(r.x_held);
+  f.as = cx.classes > 0 ? LossKind::kSoftmaxCrossEntropy : LossKind::kMeanSquaredError;
+  return f;
+}
+
+Fitted fit_trees_on(const FitContext& cx, const Candidate& c, FitBudget budget, const FitRows& r, bool keep) {
+  const TreeObjective objective = cx.classes == 0   ? TreeObjective::kSquaredError
+                                  : cx.classes == 2 ? TreeObjective::kBinaryLogistic
+                                                    : TreeObjective::kMultiSoftmax;
+  const auto width = static_cast<std::int64_t>(cx.width);
+  const std::vector<float> w_fit = row_weights(cx, r.y_fit), w_held = row_weights(cx, r.y_held);
+  const TreeRows fit{r.x_fit, r.y_fit, w_fit, static_cast<std::int64_t>(r.y_fit.size()), width};
+  const TreeRows held{r.x_held, r.y_held, w_held, static_cast<std::int64_t>(r.y_held.size()), width};
+  const bool early = budget.early_stop && !r.y_held.empty();
+  TreeParams p = cx.config.trees;
+  p.max_depth = c.depth;
+  p.learning_rate = c.learning_rate;
+  p.max_rounds = budget.units;
+  p.early_stopping_rounds = early ? kSearchTreePatience : 0;
+  p.seed = cx.seed;
+  p.threads = cx.threads;
+  const BoostedTrees trees =
+      BoostedTrees::train(objective, cx.classes, fit, early ? &held : nullptr, p, nullptr, [&](const TreeRound&) { check_stop(cx); });
+  Fitted f;
+  f.as = objective == TreeObjective::kSquaredError      ? LossKind::kMeanSquaredError
+         : objective == TreeObjective::kBinaryLogistic ? LossKind::kBinaryCrossEntropy
+                                                       : LossKind::kSoftmaxCrossEntropy;
+  if (!r.y_held.empty()) f.predictions = trees.predict(r.x_held, held.rows);
+  f.kept = trees.rounds();
+  if (keep) {
+    f.model.kind = ModelKindId::kTrees;
+    TreeModel& m = f.model.trees;
+    m.objective = objective;
+    m.classes = cx.classes;
+    const std::vector<std::uint8_t> bytes = trees.save();
+    m.booster.assign(bytes.begin(), bytes.end());
+    m.rounds = trees.rounds();
+    m.params = {{"max_rounds", p.max_rounds},       {"early_stopping_rounds", p.early_stopping_rounds},
+                {"max_depth", p.max_depth},         {"learning_rate", p.learning_rate},
+                {"min_child_weight", p.min_child_weight}, {"subsample", p.subsample},
+                {"colsample_bytree", p.colsample_bytree}, {"l2", p.l2},
+                {"seed", p.seed},                   {"threads", p.threads}};
+    m.importance = trees.importance();
+    f.model.outputs = objective == TreeObjective::kMultiSoftmax ? cx.classes : 1;
+  }
+  return f;
+}
+
+Fitted fit_network_on(const FitContext& cx, const Candidate& c, FitBudget budget, const FitRows& r, bool keep) {
+  const bool early = budget.early_stop && !r.y_held.empty();
+  TrainerConfig tc = cx.config.trainer;
+  const std::int64_t outputs = cx.classes > 0 && cx.data.loss != LossKind::kBinaryCrossEntropy ? cx.classes : 1;
+  tc.layers = c.hidden + " dense(" + std::to_string(outputs) + ")";
+  tc.loss = cx.data.loss;
+  tc.classes = cx.classes;
+  tc.class_weights = cx.data.class_weights;
+  tc.optimizer = OptimizerConfig{};
+  tc.optimizer.kind = OptimizerKind::kAdam;
+  tc.optimizer.lr = static_cast<float>(c.learning_rate);
+  tc.batch = kSearchNetworkBatch;
+  tc.grad_accum = 1;
+  tc.epochs = budget.units;
+  tc.seed = cx.seed;
+  tc.early_stop = early ? EarlyStopMetric::kValLoss : EarlyStopMetric::kNone;
+  tc.patience = early ? kSearchNetworkPatience : 0;
+  tc.restore_best = true;
+  tc.memory_limit = physical_memory();
+  ArraySource fit(r.x_fit, r.y_fit, cx.data.input_shape);
+  std::optional<ArraySource> held;
+  if (!r.y_held.empty()) held.emplace(r.x_held, r.y_held, cx.data.input_shape);
+  NullReporter quiet;
+  Trainer trainer(tc, cx.backend, fit, held ? &*held : nullptr, quiet);
+  while (!trainer.finished()) {
+    check_stop(cx);
+    trainer.train(static_cast<std::uint64_t>(std::max<std::int64_t>(trainer.steps_per_epoch(), 1)));
+  }
+  Fitted f;
+  f.as = cx.data.loss;
+  // The epoch restore_best kept: the lowest validation loss, the first of
+  // equals; every epoch without early stopping.
+  f.kept = early ? 0 : budget.units;
+  double best_loss = 0;
+  if (early)
+    for (const EpochMetrics& m : trainer.history())
+      if (f.kept == 0 || m.val_loss < best_loss) {
+        f.kept = m.epoch;
+        best_loss = m.val_loss;
+      }
+  if (!r.y_held.empty()) f.predictions = trainer.predict(r.x_held);
+  if (keep) {
+    f.model.kind = ModelKindId::kNetwork;
+    f.model.layers = tc.layers;
+    f.model.precision = tc.precision;
+    f.model.outputs = outputs;
+    f.model.tensors = export_weights(trainer);
+  }
+  return f;
+}
+
+// Fits candidate `c` on `r` for `budget`.
+Fitted fit_candidate(const FitContext& cx, const Candidate& c, FitBudget budget, const FitRows& r, bool keep) {
+  switch (c.kind) {
+    case ModelKindId::kLinear: return fit_linear_on(cx, r);
+    case ModelKindId::kTrees: return fit_trees_on(cx, c, budget, r, keep);
+    case ModelKindId::kNetwork: return fit_network_on(cx, c, budget, r, keep);
+    case ModelKindId::kEnsemble: break;
+  }
+  throw std::logic_error("fit_candidate: an ensemble is not a candidate");
+}
+
+int tree_rounds(double budget) { return std::max(1, static_cast<int>(std::lround(kSearchTreeRounds * budget))); }
+int network_epochs(double budget) {
+  return std::max(1, static_cast<int>(std::lround(kSearchNetworkEpochs * budget)));
+}
+
+// A trial's budget in the candidate's units.
+int budget_units(const Candidate& c, double budget) {
+  return c.kind == ModelKindId::kTrees ? tree_rounds(budget) : network_epochs(budget);
+}
+
+// The search metric's value in runs::score()'s output for `prefix`.
+double metric_value(const json& scores, const std::string& prefix, const std::string& metric) {
+  return scores.value(prefix + "_" + metric, std::nan(""));
+}
 
 class Search {
  public:
   Search(PreparedData& data, const TrainConfig& config, Backend& backend, const SearchOptions& options,
          Reporter& reporter, const std::stop_token& stop)
-      : data_(data), config_(config), backend_(backend), options_(options), reporter_(reporter), stop_(stop) {}
+      : data_(data), options_(options), reporter_(reporter), cx_{data, config, backend, 0, 0, options.seed, options.threads, stop} {}
 
   SearchResult run(const std::vector<Trial>& finished, const std::function<void(const std::vector<Trial>&)>& on_trial) {
     const auto start = Clock::now();
     materialize(data_);
-    width_ = static_cast<std::size_t>(data_.features.output_width());
-    classes_ = data_.labels.classification() ? data_.labels.classes() : 0;
+    cx_.width = static_cast<std::size_t>(data_.features.output_width());
+    cx_.classes = data_.labels.classification() ? data_.labels.classes() : 0;
     make_splits();
-    result_.metric = classes_ > 0 ? "accuracy" : "r2";
+    result_.metric = options_.metric;
     const std::vector<Candidate> portfolio = search_portfolio();
     // Candidate 0 is the linear model; the others halve.
     std::vector<std::size_t> entrants(portfolio.size() - 1);
@@ -97,7 +271,7 @@ class Search {
         if (done.candidate != candidate || done.rung != rung)
           throw corrupt("the search's recorded trial " + std::to_string(index + 1) +
                         " is not the one this search would run next; the run's records do not match its config");
-        result_.trials.push_back(done);
+        add_trial(done);
         return true;
       }
       if (options_.max_trials && static_cast<std::int64_t>(index) >= *options_.max_trials) {
@@ -109,7 +283,7 @@ class Search {
         result_.skipped_by = "time_budget";
         return false;
       }
-      result_.trials.push_back(run_trial(portfolio, candidate, rung, budget));
+      add_trial(run_trial(portfolio, candidate, rung, budget));
       const Trial& t = result_.trials.back();
       reporter_.note("trial " + std::to_string(index + 1) + "/" + std::to_string(planned) + ": " +
                      portfolio[candidate].describe() + budget_words(portfolio[candidate], budget) + ": " +
@@ -146,41 +320,53 @@ class Search {
         pool_scores.push_back(result_.trials[i].score);
       }
     result_.winner = pool[best_indices(pool_scores, 1).front()];
+    weigh_ensemble();
     result_.seconds = std::chrono::duration<double>(Clock::now() - start).count() + resumed_seconds;
     return result_;
   }
 
-  std::string scoring() const { return result_.scoring; }
-
  private:
+  // Appends `t`; only each candidate's latest trial keeps its held-out
+  // predictions (ensemble selection weighs those).
+  void add_trial(Trial t) {
+    for (Trial& earlier : result_.trials)
+      if (earlier.candidate == t.candidate) std::vector<float>().swap(earlier.held);
+    result_.trials.push_back(std::move(t));
+  }
+
   void make_splits() {
     const std::size_t n = data_.y_train.size();
     const int k = options_.folds;
+    const std::size_t width = cx_.width;
     if (n < kCrossValidationRows) {
       if (n < static_cast<std::size_t>(2 * k))
         throw usage_error("layers = auto: " + data_.version.ref() + " has " + std::to_string(n) +
                                               " training rows, too few for folds = " + std::to_string(k));
-      const std::vector<std::uint32_t> fold = assign_folds(data_.y_train, classes_, k, options_.seed);
+      const std::vector<std::uint32_t> fold = assign_folds(data_.y_train, cx_.classes, k, options_.seed);
       splits_.resize(static_cast<std::size_t>(k));
       for (std::size_t row = 0; row < n; ++row)
         for (std::size_t f = 0; f < splits_.size(); ++f) {
           Split& s = splits_[f];
-          if (fold[row] == f) append_row(s.x_held, s.y_held, data_.x_train, data_.y_train, row, width_);
-          else append_row(s.x_fit, s.y_fit, data_.x_train, data_.y_train, row, width_);
+          if (fold[row] == f) append_row(s.x_held, s.y_held, data_.x_train, data_.y_train, row, width);
+          else append_row(s.x_fit, s.y_fit, data_.x_train, data_.y_train, row, width);
         }
       result_.scoring = std::to_string(k) + "-fold cross-validation";
     } else if (!data_.y_val.empty()) {
       splits_.push_back({data_.x_train, data_.y_train, data_.x_val, data_.y_val});
       result_.scoring = "validation split";
     } else {
-      const std::vector<std::uint32_t> fold = assign_folds(data_.y_train, classes_, k, options_.seed);
+      const std::vector<std::uint32_t> fold = assign_folds(data_.y_train, cx_.classes, k, options_.seed);
       Split s;
       for (std::size_t row = 0; row < n; ++row) {
-        if (fold[row] == 0) append_row(s.x_held, s.y_held, data_.x_train, data_.y_train, row, width_);
-        else append_row(s.x_fit, s.y_fit, data_.x_train, data_.y_train, row, width_);
+        if (fold[row] == 0) append_row(s.x_held, s.y_held, data_.x_train, data_.y_train, row, width);
+        else append_row(s.x_fit, s.y_fit, data_.x_train, data_.y_train, row, width);
       }
       splits_.push_back(std::move(s));
       result_.scoring = "holdout fold (1 of " + std::to_string(k) + ")";
+    }
+    for (const Split& s : splits_) {
+      result_.held_labels.insert(result_.held_labels.end(), s.y_held.begin(), s.y_held.end());
+      result_.held_sizes.push_back(s.y_held.size());
     }
   }
 
@@ -188,92 +374,18 @@ class Search {
     switch (c.kind) {
       case ModelKindId::kTrees: return " (up to " + std::to_string(tree_rounds(budget)) + " rounds)";
       case ModelKindId::kNetwork: return " (up to " + std::to_string(network_epochs(budget)) + " epochs)";
-      case ModelKindId::kLinear: break;
+      case ModelKindId::kLinear:
+      case ModelKindId::kEnsemble: break;
     }
     return "";
   }
 
-  static int tree_rounds(double budget) {
-    return std::max(1, static_cast<int>(std::lround(kSearchTreeRounds * budget)));
-  }
-  static int network_epochs(double budget) {
-    return std::max(1, static_cast<int>(std::lround(kSearchNetworkEpochs * budget)));
-  }
-
-  std::vector<float> row_weights(const std::vector<float>& y) const {
-    std::vector<float> w;
-    if (data_.class_weights.empty()) return w;
-    for (float label : y) w.push_back(data_.class_weights[static_cast<std::size_t>(label)]);
-    return w;
-  }
-
-  FoldResult fit_linear_fold(const Split& s) const {
-    const auto inputs = static_cast<std::int64_t>(width_);
-    const LinearModel m = classes_ > 0
-                              ? fit_logistic(s.x_fit, s.y_fit, inputs, classes_, config_.linear_l2, data_.class_weights)
-                              : fit_ridge(s.x_fit, s.y_fit, inputs, config_.linear_l2);
-    return {m.predict(s.x_held), classes_ > 0 ? LossKind::kSoftmaxCrossEntropy : LossKind::kMeanSquaredError, 0};
-  }
-
-  FoldResult fit_tree_fold(const Candidate& c, double budget, const Split& s) const {
-    const TreeObjective objective = classes_ == 0   ? TreeObjective::kSquaredError
-                                    : classes_ == 2 ? TreeObjective::kBinaryLogistic
-                                                    : TreeObjective::kMultiSoftmax;
-    const auto width = static_cast<std::int64_t>(width_);
-    const std::vector<float> w_fit = row_weights(s.y_fit), w_held = row_weights(s.y_held);
-    const TreeRows fit{s.x_fit, s.y_fit, w_fit, static_cast<std::int64_t>(s.y_fit.size()), width};
-    const TreeRows held{s.x_held, s.y_held, w_held, static_cast<std::int64_t>(s.y_held.size()), width};
-    TreeParams p = config_.trees;
-    p.max_depth = c.depth;
-    p.learning_rate = c.learning_rate;
-    p.max_rounds = tree_rounds(budget);
-    p.early_stopping_rounds = kSearchTreePatience;
-    p.seed = options_.seed;
-    p.threads = options_.threads;
-    const BoostedTrees trees = BoostedTrees::train(objective, classes_, fit, &held, p, nullptr, [&](const TreeRound&) {
-      if (stop_.stop_requested()) throw failure("interrupted during the search");
-    });
-    const LossKind as = objective == TreeObjective::kSquaredError    ? LossKind::kMeanSquaredError
-                        : objective == TreeObjective::kBinaryLogistic ? LossKind::kBinaryCrossEntropy
-                                                                      : LossKind::kSoftmaxCrossEntropy;
-    return {trees.predict(s.x_held, held.rows), as, trees.rounds()};
-  }
-
-  FoldResult fit_network_fold(const Candidate& c, double budget, const Split& s) {
-    TrainerConfig tc = config_.trainer;
-    const std::int64_t outputs = classes_ > 0 && data_.loss != LossKind::kBinaryCrossEntropy ? classes_ : 1;
-    tc.layers = c.hidden + " dense(" + std::to_string(outputs) + ")";
-    tc.loss = data_.loss;
-    tc.classes = classes_;
-    tc.class_weights = data_.class_weights;
-    tc.optimizer = OptimizerConfig{};
-    tc.optimizer.kind = OptimizerKind::kAdam;
-    tc.optimizer.lr = static_cast<float>(c.learning_rate);
-    tc.batch = kSearchNetworkBatch;
-    tc.grad_accum = 1;
-    tc.epochs = network_epochs(budget);
-    tc.seed = options_.seed;
-    tc.early_stop = EarlyStopMetric::kValLoss;
-    tc.patience = kSearchNetworkPatience;
-    tc.restore_best = true;
-    tc.memory_limit = physical_memory();
-    ArraySource fit(s.x_fit, s.y_fit, data_.input_shape);
-    ArraySource held(s.x_held, s.y_held, data_.input_shape);
-    NullReporter quiet;
-    Trainer trainer(tc, backend_, fit, &held, quiet);
-    while (!trainer.finished()) {
-      if (stop_.stop_requested()) throw failure("interrupted during the search");
-      trainer.train(static_cast<std::uint64_t>(std::max<std::int64_t>(trainer.steps_per_epoch(), 1)));
-    }
-    // The epoch restore_best kept: the lowest validation loss, the first of equals.
-    std::int64_t best = 0;
-    double best_loss = 0;
-    for (const EpochMetrics& m : trainer.history())
-      if (best == 0 || m.val_loss < best_loss) {
-        best = m.epoch;
-        best_loss = m.val_loss;
-      }
-    return {trainer.predict(std::span<const float>(s.x_held)), data_.loss, best};
+  // The search metric of predictions `p` (read as `as`) on held labels `y`;
+  // one that is not a number (a constant target) counts as the worst, so
+  // such a candidate is never preferred.
+  double fold_score(LossKind as, std::span<const float> p, std::span<const float> y) const {
+    const double v = metric_value(score("fold", as, data_.labels, p, y), "fold", result_.metric);
+    return std::isfinite(v) ? v : -1e300;
   }
 
   Trial run_trial(const std::vector<Candidate>& portfolio, std::size_t candidate, int rung, double budget) {
@@ -285,15 +397,13 @@ class Search {
     t.budget = budget;
     double kept = 0;
     for (const Split& s : splits_) {
-      if (stop_.stop_requested()) throw failure("interrupted during the search");
-      FoldResult f = c.kind == ModelKindId::kLinear  ? fit_linear_fold(s)
-                     : c.kind == ModelKindId::kTrees ? fit_tree_fold(c, budget, s)
-                                                     : fit_network_fold(c, budget, s);
-      const json scores = score("fold", f.as, data_.labels, f.predictions, s.y_held);
-      const double v = scores.value("fold_" + result_.metric, std::nan(""));
-      // A fold whose score is not a number (a constant target) counts as
-      // the worst, so such a candidate is never preferred.
-      t.fold_scores.push_back(std::isfinite(v) ? v : -1e300);
+      check_stop(cx_);
+      const Fitted f = fit_candidate(cx_, c, {budget_units(c, budget), true}, {s.x_fit, s.y_fit, s.x_held, s.y_held},
+                                     /*keep=*/false);
+      t.fold_scores.push_back(fold_score(f.as, f.predictions, s.y_held));
+      // Held-out predictions as the ensemble adds them: class probabilities.
+      const std::vector<float> p = cx_.classes > 0 ? class_probabilities(f.as, f.predictions) : f.predictions;
+      t.held.insert(t.held.end(), p.begin(), p.end());
       kept += static_cast<double>(f.kept);
     }
     t.score = std::accumulate(t.fold_scores.begin(), t.fold_scores.end(), 0.0) / static_cast<double>(t.fold_scores.size());
@@ -302,14 +412,59 @@ class Search {
     return t;
   }
 
+  // Ensemble selection over each candidate's latest trial; chosen when it
+  // scores above the winner.
+  void weigh_ensemble() {
+    if (!options_.ensemble) {
+      result_.ensemble_note = "ensemble = none";
+      return;
+    }
+    std::vector<std::size_t> latest;  // trial indices, one per candidate, in trial order
+    for (std::size_t i = 0; i < result_.trials.size(); ++i)
+      if (!result_.trials[i].held.empty()) latest.push_back(i);
+    std::set<std::size_t> candidates;
+    for (const Trial& t : result_.trials) candidates.insert(t.candidate);
+    if (latest.size() != candidates.size()) {
+      result_.ensemble_note = "the held-out predictions of trials resumed from records without them are not kept";
+      return;
+    }
+    if (latest.size() < 2) {
+      result_.ensemble_note = "one candidate ran";
+      return;
+    }
+    const std::size_t width = cx_.classes > 0 ? static_cast<std::size_t>(cx_.classes) : 1;
+    std::vector<std::span<const float>> predictions;
+    for (std::size_t i : latest) {
+      if (result_.trials[i].held.size() != result_.held_labels.size() * width)
+        throw corrupt("the search's trial " + std::to_string(i + 1) + " holds " +
+                      std::to_string(result_.trials[i].held.size()) + " held-out predictions, not " +
+                      std::to_string(result_.held_labels.size() * width));
+      predictions.emplace_back(result_.trials[i].held);
+    }
+    const EnsembleWeights chosen = select_ensemble(predictions, result_.held_labels, cx_.classes);
+    for (std::size_t m : chosen.members) result_.ensemble.members.push_back(latest[m]);
+    result_.ensemble.weights = chosen.weights;
+    std::vector<std::span<const float>> picked;
+    for (std::size_t m : chosen.members) picked.push_back(predictions[m]);
+    const std::vector<float> mixed = weighted_sum(picked, chosen.weights);
+    const LossKind as = cx_.classes > 0 ? LossKind::kSoftmaxCrossEntropy : LossKind::kMeanSquaredError;
+    std::size_t at = 0;
+    for (std::size_t rows : result_.held_sizes) {
+      const std::span<const float> p(mixed.data() + at * width, rows * width);
+      const std::span<const float> y(result_.held_labels.data() + at, rows);
+      result_.ensemble_fold_scores.push_back(fold_score(as, p, y));
+      at += rows;
+    }
+    result_.ensemble_score = std::accumulate(result_.ensemble_fold_scores.begin(), result_.ensemble_fold_scores.end(), 0.0) /
+                             static_cast<double>(result_.ensemble_fold_scores.size());
+    result_.ensemble_chosen =
+        result_.ensemble.members.size() > 1 && result_.ensemble_score > result_.trials[result_.winner].score;
+  }
+
   PreparedData& data_;
-  const TrainConfig& config_;
-  Backend& backend_;
   const SearchOptions& options_;
   Reporter& reporter_;
-  const std::stop_token& stop_;
-  std::size_t width_ = 0;
-  std::int64_t classes_ = 0;
+  FitContext cx_;
   std::vector<Split> splits_;
   SearchResult result_;
 };
@@ -368,6 +523,7 @@ json Candidate::settings() const {
     case ModelKindId::kLinear: return json::object();
     case ModelKindId::kTrees: return {{"tree_depth", depth}, {"tree_lr", learning_rate}};
     case ModelKindId::kNetwork: return {{"hidden", hidden}, {"lr", learning_rate}};
+    case ModelKindId::kEnsemble: break;
   }
   return json::object();
 }
@@ -377,6 +533,7 @@ std::string Candidate::describe() const {
     case ModelKindId::kLinear: return "linear";
     case ModelKindId::kTrees: return "trees depth " + std::to_string(depth) + " lr " + g4(learning_rate);
     case ModelKindId::kNetwork: return "network " + hidden + " lr " + g4(learning_rate);
+    case ModelKindId::kEnsemble: break;
   }
   return "";
 }
@@ -439,6 +596,17 @@ json SearchResult::to_json(const std::vector<Candidate>& portfolio, const Search
     trials.push_back(std::move(t));
   }
   out["trials"] = std::move(trials);
+  if (!ensemble.members.empty()) {
+    json members = json::array();
+    for (std::size_t i = 0; i < ensemble.members.size(); ++i)
+      members.push_back({{"trial", ensemble.members[i] + 1}, {"weight", ensemble.weights[i]}});
+    out["ensemble"] = {{"members", members},
+                       {"score", ensemble_score},
+                       {"fold_scores", ensemble_fold_scores},
+                       {"chosen", ensemble_chosen}};
+  } else {
+    out["ensemble"] = {{"chosen", false}, {"note", ensemble_note}};
+  }
   return out;
 }
 
@@ -478,7 +646,108 @@ void apply_winner(const SearchResult& result, const std::vector<Candidate>& port
       tc.restore_best = true;
       break;
     }
+    case ModelKindId::kEnsemble: break;
   }
+}
+
+EnsembleWeights select_ensemble(const std::vector<std::span<const float>>& predictions, std::span<const float> labels,
+                                std::int64_t classes, int rounds) {
+  const std::size_t width = classes > 0 ? static_cast<std::size_t>(classes) : 1, rows = labels.size();
+  if (predictions.empty() || rounds < 1) throw std::invalid_argument("select_ensemble: no models or rounds < 1");
+  for (const auto& p : predictions)
+    if (p.size() != rows * width) throw std::invalid_argument("select_ensemble: predictions do not fit the labels");
+  // The loss of the running sum plus model m, the sum holding `picked`
+  // models: the mean log loss of the true class, or the mean squared error.
+  std::vector<double> sum(rows * width, 0.0);
+  auto loss_with = [&](const std::span<const float>& p, int picked) {
+    const double n = picked + 1;
+    double total = 0;
+    for (std::size_t r = 0; r < rows; ++r) {
+      if (classes > 0) {
+        const std::size_t at = r * width + static_cast<std::size_t>(labels[r]);
+        total -= std::log(std::max((sum[at] + p[at]) / n, 1e-15));
+      } else {
+        const double e = (sum[r] + p[r]) / n - labels[r];
+        total += e * e;
+      }
+    }
+    return total / static_cast<double>(std::max<std::size_t>(rows, 1));
+  };
+  std::vector<int> counts(predictions.size(), 0);
+  for (int round = 0; round < rounds; ++round) {
+    std::size_t best = 0;
+    double best_loss = 0;
+    for (std::size_t m = 0; m < predictions.size(); ++m) {
+      const double l = loss_with(predictions[m], round);
+      if (m == 0 || l < best_loss) {
+        best = m;
+        best_loss = l;
+      }
+    }
+    ++counts[best];
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += predictions[best][i];
+  }
+  EnsembleWeights out;
+  for (std::size_t m = 0; m < counts.size(); ++m)
+    if (counts[m] > 0) {
+      out.members.push_back(m);
+      out.weights.push_back(static_cast<double>(counts[m]) / rounds);
+    }
+  return out;
+}
+
+std::vector<float> weighted_sum(const std::vector<std::span<const float>>& predictions,
+                                std::span<const double> weights) {
+  if (predictions.empty() || predictions.size() != weights.size())
+    throw std::invalid_argument("weighted_sum: no predictions or not one weight each");
+  std::vector<float> out(predictions.front().size(), 0.0f);
+  for (std::size_t m = 0; m < predictions.size(); ++m) {
+    if (predictions[m].size() != out.size()) throw std::invalid_argument("weighted_sum: predictions differ in size");
+    const auto w = static_cast<float>(weights[m]);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] += w * predictions[m][i];
+  }
+  return out;
+}
+
+std::vector<ModelFile> fit_ensemble_members(const SearchResult& result, const std::vector<Candidate>& portfolio,
+                                            PreparedData& data, const TrainConfig& config, Backend& backend,
+                                            const ModelFile& shell, Reporter& reporter, const std::stop_token& stop) {
+  materialize(data);
+  const FitContext cx{data,
+                      config,
+                      backend,
+                      data.labels.classification() ? data.labels.classes() : 0,
+                      static_cast<std::size_t>(data.features.output_width()),
+                      config.trainer.seed,
+                      config.threads,
+                      stop};
+  const bool validated = !data.y_val.empty();
+  std::vector<ModelFile> members;
+  for (std::size_t i = 0; i < result.ensemble.members.size(); ++i) {
+    const Trial& t = result.trials.at(result.ensemble.members[i]);
+    const Candidate& c = portfolio.at(t.candidate);
+    // As apply_winner() trains a winner, within the trial's own budget.
+    const int units = c.kind == ModelKindId::kLinear ? 0
+                      : validated                     ? budget_units(c, t.budget)
+                                                      : static_cast<int>(std::max<std::int64_t>(t.kept, 1));
+    reporter.note("ensemble member " + std::to_string(i + 1) + "/" + std::to_string(result.ensemble.members.size()) +
+                  " (weight " + g4(result.ensemble.weights[i]) + "): " + c.describe() + ", trained on all " +
+                  std::to_string(data.y_train.size()) + " training rows");
+    Fitted f = fit_candidate(cx, c, {units, validated}, {data.x_train, data.y_train, data.x_val, data.y_val},
+                             /*keep=*/true);
+    ModelFile m = shell;
+    m.kind = f.model.kind;
+    m.linear_model = std::move(f.model.linear_model);
+    m.trees = std::move(f.model.trees);
+    m.layers = std::move(f.model.layers);
+    m.precision = f.model.precision;
+    m.tensors = std::move(f.model.tensors);
+    if (f.model.outputs > 0) m.outputs = f.model.outputs;
+    m.weights_hash.clear();
+    members.push_back(std::move(m));
+    fault_point("auto.member");
+  }
+  return members;
 }
 
 }  // namespace anneal::runs

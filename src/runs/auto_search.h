@@ -5,9 +5,13 @@
 // epochs), then the best third again with three times the budget, and so
 // on until one is left at the full budget. Each trial is scored by k-fold
 // cross-validation over the training rows on small tables, else on the
-// validation split (or, without one, on one fold held out). The run then
-// trains the winner on all training rows as an ordinary model of its kind
-// (docs/TRAINING.md, "layers = auto").
+// validation split (or, without one, on one fold held out). Then ensemble
+// selection (Caruana et al. 2004) weighs each candidate's latest trial by
+// their held-out predictions; when the weighted ensemble scores better than
+// the best single trial, the run trains its members on all training rows
+// and registers the ensemble (model kind "ensemble"), else it trains the
+// winner as an ordinary model of its kind (docs/TRAINING.md, "layers =
+// auto").
 //
 // Determinism: the folds, the order of the trials and every trial's
 // training depend on the data, the config and the seed alone, so with
@@ -30,6 +34,7 @@
 
 #include "anneal/backend.h"
 #include "anneal/config.h"
+#include "anneal/model_file.h"
 #include "anneal/model_kind.h"
 #include "anneal/report.h"
 #include "runs/training_data.h"
@@ -104,12 +109,49 @@ struct Trial {
   // the linear model. The refit trains this many when there is no
   // validation split to stop it.
   std::int64_t kept = 0;
+  // The trial's predictions on the held-out rows of every fold, in fold
+  // order (SearchResult::held_labels' order): rows x classes class
+  // probabilities, or the standardized value. Kept for the candidate's
+  // latest trial only (ensemble selection reads those); not in to_json()
+  // (a search record keeps them as binary: train.cc). Empty when not kept
+  // or not recorded.
+  std::vector<float> held;
   nlohmann::json to_json(const std::vector<Candidate>& portfolio) const;
   static Trial from_json(const nlohmann::json& j);  // kCorrupt for a malformed record
 };
 
+// Ensemble selection (Caruana, Niculescu-Mizil, Crew and Ksikes 2004, as
+// AutoGluon weighs its models): `rounds` times, with replacement, add the
+// model whose addition gives the averaged predictions the lowest loss on
+// the held-out rows (log loss of the true class for a classifier, squared
+// error for regression; ties to the lower index). `predictions[i]`: model
+// i's held-out predictions, rows x `classes` probabilities (`classes` >= 2)
+// or one value a row (`classes` == 0), every model on the same `labels`.
+// Returns the models picked at least once, in index order, each with its
+// share of the rounds as weight (the weights sum to 1). Deterministic.
+// std::invalid_argument for no models, rounds < 1, or predictions whose
+// size does not fit the labels.
+struct EnsembleWeights {
+  std::vector<std::size_t> members;
+  std::vector<double> weights;
+};
+EnsembleWeights select_ensemble(const std::vector<std::span<const float>>& predictions, std::span<const float> labels,
+                                std::int64_t classes, int rounds = 25);
+
+// The weighted sum of `predictions` (each rows x width) by `weights`,
+// accumulated in float in member order: what the ensemble kind's
+// predictor computes, so scores on it are the registered model's.
+std::vector<float> weighted_sum(const std::vector<std::span<const float>>& predictions,
+                                std::span<const double> weights);
+
 struct SearchOptions {
   int folds = 5;
+  // What the trials are scored by: "accuracy", "balanced_accuracy" or
+  // "macro_f1" for a classifier, "r2" for regression (train.cc takes it
+  // from threshold_metric).
+  std::string metric = "accuracy";
+  // Whether ensemble selection may choose an ensemble (config `ensemble`).
+  bool ensemble = true;
   std::optional<double> time_budget;  // seconds; no new trial after it
   std::optional<std::int64_t> max_trials;
   std::uint64_t seed = 0;
@@ -122,8 +164,21 @@ struct SearchResult {
   std::size_t skipped = 0;        // trials not run (time budget, max_trials)
   std::string skipped_by;         // "time_budget", "max_trials" or ""
   std::string scoring;            // "5-fold cross-validation", "validation split", "holdout fold"
-  std::string metric;             // "accuracy" or "r2"
+  std::string metric;             // SearchOptions::metric
   double seconds = 0;
+  // The held-out rows' encoded labels, in fold order, and how many each
+  // split holds: what Trial::held predicts.
+  std::vector<float> held_labels;
+  std::vector<std::size_t> held_sizes;
+  // Ensemble selection over each candidate's latest trial: the trials it
+  // weighs (indices into trials) and their weights, its fold scores and
+  // score, and whether it beat the winner's score (then the run registers
+  // it). `ensemble_note` says why no ensemble was weighed ("" when one was).
+  EnsembleWeights ensemble;
+  std::vector<double> ensemble_fold_scores;
+  double ensemble_score = 0;
+  bool ensemble_chosen = false;
+  std::string ensemble_note;
   nlohmann::json to_json(const std::vector<Candidate>& portfolio, const SearchOptions& options) const;
 };
 
@@ -146,5 +201,15 @@ SearchResult run_search(PreparedData& data, const TrainConfig& config, Backend& 
 // folds kept. `outputs`: the network's output width (the model's outputs).
 void apply_winner(const SearchResult& result, const std::vector<Candidate>& portfolio, std::int64_t outputs,
                   TrainConfig& config);
+
+// The chosen ensemble's members (result.ensemble_chosen), each trained on
+// all of `data`'s training rows as apply_winner() trains a winner (early
+// stopping on the validation split when there is one, else the rounds or
+// epochs its folds kept, never past its trial's budget): models of their
+// kinds with `shell`'s common fields, for ModelFile::members in the
+// order of result.ensemble.members. kFailure when `stop` is requested.
+std::vector<ModelFile> fit_ensemble_members(const SearchResult& result, const std::vector<Candidate>& portfolio,
+                                            PreparedData& data, const TrainConfig& config, Backend& backend,
+                                            const ModelFile& shell, Reporter& reporter, const std::stop_token& stop);
 
 }  // namespace anneal::runs

@@ -276,6 +276,10 @@ const std::vector<KeyRow>& key_table() {
                 ANNEAL_FIELD(calibrate)),
       integer_row({"folds", "5", "layers = auto: folds of the cross-validation that scores trials on small tables"}, 2, 20,
                   ANNEAL_FIELD(folds)),
+      boolean_row({"ensemble", "true",
+                   "layers = auto: register a weighted ensemble of the best trials when it validates better than the "
+                   "best one (false: always the single best)"},
+                  ANNEAL_FIELD(ensemble)),
       {{"label", "", "the label column; must be the one the dataset was imported with"},
        [](const Values& v, TrainConfig& c) { c.label = v.text("label"); },
        [](const TrainConfig& c) { return c.label; }},

@@ -1,5 +1,6 @@
 #include "runs/legacy_weights_hash.h"
 
+#include "anneal/error.h"
 #include "anneal/hash.h"
 
 namespace anneal::runs {
@@ -34,6 +35,9 @@ std::string legacy_weights_hash(const ModelFile& model) {
         values(t);
       }
       break;
+    case ModelKindId::kEnsemble:
+      // Ensembles came after the legacy formats: none was written in them.
+      throw corrupt("an ensemble model in format " + std::to_string(model.format) + ", written only before ensembles existed");
   }
   return to_hex(hasher.finish());
 }

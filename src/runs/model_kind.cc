@@ -19,6 +19,7 @@ constexpr KindRow kKinds[] = {
     {ModelKindId::kNetwork, network_model_kind},
     {ModelKindId::kLinear, linear_model_kind},
     {ModelKindId::kTrees, tree_model_kind},
+    {ModelKindId::kEnsemble, ensemble_model_kind},
 };
 
 }  // namespace

@@ -10,5 +10,6 @@ namespace anneal::runs {
 const ModelKind& network_model_kind();  // network_kind.cc
 const ModelKind& linear_model_kind();   // linear_kind.cc
 const ModelKind& tree_model_kind();     // tree_kind.cc
+const ModelKind& ensemble_model_kind(); // ensemble_kind.cc
 
 }  // namespace anneal::runs

@@ -700,6 +700,11 @@ std::string search_section(const Page& p) {
            esc(json_text(search.value("skipped_by", json("")))) + ")";
   out += ". Successive halving: each rung keeps the best third at three times the budget.</p>\n";
   const std::size_t winner = search.value("winner", std::size_t{0});
+  const json ensemble = search.value("ensemble", json::object());
+  const bool ensemble_chosen = ensemble.value("chosen", false);
+  std::map<std::size_t, double> weight_of;  // trial (from 1) -> its weight in the ensemble
+  for (const json& m : ensemble.value("members", json::array()))
+    weight_of[m.value("trial", std::size_t{0})] = m.value("weight", 0.0);
   std::vector<Row> rows;
   for (std::size_t i = 0; i < trials.size(); ++i) {
     const json& t = trials[i];
@@ -717,12 +722,29 @@ std::string search_section(const Page& p) {
       if (!folds.empty()) folds += ' ';
       folds += num(f.get<double>());
     }
-    rows.push_back({esc(std::to_string(i + 1)) + (i == winner ? " (chosen)" : ""), esc(t.value("kind", "")), esc(settings),
+    std::string mark;
+    if (ensemble_chosen && weight_of.contains(i + 1)) mark = " (ensemble, weight " + num(weight_of[i + 1], 3) + ")";
+    else if (!ensemble_chosen && i == winner) mark = " (chosen)";
+    rows.push_back({esc(std::to_string(i + 1)) + mark, esc(t.value("kind", "")), esc(settings),
                     esc(std::to_string(t.value("rung", 0))), num(t.value("budget", 0.0), 3), num(t.value("score", 0.0)),
                     esc(folds), num(t.value("seconds", 0.0), 3)});
   }
-  return out + table({"trial", "kind", "settings", "rung", "budget", "score", "fold scores", "seconds"}, rows) +
-         "</section>\n";
+  out += table({"trial", "kind", "settings", "rung", "budget", "score", "fold scores", "seconds"}, rows);
+  // Ensemble selection over each candidate's latest trial.
+  if (!weight_of.empty()) {
+    std::string members;
+    for (const auto& [trial, weight] : weight_of) {
+      if (!members.empty()) members += ", ";
+      members.append("trial ").append(esc(std::to_string(trial))).append(" (").append(num(weight, 3)).append(")");
+    }
+    out += "<p class=\"note\">Ensemble selection weighed " + members + ": score " + num(ensemble.value("score", 0.0)) +
+           (ensemble_chosen ? ", above the best single trial's: the model is this ensemble"
+                            : ", not above the best single trial's: the model is that trial's") +
+           ".</p>\n";
+  } else if (ensemble.contains("note")) {
+    out += "<p class=\"note\">No ensemble weighed: " + esc(json_text(ensemble.value("note", json("")))) + ".</p>\n";
+  }
+  return out + "</section>\n";
 }
 
 // A quantized or pruned model beside its parent: each score on the same

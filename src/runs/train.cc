@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <cstdio>
 #include <numeric>
@@ -682,6 +683,8 @@ class TrainingRun {
         return fit_linear_model();
       case runs::ModelKindId::kNetwork:
         return train_network();
+      case runs::ModelKindId::kEnsemble:
+        return fit_ensemble_model();
     }
   }
 
@@ -690,12 +693,14 @@ class TrainingRun {
   void search() {
     runs::SearchOptions options;
     options.folds = static_cast<int>(config().folds);
+    options.metric = search_metric();
+    options.ensemble = config().ensemble;
     options.time_budget = config().time_budget;
     options.max_trials = config().max_trials;
     options.seed = config().trainer.seed;
     options.threads = config().threads;
     const std::vector<runs::Candidate> portfolio = runs::search_portfolio();
-    const std::vector<runs::Trial> finished = setup_.resumed ? recorded_trials() : std::vector<runs::Trial>{};
+    const std::vector<runs::Trial> finished = setup_.resumed ? recorded_trials(portfolio) : std::vector<runs::Trial>{};
     if (!finished.empty())
       reporter_.note("the search's first " + std::to_string(finished.size()) + " trials finished before: " +
                      "taking their recorded scores");
@@ -710,11 +715,68 @@ class TrainingRun {
                          : "max_trials = " + std::to_string(*config().max_trials) + ": " +
                                std::to_string(result.skipped) + " trials of the portfolio not run");
     const runs::Trial& won = result.trials[result.winner];
+    search_ = result.to_json(portfolio, options);
+    if (result.ensemble_chosen) {
+      reporter_.note("search: a weighted ensemble of " + std::to_string(result.ensemble.members.size()) +
+                     " trials scored best (" + result.metric + " " + metric_text(result.ensemble_score) + " against " +
+                     metric_text(won.score) + " for the best one, " + portfolio[won.candidate].describe() + ", " +
+                     result.scoring + "); training its members on all " + std::to_string(data().train_rows()) +
+                     " training rows");
+      setup_.config.kind = runs::ModelKindId::kEnsemble;
+      search_result_ = std::move(result);
+      return;
+    }
     reporter_.note("search: " + portfolio[won.candidate].describe() + " scored best (" + result.metric + " " +
                    metric_text(won.score) + ", " + result.scoring + "); training it on all " +
                    std::to_string(data().train_rows()) + " training rows");
     runs::apply_winner(result, portfolio, model_.outputs, setup_.config);
-    search_ = result.to_json(portfolio, options);
+  }
+
+  // What the search scores trials by: R² for regression; for a classifier
+  // the metric threshold_metric names (auto: balanced accuracy when the
+  // majority class holds more than 80% of the training rows, as the
+  // threshold's rule; f1: the macro F1, defined for any number of classes).
+  std::string search_metric() {
+    if (!data().labels.classification()) return "r2";
+    switch (config().threshold_metric) {
+      case ThresholdMetric::kBalancedAccuracy: return "balanced_accuracy";
+      case ThresholdMetric::kF1: return "macro_f1";
+      case ThresholdMetric::kAccuracy:
+      case ThresholdMetric::kNone: return "accuracy";
+      case ThresholdMetric::kAuto: break;
+    }
+    runs::materialize(data());
+    const std::vector<float>& y = data().y_train;
+    std::vector<std::size_t> counts(static_cast<std::size_t>(data().labels.classes()), 0);
+    for (float v : y)
+      if (v >= 0 && static_cast<std::size_t>(v) < counts.size()) ++counts[static_cast<std::size_t>(v)];
+    const std::size_t most = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+    return !y.empty() && static_cast<double>(most) / static_cast<double>(y.size()) > 0.8 ? "balanced_accuracy"
+                                                                                         : "accuracy";
+  }
+
+  // layers = auto chose an ensemble: its members trained on all training
+  // rows, weighted as the search weighed them, scored as any model is.
+  void fit_ensemble_model() {
+    const std::vector<runs::Candidate> portfolio = runs::search_portfolio();
+    model_.kind = runs::ModelKindId::kEnsemble;
+    model_.members = runs::fit_ensemble_members(*search_result_, portfolio, data(), config(), *backend_, model_,
+                                                reporter_, request_.stop);
+    model_.member_weights = search_result_->ensemble.weights;
+    model_.outputs = data().labels.classification() ? data().labels.classes() : 1;
+    model_.weights_hash = runs::model_weights_hash(model_);
+    metrics_.update(
+        model_scores(model_, *backend_, data(), per_class_, confusion_, threshold_decider(), calibrator()));
+    if (linear_) metrics_.update(linear_scores("baseline_", *linear_, data(), per_class_));
+    ensemble_ = json::array();
+    for (std::size_t i = 0; i < search_result_->ensemble.members.size(); ++i) {
+      const runs::Trial& t = search_result_->trials[search_result_->ensemble.members[i]];
+      const runs::Candidate& c = portfolio[t.candidate];
+      ensemble_.push_back({{"trial", search_result_->ensemble.members[i] + 1},
+                           {"kind", std::string(runs::model_kind(c.kind).name())},
+                           {"settings", c.settings()},
+                           {"weight", search_result_->ensemble.weights[i]}});
+    }
   }
 
   // Records the search's trials so far as a checkpoint of the run (no
@@ -730,6 +792,17 @@ class TrainingRun {
     c.header["run"] = run_.id;
     c.header["step"] = step;
     c.header["search_trials"] = search_trials_;
+    // Each candidate's latest trial's held-out predictions, f32 in trial
+    // order, for the ensemble selection of a resumed search.
+    json held = json::array();
+    for (std::size_t i = 0; i < trials.size(); ++i) {
+      const std::vector<float>& p = trials[i].held;
+      if (p.empty()) continue;
+      held.push_back({{"trial", i + 1}, {"count", p.size()}});
+      const auto* bytes = reinterpret_cast<const std::uint8_t*>(p.data());
+      c.state.insert(c.state.end(), bytes, bytes + p.size() * sizeof(float));
+    }
+    c.header["search_predictions"] = std::move(held);
     SavedCheckpoint saved = anneal::save_checkpoint(store_, run_.id, step, runs::encode_checkpoint(c), std::nullopt,
                                                     config().keep_checkpoints, fence_);
     if (!saved.reclaim_error.empty())
@@ -742,7 +815,7 @@ class TrainingRun {
   // A resumed search's finished trials: those of the newest checkpoint of
   // the run that records them and verifies (a damaged one costs the trials
   // since the one before it).
-  std::vector<runs::Trial> recorded_trials() {
+  std::vector<runs::Trial> recorded_trials(const std::vector<runs::Candidate>& /*portfolio*/) {
     const json prep = preprocessing();
     auto checkpoints = run_checkpoints(store_, run_.id);
     for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
@@ -760,6 +833,19 @@ class TrainingRun {
         throw corrupt(owner + ": its preprocessing differs from the one rebuilt from " + data().version.ref());
       std::vector<runs::Trial> trials;
       for (const json& t : c->header["search_trials"]) trials.push_back(runs::Trial::from_json(t));
+      // The held-out predictions (record_trials); a network's checkpoint
+      // has none: its search chose that network.
+      std::size_t at = 0;
+      for (const json& p : c->header.value("search_predictions", json::array())) {
+        const auto trial = p.at("trial").get<std::size_t>(), count = p.at("count").get<std::size_t>();
+        if (trial < 1 || trial > trials.size() || count > (c->state.size() - at) / sizeof(float))
+          throw corrupt(owner + ": its record of the search's predictions does not fit its bytes");
+        trials[trial - 1].held.resize(count);
+        std::memcpy(trials[trial - 1].held.data(), c->state.data() + at, count * sizeof(float));
+        at += count * sizeof(float);
+      }
+      if (at != c->state.size() && c->header.contains("search_predictions"))
+        throw corrupt(owner + ": its record of the search holds bytes past its predictions");
       return trials;
     }
     return {};
@@ -966,7 +1052,8 @@ class TrainingRun {
       }
       if (c->header.value("features", json()) != prep["features"] || c->header.value("labels", json()) != prep["labels"])
         throw corrupt(owner + ": its preprocessing differs from the one rebuilt from " + data().version.ref());
-      if (c->state.empty()) continue;  // a record of the search's trials (record_trials), not the network's
+      // A record of the search's trials (record_trials), not the network's.
+      if (c->state.empty() || c->header.contains("search_predictions")) continue;
       trainer_->load_state(c->state);
       last_saved_step_ = it->step;
       reporter_.note("continuing from step " + std::to_string(trainer_->step()) + " of " +
@@ -1139,10 +1226,13 @@ class TrainingRun {
       summary["permutation_importance"] = std::move(permutation);
     // A searched run's model records the winner's config, so a retrain
     // trains that model again, and the search it came from beside it.
+    // An ensemble has no one config: its lineage's is the search's, and
+    // its members' settings and weights are beside it.
     TrainConfig trained = config();
-    trained.auto_search = false;
+    trained.auto_search = model_.kind == runs::ModelKindId::kEnsemble;
     json lineage = lineage_json(config(), trained.to_text(), data(), run_, backend_->capabilities(), leader_.hosts());
     if (!search_.is_null()) lineage["search_config"] = config().to_text();
+    if (!ensemble_.is_null()) lineage["ensemble"] = ensemble_;
     lineage.update(runs::warm_start_lineage(warm_));
     result_.model = register_model(store_, run_.id, config().name, runs::encode_model(model_), lineage, metrics_,
                                    summary, fence_);
@@ -1203,6 +1293,8 @@ class TrainingRun {
   json importance_ = json::array();  // trees: [{"column", "share"}], the largest share first
   json search_;                      // layers = auto: the leaderboard (SearchResult::to_json), else null
   json search_trials_;               // layers = auto: the trials recorded so far (Trial::to_json), else null
+  std::optional<runs::SearchResult> search_result_;  // layers = auto chose an ensemble: the search, else empty
+  json ensemble_;                    // an ensemble's members: trial, kind, settings, weight; else null
   json threshold_;                   // a binary model's decision threshold and how it was chosen, else null
   json calibration_;                 // a classifier's reliability bins and temperature (calibrate()), else null
 };

@@ -52,8 +52,13 @@ iris_config "$WORK/c.ini" crashy "epochs = 4" "checkpoint_every = 8" "keep_check
 printf 'name = crashy-trees\ndataset = iris\nlayers = trees\ntree_rounds = 5\nthreads = 1\n' > "$WORK/trees.ini"
 printf 'name = crashy-auto\ndataset = iris\nmax_trials = 3\nfolds = 2\nseed = 1\nthreads = 1\n' > "$WORK/auto.ini"
 
+# Ozone (bench/data/tabular): a search under this seed and budget registers
+# an ensemble (ensemble_test.sh), whose members train past auto.member.
+printf 'name = crashy-ensemble\ndataset = ozone\nloss = mse\nmax_trials = 14\nseed = 1\nthreads = 1\n' > "$WORK/ensemble.ini"
+
 expect_rc 0 init
 expect_rc 0 data import iris "$TEST_DATA/iris.csv"
+expect_rc 0 data import ozone "$TEST_DATA/../../bench/data/tabular/Ozone.train.csv.zst" --label V4
 expect_rc 0 train "$WORK/c.ini"
 expect_rc 0 train "$WORK/c.ini"
 
@@ -72,6 +77,10 @@ for point in $points; do
       # Boosting has no checkpoint: a kill mid-boosting leaves the run
       # running (a later --resume boosts again from the start).
       cmd=(train "$WORK/trees.ini") ;;
+    auto.member)
+      # Killed while an ensemble's members train: the run stays running
+      # with every trial recorded (ensemble_test resumes one).
+      cmd=(train "$WORK/ensemble.ini") ;;
     auto.*)
       # A search killed after a trial's record: the run stays running with
       # its finished trials as checkpoints (auto_search_resume_test resumes

@@ -281,6 +281,17 @@ printf 'name = iris-trees\ndataset = iris\nlayers = trees\ntree_rounds = 10\nsee
 expect_rc 0 --json train "$WORK/trees.ini"
 check_trained_hash iris-trees@v1 "tree model"
 
+# --- an ensemble (layers = auto's weighted members): its hash -------------------
+# Ozone (bench/data/tabular): with this seed and budget the search's
+# ensemble of a tree model and networks validates best (ensemble_test.sh).
+TABULAR="$TEST_DATA/../../bench/data/tabular"
+expect_rc 0 data import ozone "$TABULAR/Ozone.train.csv.zst" --test "$TABULAR/Ozone.test.csv.zst" --label V4
+printf 'name = ozone-auto\ndataset = ozone\nloss = mse\nseed = 1\nmax_trials = 14\nthreads = 1\n' >"$WORK/ozone.ini"
+expect_rc 0 --json train "$WORK/ozone.ini"
+check_trained_hash ozone-auto@v1 "ensemble"
+expect_eq "$("$PY" "$READER" info "$WORK/trained.bin" | python3 -c 'import json,sys; print(json.load(sys.stdin)["kind"])')" \
+  "ensemble" "the reader reads an ensemble"
+
 # --- pruned (bitmask, format 4) and int8 versions of the iris MLP ---------------
 # A pruned weight that was negative is -0.0 until the bitmask stores it as
 # +0.0: the hash is of the decoded +0.0, so it recomputes from the blob

@@ -135,6 +135,25 @@ INI
 expect_rc 0 train "$WORK/reg-trees.ini"
 ort_vs_predict prices-trees@v1 "$WORK/future-r.csv" 1 1e-4 regression-trees
 
+# Ensembles (layers = auto's weighted members; ensemble_test.sh has the
+# seeds under which the search chooses one): each member's graph, weighted
+# and summed. Regression (trees and networks) on Ozone, binary (with a
+# decision threshold) on breast_cancer.
+TABULAR="$TEST_DATA/../../bench/data/tabular"
+expect_rc 0 data import ozone "$TABULAR/Ozone.train.csv.zst" --test "$TABULAR/Ozone.test.csv.zst" --label V4
+printf 'name = ozone-auto\ndataset = ozone\nloss = mse\nseed = 1\nmax_trials = 14\nthreads = 1\n' >"$WORK/ozone.ini"
+expect_rc 0 --json train "$WORK/ozone.ini"
+expect_rc 0 --json model show ozone-auto@v1
+expect_eq "$(json_get '"ensemble" in j["lineage"]')" "True" "the Ozone search chose an ensemble"
+zstd -dc "$TABULAR/Ozone.test.csv.zst" > "$WORK/ozone-test.csv"
+ort_vs_predict ozone-auto@v1 "$WORK/ozone-test.csv" 1 1e-4 ensemble-regression
+expect_rc 0 data import cancer "$TEST_DATA/breast_cancer.csv" --split 0.2
+printf 'name = cancer-auto\ndataset = cancer\nseed = 3\nmax_trials = 14\nvalidation = 0.1\nthreads = 1\n' >"$WORK/cancer.ini"
+expect_rc 0 --json train "$WORK/cancer.ini"
+expect_rc 0 --json model show cancer-auto@v1
+expect_eq "$(json_get '"ensemble" in j["lineage"]')" "True" "the cancer search chose an ensemble"
+ort_vs_predict cancer-auto@v1 "$TEST_DATA/breast_cancer.csv" 0.999 1e-5 ensemble-binary
+
 # INT8 (QDQ) and pruned versions of the MLP.
 expect_rc 0 --json quantize sales-mlp@v1 --int8 --calib sales --calib-samples 500 --threads 1
 int8_ref=$(json_get 'j["model"]')

@@ -531,16 +531,57 @@ def weights_hash(header, tensors, payload):
     if header["format"] in (1, 2):
         return legacy_weights_hash(header, tensors, payload)
     h = hashlib.blake2b(digest_size=32)
+    if header["kind"] == "ensemble":
+        # The weights, then each member: its kind's name, then its own tensors.
+        w = np.asarray([m["weight"] for m in header["members"]], dtype="<f8")
+        frame_tensor(h, "ensemble.weights", "f64", [len(w)], w)
+        for member, member_payload in ensemble_members(header, payload):
+            kind = member["kind"].encode()
+            frame_tensor(h, "ensemble.member", "u8", [len(kind)], np.frombuffer(kind, dtype=np.uint8))
+            frame_kind(h, member, decode_tensors(member, member_payload), member_payload)
+    else:
+        frame_kind(h, header, tensors, payload)
+    return h.hexdigest()
+
+
+def frame_kind(h, header, tensors, payload):
+    """A network, linear or tree model's own part of the weights hash."""
     if header["kind"] == "linear":
         w = np.asarray(header["linear"]["weights"], dtype="<f8")
         frame_tensor(h, "linear.weights", "f64", [len(w)], w)
     elif header["kind"] == "trees":
         frame_tensor(h, "trees.booster", "u8", [len(payload)], np.frombuffer(payload, dtype=np.uint8))
-    else:
+    elif header["kind"] == "network":
         for name, v in tensors.items():
             # decode_tensors gives +0.0 for a bitmask's clear bits, as the document's decoding does.
             frame_tensor(h, name, "f32", list(v.shape), v.astype("<f4"))
-    return h.hexdigest()
+    else:
+        raise FormatError(f"model kind {header['kind']!r}")
+
+
+def ensemble_members(header, payload):
+    """An ensemble's members as (header, payload) pairs: each member's header
+    is the ensemble's common fields with the member's kind, loss, outputs and
+    own fields; its payload the bytes at its offset (one after another, the
+    last ending the payload)."""
+    common = {k: v for k, v in header.items() if k not in ("kind", "members", "weights_hash", "threshold", "temperature")}
+    out, end = [], 0
+    members = header["members"]
+    if not isinstance(members, list) or len(members) < 2:
+        raise FormatError("an ensemble holds two or more members")
+    if abs(sum(m["weight"] for m in members) - 1) > 1e-9 or any(not 0 < m["weight"] <= 1 for m in members):
+        raise FormatError("ensemble weights")
+    for m in members:
+        if m["kind"] not in ("network", "linear", "trees"):
+            raise FormatError(f"ensemble member kind {m['kind']!r}")
+        if m["offset"] != end or m["offset"] + m["bytes"] > len(payload):
+            raise FormatError("ensemble member bytes")
+        end = m["offset"] + m["bytes"]
+        member = dict(common, kind=m["kind"], loss=m["loss"], outputs=m["outputs"], **m["fields"])
+        out.append((member, payload[m["offset"]:end]))
+    if end != len(payload):
+        raise FormatError("bytes past the ensemble's last member")
+    return out
 
 
 def legacy_weights_hash(header, tensors, payload):

@@ -129,5 +129,46 @@ TEST(AutoSearchPortfolio, LinearFirstThenTreesThenNetworksAndTrialsRoundTrip) {
   EXPECT_THROW(Trial::from_json(unknown), Error);
 }
 
+// Ensemble selection: the best single model first, then whatever lowers
+// the averaged loss; complementary models share the weight, a useless one
+// gets none, and the choice is the same every time.
+TEST(AutoSearchEnsemble, WeighsComplementaryModelsAndLeavesOutUselessOnes) {
+  // 4 rows of 2 classes. Model 0 is sure and right on rows 0-1, unsure on
+  // 2-3; model 1 the reverse; model 2 is wrong everywhere.
+  const std::vector<float> labels = {0, 1, 0, 1};
+  const std::vector<float> a = {0.95f, 0.05f, 0.05f, 0.95f, 0.45f, 0.55f, 0.55f, 0.45f};
+  const std::vector<float> b = {0.45f, 0.55f, 0.55f, 0.45f, 0.95f, 0.05f, 0.05f, 0.95f};
+  const std::vector<float> wrong = {0.1f, 0.9f, 0.9f, 0.1f, 0.1f, 0.9f, 0.9f, 0.1f};
+  const std::vector<std::span<const float>> models = {wrong, a, b};
+  const EnsembleWeights w = select_ensemble(models, labels, 2);
+  EXPECT_EQ(w.members, (std::vector<std::size_t>{1, 2}));
+  ASSERT_EQ(w.weights.size(), 2u);
+  EXPECT_NEAR(w.weights[0] + w.weights[1], 1.0, 1e-12);
+  EXPECT_NEAR(w.weights[0], 0.5, 0.1) << "symmetric models share the weight";
+  const EnsembleWeights again = select_ensemble(models, labels, 2);
+  EXPECT_EQ(again.members, w.members);
+  EXPECT_EQ(again.weights, w.weights);
+
+  // One clearly best model: it alone.
+  const std::vector<float> right = {0.99f, 0.01f, 0.01f, 0.99f, 0.99f, 0.01f, 0.01f, 0.99f};
+  const EnsembleWeights alone = select_ensemble({wrong, right, a}, labels, 2);
+  EXPECT_EQ(alone.members, (std::vector<std::size_t>{1}));
+  EXPECT_EQ(alone.weights, (std::vector<double>{1.0}));
+
+  // Regression: two models off by +1 and -1 average to the truth.
+  const std::vector<float> y = {0.5f, -1, 2};
+  const std::vector<float> high = {1.5f, 0, 3}, low = {-0.5f, -2, 1}, far = {5, 5, 5};
+  const EnsembleWeights r = select_ensemble({far, high, low}, y, 0, 10);
+  EXPECT_EQ(r.members, (std::vector<std::size_t>{1, 2}));
+  EXPECT_EQ(r.weights, (std::vector<double>{0.5, 0.5}));
+  const std::vector<float> mixed = weighted_sum({high, low}, r.weights);
+  for (std::size_t i = 0; i < y.size(); ++i) EXPECT_FLOAT_EQ(mixed[i], y[i]);
+
+  EXPECT_THROW(select_ensemble({}, labels, 2), std::invalid_argument);
+  EXPECT_THROW(select_ensemble({a}, labels, 2, 0), std::invalid_argument);
+  EXPECT_THROW(select_ensemble({a, std::span<const float>(b).first(6)}, labels, 2), std::invalid_argument);
+  EXPECT_THROW(weighted_sum({a, b}, std::vector<double>{1.0}), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace anneal::runs

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -28,6 +29,7 @@
 #include "anneal/trainer.h"
 #include "anneal/model_file.h"
 #include "anneal/model_kind.h"
+#include "anneal/scoring.h"
 #include "test_util.h"
 
 namespace anneal {
@@ -323,10 +325,12 @@ TEST(ModelKinds, StoredNamesFindTheirKinds) {
   EXPECT_EQ(runs::model_kind(runs::ModelKindId::kNetwork).name(), "network");
   EXPECT_EQ(runs::model_kind(runs::ModelKindId::kLinear).name(), "linear");
   EXPECT_EQ(runs::model_kind(runs::ModelKindId::kTrees).name(), "trees");
-  for (runs::ModelKindId id : {runs::ModelKindId::kNetwork, runs::ModelKindId::kLinear, runs::ModelKindId::kTrees})
+  EXPECT_EQ(runs::model_kind(runs::ModelKindId::kEnsemble).name(), "ensemble");
+  for (runs::ModelKindId id : {runs::ModelKindId::kNetwork, runs::ModelKindId::kLinear, runs::ModelKindId::kTrees,
+                               runs::ModelKindId::kEnsemble})
     EXPECT_EQ(runs::model_kind_named(runs::model_kind(id).name()), id);
   EXPECT_FALSE(runs::model_kind_named("forest"));
-  EXPECT_EQ(runs::model_kind_names(), "network, linear, trees");
+  EXPECT_EQ(runs::model_kind_names(), "network, linear, trees, ensemble");
 }
 
 // The tiny model's features through a logistic regression: one row of
@@ -379,7 +383,7 @@ TEST(ModelKinds, UnknownKindIsCorrupt) {
     FAIL() << "decoded a model of an unknown kind";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << e.what();
-    EXPECT_STREQ(e.what(), "model m@v1: model kind 'forest' is not one this anneal reads (network, linear, trees)");
+    EXPECT_STREQ(e.what(), "model m@v1: model kind 'forest' is not one this anneal reads (network, linear, trees, ensemble)");
   }
 }
 
@@ -627,6 +631,113 @@ TEST(ModelFormat, TemperatureRoundTripsAndHostileValuesAreCorrupt) {
   r.loss = LossKind::kMeanSquaredError;
   r.temperature = 2;
   EXPECT_THROW(runs::decode_model(runs::encode_model(r), "regression"), Error);
+}
+
+}  // namespace
+}  // namespace anneal
+
+namespace anneal {
+namespace {
+
+// An ensemble of the tiny network, linear and tree models (kind
+// "ensemble", docs/STORE.md "Ensemble models").
+runs::ModelFile ensemble_model(TinyTrainer& t) {
+  runs::ModelFile m = shell();
+  m.kind = runs::ModelKindId::kEnsemble;
+  m.layers.clear();
+  m.members = {fp32_model(t), linear_model(), tree_model()};
+  for (runs::ModelFile& member : m.members) member.weights_hash.clear();
+  m.member_weights = {0.5, 0.25, 0.25};
+  m.weights_hash = runs::model_weights_hash(m);
+  return m;
+}
+
+// `bytes` with its header JSON changed by `change` (the payload as it was).
+std::string with_header(const std::string& bytes, const std::function<void(json&)>& change) {
+  std::uint64_t n = 0;
+  std::memcpy(&n, bytes.data() + 8, 8);
+  json header = json::parse(bytes.substr(16, n));
+  change(header);
+  const std::string text = header.dump();
+  std::string out = bytes.substr(0, 8);
+  const std::uint64_t size = text.size();
+  out.append(reinterpret_cast<const char*>(&size), 8);
+  return out + text + bytes.substr(16 + n);
+}
+
+TEST(ModelKinds, EnsembleKeepsItsMembersAndPredictsTheirWeightedProbabilities) {
+  TinyTrainer t;
+  const runs::ModelFile m = ensemble_model(t);
+  const std::string bytes = runs::encode_model(m);
+  EXPECT_NE(bytes.find(R"("kind":"ensemble")"), std::string::npos);
+  const runs::ModelFile back = runs::decode_model(bytes, "ensemble");
+  ASSERT_EQ(back.kind, runs::ModelKindId::kEnsemble);
+  ASSERT_EQ(back.members.size(), 3u);
+  EXPECT_EQ(back.members[0].kind, runs::ModelKindId::kNetwork);
+  EXPECT_EQ(back.members[1].kind, runs::ModelKindId::kLinear);
+  EXPECT_EQ(back.members[2].kind, runs::ModelKindId::kTrees);
+  EXPECT_EQ(back.member_weights, m.member_weights);
+  EXPECT_TRUE(runs::encode_model(back) == bytes) << first_difference(runs::encode_model(back), bytes);
+  EXPECT_EQ(runs::expected_weights_hash(back), m.weights_hash);
+
+  // Each member's class probabilities (the trees' P(1) made two columns),
+  // summed by weight.
+  const std::unique_ptr<Backend> backend = test::cpu_backend();
+  const std::vector<float> rows = {1, 0, 1, -2, 1, 0};
+  std::vector<float> want(4, 0.0f);
+  for (std::size_t i = 0; i < 3; ++i) {
+    runs::Predictor member(m.members[i], *backend);
+    const std::vector<float> p = runs::class_probabilities(
+        runs::model_kind(m.members[i]).prediction_loss(m.members[i]), member.predict(rows));
+    ASSERT_EQ(p.size(), 4u);
+    for (std::size_t k = 0; k < 4; ++k) want[k] += static_cast<float>(m.member_weights[i]) * p[k];
+  }
+  runs::Predictor predictor(back, *backend);
+  EXPECT_EQ(predictor.predict(rows), want);
+  EXPECT_EQ(predictor.engine(), "ensemble (network, linear, trees)");
+  const runs::ModelKind& kind = runs::model_kind(back);
+  EXPECT_EQ(kind.prediction_loss(back), LossKind::kSoftmaxCrossEntropy);
+  EXPECT_EQ(kind.precision(back), "ensemble of fp32, fp64 (linear), fp32 (trees)");
+  EXPECT_EQ(kind.why_not_quantizable(back), "it is an ensemble of 3 models, not one network to quantize");
+  EXPECT_EQ(kind.why_not_prunable(back), "it is an ensemble of 3 models, not one network to prune");
+  EXPECT_NE(kind.why_not_warm_start_parent(back, runs::ModelKindId::kNetwork), "");
+  EXPECT_NE(kind.why_not_warm_start_parent(back, runs::ModelKindId::kTrees), "");
+
+  // The weights and every member's weights are in the hash.
+  runs::ModelFile reweighed = back;
+  reweighed.member_weights = {0.25, 0.5, 0.25};
+  EXPECT_NE(runs::model_weights_hash(reweighed), m.weights_hash);
+  runs::ModelFile retrained = back;
+  retrained.members[1].linear_model.weights[0] += 1;
+  EXPECT_NE(runs::model_weights_hash(retrained), m.weights_hash);
+}
+
+TEST(ModelKinds, DamagedEnsemblesAreCorrupt) {
+  TinyTrainer t;
+  const std::string bytes = runs::encode_model(ensemble_model(t));
+  auto expect_corrupt = [](const std::string& damaged, const char* what) {
+    try {
+      runs::decode_model(damaged, "model e@v1");
+      ADD_FAILURE() << what << ": decoded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << what << ": " << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("model e@v1", 0), 0u) << e.what();
+    }
+  };
+  expect_corrupt(bytes.substr(0, bytes.size() - 10), "truncated payload");
+  expect_corrupt(bytes + "x", "bytes past the last member");
+  expect_corrupt(with_header(bytes, [](json& h) { h["members"][1]["offset"] = 1u << 30; }), "offset past the end");
+  expect_corrupt(with_header(bytes, [](json& h) { h["members"][2]["bytes"] = 3; }), "member size changed");
+  expect_corrupt(with_header(bytes, [](json& h) { h["members"][0]["weight"] = 0.75; }), "weights not summing to 1");
+  expect_corrupt(with_header(bytes, [](json& h) { h["members"][0]["weight"] = -0.5; h["members"][1]["weight"] = 1.25; }),
+                 "a negative weight");
+  expect_corrupt(with_header(bytes, [](json& h) { h["members"].erase(1); h["members"].erase(1); }), "one member");
+  expect_corrupt(with_header(bytes, [](json& h) { h["members"] = json::object(); }), "members not a list");
+  expect_corrupt(with_header(bytes, [](json& h) { h["members"][1]["kind"] = "ensemble"; }), "a nested ensemble");
+  expect_corrupt(with_header(bytes, [](json& h) { h["members"][1]["kind"] = "forest"; }), "an unknown member kind");
+  expect_corrupt(with_header(bytes, [](json& h) { h["members"][1]["fields"]["features"] = 1; }), "a common field");
+  expect_corrupt(with_header(bytes, [](json& h) { h["members"][0].erase("loss"); }), "a member without its loss");
+  expect_corrupt(with_header(bytes, [](json& h) { h["format"] = 4; }), "layout 2");
 }
 
 }  // namespace
