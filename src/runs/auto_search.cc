@@ -3,6 +3,11 @@
 #include "runs/auto_search.h"
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +17,7 @@
 #include <stdexcept>
 
 #include "anneal/boosted_trees.h"
+#include "anneal/device.h"
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
 #include "anneal/linear.h"
@@ -262,45 +268,58 @@ class Search {
 
     double resumed_seconds = 0;
     for (const Trial& t : finished) resumed_seconds += t.seconds;
-    // Runs (or takes from `finished`) the next trial; false when the budget
-    // or max_trials says no more start.
-    auto next_trial = [&](std::size_t candidate, int rung, double budget) {
-      const std::size_t index = result_.trials.size();
-      if (index < finished.size()) {
-        const Trial& done = finished[index];
-        if (done.candidate != candidate || done.rung != rung)
-          throw corrupt("the search's recorded trial " + std::to_string(index + 1) +
-                        " is not the one this search would run next; the run's records do not match its config");
-        add_trial(done);
-        return true;
-      }
-      if (options_.max_trials && static_cast<std::int64_t>(index) >= *options_.max_trials) {
-        result_.skipped_by = "max_trials";
-        return false;
-      }
+    const auto over_budget = [&] {
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count() + resumed_seconds;
-      if (options_.time_budget && elapsed >= *options_.time_budget) {
-        result_.skipped_by = "time_budget";
-        return false;
-      }
-      add_trial(run_trial(portfolio, candidate, rung, budget));
-      const Trial& t = result_.trials.back();
-      reporter_.note("trial " + std::to_string(index + 1) + "/" + std::to_string(planned) + ": " +
-                     portfolio[candidate].describe() + budget_words(portfolio[candidate], budget) + ": " +
-                     result_.metric + " " + g4(t.score) + " in " + g4(t.seconds) + " s");
+      return options_.time_budget && elapsed >= *options_.time_budget;
+    };
+    // A trial that finished: appended, reported and recorded, in order.
+    const auto finish_trial = [&](Trial t, const Candidate& c) {
+      const std::size_t index = result_.trials.size();
+      add_trial(std::move(t));
+      const Trial& done = result_.trials.back();
+      reporter_.note("trial " + std::to_string(index + 1) + "/" + std::to_string(planned) + ": " + c.describe() +
+                     budget_words(c, done.budget) + ": " + result_.metric + " " + g4(done.score) + " in " +
+                     g4(done.seconds) + " s");
       if (on_trial) on_trial(result_.trials);
-      return true;
+    };
+    // Runs (or takes from `finished`) the trials of `candidates` at rung
+    // `rung`, in order; false when the budget or max_trials cut it short.
+    const auto run_rung = [&](const std::vector<std::size_t>& candidates, int rung, double budget) {
+      std::vector<std::size_t> fresh;
+      for (std::size_t c : candidates) {
+        const std::size_t index = result_.trials.size() + fresh.size();
+        if (fresh.empty() && index < finished.size()) {
+          const Trial& done = finished[index];
+          if (done.candidate != c || done.rung != rung)
+            throw corrupt("the search's recorded trial " + std::to_string(index + 1) +
+                          " is not the one this search would run next; the run's records do not match its config");
+          add_trial(done);
+          continue;
+        }
+        if (options_.max_trials && static_cast<std::int64_t>(index) >= *options_.max_trials) {
+          result_.skipped_by = "max_trials";
+          break;
+        }
+        fresh.push_back(c);
+      }
+      const std::size_t ran = run_fresh(portfolio, fresh, rung, budget, over_budget, finish_trial);
+      if (ran < fresh.size()) result_.skipped_by = "time_budget";
+      return result_.skipped_by.empty();
     };
 
-    bool going = next_trial(0, 0, 1.0);
+    if (parallel() > 1)
+      reporter_.note("search: trials run " + std::to_string(parallel()) + " at a time (threads = " +
+                     std::to_string(options_.threads) + "), each on one thread");
+    bool going = run_rung({0}, 0, 1.0);
     int top_rung = 0;
     for (std::size_t r = 0; going && r < schedule.size(); ++r) {
+      const std::size_t before = result_.trials.size();
+      going = run_rung(entrants, static_cast<int>(r), schedule[r].budget);
       std::vector<double> scores;
       std::vector<std::size_t> ran;
-      for (std::size_t c : entrants) {
-        if (!(going = next_trial(c, static_cast<int>(r), schedule[r].budget))) break;
-        scores.push_back(result_.trials.back().score);
-        ran.push_back(c);
+      for (std::size_t i = before; i < result_.trials.size(); ++i) {
+        scores.push_back(result_.trials[i].score);
+        ran.push_back(result_.trials[i].candidate);
       }
       if (!ran.empty()) top_rung = static_cast<int>(r);
       if (!going || r + 1 == schedule.size()) break;
@@ -388,7 +407,99 @@ class Search {
     return std::isfinite(v) ? v : -1e300;
   }
 
-  Trial run_trial(const std::vector<Candidate>& portfolio, std::size_t candidate, int rung, double budget) {
+  // Runs the trials of `fresh` at rung `rung`, none starting once
+  // `over_budget()` says so, and hands each to `finish` in order; returns
+  // how many ran (a prefix of `fresh`). With parallel() > 1 the trials run
+  // that many at a time, each on one thread of its own CPU backend (so each
+  // trial's result is the same whatever ran beside it); else one after
+  // another on the run's backend. An error of a trial is thrown once the
+  // trials before it are handed on, after the running ones end.
+  template <typename OverBudget, typename Finish>
+  std::size_t run_fresh(const std::vector<Candidate>& portfolio, const std::vector<std::size_t>& fresh, int rung,
+                        double budget, const OverBudget& over_budget, const Finish& finish) {
+    const std::size_t workers = std::min(parallel(), fresh.size());
+    if (workers <= 1 && parallel() <= 1) {
+      for (std::size_t i = 0; i < fresh.size(); ++i) {
+        if (over_budget()) return i;
+        finish(run_trial(cx_, portfolio, fresh[i], rung, budget), portfolio[fresh[i]]);
+      }
+      return fresh.size();
+    }
+    struct Slot {
+      std::optional<Trial> trial;
+      std::exception_ptr error;
+      bool skipped = false;
+    };
+    std::vector<Slot> slots(fresh.size());
+    std::mutex mutex;
+    std::condition_variable ready;
+    std::atomic<std::size_t> next{0};
+    std::atomic<bool> halt{false};
+    const auto work = [&] {
+      std::unique_ptr<Backend> backend;
+      std::exception_ptr setup;
+      try {
+        backend = make_backend({.device = Device::kCpu, .threads = 1, .deterministic = cx_.config.deterministic});
+      } catch (...) {
+        setup = std::current_exception();
+      }
+      for (;;) {
+        const std::size_t i = next++;
+        if (i >= fresh.size()) return;
+        Slot got;
+        if (halt || over_budget()) {
+          got.skipped = true;
+        } else if (setup) {
+          got.error = setup;
+        } else {
+          try {
+            FitContext cx{cx_.data, cx_.config, *backend, cx_.classes, cx_.width, cx_.seed, 1, cx_.stop};
+            got.trial = run_trial(cx, portfolio, fresh[i], rung, budget);
+          } catch (...) {
+            got.error = std::current_exception();
+          }
+        }
+        if (got.error) halt = true;
+        {
+          const std::lock_guard lock(mutex);
+          slots[i] = std::move(got);
+        }
+        ready.notify_all();
+      }
+    };
+    std::size_t ran = 0;
+    {
+      std::vector<std::jthread> pool;
+      // Stops the workers taking more trials however this scope ends; the
+      // pool's destructors then wait for the running ones.
+      struct Halt {
+        std::atomic<bool>& halt;
+        ~Halt() { halt = true; }
+      } stop_on_exit{halt};
+      for (std::size_t w = 0; w < std::max<std::size_t>(workers, 1); ++w) pool.emplace_back(work);
+      for (; ran < fresh.size(); ++ran) {
+        Slot slot;
+        {
+          std::unique_lock lock(mutex);
+          ready.wait(lock, [&] { return slots[ran].trial || slots[ran].error || slots[ran].skipped; });
+          slot = std::move(slots[ran]);
+        }
+        if (slot.error) std::rethrow_exception(slot.error);
+        if (slot.skipped) break;
+        finish(std::move(*slot.trial), portfolio[fresh[ran]]);
+      }
+    }
+    return ran;
+  }
+
+  // How many trials run at once: the run's threads on the CPU (each trial
+  // then on one thread), one on another device.
+  std::size_t parallel() const {
+    return cx_.backend.capabilities().device == "cpu" ? static_cast<std::size_t>(std::max(options_.threads, 1)) : 1;
+  }
+
+  Trial run_trial(const FitContext& cx, const std::vector<Candidate>& portfolio, std::size_t candidate, int rung,
+                  double budget) const {
     const auto start = Clock::now();
     const Candidate& c = portfolio[candidate];
     Trial t;
@@ -397,12 +508,12 @@ class Search {
     t.budget = budget;
     double kept = 0;
     for (const Split& s : splits_) {
-      check_stop(cx_);
-      const Fitted f = fit_candidate(cx_, c, {budget_units(c, budget), true}, {s.x_fit, s.y_fit, s.x_held, s.y_held},
+      check_stop(cx);
+      const Fitted f = fit_candidate(cx, c, {budget_units(c, budget), true}, {s.x_fit, s.y_fit, s.x_held, s.y_held},
                                      /*keep=*/false);
       t.fold_scores.push_back(fold_score(f.as, f.predictions, s.y_held));
       // Held-out predictions as the ensemble adds them: class probabilities.
-      const std::vector<float> p = cx_.classes > 0 ? class_probabilities(f.as, f.predictions) : f.predictions;
+      const std::vector<float> p = cx.classes > 0 ? class_probabilities(f.as, f.predictions) : f.predictions;
       t.held.insert(t.held.end(), p.begin(), p.end());
       kept += static_cast<double>(f.kept);
     }

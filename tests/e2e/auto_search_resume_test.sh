@@ -58,6 +58,20 @@ case "$ERR$OUT" in *"trial 8/"* | *"trial 1/"*) fail "the resume repeated a fini
 expect_rc 0 --json runs show "$run_id"
 expect_eq "$(json_get 'j["summary"]["weights_hash"]')" "$want" "killed twice, it still ends at the uninterrupted model"
 
+# Trials two at a time (threads = 2): killed after the 4th trial's record,
+# a resume ends at the uninterrupted parallel search's model, whose
+# leaderboard is the one-at-a-time search's.
+expect_rc 0 --json train "$WORK/auto.ini" --set threads=2
+want2=$(json_get 'j["weights_hash"]')
+killed_at auto.trial@4 train "$WORK/auto.ini" --set threads=2
+expect_eq "$RC" "137" "the parallel search was killed after its 4th trial"
+run_id=$(latest_run)
+expect_rc 0 --json train --resume "$run_id"
+expect_eq "$(json_get 'j["weights_hash"]')" "$want2" "the resumed parallel search registers the uninterrupted model"
+expect_rc 0 --json runs show "$run_id"
+expect_eq "$(json_get '[(t["kind"], t["settings"], t["rung"], t["score"], t["fold_scores"]) for t in j["summary"]["search"]["trials"]]')" \
+  "$board" "the resumed parallel search's leaderboard is the one-at-a-time one"
+
 # The kills left the store consistent.
 expect_rc 0 fsck
 finish

@@ -4,8 +4,9 @@
 # trials by cross-validation, and registers the winner as an ordinary model
 # of its kind (eval and predict work on it unchanged); the leaderboard is in
 # the run's summary, `runs show` and its JSON; with a seed and max_trials the
-# search repeats bit for bit; image data and bad budget keys are refused in
-# one line naming the key.
+# search repeats bit for bit, and with threads = 2 (or a job's 2 cores) its
+# trials run two at a time with the same scores; image data and bad budget
+# keys are refused in one line naming the key.
 . "$E2E_LIB"
 
 expect_rc 0 init
@@ -86,6 +87,31 @@ expect_eq "$(json_get '[(t["kind"], t["settings"], t["rung"], t["score"], t["fol
   "$board1" "the two searches ran the same trials with the same scores"
 run train "$WORK/budgeted.ini"
 expect_contains "$ERR$OUT" "max_trials = 9:" "the run says max_trials cut the portfolio"
+
+# threads = 2: the trials run two at a time, each on one thread, so each
+# trial's training is the one threads = 1 runs: the same trials, in the
+# same order, with the same scores.
+run --json train "$WORK/budgeted.ini" --set threads=2
+expect_eq "$RC" "0" "a parallel search trains; stderr: $ERR"
+expect_rc 0 --json runs show "$(latest_run)"
+expect_eq "$(json_get '[(t["kind"], t["settings"], t["rung"], t["score"], t["fold_scores"]) for t in j["summary"]["search"]["trials"]]')" \
+  "$board1" "trials run two at a time give the one-at-a-time leaderboard"
+run train "$WORK/budgeted.ini" --set threads=2
+expect_contains "$ERR$OUT" "trials run 2 at a time" "the run says its trials run in parallel"
+# Under `anneal submit`, the job's cores are its threads: its trials run
+# as the worker's parallel work within that quota.
+if [ "$(nproc)" -ge 2 ]; then
+  expect_rc 0 submit "$WORK/budgeted.ini" --cores 2
+  job=$OUT
+  expect_rc 0 worker --cores 2 --drain
+  expect_rc 0 jobs logs "$job"
+  expect_contains "$OUT" "trials run 2 at a time" "the job's search runs its trials within its 2 cores"
+  expect_rc 0 --json runs show "$(latest_run)"
+  expect_eq "$(json_get '[(t["kind"], t["settings"], t["rung"], t["score"], t["fold_scores"]) for t in j["summary"]["search"]["trials"]]')" \
+    "$board1" "the job's parallel search has the one-at-a-time leaderboard"
+else
+  echo "auto_search_test: one CPU here; the submit --cores 2 check needs two" >&2
+fi
 
 # Refusals, each one line naming the key.
 python3 - "$WORK/images.idx" "$WORK/labels.idx" <<'PY'
