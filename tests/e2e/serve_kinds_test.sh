@@ -1,8 +1,8 @@
 #!/bin/bash
 # `anneal serve` answers with every kind of model anneal trains (fp32, bf16,
-# int8, pruned, linear, trees, and a regression network), and its answers are
-# `anneal predict`'s, byte for byte, for the same rows in every request
-# format: MLflow CSV (answered as CSV), KServe V2 named column tensors, and
+# int8, pruned, linear, trees, a regression network and an ensemble), and
+# its answers are `anneal predict`'s, byte for byte, for the same rows in
+# every request format: MLflow CSV (answered as CSV), KServe V2 named column tensors, and
 # MLflow dataframe_records. The rows are the sales table's held-out orders:
 # dates, categories (one the models never saw), missing values of each
 # kind, and more rows than one forward pass (256) holds. An image model
@@ -65,7 +65,15 @@ expect_rc 0 train "$WORK/quantity.ini"
 expect_rc 0 model alias set quantity@v1 production
 MODELS+=(quantity@production)
 
-args=()
+# An ensemble (layers = auto's weighted members: with this seed and budget
+# the Ozone search registers one, ensemble_test.sh), on its own table.
+TABULAR="$TEST_DATA/../../bench/data/tabular"
+expect_rc 0 data import ozone "$TABULAR/Ozone.train.csv.zst" --label V4
+printf 'name = ozone-auto\ndataset = ozone\nloss = mse\nseed = 1\nmax_trials = 14\nthreads = 1\n' >"$WORK/ozone.ini"
+expect_rc 0 train "$WORK/ozone.ini"
+zstd -dc "$TABULAR/Ozone.test.csv.zst" >"$WORK/ozone-test.csv"
+
+args=(--model ozone-auto@v1)
 for m in "${MODELS[@]}"; do args+=(--model "$m"); done
 start_server kinds "${args[@]}" || fail "the server did not start: $(cat "$WORK/kinds.err")"
 "$PY" "$SERVE_CLIENT" body infer "$WORK/future.csv" >"$WORK/infer.json"
@@ -90,6 +98,14 @@ for m in "${MODELS[@]}"; do
   http GET "/v2/models/$m"
   expect_status 200 "$m: metadata"
 done
+expect_rc 0 predict ozone-auto@v1 --input "$WORK/ozone-test.csv" -o "$WORK/predict.csv" --force
+http POST "/models/ozone-auto@v1/invocations" -H 'Content-Type: text/csv' -H 'Accept: text/csv' \
+  --data-binary @"$WORK/ozone-test.csv"
+expect_status 200 "ensemble: CSV"
+cmp -s "$WORK/body" "$WORK/predict.csv" && pass ||
+  fail "ensemble: the CSV answer differs from predict's: $(diff "$WORK/body" "$WORK/predict.csv" | head -4)"
+http GET /v2/models/ozone-auto@v1
+expect_eq "$(body_get 'j["parameters"]["kind"]')" "ensemble" "the ensemble says so"
 http GET /v2/models/sales-mlp@int8
 expect_eq "$(body_get 'j["parameters"]["precision"]')" "int8" "the int8 model says so"
 http GET /v2/models/sales-trees@production
