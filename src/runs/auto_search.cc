@@ -268,9 +268,8 @@ class Search {
 
     double resumed_seconds = 0;
     for (const Trial& t : finished) resumed_seconds += t.seconds;
-    const auto over_budget = [&] {
-      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count() + resumed_seconds;
-      return options_.time_budget && elapsed >= *options_.time_budget;
+    const auto elapsed = [&] {
+      return std::chrono::duration<double>(Clock::now() - start).count() + resumed_seconds;
     };
     // A trial that finished: appended, reported and recorded, in order.
     const auto finish_trial = [&](Trial t, const Candidate& c) {
@@ -302,6 +301,15 @@ class Search {
         }
         fresh.push_back(c);
       }
+      // What each fresh trial would add to the time so far, projected from
+      // the trials before this rung: itself, then the refit after the
+      // search. Read-only once made: the workers of run_fresh read it.
+      std::vector<double> ahead(fresh.size());
+      for (std::size_t i = 0; i < fresh.size(); ++i)
+        ahead[i] = projected_trial(portfolio, fresh[i], budget) + projected_refit();
+      const auto over_budget = [&](std::size_t i) {
+        return options_.time_budget && elapsed() + ahead[i] >= *options_.time_budget;
+      };
       const std::size_t ran = run_fresh(portfolio, fresh, rung, budget, over_budget, finish_trial);
       if (ran < fresh.size()) result_.skipped_by = "time_budget";
       return result_.skipped_by.empty();
@@ -408,7 +416,7 @@ class Search {
   }
 
   // Runs the trials of `fresh` at rung `rung`, none starting once
-  // `over_budget()` says so, and hands each to `finish` in order; returns
+  // `over_budget(i)` says trial i would pass the time budget, and hands each to `finish` in order; returns
   // how many ran (a prefix of `fresh`). With parallel() > 1 the trials run
   // that many at a time, each on one thread of its own CPU backend (so each
   // trial's result is the same whatever ran beside it); else one after
@@ -420,7 +428,7 @@ class Search {
     const std::size_t workers = std::min(parallel(), fresh.size());
     if (workers <= 1 && parallel() <= 1) {
       for (std::size_t i = 0; i < fresh.size(); ++i) {
-        if (over_budget()) return i;
+        if (over_budget(i)) return i;
         finish(run_trial(cx_, portfolio, fresh[i], rung, budget), portfolio[fresh[i]]);
       }
       return fresh.size();
@@ -447,7 +455,7 @@ class Search {
         const std::size_t i = next++;
         if (i >= fresh.size()) return;
         Slot got;
-        if (halt || over_budget()) {
+        if (halt || over_budget(i)) {
           got.skipped = true;
         } else if (setup) {
           got.error = setup;
@@ -490,6 +498,41 @@ class Search {
       }
     }
     return ran;
+  }
+
+  // The seconds a trial of candidate `c` at `budget` should take: its
+  // latest trial's, scaled by the budgets; else the mean of its kind's
+  // trials so far, scaled alike; 0 before any.
+  double projected_trial(const std::vector<Candidate>& portfolio, std::size_t c, double budget) const {
+    for (auto t = result_.trials.rbegin(); t != result_.trials.rend(); ++t)
+      if (t->candidate == c) return t->seconds * budget / t->budget;
+    double total = 0;
+    int n = 0;
+    for (const Trial& t : result_.trials)
+      if (portfolio[t.candidate].kind == portfolio[c].kind) {
+        total += t.seconds * budget / t.budget;
+        ++n;
+      }
+    return n ? total / n : 0;
+  }
+
+  // The seconds the refit after the search should take: the three best
+  // latest trials (an ensemble's usual members; the winner among them),
+  // each trained once on all training rows at its trial's budget. A
+  // k-fold trial fitted k times on (k-1)/k of the rows: one fit on all of
+  // them takes about its seconds / (k-1); a validation-split trial's one
+  // fit is the refit's size.
+  double projected_refit() const {
+    std::vector<double> seconds, scores;
+    for (std::size_t i = 0; i < result_.trials.size(); ++i)
+      if (!result_.trials[i].held.empty()) {
+        seconds.push_back(result_.trials[i].seconds);
+        scores.push_back(result_.trials[i].score);
+      }
+    const double per_fit = splits_.size() > 1 ? 1.0 / static_cast<double>(splits_.size() - 1) : 1.0;
+    double total = 0;
+    for (std::size_t i : best_indices(scores, 3)) total += seconds[i] * per_fit;
+    return total;
   }
 
   // How many trials run at once: the run's threads on the CPU (each trial
@@ -740,7 +783,7 @@ void apply_winner(const SearchResult& result, const std::vector<Candidate>& port
     case ModelKindId::kTrees:
       config.trees.max_depth = c.depth;
       config.trees.learning_rate = c.learning_rate;
-      config.trees.max_rounds = validated ? kSearchTreeRounds : static_cast<int>(std::max<std::int64_t>(t.kept, 1));
+      config.trees.max_rounds = validated ? tree_rounds(t.budget) : static_cast<int>(std::max<std::int64_t>(t.kept, 1));
       config.trees.early_stopping_rounds = validated ? kSearchTreePatience : 0;
       break;
     case ModelKindId::kNetwork: {
@@ -751,7 +794,7 @@ void apply_winner(const SearchResult& result, const std::vector<Candidate>& port
       tc.optimizer.lr = static_cast<float>(c.learning_rate);
       tc.batch = kSearchNetworkBatch;
       tc.grad_accum = 1;
-      tc.epochs = validated ? kSearchNetworkEpochs : std::max<std::int64_t>(t.kept, 1);
+      tc.epochs = validated ? network_epochs(t.budget) : std::max<std::int64_t>(t.kept, 1);
       tc.early_stop = validated ? EarlyStopMetric::kValLoss : EarlyStopMetric::kNone;
       tc.patience = validated ? kSearchNetworkPatience : 0;
       tc.restore_best = true;

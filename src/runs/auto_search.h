@@ -196,8 +196,9 @@ SearchResult run_search(PreparedData& data, const TrainConfig& config, Backend& 
                         const std::function<void(const std::vector<Trial>&)>& on_trial);
 
 // `config` made into the winner's: its kind and settings, for the refit on
-// all training rows. With a validation split the refit stops early on it
-// at the full budget; without, it trains the rounds or epochs the winner's
+// all training rows. With a validation split the refit stops early on it,
+// within the winner's trial's budget (the full one when the search ran to
+// its last rung); without, it trains the rounds or epochs the winner's
 // folds kept. `outputs`: the network's output width (the model's outputs).
 void apply_winner(const SearchResult& result, const std::vector<Candidate>& portfolio, std::int64_t outputs,
                   TrainConfig& config);
