@@ -63,7 +63,8 @@ def header(args):
     print("goal: every table >= best peer - 0.005 accuracy (- 0.01 R²); on average ahead of the best single peer;"
           " anneal's wall time <= 120 s up to 10,000 training rows, 300 s up to 100,000")
     print("scores on the test split: accuracy (acc) or R²; LR = logistic regression (ridge for R²); anneal best = the"
-          " candidate with the best validation score, its test score shown")
+          + (" auto config (a name and a dataset: what a user runs; its time is the one judged)" if "auto" in args.candidates
+             else " candidate with the best validation score, its test score shown"))
     print("%s %-11s %-3s %7s  %7s  %7s | %s | %-22s %-14s %8s %-4s | %9s %6s" % (
         "table".ljust(NAME_W), "train/test", "", "LR", "MLP", "XGB", cands, "anneal best (chosen by)", "best peer",
         "delta", "goal", "anneal s", "budget"))
@@ -143,7 +144,13 @@ def row(args):
 
     ok = {c: v for c, v in cands.items() if "error" not in v}
     best, chosen_by = None, None
-    if ok:
+    if "auto" in args.candidates:
+        # The auto config is what a user runs (a name and a dataset): it is
+        # the one judged, and its time the one against the budget; the
+        # other candidates are shown for reference.
+        if "auto" in ok:
+            best, chosen_by = "auto", "config"
+    elif ok:
         if all(v.get("val") is not None for v in ok.values()):
             # Ties go to the earlier candidate of the list.
             best = max(ok, key=lambda c: (ok[c]["val"], -args.candidates.index(c)))
@@ -158,7 +165,11 @@ def row(args):
     # judged against the budget only when every candidate ran.
     anneal_seconds = None
     complete = bool(ok) and len(ok) == len(args.candidates)
-    if ok:
+    if "auto" in args.candidates:
+        complete = "auto" in ok
+        if complete:
+            anneal_seconds = float(text(os.path.join(d, "import.seconds")) or 0) + ok["auto"]["seconds"]
+    elif ok:
         anneal_seconds = float(text(os.path.join(d, "import.seconds")) or 0) + sum(v["seconds"] for v in ok.values())
         if not complete:
             notes.append("anneal's wall time %.1f s counts only the candidates that ran" % anneal_seconds)
@@ -245,7 +256,7 @@ def summary(args):
     over = ["%s (%.0f s of %d)" % (r["table"], r["anneal_seconds"], r["budget"]) for r in timed
             if r["anneal_seconds"] > r["budget"]]
     peer_total = {label: sum(r["peer_seconds"].get(label, 0.0) for r in records) for _, label in PEERS}
-    print("wall time: anneal (import, every candidate's training and eval) %.1f s in all, within budget on %d of %d"
+    print("wall time: anneal (import, then the judged config's training and eval) %.1f s in all, within budget on %d of %d"
           " table(s)%s; peers (fit and predict) %s; the whole bench %.0f s" % (
               sum(r["anneal_seconds"] or 0 for r in records), len(timed) - len(over), len(timed),
               "; over on " + ", ".join(over) if over else "",
