@@ -1,8 +1,8 @@
 // The layers. Each forward is followed by its backward; the comments give
 // the math and the shapes (N batch, C channels, H/W height/width, F or I/O
 // features). The arithmetic itself runs in Backend ops.
+#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -453,8 +453,8 @@ class PeriodicLayer final : public Layer {
     std::string s = "periodic(" + std::to_string(k_);
     if (sigma_ != kPeriodicSigma) {
       char text[32];
-      std::snprintf(text, sizeof text, "%.17g", sigma_);
-      s += std::string(",sigma=") + text;
+      const auto end = std::to_chars(text, text + sizeof text, sigma_).ptr;  // the shortest exact form
+      s += ",sigma=" + std::string(text, end);
     }
     return s + ")";
   }
