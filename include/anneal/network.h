@@ -40,7 +40,7 @@ namespace anneal {
 // periodic(K[,sigma=S]) defaults: K = 16 frequencies per feature, drawn
 // from N(0, 0.1²). A small σ starts each feature's embedding close to a
 // linear one (sin θ ≈ θ for the standardized inputs a tabular network
-// gets) and training raises the frequencies it needs; Gorishniy et al.
+// gets) and training moves the frequencies; Gorishniy et al.
 // tune σ per dataset over a wide range (about 0.01 to 100).
 inline constexpr std::int64_t kPeriodicFrequencies = 16;
 inline constexpr double kPeriodicSigma = 0.1;
