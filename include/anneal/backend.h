@@ -2,8 +2,8 @@
 //
 // Every compute-heavy operation a layer, a loss or an optimizer performs goes
 // through a Backend: tensor memory, host transfers, the layer ops (dense,
-// conv, pooling, eltwise, normalization, softmax) forward and backward, the
-// loss, and the optimizer's elementwise updates. Layers, optimizers and the
+// conv, pooling, eltwise, normalization, periodic embedding, softmax)
+// forward and backward, the loss, and the optimizer's elementwise updates. Layers, optimizers and the
 // Trainer see only this interface, so a CUDA backend (cuBLAS/cuDNN) can slot
 // in by implementing it; nothing above it touches tensor bytes.
 //
@@ -31,12 +31,13 @@
 //
 // Determinism: with capabilities().deterministic, the same ops on the same
 // inputs give the same bits run after run for a fixed thread count, and the
-// elementwise ops and reductions (the optimizer updates, eltwise, dropout,
-// fake quantization, running statistics, clip_scale, loss totals) and the
-// int8 inference ops give the same bits for any thread count.
+// elementwise ops and reductions (the optimizer updates, eltwise, periodic,
+// dropout, fake quantization, running statistics, clip_scale, loss totals)
+// and the int8 inference ops give the same bits for any thread count.
 // With capabilities().batch_invariant, every op an inference forward runs
 // (dense and conv built with batch_invariant, pooling, eltwise, batch norm's
-// forward_inference, layer norm, LossOp::predict, the inference-only ops)
+// forward_inference, layer norm, periodic, LossOp::predict, the
+// inference-only ops)
 // gives a sample the same bits whatever samples share its batch.
 //
 // Numerics every backend shares (tests/unit/backend_conformance_test.cc
@@ -183,6 +184,39 @@ class NormOp {
   virtual void backward(const Tensor& x, const Tensor& dy, const Tensor& scale,
                         const Tensor& shift, const Tensor& mean, const Tensor& variance,
                         Tensor& dx, Tensor& dscale, Tensor& dshift, bool accumulate) = 0;
+};
+
+// Periodic embedding of numeric features (Gorishniy et al. 2022, "On
+// Embeddings for Numerical Features in Tabular Deep Learning"): each of the
+// F features of a flat input gets K trained frequencies c[f][j] and becomes
+// 2K values, its K sines then its K cosines:
+//   θ[n][f][j] = w[f][j]·x[n][f],   w[f][j] = 2π·c[f][j] rounded to fp32,
+//   y[n][f·2K + j] = sin θ,   y[n][f·2K + K + j] = cos θ,   j < K.
+// θ is that one fp32 product (so an exporter that multiplies x by the fp32
+// w gets the same θ); sin and cos are then taken in fp32.
+// w = 2π·c rounded to fp32: the one rounding every backend (and the ONNX
+// export, which stores w) takes before θ = w·x.
+inline float periodic_angular_frequency(float c) { return static_cast<float>(6.283185307179586 * double(c)); }
+struct PeriodicSpec {
+  std::int64_t features = 0;     // F
+  std::int64_t frequencies = 0;  // K
+};
+class PeriodicOp {
+ public:
+  virtual ~PeriodicOp() = default;
+  // Shapes the fp32 master frequencies c (F, K), plain row-major.
+  virtual void shape_parameters(Tensor& frequencies) = 0;
+  // x (N, F) -> y (N, F·2K), y of x's dtype (fp32, or the bf16/fp16
+  // activations of those precisions; the arithmetic is fp32 either way).
+  virtual void forward(const Tensor& x, const Tensor& frequencies, Tensor& y) = 0;
+  // With the gradient of each (sin, cos) pair, g_s = dy[n][f·2K + j] and
+  // g_c = dy[n][f·2K + K + j], let d[n][f][j] = g_s·cos θ − g_c·sin θ:
+  // dx(N, F) = Σ_j w[f][j]·d[n][f][j]   (x's dims, layout and dtype).
+  virtual void backward_data(const Tensor& x, const Tensor& dy, const Tensor& frequencies, Tensor& dx) = 0;
+  // dc(F, K) = Σ_n 2π·x[n][f]·d[n][f][j], summed over n in order; added to
+  // dc instead of overwriting it when `accumulate`.
+  virtual void backward_weights(const Tensor& x, const Tensor& dy, const Tensor& frequencies,
+                                Tensor& dfrequencies, bool accumulate) = 0;
 };
 
 // A loss over the network output pred(N, K) and labels(N) (fp32, plain),
@@ -508,6 +542,7 @@ class Backend : public MemoryAllocator {
   virtual std::unique_ptr<PoolOp> pool(const PoolSpec& spec) = 0;
   virtual std::unique_ptr<NormOp> batch_norm(const NormSpec& spec) = 0;
   virtual std::unique_ptr<NormOp> layer_norm(const NormSpec& spec) = 0;
+  virtual std::unique_ptr<PeriodicOp> periodic(const PeriodicSpec& spec) = 0;
   // `class_weights`: empty (unweighted) or one per class (softmax_ce: K,
   // bce: 2), each finite and > 0; kUsage otherwise or for mse/mae.
   virtual std::unique_ptr<LossOp> loss(LossKind kind, std::int64_t outputs,

@@ -27,7 +27,7 @@
 namespace anneal {
 
 // Raised whenever BackendPlugin or the Backend interface changes shape.
-inline constexpr std::uint32_t kBackendPluginAbi = 3;
+inline constexpr std::uint32_t kBackendPluginAbi = 4;
 
 // The symbol a plugin exports (extern "C", returning const BackendPlugin*).
 inline constexpr const char* kBackendPluginEntry = "anneal_backend_plugin_v1";

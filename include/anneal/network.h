@@ -6,7 +6,9 @@
 //   conv(32,3,pad=1) relu maxpool(2) conv(64,3,pad=1) relu maxpool(2) flatten dense(128) relu dense(10)
 // Layers: dense(W), conv(C,K[,stride=S][,pad=P]), maxpool(K[,stride=S]),
 // avgpool(K[,stride=S]), flatten, relu, gelu, tanh, sigmoid, dropout(P),
-// batchnorm, layernorm. Pool stride defaults to K; conv stride 1, pad 0.
+// batchnorm, layernorm, periodic(K[,sigma=S]). Pool stride defaults to K;
+// conv stride 1, pad 0; periodic K = kPeriodicFrequencies, sigma =
+// kPeriodicSigma (written bare, `periodic`, both defaults).
 // A dense layer on an image input flattens it implicitly.
 //
 // One builder makes every network: trainable ones (fp32 or bf16 parameters,
@@ -35,6 +37,14 @@
 
 namespace anneal {
 
+// periodic(K[,sigma=S]) defaults: K = 16 frequencies per feature, drawn
+// from N(0, 0.1²). A small σ starts each feature's embedding close to a
+// linear one (sin θ ≈ θ for the standardized inputs a tabular network
+// gets) and training moves the frequencies; Gorishniy et al.
+// tune σ per dataset over a wide range (about 0.01 to 100).
+inline constexpr std::int64_t kPeriodicFrequencies = 16;
+inline constexpr double kPeriodicSigma = 0.1;
+
 // One layer as written in a spec.
 struct LayerSpec {
   std::string name;                 // "conv"
@@ -62,7 +72,7 @@ struct InferenceLayer {
 
 // An inference-only network. Supports dense, conv (with a fused
 // relu/tanh/sigmoid), maxpool, avgpool, flatten, dropout (the identity) and
-// standalone activations; batchnorm and layernorm are kUsage.
+// standalone activations; batchnorm, layernorm and periodic are kUsage.
 //
 // int8: every dense/conv runs int8. A layer's output is u8 after a fused
 // relu, s8 otherwise, at its output_scale, and the next int8 layer reads it

@@ -104,6 +104,20 @@ LayerArgs parse_dropout(const LayerSpec& s, std::string_view usage) {
   return DropoutArgs{s.args[0]};
 }
 
+LayerArgs parse_periodic(const LayerSpec& s, std::string_view usage) {
+  const Args a{s, usage};
+  a.expect_positional(0, 1);
+  a.allow_options({"sigma"});
+  PeriodicArgs p;
+  if (!s.args.empty()) p.frequencies = a.positive_int(s.args[0], "K");
+  for (const auto& [key, v] : s.options)
+    if (key == "sigma") {
+      if (!(v > 0) || v > 1e6) a.fail("sigma must be a number > 0");
+      p.sigma = v;
+    }
+  return p;
+}
+
 // ---- shapes ----------------------------------------------------------------------
 
 void require_image(const LayerDesc& l, const Dims& input) {
@@ -144,6 +158,13 @@ Dims norm_shape(const LayerDesc& l, const Dims& in) {
   return in;
 }
 
+Dims periodic_shape(const LayerDesc& l, const Dims& in) {
+  if (in.rank() != 1)
+    throw usage_error(where(l.spec) + " needs a flat input {F} but gets the image " + in.str() +
+                      "; put flatten before it");
+  return Dims{in[0] * 2 * std::get<PeriodicArgs>(l.args).frequencies};
+}
+
 TrainingCost dense_cost(const LayerDesc& l, const Dims& in) {
   const double width = double(std::get<DenseArgs>(l.args).width);
   return {width * (double(in.product()) + 1), width};
@@ -154,6 +175,11 @@ TrainingCost conv_cost(const LayerDesc& l, const Dims& in) {
   return {double(c.channels) * (double(in[0]) * double(c.kernel) * double(c.kernel) + 1),
           double(c.channels) * double((in[1] + 2 * c.pad - c.kernel) / c.stride + 1) *
               double((in[2] + 2 * c.pad - c.kernel) / c.stride + 1)};
+}
+
+TrainingCost periodic_cost(const LayerDesc& l, const Dims& in) {
+  const double k = double(std::get<PeriodicArgs>(l.args).frequencies);
+  return {double(in.product()) * k, double(in.product()) * 2 * k};
 }
 
 // ---- builders --------------------------------------------------------------------
@@ -288,6 +314,11 @@ std::unique_ptr<Layer> train_norm(const LayerContext& ctx, const LayerDesc& l, c
   return std::get<NormArgs>(l.args).layer_norm ? make_layer_norm_layer(ctx) : make_batch_norm_layer(ctx);
 }
 
+std::unique_ptr<Layer> train_periodic(const LayerContext& ctx, const LayerDesc& l, const LayerPlan&, BuildState&) {
+  const PeriodicArgs& p = std::get<PeriodicArgs>(l.args);
+  return make_periodic_layer(ctx, p.frequencies, p.sigma);
+}
+
 // A row for relu, gelu, tanh, sigmoid.
 template <Activation kind>
 LayerArgs parse_activation(const LayerSpec& s, std::string_view usage) {
@@ -342,6 +373,11 @@ const std::vector<LayerKind>& layer_table() {
        [](const LayerSpec& s, std::string_view u) -> LayerArgs { parse_bare(s, u); return NormArgs{true}; },
        norm_shape, nullptr,
        train_norm, nullptr, nullptr},
+      // Not in inference-only networks: int8 and pruned models refuse it
+      // (its frequencies are no dense/conv weights to quantize or prune).
+      {"periodic", "periodic(K[,sigma=S]) with K >= 1 (default 16) and S > 0 (default 0.1)", false,
+       parse_periodic, periodic_shape, periodic_cost,
+       train_periodic, nullptr, nullptr},
   };
   return table;
 }

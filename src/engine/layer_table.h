@@ -49,8 +49,12 @@ struct DropoutArgs {
 struct NormArgs {
   bool layer_norm = false;  // else batch norm
 };
-using LayerArgs =
-    std::variant<DenseArgs, ConvArgs, PoolArgs, FlattenArgs, ActivationArgs, DropoutArgs, NormArgs>;
+struct PeriodicArgs {
+  std::int64_t frequencies = kPeriodicFrequencies;  // K
+  double sigma = kPeriodicSigma;  // the frequencies' initial standard deviation, > 0
+};
+using LayerArgs = std::variant<DenseArgs, ConvArgs, PoolArgs, FlattenArgs, ActivationArgs, DropoutArgs, NormArgs,
+                               PeriodicArgs>;
 
 struct LayerKind;
 
@@ -161,7 +165,8 @@ struct LayerKind {
   LayerArgs (*parse)(const LayerSpec& spec, std::string_view usage);
   // Checks the layer against its input shape; its output shape.
   Dims (*shape)(const LayerDesc& layer, const Dims& input);
-  // Weighted kinds: what training it needs, for NetworkOptions::memory_limit.
+  // Weighted kinds, and periodic (which widens its input 2K-fold): what
+  // training it needs, for NetworkOptions::memory_limit; null for the rest.
   TrainingCost (*cost)(const LayerDesc& layer, const Dims& input);
   // The builders; a null inference/int8 builder: the kind cannot run in an
   // inference-only network (Network::inference_blocker()).

@@ -1,6 +1,7 @@
 // The layers. Each forward is followed by its backward; the comments give
 // the math and the shapes (N batch, C channels, H/W height/width, F or I/O
 // features). The arithmetic itself runs in Backend ops.
+#include <charconv>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -418,6 +419,77 @@ class NormLayer final : public Layer {
   Tensor y_, mean_, variance_, dx_;
 };
 
+// ---- periodic ---------------------------------------------------------------
+
+// Draws from N(0, sigma²) by Box-Muller on SplitMix64's 53-bit uniforms: a
+// pure function of the seed, as the other layers' initialisation is.
+class NormalDraw {
+ public:
+  NormalDraw(std::uint64_t seed, double sigma) : rng_(seed), sigma_(sigma) {}
+  float operator()() {
+    const double u1 = double(rng_.next() >> 11) * 0x1p-53;  // [0, 1)
+    const double u2 = double(rng_.next() >> 11) * 0x1p-53;
+    return float(sigma_ * std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(6.283185307179586 * u2));
+  }
+
+ private:
+  SplitMix64 rng_;
+  double sigma_;
+};
+
+class PeriodicLayer final : public Layer {
+ public:
+  PeriodicLayer(const LayerContext& ctx, std::int64_t frequencies, double sigma)
+      : backend_(ctx.backend), k_(frequencies), sigma_(sigma) {
+    input_shape_ = ctx.input;
+    output_shape_ = Dims{ctx.input[0] * 2 * frequencies};
+    op_ = backend_.periodic(PeriodicSpec{ctx.input[0], frequencies});
+    frequencies_.name = param_name(ctx.index, "periodic", "frequencies");
+    op_->shape_parameters(frequencies_.value);
+    init_parameter(backend_, frequencies_, NormalDraw(ctx.seed, sigma));
+  }
+
+  std::string describe() const override {
+    std::string s = "periodic(" + std::to_string(k_);
+    if (sigma_ != kPeriodicSigma) {
+      char text[32];
+      const auto end = std::to_chars(text, text + sizeof text, sigma_).ptr;  // the shortest exact form
+      s += ",sigma=" + std::string(text, end);
+    }
+    return s + ")";
+  }
+
+  // x (N, F) -> y (N, F·2K), per feature f its K sines then its K cosines:
+  //   θ[n][f][j] = 2π·c[f][j]·x[n][f],   c (F, K)
+  //   y[n][f·2K + j] = sin θ,   y[n][f·2K + K + j] = cos θ
+  const Tensor& forward(const Tensor& x, const PassContext&) override {
+    x_ = &x;
+    op_->forward(x, frequencies_.value, y_);
+    return y_;
+  }
+
+  // d[n][f][j] = dy[n][f·2K + j]·cos θ − dy[n][f·2K + K + j]·sin θ   (∂L/∂θ)
+  // dc (+)= Σ_n 2π·x[n][f]·d[n][f][j]     (F, K)
+  // dx = Σ_j 2π·c[f][j]·d[n][f][j]         (N, F)
+  const Tensor& backward(const Tensor& dy, const PassContext& ctx, bool need_dx) override {
+    op_->backward_weights(*x_, dy, frequencies_.value, frequencies_.grad, ctx.accumulate);
+    if (!need_dx) return empty_;
+    op_->backward_data(*x_, dy, frequencies_.value, dx_);
+    return dx_;
+  }
+
+  void collect_parameters(std::vector<Parameter*>& out) override { out.push_back(&frequencies_); }
+
+ private:
+  Backend& backend_;
+  std::int64_t k_;
+  double sigma_;
+  std::unique_ptr<PeriodicOp> op_;
+  Parameter frequencies_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, dx_, empty_;
+};
+
 }  // namespace
 
 std::unique_ptr<Layer> make_dense_layer(const LayerContext& ctx, std::int64_t width,
@@ -448,6 +520,10 @@ std::unique_ptr<Layer> make_batch_norm_layer(const LayerContext& ctx) {
 }
 std::unique_ptr<Layer> make_layer_norm_layer(const LayerContext& ctx) {
   return std::make_unique<NormLayer>(ctx, true);
+}
+
+std::unique_ptr<Layer> make_periodic_layer(const LayerContext& ctx, std::int64_t frequencies, double sigma) {
+  return std::make_unique<PeriodicLayer>(ctx, frequencies, sigma);
 }
 
 }  // namespace anneal::engine

@@ -7,6 +7,7 @@
 
 #include "anneal/backend.h"
 #include "anneal/layers.h"
+#include "anneal/network.h"
 
 namespace anneal::engine {
 
@@ -36,6 +37,10 @@ std::unique_ptr<Layer> make_flatten_layer(const LayerContext& ctx);
 std::unique_ptr<Layer> make_dropout_layer(const LayerContext& ctx, float p);
 std::unique_ptr<Layer> make_batch_norm_layer(const LayerContext& ctx);
 std::unique_ptr<Layer> make_layer_norm_layer(const LayerContext& ctx);
+
+// The periodic embedding of a flat input (F) into (F·2K) values, its
+// frequencies (F, K) drawn from N(0, sigma²) with ctx.seed.
+std::unique_ptr<Layer> make_periodic_layer(const LayerContext& ctx, std::int64_t frequencies, double sigma);
 
 // ---- inference-only layers (quantized_layers.cc) ----
 // Forward only (backward throws): the layers of an int8 or sparse network,

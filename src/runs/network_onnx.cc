@@ -104,6 +104,11 @@ class NetworkWriter {
         attr_int(n, "axis", -1);
         attr_float(n, "epsilon", 1e-5f);
         x = n->output(0);
+      } else if (s.name == "periodic") {
+        if (shape.size() != 1) throw corrupt(where(s) + " needs a flat input but gets an image");
+        const std::int64_t k = s.args.empty() ? kPeriodicFrequencies : static_cast<std::int64_t>(s.args.at(0));
+        x = periodic(s, std::to_string(index) + ".periodic.frequencies", x, shape[0], k);
+        shape = {shape[0] * 2 * k};
       } else {
         throw usage_error(where(s) + ": the ONNX export has no operator for this layer");
       }
@@ -139,6 +144,24 @@ class NetworkWriter {
     const std::string erf = g_.op1("Erf", g_.op("Mul", {x, g_.scalar_f(static_cast<float>(1.0 / std::sqrt(2.0)))}, "scaled"), "erf");
     const std::string half = g_.op("Mul", {x, g_.scalar_f(0.5f)}, "half");
     return g_.op("Mul", {half, g_.op("Add", {erf, g_.scalar_f(1.0f)}, "one_plus_erf")}, "gelu");
+  }
+
+  // periodic: θ = w·x with w = 2π·c rounded to fp32 as the backends round
+  // it (periodic_angular_frequency), so θ is the same fp32 product:
+  // x (N, F) → Unsqueeze (N, F, 1) → Mul w (F, K) → θ (N, F, K) →
+  // Concat(Sin, Cos) on the last axis (N, F, 2K) → Flatten (N, F·2K): per
+  // feature its K sines then its K cosines, the layer's order.
+  std::string periodic(const LayerSpec& s, const std::string& name, const std::string& x, std::int64_t f,
+                       std::int64_t k) {
+    const NamedTensor& c = find(s, name, {f, k});
+    std::vector<float> w(c.values.size());
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = periodic_angular_frequency(c.values[i]);
+    const std::string column = g_.op("Unsqueeze", {x, g_.int64s("axes", {1}, {2})}, "column");
+    const std::string theta = g_.op("Mul", {column, g_.floats(name + ".angular", {f, k}, w)}, "theta");
+    onnx::NodeProto* both =
+        g_.node("Concat", {g_.op1("Sin", theta, "sin"), g_.op1("Cos", theta, "cos")}, {g_.fresh(s.text)});
+    attr_int(both, "axis", 2);
+    return flatten(both->output(0));
   }
 
   // The f32 initializer of parameter `name`, checked against `dims`.

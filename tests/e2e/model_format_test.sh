@@ -5,8 +5,9 @@
 # decodes them, recomputes each model's weights hash, and computes
 # predictions that must match `anneal predict` (or, for image models, which
 # predict cannot read, the confusion matrix of `anneal eval`). It covers an
-# MLP, batchnorm/layernorm/gelu/dropout with bce, one-hot features with
-# regression, the linear model, a CNN, an int8 model and a pruned one; and
+# MLP, batchnorm/layernorm/gelu/dropout with bce, the periodic embedding,
+# one-hot features with regression, the linear model, a CNN, an int8 model
+# and a pruned one; and
 # lists the final checkpoint's trainer state, whose weights must equal the
 # model's. Every model's weights hash, bf16 and tree models' too, is
 # recomputed from its blob, and models of formats 1 and 2 (written before
@@ -174,6 +175,23 @@ expect_rc 0 train "$WORK/cancer.ini"
 compare_predict cancer-mlp@v1 "$TEST_DATA/breast_cancer.csv" 1e-5 "bce/batchnorm/layernorm MLP"
 "$PY" "$READER" info "$WORK/m.bin" >"$WORK/info.json"
 expect_contains "$(cat "$WORK/info.json")" '"1.batchnorm.running_var"' "batchnorm running statistics are named tensors"
+
+# --- the periodic embedding: its frequencies a tensor (F, K), θ = fp32(2π·c)·x --
+cat >"$WORK/cancer-periodic.ini" <<'INI'
+name = cancer-periodic
+dataset = cancer
+layers = periodic(4,sigma=0.5) dense(8) relu dense(2)
+lr = 0.01
+batch = 32
+epochs = 3
+seed = 6
+threads = 1
+baseline = false
+INI
+expect_rc 0 train "$WORK/cancer-periodic.ini"
+compare_predict cancer-periodic@v1 "$TEST_DATA/breast_cancer.csv" 1e-5 "periodic MLP"
+"$PY" "$READER" info "$WORK/m.bin" >"$WORK/info.json"
+expect_contains "$(cat "$WORK/info.json")" '"0.periodic.frequencies"' "the frequencies are a named tensor"
 
 # --- regression (mse) with a one-hot feature, missing and unseen values ------
 expect_rc 0 data import wine-alcohol "$TEST_DATA/wine.csv" --label alcohol

@@ -4,7 +4,8 @@
 # anneal computes in bf16 and the export runs the same weights in fp32, so
 # ONNX Runtime's classes agree with `anneal predict` on >= 99% of the test
 # rows and its probabilities within 0.01. The model has batchnorm,
-# layernorm, tanh and sigmoid, and bce with one output.
+# layernorm, tanh and sigmoid, and bce with one output; a second one two
+# periodic embeddings.
 # Needs a CPU that trains bf16 (AVX512_BF16 or AMX, as oneDNN sees it);
 # elsewhere it is skipped (77), naming the capability.
 . "$E2E_LIB"
@@ -25,4 +26,17 @@ threads   = 1
 INI
 expect_rc 0 train "$WORK/bf16.ini"
 ort_vs_predict sales-bf16@v1 "$WORK/future.csv" 0.99 0.01 bf16-mlp
+# The periodic embedding in bf16: the first one on the fp32 input, the
+# second on the bf16 output of a dense (its values and gradients bf16).
+cat >"$WORK/bf16-periodic.ini" <<'INI'
+name      = sales-bf16-periodic
+dataset   = sales
+layers    = periodic(4) dense(16) relu periodic(2,sigma=0.5) dense(2)
+precision = bf16
+epochs    = 3
+seed      = 3
+threads   = 1
+INI
+expect_rc 0 train "$WORK/bf16-periodic.ini"
+ort_vs_predict sales-bf16-periodic@v1 "$WORK/future.csv" 0.99 0.01 bf16-periodic
 ort_finish

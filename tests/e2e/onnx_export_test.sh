@@ -52,6 +52,25 @@ INI
 expect_rc 0 train "$WORK/norm.ini"
 ort_vs_predict sales-norm@v1 "$WORK/future.csv" 0.999 1e-4 norm-mlp
 
+# The periodic embedding (Unsqueeze, Mul by the fp32 2π·c, Sin and Cos
+# concatenated per feature, Flatten): in the layer's order, or the dense
+# after it would read other values and the classes would not agree.
+cat >"$WORK/periodic.ini" <<'INI'
+name    = sales-periodic
+dataset = sales
+layers  = periodic(6,sigma=0.5) dense(32) relu dense(2)
+epochs  = 3
+seed    = 7
+threads = 1
+INI
+expect_rc 0 train "$WORK/periodic.ini"
+ort_vs_predict sales-periodic@v1 "$WORK/future.csv" 0.999 1e-4 periodic-mlp
+"$PY" - "$WORK/periodic-mlp.onnx" <<'PY' && pass || fail "the periodic layer is not exported as Sin and Cos"
+import onnx, sys
+ops = [n.op_type for n in onnx.load(sys.argv[1]).graph.node]
+assert all(op in ops for op in ("Unsqueeze", "Sin", "Cos", "Concat")), ops
+PY
+
 # Calibrated models (docs/TRAINING.md, "Calibration"): the export rescales
 # the class probabilities by the temperature (Log, Div, Softmax) as predict
 # does. The bce network with calibrate = temperature; a softmax network

@@ -211,6 +211,9 @@ def build_chain(spec, input_shape):
             shape = [shape[0], (shape[1] - k) // s + 1, (shape[2] - k) // s + 1]
         elif name == "flatten":
             shape = [int(np.prod(shape))]
+        elif name == "periodic":
+            layer["k"] = int(args[0]) if args else 16  # K frequencies, 16 when not written
+            shape = [shape[0] * 2 * layer["k"]]
         layer["out"] = shape
         chain.append(layer)
     return chain
@@ -230,6 +233,8 @@ def expected_tensors(chain):
             params += [(f"{k}.{kind}.scale", c), (f"{k}.{kind}.shift", c)]
             if kind == "batchnorm":
                 buffers += [(f"{k}.batchnorm.running_mean", c), (f"{k}.batchnorm.running_var", c)]
+        elif kind == "periodic":
+            params += [(f"{k}.periodic.frequencies", (shape[0], L["k"]))]
     return params + buffers
 
 
@@ -344,6 +349,13 @@ def forward(header, tensors, x):
             mu = h.mean(axis=1, keepdims=True, dtype=np.float64)
             var = ((h - mu) ** 2).mean(axis=1, keepdims=True)
             h = (g * (h - mu) / np.sqrt(var + 1e-5) + beta).astype(np.float32)
+        elif kind == "periodic":
+            # θ = w·x in fp32 with w = 2π·c rounded to fp32; per feature its
+            # K sines, then its K cosines.
+            c = tensors[f"{L['index']}.periodic.frequencies"]
+            w = (2 * np.pi * c.astype(np.float64)).astype(np.float32)
+            theta = (h[:, :, None] * w[None, :, :]).astype(np.float64)
+            h = np.concatenate([np.sin(theta), np.cos(theta)], axis=2).reshape(h.shape[0], -1).astype(np.float32)
         else:
             raise FormatError(f"layer {kind}")
     return h.reshape(h.shape[0], -1).astype(np.float32)

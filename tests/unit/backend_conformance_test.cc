@@ -55,6 +55,7 @@
 #include <functional>
 #include <memory>
 #include <limits>
+#include <numbers>
 #include <numeric>
 #include <ostream>
 #include <random>
@@ -1211,6 +1212,78 @@ TEST_P(BackendConformance, LayerNorm) {
     op->forward_inference(x, scale, shift, bogus_mean, bogus_var, y);
     expect_close("forward_inference", read(y), y_training, tolerance(dt));
   }
+}
+
+// ======================================================================================
+// Periodic embedding
+// ======================================================================================
+
+// y[n][f·2K + j] = sin(2π·c[f][j]·x[n][f]), y[n][f·2K + K + j] = cos(same), in double.
+RefTensor periodic_ref(const RefTensor& x, const RefTensor& c, std::int64_t n, std::int64_t f, std::int64_t k) {
+  RefTensor y(std::size_t(n * f * 2 * k));
+  for (std::int64_t r = 0; r < n; ++r)
+    for (std::int64_t i = 0; i < f; ++i)
+      for (std::int64_t j = 0; j < k; ++j) {
+        const double theta = 2 * std::numbers::pi * c[std::size_t(i * k + j)] * x[std::size_t(r * f + i)];
+        y[std::size_t((r * f + i) * 2 * k + j)] = std::sin(theta);
+        y[std::size_t((r * f + i) * 2 * k + k + j)] = std::cos(theta);
+      }
+  return y;
+}
+
+TEST_P(BackendConformance, PeriodicEmbeddingForwardAndGradients) {
+  for (DType dt : precisions()) {
+    SCOPED_TRACE(dtype_trace(dt));
+    const std::int64_t n = 5, f = 3, k = 4;
+    auto op = be().periodic(PeriodicSpec{f, k});
+    Tensor x, c, y, dy, dx, dc;
+    be().shape_plain(x, Dims{n, f}, dt);
+    op->shape_parameters(c);
+    op->shape_parameters(dc);
+    EXPECT_EQ(c.dims(), (Dims{f, k}));
+    EXPECT_EQ(c.dtype(), DType::kF32);
+    Differentiable d;
+    d.names = {"x", "frequencies"};
+    d.accumulates = {false, true};
+    // |θ| up to about 2π·0.4·3: several periods, so a wrong sign, index or
+    // sine/cosine swap shows.
+    d.values = {stored(randn(std::size_t(n * f), 70, 1.5f), dt), randn(std::size_t(f * k), 71, 0.4f)};
+    auto upload_all = [&] {
+      upload(x, d.values[0]);
+      upload(c, d.values[1]);
+    };
+    d.forward = [&] {
+      upload_all();
+      op->forward(x, c, y);
+      EXPECT_EQ(y.dims(), (Dims{n, f * 2 * k}));
+      EXPECT_EQ(y.dtype(), x.dtype());
+      return read(y);
+    };
+    d.backward = [&](const HostTensor& r, const std::vector<HostTensor>* start) {
+      upload_all();
+      op->forward(x, c, y);
+      be().shape_like(dy, y, y.dtype());
+      upload(dy, r);
+      if (start != nullptr) upload(dc, (*start)[1]);
+      op->backward_weights(x, dy, c, dc, start != nullptr);
+      op->backward_data(x, dy, c, dx);
+      EXPECT_EQ(dx.dims(), x.dims());
+      EXPECT_EQ(dx.dtype(), x.dtype());
+      return std::vector<HostTensor>{read(dx), read(dc)};
+    };
+    d.reference = [&](const std::vector<RefTensor>& v) { return periodic_ref(v[0], v[1], n, f, k); };
+    check_differentiable(d, dt);
+  }
+}
+
+TEST_P(BackendConformance, PeriodicEmbeddingRefusesAMismatchedInput) {
+  auto op = be().periodic(PeriodicSpec{3, 2});
+  Tensor c, y;
+  op->shape_parameters(c);
+  be().fill_zero(c);
+  Tensor x = plain(Dims{4, 5}, randn(20, 72));
+  EXPECT_THROW(op->forward(x, c, y), Error);
+  EXPECT_THROW(be().periodic(PeriodicSpec{3, 0}), Error);
 }
 
 // ======================================================================================
@@ -2804,6 +2877,23 @@ std::vector<HostTensor> run_thread_sensitive_ops(Backend& be) {
     op->backward(ex, ey, edx);
     read(edx);
   }
+  {
+    // Periodic: rows shared out, the frequency gradient summed over a large batch.
+    const std::int64_t rows = 801, f = 7, k = 8;  // N·F·K past the CPU's threading threshold
+    auto op = be.periodic(PeriodicSpec{f, k});
+    Tensor px = plain(Dims{rows, f}, HostTensor(a.begin(), a.begin() + rows * f)), pc, py, pdy, pdx, pdc;
+    op->shape_parameters(pc);
+    op->shape_parameters(pdc);
+    const HostTensor cv = randn(std::size_t(f * k), 205, 0.3f);
+    be.copy_from_host(cv.data(), pc);
+    op->forward(px, pc, py);
+    read(py);
+    pdy = plain(Dims{rows, f * 2 * k}, HostTensor(b.begin(), b.begin() + rows * f * 2 * k));
+    op->backward_data(px, pdy, pc, pdx);
+    read(pdx);
+    op->backward_weights(px, pdy, pc, pdc, false);
+    read(pdc);
+  }
   // Reductions: clip_scale over several gradients, then the updates that use it.
   Tensor g1 = plain(Dims{n}, b), g2 = plain(Dims{333}, randn(333, 203)), scale;
   be.clip_scale({&g1, &g2}, 1.0f, nullptr, scale);
@@ -2993,7 +3083,7 @@ TEST_P(BackendConformance, ConvForwardGivesEachSampleTheSameBitsInAnyBatch) {
       }
 }
 
-TEST_P(BackendConformance, PoolEltwiseNormAndPredictGiveEachSampleTheSameBitsInAnyBatch) {
+TEST_P(BackendConformance, PoolEltwiseNormPeriodicAndPredictGiveEachSampleTheSameBitsInAnyBatch) {
   if (!caps().batch_invariant) GTEST_SKIP() << "capabilities().batch_invariant is false";
   const Dims image{16, 6, 6};
   const std::int64_t pixels = image.product();
@@ -3064,6 +3154,20 @@ TEST_P(BackendConformance, PoolEltwiseNormAndPredictGiveEachSampleTheSameBitsInA
         be().shape_plain(x, Dims{n, f}, dt);
         upload(x, samples_of(xv, f, first, n));
         op->forward_training(x, scale, shift, y, mean, var);
+        return read(y);
+      });
+    }
+    {
+      const std::int64_t f = 5, k = 6;
+      auto op = be().periodic(PeriodicSpec{f, k});
+      Tensor c, x, y;
+      op->shape_parameters(c);
+      upload(c, randn(std::size_t(f * k), 231, 0.5f));
+      const HostTensor xv = stored(randn(std::size_t(kInvariantSamples * f), 232, 1.5f), dt);
+      expect_batch_invariant(dtype_trace(dt) + ", periodic", [&](std::int64_t first, std::int64_t n) {
+        be().shape_plain(x, Dims{n, f}, dt);
+        upload(x, samples_of(xv, f, first, n));
+        op->forward(x, c, y);
         return read(y);
       });
     }

@@ -182,6 +182,8 @@ INSTANTIATE_TEST_SUITE_P(
         LayerCase{"conv(3,3,pad=1) batchnorm", {2, 4, 4}},
         LayerCase{"layernorm", {6}},
         LayerCase{"dense(6) relu dense(5) batchnorm dense(4) layernorm dense(3)", {5}},
+        LayerCase{"periodic(3,sigma=1)", {4}},             // the first layer: input gradient too
+        LayerCase{"dense(3) periodic(2) dense(2)", {5}},   // inside a network, its dx feeding the dense
         // 16k channels in and out, 3x3, stride 1: the Winograd kernels (no
         // relu: with this many outputs a kink between the two steps is likely)
         LayerCase{"conv(16,3,pad=1)", {16, 5, 5}},

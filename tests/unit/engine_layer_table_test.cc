@@ -47,16 +47,18 @@ TEST(LayerTable, KnownNamesAreTheTableRowsInOrder) {
   for (const LayerKind& k : layer_table()) rows.emplace_back(k.name);
   EXPECT_EQ(rows, known_layer_names());
   EXPECT_EQ(rows, (std::vector<std::string>{"dense", "conv", "maxpool", "avgpool", "flatten", "relu", "gelu", "tanh",
-                                            "sigmoid", "dropout", "batchnorm", "layernorm"}));
+                                            "sigmoid", "dropout", "batchnorm", "layernorm", "periodic"}));
   for (const LayerKind& k : layer_table()) {
     EXPECT_NE(k.parse, nullptr) << k.name;
     EXPECT_NE(k.shape, nullptr) << k.name;
     EXPECT_NE(k.train, nullptr) << k.name;
-    // Weighted kinds, and only they, count towards the memory limit.
-    EXPECT_EQ(k.weighted, k.cost != nullptr) << k.name;
+    // Weighted kinds and the periodic embedding (which widens its input
+    // 2K-fold), and only they, count towards the memory limit.
+    EXPECT_EQ(k.weighted || k.name == "periodic", k.cost != nullptr) << k.name;
     EXPECT_EQ(k.weighted, k.name == "dense" || k.name == "conv") << k.name;
-    // Inference-only networks run every kind but the norms, fp32 and int8 alike.
-    const bool norm = k.name == "batchnorm" || k.name == "layernorm";
+    // Inference-only networks run every kind but the norms and the periodic
+    // embedding, fp32 and int8 alike.
+    const bool norm = k.name == "batchnorm" || k.name == "layernorm" || k.name == "periodic";
     EXPECT_EQ(k.inference == nullptr, norm) << k.name;
     EXPECT_EQ(k.int8 == nullptr, norm) << k.name;
   }
@@ -158,6 +160,42 @@ TEST(LayerTable, HostileSpecsGetTheirExactErrors) {
   // Arguments are checked before any shape: the first bad argument wins.
   EXPECT_EQ(parse_error("conv(4,3) dense(0)"),
             "layer 2 'dense(0)': WIDTH must be a positive integer (usage: dense(WIDTH))");
+}
+
+TEST(LayerTable, PeriodicTakesAnOptionalFrequencyCountAndSigma) {
+  const std::vector<LayerDesc> l = parse_layers("periodic periodic(8) periodic(4,sigma=0.5) periodic()");
+  ASSERT_EQ(l.size(), 4u);
+  EXPECT_EQ(std::get<PeriodicArgs>(l[0].args).frequencies, 16);
+  EXPECT_DOUBLE_EQ(std::get<PeriodicArgs>(l[0].args).sigma, 0.1);
+  EXPECT_EQ(std::get<PeriodicArgs>(l[1].args).frequencies, 8);
+  EXPECT_DOUBLE_EQ(std::get<PeriodicArgs>(l[1].args).sigma, 0.1);
+  EXPECT_EQ(std::get<PeriodicArgs>(l[2].args).frequencies, 4);
+  EXPECT_DOUBLE_EQ(std::get<PeriodicArgs>(l[2].args).sigma, 0.5);
+  EXPECT_EQ(std::get<PeriodicArgs>(l[3].args).frequencies, 16);
+
+  const std::string usage = " (usage: periodic(K[,sigma=S]) with K >= 1 (default 16) and S > 0 (default 0.1))";
+  EXPECT_EQ(parse_error("periodic(0)"), "layer 1 'periodic(0)': K must be a positive integer" + usage);
+  EXPECT_EQ(parse_error("periodic(2.5)"), "layer 1 'periodic(2.5)': K must be a positive integer" + usage);
+  EXPECT_EQ(parse_error("periodic(x)"), "layer spec: 'x' in 'periodic(x)' is not a number");
+  EXPECT_EQ(parse_error("periodic(4,-1)"), "layer 1 'periodic(4,-1)': takes 0 to 1 positional arguments" + usage);
+  EXPECT_EQ(parse_error("periodic(4,sigma=-1)"), "layer 1 'periodic(4,sigma=-1)': sigma must be a number > 0" + usage);
+  EXPECT_EQ(parse_error("periodic(4,sigma=0)"), "layer 1 'periodic(4,sigma=0)': sigma must be a number > 0" + usage);
+  EXPECT_EQ(parse_error("periodic(4,scale=1)"), "layer 1 'periodic(4,scale=1)': has no option 'scale'" + usage);
+
+  const std::vector<LayerDesc> net = parse_layers("periodic(8) dense(32) relu dense(3)");
+  const std::vector<LayerShape> shapes = check_layer_shapes(net, Dims{5}, {});
+  EXPECT_EQ(shapes[0].output, Dims{80});
+  EXPECT_EQ(shapes[1].input, Dims{80});
+  EXPECT_EQ(shape_error("periodic(4)", Dims{1, 8, 8}),
+            "layer 1 'periodic(4)' needs a flat input {F} but gets the image {1, 8, 8}; put flatten before it");
+  // Its 2K-fold widening counts towards the memory limit.
+  EXPECT_EQ(shape_error("periodic(1e6) dense(2)", Dims{1000}, std::uint64_t{1} << 30).rfind("layer 1 'periodic(1e6)': training the network up to here needs at least", 0), 0u);
+  // Nothing fuses into it, and an inference-only network cannot build it.
+  const std::vector<LayerPlan> p = plan("periodic(4) relu dense(2)", Dims{3}, BuildMode::kTraining);
+  EXPECT_FALSE(p[1].absorbed);
+  EXPECT_EQ(inference_blocker(net[0]),
+            "layer 1 'periodic(8)': int8 and sparse inference support dense, conv, pooling, flatten, dropout and "
+            "activations, not periodic");
 }
 
 TEST(LayerTable, ShapesAreCheckedLayerByLayer) {

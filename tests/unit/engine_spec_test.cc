@@ -2,7 +2,9 @@
 // specs, all raised while building, before any training.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "anneal/error.h"
 #include "test_util.h"
@@ -73,6 +75,50 @@ TEST(LayerSpec, BuildsTheReferenceNetworks) {
   image.outputs = 3;
   Network c("conv(4,3,stride=2) dense(3)", image, *backend);
   EXPECT_EQ(c.output_shape(), Dims{3});
+}
+
+TEST(LayerSpec, PeriodicEmbedsEachFeatureInItsOwnFrequencies) {
+  auto backend = test::cpu_backend();
+  auto scope = backend->enter();
+  NetworkOptions options;
+  options.input_shape = Dims{10};
+  options.outputs = 3;
+  options.seed = 4;
+  Network net("periodic(500,sigma=0.25) dense(8) relu dense(3)", options, *backend);
+  EXPECT_EQ(net.describe(), "periodic(500,sigma=0.25) dense(8) relu dense(3)");
+  ASSERT_FALSE(net.parameters().empty());
+  const Parameter& c = *net.parameters()[0];
+  EXPECT_EQ(c.name, "0.periodic.frequencies");
+  EXPECT_EQ(c.value.dims(), (Dims{10, 500}));
+  EXPECT_EQ(net.parameter_count(), 10 * 500 + 8 * 10000 + 8 + 3 * 8 + 3);
+  EXPECT_EQ(net.summary()[0], "periodic(500,sigma=0.25)  {10} -> {10000}  5000 params");
+  // N(0, sigma²): 5000 draws' mean and standard deviation.
+  std::vector<float> v(5000);
+  backend->copy_to_host(c.value, v.data());
+  double sum = 0, squares = 0;
+  for (float x : v) sum += x, squares += double(x) * x;
+  const double mean = sum / 5000, sd = std::sqrt(squares / 5000 - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.02);
+  EXPECT_NEAR(sd, 0.25, 0.01);
+  // A pure function of the seed.
+  Network again("periodic(500,sigma=0.25) dense(8) relu dense(3)", options, *backend);
+  std::vector<float> w(5000);
+  backend->copy_to_host(again.parameters()[0]->value, w.data());
+  EXPECT_EQ(v, w);
+  options.seed = 5;
+  Network other("periodic(500,sigma=0.25) dense(8) relu dense(3)", options, *backend);
+  backend->copy_to_host(other.parameters()[0]->value, w.data());
+  EXPECT_NE(v, w);
+  // The defaults, written bare; an inference-only network cannot hold it.
+  Network bare("periodic dense(3)", options, *backend);
+  EXPECT_EQ(bare.describe(), "periodic(16) dense(3)");
+  EXPECT_EQ(bare.parameters()[0]->value.dims(), (Dims{10, 16}));
+  EXPECT_EQ(bare.inference_blocker(),
+            "layer 1 'periodic': int8 and sparse inference support dense, conv, pooling, flatten, dropout and "
+            "activations, not periodic");
+  EXPECT_EQ(build_error("flatten periodic(2) dense(3)", Dims{1, 4, 4}, 3), "") << "flat after flatten";
+  EXPECT_EQ(build_error("periodic(2) dense(3)", Dims{1, 4, 4}, 3),
+            "layer 1 'periodic(2)' needs a flat input {F} but gets the image {1, 4, 4}; put flatten before it");
 }
 
 TEST(LayerSpec, UnknownLayerSuggestsTheClosestName) {

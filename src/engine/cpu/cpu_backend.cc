@@ -409,6 +409,9 @@ class CpuBackend final : public Backend {
   std::unique_ptr<NormOp> layer_norm(const NormSpec& spec) override {
     return make_layer_norm_op(ctx_, spec);
   }
+  std::unique_ptr<PeriodicOp> periodic(const PeriodicSpec& spec) override {
+    return make_periodic_op(ctx_, spec);
+  }
   std::unique_ptr<LossOp> loss(LossKind kind, std::int64_t outputs,
                                std::span<const float> class_weights) override {
     return make_loss_op(ctx_, kind, outputs, class_weights);

@@ -16,6 +16,8 @@ std::unique_ptr<ConvOp> make_conv_op(CpuContext& ctx, const ConvSpec& spec);
 std::unique_ptr<PoolOp> make_pool_op(CpuContext& ctx, const PoolSpec& spec);
 std::unique_ptr<NormOp> make_batch_norm_op(CpuContext& ctx, const NormSpec& spec);
 std::unique_ptr<NormOp> make_layer_norm_op(CpuContext& ctx, const NormSpec& spec);
+// Plain loops, not oneDNN (cpu_periodic.cc).
+std::unique_ptr<PeriodicOp> make_periodic_op(CpuContext& ctx, const PeriodicSpec& spec);
 std::unique_ptr<LossOp> make_loss_op(CpuContext& ctx, LossKind kind, std::int64_t outputs,
                                      std::span<const float> class_weights);
 

@@ -480,6 +480,64 @@ __global__ void norm_param_grad_kernel(NormShape s, const T* x, const T* dy, con
   dgamma[b] = accumulate ? dgamma[b] + float(dg) : float(dg);
 }
 
+// ---- Periodic embedding ----
+
+// w = 2π·c rounded to fp32, as periodic_angular_frequency (backend.h).
+__device__ float angular_frequency(float c) { return float(6.283185307179586 * double(c)); }
+
+// One thread per (n, f, j): the sine and the cosine of θ.
+template <typename T>
+__global__ void periodic_forward_kernel(const T* x, const float* c, T* y, int total, int f, int k) {
+  ANNEAL_GRID_STRIDE(i, total) {
+    const int j = i % k, row_feature = i / k, feature = row_feature % f;
+    const float theta = angular_frequency(c[feature * k + j]) * ld(x[row_feature]);
+    const std::int64_t base = static_cast<std::int64_t>(row_feature) * 2 * k;
+    y[base + j] = st<T>(sinf(theta));
+    y[base + k + j] = st<T>(cosf(theta));
+  }
+}
+
+// One thread per (n, f), the K frequencies in order.
+template <typename T>
+__global__ void periodic_backward_data_kernel(const T* x, const T* dy, const float* c, T* dx, int total, int f,
+                                              int k) {
+  ANNEAL_GRID_STRIDE(i, total) {
+    const int feature = i % f;
+    const float v = ld(x[i]);
+    const std::int64_t base = static_cast<std::int64_t>(i) * 2 * k;
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      const float w = angular_frequency(c[feature * k + j]);
+      const float theta = w * v;
+      sum += w * (ld(dy[base + j]) * cosf(theta) - ld(dy[base + k + j]) * sinf(theta));
+    }
+    dx[i] = st<T>(sum);
+  }
+}
+
+// One block per (f, j): each thread its strided share of the rows, then a
+// fixed tree.
+template <typename T>
+__global__ void periodic_backward_weights_kernel(const T* x, const T* dy, const float* c, float* dc, int n, int f,
+                                                 int k, bool accumulate) {
+  __shared__ double shared[kThreads];
+  const int o = blockIdx.x, feature = o / k, j = o % k;
+  const float w = angular_frequency(c[o]);
+  double acc = 0;
+  for (int r = threadIdx.x; r < n; r += kThreads) {
+    const int i = r * f + feature;
+    const float v = ld(x[i]);
+    const float theta = w * v;
+    const std::int64_t base = static_cast<std::int64_t>(i) * 2 * k;
+    acc += double(v) * double(ld(dy[base + j]) * cosf(theta) - ld(dy[base + k + j]) * sinf(theta));
+  }
+  const double total = block_sum(acc, shared);
+  if (threadIdx.x == 0) {
+    const float value = float(6.283185307179586 * total);
+    dc[o] = accumulate ? dc[o] + value : value;
+  }
+}
+
 // ---- Losses ----
 
 __device__ float class_weight(const float* weights, int label) { return weights ? weights[label] : 1.0f; }
@@ -780,6 +838,33 @@ void norm_backward(const NormShape& s, ConstActivations x, ConstActivations dy, 
       check_launch("norm_param_grad");
     }
   });
+}
+void periodic_forward(ConstActivations x, const float* c, Activations y, int n, int f, int k, cudaStream_t stream) {
+  const int total = n * f * k;
+  with_type(x.dtype, "periodic", [&](auto t) {
+    using T = typename decltype(t)::type;
+    periodic_forward_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(as<T>(x), c, as<T>(y), total, f, k);
+  });
+  check_launch("periodic_forward");
+}
+void periodic_backward_data(ConstActivations x, ConstActivations dy, const float* c, Activations dx, int n, int f,
+                            int k, cudaStream_t stream) {
+  const int total = n * f;
+  with_type(x.dtype, "periodic", [&](auto t) {
+    using T = typename decltype(t)::type;
+    periodic_backward_data_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(as<T>(x), as<T>(dy), c,
+                                                                                 as<T>(dx), total, f, k);
+  });
+  check_launch("periodic_backward_data");
+}
+void periodic_backward_weights(ConstActivations x, ConstActivations dy, const float* c, float* dc, int n, int f,
+                               int k, bool accumulate, cudaStream_t stream) {
+  with_type(x.dtype, "periodic", [&](auto t) {
+    using T = typename decltype(t)::type;
+    periodic_backward_weights_kernel<T><<<f * k, kThreads, 0, stream>>>(as<T>(x), as<T>(dy), c, dc, n, f, k,
+                                                                        accumulate);
+  });
+  check_launch("periodic_backward_weights");
 }
 void loss_forward_backward(LossKind kind, ConstActivations pred, const float* labels, const float* class_weights,
                            int n, int k, Activations dpred, float grad_scale, const float* loss_scale,

@@ -159,6 +159,19 @@ void norm_backward(const NormShape& s, ConstActivations x, ConstActivations dy, 
                    const float* mean, const float* variance, Activations dx, float* dgamma, float* dbeta,
                    bool accumulate, cudaStream_t stream);
 
+// ---- Periodic embedding (PeriodicOp) ---------------------------------------------
+// x (N, F), y (N, F·2K), dy and dx of one dtype; c and dc (F, K) fp32;
+// N·F·K must fit in int. w = 2π·c rounded to fp32, θ = w·x (backend.h).
+// y[n][f·2K + j] = sin θ, y[n][f·2K + K + j] = cos θ.
+void periodic_forward(ConstActivations x, const float* c, Activations y, int n, int f, int k, cudaStream_t stream);
+// dx[n][f] = Σ_j w·(g_s·cos θ − g_c·sin θ), the j in order.
+void periodic_backward_data(ConstActivations x, ConstActivations dy, const float* c, Activations dx, int n, int f,
+                            int k, cudaStream_t stream);
+// dc[f][j] (+)= 2π·Σ_n x·(g_s·cos θ − g_c·sin θ): one block per (f, j),
+// summed in double in a fixed tree.
+void periodic_backward_weights(ConstActivations x, ConstActivations dy, const float* c, float* dc, int n, int f,
+                               int k, bool accumulate, cudaStream_t stream);
+
 // ---- Losses -----------------------------------------------------------------
 
 // Running totals on the device. bad_labels counts softmax_ce labels that

@@ -204,6 +204,70 @@ class CudaNormOp final : public NormOp {
   DeviceBuffer mean_, variance_;  // layer norm's inference statistics
 };
 
+// ---- Periodic embedding ------------------------------------------------------------------
+
+class CudaPeriodicOp final : public PeriodicOp {
+ public:
+  CudaPeriodicOp(CudaContext& ctx, const PeriodicSpec& spec) : ctx_(ctx), spec_(spec) {
+    if (spec.features < 1 || spec.frequencies < 1)
+      throw usage_error("periodic: needs at least one feature and one frequency");
+    f_ = kernel_count(spec.features, "periodic features");
+    k_ = kernel_count(spec.frequencies, "periodic frequencies");
+    kernel_count(spec.features * spec.frequencies, "periodic frequencies");
+  }
+
+  void shape_parameters(Tensor& frequencies) override {
+    shape_plain(frequencies, Dims{spec_.features, spec_.frequencies}, DType::kF32, *ctx_.allocator);
+  }
+
+  // x (N, F) -> y (N, F·2K): y[n][f·2K + j] = sin(w·x), y[n][f·2K + K + j] = cos(w·x)
+  void forward(const Tensor& x, const Tensor& frequencies, Tensor& y) override {
+    const int n = rows_of(x);
+    shape_plain(y, Dims{n, spec_.features * 2 * spec_.frequencies}, x.dtype(), *ctx_.allocator);
+    kernels::periodic_forward(activations(x), f32(frequencies, "periodic frequencies"), activations(y), n, f_, k_,
+                              ctx_.stream);
+  }
+
+  // dx (N, F) = Σ_j w·(g_s·cos θ − g_c·sin θ)
+  void backward_data(const Tensor& x, const Tensor& dy, const Tensor& frequencies, Tensor& dx) override {
+    const int n = rows_of(x);
+    check_gradient(x, dy, n);
+    shape_plain(dx, x.dims(), x.dtype(), *ctx_.allocator);
+    kernels::periodic_backward_data(activations(x), activations(dy), f32(frequencies, "periodic frequencies"),
+                                    activations(dx), n, f_, k_, ctx_.stream);
+  }
+
+  // dc (F, K) (+)= 2π·Σ_n x·(g_s·cos θ − g_c·sin θ)
+  void backward_weights(const Tensor& x, const Tensor& dy, const Tensor& frequencies, Tensor& dfrequencies,
+                        bool accumulate) override {
+    const int n = rows_of(x);
+    check_gradient(x, dy, n);
+    if (dfrequencies.dims() != Dims{spec_.features, spec_.frequencies})
+      throw failure("periodic: the frequency gradient is not shaped as the frequencies");
+    kernels::periodic_backward_weights(activations(x), activations(dy), f32(frequencies, "periodic frequencies"),
+                                       f32(dfrequencies, "periodic frequency gradient"), n, f_, k_, accumulate,
+                                       ctx_.stream);
+  }
+
+ private:
+  int rows_of(const Tensor& x) const {
+    if (x.dims().rank() != 2 || x.dims()[1] != spec_.features)
+      throw failure("periodic: input " + x.dims().str() + " does not match (N, " + std::to_string(spec_.features) +
+                    ")");
+    const int n = kernel_count(x.batch(), "periodic batch");
+    kernel_count(x.batch() * spec_.features * spec_.frequencies, "periodic input");
+    return n;
+  }
+  void check_gradient(const Tensor& x, const Tensor& dy, int n) const {
+    if (dy.dtype() != x.dtype() || dy.dims() != Dims{n, spec_.features * 2 * spec_.frequencies})
+      throw failure("periodic: the gradient " + dy.dims().str() + " is not shaped as the output");
+  }
+
+  CudaContext& ctx_;
+  PeriodicSpec spec_;
+  int f_ = 0, k_ = 0;
+};
+
 }  // namespace
 
 std::unique_ptr<EltwiseOp> make_eltwise_op(CudaContext& ctx, const EltwiseSpec& spec) {
@@ -217,6 +281,10 @@ std::unique_ptr<NormOp> make_batch_norm_op(CudaContext& ctx, const NormSpec& spe
 }
 std::unique_ptr<NormOp> make_layer_norm_op(CudaContext& ctx, const NormSpec& spec) {
   return std::make_unique<CudaNormOp>(ctx, spec, true);
+}
+
+std::unique_ptr<PeriodicOp> make_periodic_op(CudaContext& ctx, const PeriodicSpec& spec) {
+  return std::make_unique<CudaPeriodicOp>(ctx, spec);
 }
 
 }  // namespace anneal::cuda

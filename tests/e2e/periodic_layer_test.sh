@@ -1,0 +1,109 @@
+#!/bin/bash
+# The periodic embedding layer, periodic(K[,sigma=S]) (docs/TRAINING.md,
+# docs/ENGINE.md): a tabular network that starts with it trains, evaluates
+# and predicts, the same weights run after run; its frequencies are a model
+# tensor (F, K); a warm start from it starts at its weights; int8 quantize
+# and prune refuse it in one line naming the layer; bad specs are one-line
+# usage errors naming the config line, exit code 2, leaving no run.
+. "$E2E_LIB"
+
+at_least() { python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)"; }
+# expect_error CODE NEEDLE ARGS...: anneal fails with CODE, one line naming NEEDLE.
+expect_error() {
+  local code=$1 needle=$2
+  shift 2
+  expect_rc "$code" "$@"
+  expect_contains "$ERR" "$needle" "anneal $*"
+  expect_eq "$(printf '%s\n' "$ERR" | grep -c '^anneal: ')" "1" "one error line for: $*"
+}
+epoch1_loss() {  # RUN: the first epoch's training loss
+  "$ANNEAL" --json runs show "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['epochs'][0]['train_loss'])"
+}
+
+expect_rc 0 init
+# wine: 13 numeric columns on very different scales, 3 classes.
+expect_rc 0 data import wine "$TEST_DATA/wine.csv"
+
+cat >"$WORK/p.ini" <<'INI'
+name       = wine-periodic
+dataset    = wine
+layers     = periodic(8) dense(32) relu dense(3)
+lr         = 0.003
+batch      = 16
+epochs     = 40
+seed       = 5
+threads    = 1
+validation = 0.1
+INI
+
+# --- train, eval, predict ------------------------------------------------------
+expect_rc 0 --json train "$WORK/p.ini"
+acc=$(json_get 'j["metrics"]["test_accuracy"]')
+hash1=$(json_get 'j["weights_hash"]')
+scratch_run=$(json_get 'j["run"]')
+at_least "$acc" 0.85 && pass || fail "wine test accuracy with periodic(8): $acc < 0.85"
+expect_rc 0 --json train "$WORK/p.ini"
+expect_eq "$(json_get 'j["weights_hash"]')" "$hash1" "two runs give the same weights"
+
+# The model's tensor table, as the independent reader of docs/STORE.md sees it.
+READER="$(cd "$(dirname "$E2E_LIB")/../format" && pwd)/read_model.py"
+/usr/bin/python3 "$READER" blob --store "$ANNEAL_HOME" --model wine-periodic@v1 -o "$WORK/m.bin" || fail "reader: blob"
+expect_eq "$(/usr/bin/python3 "$READER" info "$WORK/m.bin" | python3 -c \
+  'import json,sys; print([(t["name"], t["dims"]) for t in json.load(sys.stdin)["tensors"] if "periodic" in t["name"]])')" \
+  "[('0.periodic.frequencies', [13, 8])]" "the frequencies are tensor 0.periodic.frequencies (F, K)"
+expect_rc 0 model show wine-periodic@v1
+expect_contains "$OUT" "periodic(8)" "model show prints the layer"
+
+expect_rc 0 --json eval wine-periodic@v1 wine
+expect_eq "$(json_get 'j["metrics"]["accuracy"]')" "$acc" "eval reproduces the run's test accuracy"
+
+expect_rc 0 --json predict wine-periodic@v1 --input "$TEST_DATA/wine.csv" -o "$WORK/pred.csv"
+expect_eq "$(json_get 'j["rows"]')" "178" "predicted every row"
+agree=$(python3 - "$TEST_DATA/wine.csv" "$WORK/pred.csv" <<'PY'
+import csv, sys
+truth = [r[-1] for r in list(csv.reader(open(sys.argv[1])))[1:]]
+pred = [r[1] for r in list(csv.reader(open(sys.argv[2])))[1:]]
+print(sum(a == b for a, b in zip(truth, pred)) / len(truth))
+PY
+)
+at_least "$agree" 0.9 && pass || fail "predictions agree with the labels: $agree"
+
+# --- warm start: from the trained model's weights, frequencies included ---------
+expect_rc 0 --json train "$WORK/p.ini" --set warm_start=wine-periodic@v1 --set epochs=2
+warm_model=$(json_get 'j["model"]')
+warm_run=$(json_get 'j["run"]')
+expect_rc 0 --json model show "$warm_model"
+expect_eq "$(json_get 'j["lineage"]["parent"], j["lineage"]["warm_start"]')" "wine-periodic@v1 True" \
+  "the warm start records its parent"
+warm_loss=$(epoch1_loss "$warm_run")
+cold_loss=$(epoch1_loss "$scratch_run")
+python3 -c "import sys; sys.exit(0 if $warm_loss < 0.5 * $cold_loss else 1)" && pass \
+  || fail "a warm start begins where the parent ended: epoch 1 loss $warm_loss vs $cold_loss from scratch"
+
+# --- int8 and pruning: the layer has no dense/conv weights; refused by name ------
+before=$(store_state)
+expect_error 2 "layer 1 'periodic(8)': int8 and sparse inference support dense, conv, pooling, flatten, dropout and activations, not periodic" \
+  quantize wine-periodic@v1 --int8 --calib wine --calib-samples 50 --threads 1
+expect_error 2 "layer 1 'periodic(8)'" prune wine-periodic@v1 --sparsity 0.5 --finetune-epochs 1 --threads 1
+expect_error 2 "layer 1 'periodic(8)'" prune wine-periodic@v1 --structured --sparsity 0.5 --finetune-epochs 1 --threads 1
+expect_eq "$(store_state)" "$before" "refused quantize and prune leave the store as it was"
+
+# --- bad specs: one line naming the config file's line, exit 2, no run ---------
+expect_rc 0 --json runs list
+runs_before=$(json_get 'len(j["runs"])')
+bad_spec() {  # SPEC NEEDLE
+  printf 'name    = wine-bad\ndataset = wine\nlayers  = %s dense(32) relu dense(3)\nepochs  = 1\n' "$1" >"$WORK/bad.ini"
+  expect_error 2 "bad.ini:3: layers = $1 dense(32) relu dense(3): " train "$WORK/bad.ini"
+  expect_contains "$ERR" "$2" "the error for layers = $1"
+}
+bad_spec 'periodic(0)' "layer 1 'periodic(0)': K must be a positive integer (usage: periodic(K[,sigma=S])"
+bad_spec 'periodic(x)' "'x' in 'periodic(x)' is not a number"
+bad_spec 'periodic(4,-1)' "layer 1 'periodic(4,-1)': takes 0 to 1 positional arguments"
+bad_spec 'periodic(4,sigma=-1)' "layer 1 'periodic(4,sigma=-1)': sigma must be a number > 0"
+bad_spec 'periodic(4,sigma=0)' "sigma must be a number > 0"
+bad_spec 'periodic(4,freq=2)' "has no option 'freq'"
+bad_spec 'periodic(4' "'4 dense(32' in 'periodic(4 dense(32)' is not a number"
+expect_rc 0 --json runs list
+expect_eq "$(json_get 'len(j["runs"])')" "$runs_before" "bad specs leave no run behind"
+
+finish
