@@ -33,7 +33,7 @@ expect_eq "$rc" 0 "bench/tabular.sh exit code (stderr: $(tail -n 5 "$WORK/bench.
 OUT=$(cat "$WORK/bench.out")
 
 # Each table's line: "NAME TRAIN/TEST METRIC LR MLP XGB | CANDIDATES... |
-# BEST CANDIDATE (val|TEST) PEER_SCORE PEER DELTA pass|FAIL | SECONDS BUDGET ok|OVER".
+# BEST auto (config) PEER_SCORE PEER DELTA pass|FAIL | SECONDS BUDGET ok|OVER".
 check_row() {
   local table=$1 metric=$2 rows=$3 row why
   row=$(printf '%s\n' "$OUT" | grep "^$table ")
@@ -70,13 +70,16 @@ if len(cands) < 2:
     problems.append("expected a score per anneal candidate (net, linear), got %s" % cands)
 for i, text in enumerate(cands):
     score(text, "anneal candidate %d" % (i + 1))
-# anneal best: its score, the candidate and how it was chosen; the best peer.
+# anneal best: its score, the candidate and how it was chosen (the auto
+# config, what a user runs: "auto (config)"); the best peer.
 if len(best) != 7:
-    problems.append("expected 'SCORE CANDIDATE (val) SCORE PEER DELTA GOAL', got %s" % best)
+    problems.append("expected 'SCORE CANDIDATE (config) SCORE PEER DELTA GOAL', got %s" % best)
 else:
     score(best[0], "anneal best")
-    if best[2] != "(val)":
-        problems.append("anneal best chosen %s, expected (val): every candidate has a validation score" % best[2])
+    if best[1:3] != ["auto", "(config)"]:
+        problems.append("anneal best is %s, expected the auto config: 'auto (config)'" % " ".join(best[1:3]))
+    elif best[0] != cands[-1]:
+        problems.append("anneal best %s is not the auto column's score %s" % (best[0], cands[-1]))
     score(best[3], "best peer")
     if best[4] not in ("LR", "MLP", "XGB"):
         problems.append("best peer %r" % best[4])
