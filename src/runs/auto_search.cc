@@ -425,8 +425,8 @@ class Search {
   template <typename OverBudget, typename Finish>
   std::size_t run_fresh(const std::vector<Candidate>& portfolio, const std::vector<std::size_t>& fresh, int rung,
                         double budget, const OverBudget& over_budget, const Finish& finish) {
-    const std::size_t workers = std::min(parallel(), fresh.size());
-    if (workers <= 1 && parallel() <= 1) {
+    if (fresh.empty()) return 0;
+    if (parallel() <= 1) {
       for (std::size_t i = 0; i < fresh.size(); ++i) {
         if (over_budget(i)) return i;
         finish(run_trial(cx_, portfolio, fresh[i], rung, budget), portfolio[fresh[i]]);
@@ -484,7 +484,7 @@ class Search {
         std::atomic<bool>& halt;
         ~Halt() { halt = true; }
       } stop_on_exit{halt};
-      for (std::size_t w = 0; w < std::max<std::size_t>(workers, 1); ++w) pool.emplace_back(work);
+      for (std::size_t w = 0; w < std::min(parallel(), fresh.size()); ++w) pool.emplace_back(work);
       for (; ran < fresh.size(); ++ran) {
         Slot slot;
         {
