@@ -500,40 +500,10 @@ class Search {
     return ran;
   }
 
-  // The seconds a trial of candidate `c` at `budget` should take: its
-  // latest trial's, scaled by the budgets; else the mean of its kind's
-  // trials so far, scaled alike; 0 before any.
   double projected_trial(const std::vector<Candidate>& portfolio, std::size_t c, double budget) const {
-    for (auto t = result_.trials.rbegin(); t != result_.trials.rend(); ++t)
-      if (t->candidate == c) return t->seconds * budget / t->budget;
-    double total = 0;
-    int n = 0;
-    for (const Trial& t : result_.trials)
-      if (portfolio[t.candidate].kind == portfolio[c].kind) {
-        total += t.seconds * budget / t.budget;
-        ++n;
-      }
-    return n ? total / n : 0;
+    return projected_trial_seconds(result_.trials, portfolio, c, budget);
   }
-
-  // The seconds the refit after the search should take: the three best
-  // latest trials (an ensemble's usual members; the winner among them),
-  // each trained once on all training rows at its trial's budget. A
-  // k-fold trial fitted k times on (k-1)/k of the rows: one fit on all of
-  // them takes about its seconds / (k-1); a validation-split trial's one
-  // fit is the refit's size.
-  double projected_refit() const {
-    std::vector<double> seconds, scores;
-    for (std::size_t i = 0; i < result_.trials.size(); ++i)
-      if (!result_.trials[i].held.empty()) {
-        seconds.push_back(result_.trials[i].seconds);
-        scores.push_back(result_.trials[i].score);
-      }
-    const double per_fit = splits_.size() > 1 ? 1.0 / static_cast<double>(splits_.size() - 1) : 1.0;
-    double total = 0;
-    for (std::size_t i : best_indices(scores, 3)) total += seconds[i] * per_fit;
-    return total;
-  }
+  double projected_refit() const { return projected_refit_seconds(result_.trials, splits_.size()); }
 
   // How many trials run at once: the run's threads on the CPU (each trial
   // then on one thread), one on another device.
@@ -802,6 +772,33 @@ void apply_winner(const SearchResult& result, const std::vector<Candidate>& port
     }
     case ModelKindId::kEnsemble: break;
   }
+}
+
+double projected_trial_seconds(const std::vector<Trial>& trials, const std::vector<Candidate>& portfolio,
+                               std::size_t candidate, double budget) {
+  for (auto t = trials.rbegin(); t != trials.rend(); ++t)
+    if (t->candidate == candidate) return t->seconds * budget / t->budget;
+  double total = 0;
+  int n = 0;
+  for (const Trial& t : trials)
+    if (portfolio.at(t.candidate).kind == portfolio.at(candidate).kind) {
+      total += t.seconds * budget / t.budget;
+      ++n;
+    }
+  return n ? total / n : 0;
+}
+
+double projected_refit_seconds(const std::vector<Trial>& trials, std::size_t splits) {
+  std::vector<double> seconds, scores;
+  for (const Trial& t : trials)
+    if (!t.held.empty()) {
+      seconds.push_back(t.seconds);
+      scores.push_back(t.score);
+    }
+  const double per_fit = splits > 1 ? 1.0 / static_cast<double>(splits - 1) : 1.0;
+  double total = 0;
+  for (std::size_t i : best_indices(scores, 3)) total += seconds[i] * per_fit;
+  return total;
 }
 
 EnsembleWeights select_ensemble(const std::vector<std::span<const float>>& predictions, std::span<const float> labels,

@@ -120,6 +120,22 @@ struct Trial {
   static Trial from_json(const nlohmann::json& j);  // kCorrupt for a malformed record
 };
 
+// The time budget's projections (docs/TRAINING.md, "The budget"), from the
+// trials so far. projected_trial_seconds: the seconds a trial of
+// `candidate` (an index into `portfolio`) at `budget` should take: its
+// candidate's latest trial's, scaled by the budgets; else the mean of its
+// kind's trials so far, scaled alike; 0 before any.
+// projected_refit_seconds: the seconds the refit after the search should
+// take: the three best latest trials (those that keep `held`; an
+// ensemble's usual members, the winner among them), each fitted once on
+// all training rows at its trial's budget. A trial scored on `splits`
+// k-fold splits fitted k times on (k-1)/k of the rows, so one fit on all
+// of them takes about its seconds / (k-1); with one split (a validation
+// split or a holdout fold), its seconds.
+double projected_trial_seconds(const std::vector<Trial>& trials, const std::vector<Candidate>& portfolio,
+                               std::size_t candidate, double budget);
+double projected_refit_seconds(const std::vector<Trial>& trials, std::size_t splits);
+
 // Ensemble selection (Caruana, Niculescu-Mizil, Crew and Ksikes 2004, as
 // AutoGluon weighs its models): `rounds` times, with replacement, add the
 // model whose addition gives the averaged predictions the lowest loss on

@@ -170,5 +170,39 @@ TEST(AutoSearchEnsemble, WeighsComplementaryModelsAndLeavesOutUselessOnes) {
   EXPECT_THROW(weighted_sum({a, b}, std::vector<double>{1.0}), std::invalid_argument);
 }
 
+// The time budget's projections: a trial from its candidate's last one
+// scaled by the budgets (else its kind's mean), the refit from the three
+// best latest trials at one fit each.
+TEST(AutoSearchBudget, ProjectsTrialsFromEarlierOnesAndTheRefitFromTheBestThree) {
+  const auto portfolio = search_portfolio();
+  auto trial = [](std::size_t candidate, double budget, double seconds, double score, bool latest) {
+    Trial t;
+    t.candidate = candidate;
+    t.budget = budget;
+    t.seconds = seconds;
+    t.score = score;
+    if (latest) t.held = {0.5f};
+    return t;
+  };
+  // Candidates 1 and 2 are trees, the last one a network.
+  ASSERT_EQ(portfolio[1].kind, ModelKindId::kTrees);
+  ASSERT_EQ(portfolio[2].kind, ModelKindId::kTrees);
+  const std::size_t net = portfolio.size() - 1;
+  ASSERT_EQ(portfolio[net].kind, ModelKindId::kNetwork);
+  std::vector<Trial> trials = {trial(0, 1, 0.5, 0.70, true), trial(1, 1.0 / 9, 2, 0.80, true),
+                               trial(2, 1.0 / 9, 4, 0.85, true)};
+  EXPECT_DOUBLE_EQ(projected_trial_seconds(trials, portfolio, 1, 1.0 / 3), 6) << "its own trial, three times the budget";
+  EXPECT_DOUBLE_EQ(projected_trial_seconds(trials, portfolio, 3, 1.0 / 9), 3) << "no trial of its own: its kind's mean";
+  EXPECT_DOUBLE_EQ(projected_trial_seconds(trials, portfolio, net, 1.0 / 9), 0) << "nothing of its kind yet";
+  // Five folds: one fit on all rows is a quarter of a trial's time.
+  EXPECT_DOUBLE_EQ(projected_refit_seconds(trials, 5), (0.5 + 2 + 4) / 4);
+  trials.push_back(trial(net, 1.0 / 9, 8, 0.90, true));
+  EXPECT_DOUBLE_EQ(projected_refit_seconds(trials, 5), (2 + 4 + 8) / 4.0) << "the three best only";
+  EXPECT_DOUBLE_EQ(projected_refit_seconds(trials, 1), 2 + 4 + 8) << "one split: a trial is one fit";
+  trials[2].held.clear();  // superseded: no longer the candidate's latest
+  EXPECT_DOUBLE_EQ(projected_refit_seconds(trials, 1), 0.5 + 2 + 8);
+  EXPECT_DOUBLE_EQ(projected_refit_seconds({}, 5), 0);
+}
+
 }  // namespace
 }  // namespace anneal::runs
