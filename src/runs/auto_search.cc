@@ -24,6 +24,7 @@
 #include "anneal/sample_source.h"
 #include "anneal/scoring.h"
 #include "anneal/trainer.h"
+#include "runs/model_kinds.h"
 
 namespace anneal::runs {
 using nlohmann::json;
@@ -106,13 +107,6 @@ void check_stop(const FitContext& cx) {
   if (cx.stop.stop_requested()) throw failure("interrupted during the search");
 }
 
-std::vector<float> row_weights(const FitContext& cx, std::span<const float> y) {
-  std::vector<float> w;
-  if (cx.data.class_weights.empty()) return w;
-  for (float label : y) w.push_back(cx.data.class_weights[static_cast<std::size_t>(label)]);
-  return w;
-}
-
 Fitted fit_linear_on(const FitContext& cx, const FitRows& r) {
   const auto inputs = static_cast<std::int64_t>(cx.width);
   const std::vector<float> x(r.x_fit.begin(), r.x_fit.end()), y(r.y_fit.begin(), r.y_fit.end());
@@ -126,11 +120,10 @@ Fitted fit_linear_on(const FitContext& cx, const FitRows& r) {
 }
 
 Fitted fit_trees_on(const FitContext& cx, const Candidate& c, FitBudget budget, const FitRows& r, bool keep) {
-  const TreeObjective objective = cx.classes == 0   ? TreeObjective::kSquaredError
-                                  : cx.classes == 2 ? TreeObjective::kBinaryLogistic
-                                                    : TreeObjective::kMultiSoftmax;
+  const TreeObjective objective = tree_objective(cx.classes);
   const auto width = static_cast<std::int64_t>(cx.width);
-  const std::vector<float> w_fit = row_weights(cx, r.y_fit), w_held = row_weights(cx, r.y_held);
+  const std::vector<float> w_fit = row_weights(cx.data.class_weights, r.y_fit),
+                           w_held = row_weights(cx.data.class_weights, r.y_held);
   const TreeRows fit{r.x_fit, r.y_fit, w_fit, static_cast<std::int64_t>(r.y_fit.size()), width};
   const TreeRows held{r.x_held, r.y_held, w_held, static_cast<std::int64_t>(r.y_held.size()), width};
   const bool early = budget.early_stop && !r.y_held.empty();
@@ -151,18 +144,7 @@ Fitted fit_trees_on(const FitContext& cx, const Candidate& c, FitBudget budget, 
   f.kept = trees.rounds();
   if (keep) {
     f.model.kind = ModelKindId::kTrees;
-    TreeModel& m = f.model.trees;
-    m.objective = objective;
-    m.classes = cx.classes;
-    const std::vector<std::uint8_t> bytes = trees.save();
-    m.booster.assign(bytes.begin(), bytes.end());
-    m.rounds = trees.rounds();
-    m.params = {{"max_rounds", p.max_rounds},       {"early_stopping_rounds", p.early_stopping_rounds},
-                {"max_depth", p.max_depth},         {"learning_rate", p.learning_rate},
-                {"min_child_weight", p.min_child_weight}, {"subsample", p.subsample},
-                {"colsample_bytree", p.colsample_bytree}, {"l2", p.l2},
-                {"seed", p.seed},                   {"threads", p.threads}};
-    m.importance = trees.importance();
+    f.model.trees = tree_model_of(trees, objective, cx.classes, p);
     f.model.outputs = objective == TreeObjective::kMultiSoftmax ? cx.classes : 1;
   }
   return f;

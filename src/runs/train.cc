@@ -25,6 +25,7 @@
 #include "anneal/scoring.h"
 #include "runs/auto_search.h"
 #include "runs/distributed.h"
+#include "runs/model_kinds.h"
 #include "runs/permutation_importance.h"
 #include "runs/process_stats.h"
 #include "runs/training_data.h"
@@ -164,16 +165,9 @@ runs::TreeModel fit_trees(PreparedData& data, const TrainConfig& config, const r
   const std::int64_t width = data.features.output_width();
   const bool classification = data.labels.classification();
   const std::int64_t classes = classification ? data.labels.classes() : 0;
-  const TreeObjective objective = !classification ? TreeObjective::kSquaredError
-                                  : classes == 2  ? TreeObjective::kBinaryLogistic
-                                                  : TreeObjective::kMultiSoftmax;
-  auto weights_of = [&](const std::vector<float>& y) {
-    std::vector<float> w;
-    if (data.class_weights.empty()) return w;
-    for (float label : y) w.push_back(data.class_weights[static_cast<std::size_t>(label)]);
-    return w;
-  };
-  const std::vector<float> w_train = weights_of(data.y_train), w_val = weights_of(data.y_val);
+  const TreeObjective objective = runs::tree_objective(classes);
+  const std::vector<float> w_train = runs::row_weights(data.class_weights, data.y_train),
+                           w_val = runs::row_weights(data.class_weights, data.y_val);
   const TreeRows train{data.x_train, data.y_train, w_train, static_cast<std::int64_t>(data.y_train.size()), width};
   const TreeRows validation{data.x_val, data.y_val, w_val, static_cast<std::int64_t>(data.y_val.size()), width};
   TreeParams params = config.trees;
@@ -194,23 +188,9 @@ runs::TreeModel fit_trees(PreparedData& data, const TrainConfig& config, const r
         reporter.progress("boosting", static_cast<std::uint64_t>(round.round + 1),
                           static_cast<std::uint64_t>(params.max_rounds));
       });
-  runs::TreeModel m;
-  m.objective = objective;
-  m.classes = classes;
-  const std::vector<std::uint8_t> bytes = trees.save();
-  m.booster.assign(bytes.begin(), bytes.end());
-  m.rounds = trees.rounds();
-  m.params = {{"max_rounds", params.max_rounds},
-              {"early_stopping_rounds", validated ? params.early_stopping_rounds : 0},
-              {"max_depth", params.max_depth},
-              {"learning_rate", params.learning_rate},
-              {"min_child_weight", params.min_child_weight},
-              {"subsample", params.subsample},
-              {"colsample_bytree", params.colsample_bytree},
-              {"l2", params.l2},
-              {"seed", params.seed},
-              {"threads", params.threads}};
-  m.importance = trees.importance();
+  TreeParams took = params;
+  if (!validated) took.early_stopping_rounds = 0;
+  runs::TreeModel m = runs::tree_model_of(trees, objective, classes, took);
   reporter.note("boosted trees: " + std::to_string(m.rounds) + " rounds" +
                 (base ? " (" + std::to_string(base->rounds()) + " of them the parent's)" : std::string()) +
                 (validated && params.early_stopping_rounds > 0 && m.rounds < (base ? base->rounds() : 0) + params.max_rounds

@@ -83,6 +83,14 @@ void check_trainable(const LoadedDataset& loaded, const TrainConfig& config) {
   if (loaded.train.rows == 0) throw usage_error("dataset " + v.ref() + " has no training rows");
 }
 
+std::vector<float> row_weights(std::span<const float> class_weights, std::span<const float> labels) {
+  std::vector<float> w;
+  if (class_weights.empty()) return w;
+  w.reserve(labels.size());
+  for (float label : labels) w.push_back(class_weights[static_cast<std::size_t>(label)]);
+  return w;
+}
+
 std::uint64_t physical_memory() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || page <= 0) return std::uint64_t{1} << 30;

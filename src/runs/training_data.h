@@ -102,6 +102,10 @@ PreparedData prepare_data(Store& store, LabelParts label_parts, const TrainConfi
 // The machine's physical memory in bytes (1 GiB when the system does not
 // say): the most a run's network may need while training
 // (TrainerConfig::memory_limit).
+// Each row's weight by its class (`labels`: class indices), from the
+// per-class `class_weights`; empty when there are none (every row 1).
+std::vector<float> row_weights(std::span<const float> class_weights, std::span<const float> labels);
+
 std::uint64_t physical_memory();
 // The default memory_budget: half the machine's physical memory.
 std::uint64_t default_memory_budget();

@@ -231,6 +231,34 @@ class TreeKind final : public ModelKind {
 
 }  // namespace
 
+TreeObjective tree_objective(std::int64_t classes) {
+  return classes == 0 ? TreeObjective::kSquaredError
+         : classes == 2 ? TreeObjective::kBinaryLogistic
+                        : TreeObjective::kMultiSoftmax;
+}
+
+TreeModel tree_model_of(const BoostedTrees& trees, TreeObjective objective, std::int64_t classes,
+                        const TreeParams& params) {
+  TreeModel m;
+  m.objective = objective;
+  m.classes = classes;
+  const std::vector<std::uint8_t> bytes = trees.save();
+  m.booster.assign(bytes.begin(), bytes.end());
+  m.rounds = trees.rounds();
+  m.params = {{"max_rounds", params.max_rounds},
+              {"early_stopping_rounds", params.early_stopping_rounds},
+              {"max_depth", params.max_depth},
+              {"learning_rate", params.learning_rate},
+              {"min_child_weight", params.min_child_weight},
+              {"subsample", params.subsample},
+              {"colsample_bytree", params.colsample_bytree},
+              {"l2", params.l2},
+              {"seed", params.seed},
+              {"threads", params.threads}};
+  m.importance = trees.importance();
+  return m;
+}
+
 const ModelKind& tree_model_kind() {
   static const TreeKind kind;
   return kind;
