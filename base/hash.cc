@@ -48,6 +48,17 @@ Digest hash_bytes(std::string_view bytes) {
   return digest;
 }
 
+static_assert(crypto_shorthash_BYTES == 8 && crypto_shorthash_KEYBYTES == 16);
+
+std::uint64_t short_hash(std::string_view bytes, const ShortHashKey& key) {
+  ensure_sodium();
+  unsigned char out[crypto_shorthash_BYTES];
+  crypto_shorthash(out, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), key.data());
+  std::uint64_t value = 0;
+  for (int i = 0; i < 8; ++i) value |= std::uint64_t{out[i]} << (8 * i);
+  return value;
+}
+
 std::string to_hex(const Digest& digest) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string hex(digest.size() * 2, '0');

@@ -358,8 +358,9 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
   std::map<std::string, std::string> feature_dtypes;
   if (train.byte_features) feature_dtypes["features"] = "u8";
   if (request.test && test.byte_features) feature_dtypes["test.features"] = "u8";
-  const ImportIdentity identity =
-      import_identity(request, format, train.columns[train.label_column].name, source_hashes, feature_dtypes);
+  const SplitRule split_rule = split_rule_for(store, request.dataset, format);
+  const ImportIdentity identity = import_identity(request, format, train.columns[train.label_column].name,
+                                                  source_hashes, feature_dtypes, split_rule);
 
   // The parsed form: features and labels in source row order (so appended
   // rows append to these streams too), and a split mask or the test part.
@@ -370,7 +371,7 @@ ImportResult import_dataset(Store& store, const ImportRequest& request, Reporter
     result.version.train_rows = train.rows;
     result.version.test_rows = test.rows;
   } else {
-    split = content_split(train, request.split, request.seed);
+    split = content_split(train, request.split, request.seed, split_rule);
     std::uint64_t test_rows = static_cast<std::uint64_t>(std::count(split.begin(), split.end(), 1));
     result.version.train_rows = train.rows - test_rows;
     result.version.test_rows = test_rows;

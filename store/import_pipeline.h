@@ -39,9 +39,23 @@ std::vector<std::uint8_t> features_as_bytes(const std::vector<float>& features);
 // Stats of two parts of one column (train and test files) combined.
 ColumnSchema merge_column(const ColumnSchema& train, const ColumnSchema& test);
 
-// The test split, decided row by row from the row's content (see
-// import_pipeline.cc): 1 for a test row.
-std::vector<std::uint8_t> content_split(const Table& table, double fraction, std::uint64_t seed);
+// How a version's test split was decided from its rows' content
+// (docs/STORE.md, "The split"), recorded as its options' "split_rule".
+enum class SplitRule {
+  kRowContent,         // "row-content": BLAKE2b of the row's bytes, mixed with the seed
+  kRowContentSipHash,  // "row-content-siphash": SipHash-2-4 of the same bytes, keyed by the seed
+};
+const char* split_rule_name(SplitRule rule);
+
+// The rule an import into `dataset` splits by: row-content when any version
+// of the dataset was split by it, so its rows keep their sides as the data
+// grows, and for IDX images (BLAKE2b hashes a row of pixels as it streams
+// by; SipHash would have to hold it); row-content-siphash otherwise.
+SplitRule split_rule_for(Store& store, const std::string& dataset, Format format);
+
+// The test split, decided row by row from the row's content under `rule`
+// (see import_pipeline.cc): 1 for a test row.
+std::vector<std::uint8_t> content_split(const Table& table, double fraction, std::uint64_t seed, SplitRule rule);
 
 // The parse options an import request sets, for the file `display_name`.
 ParseOptions parse_options_of(const ImportRequest& request, std::string display_name);
@@ -57,9 +71,10 @@ struct ImportIdentity {
 
 // `feature_dtypes`: the dtype of each features stream (by role) that is not
 // "f32" (see import_pipeline.cc).
+// `split_rule`: the rule a version without a test file was split by.
 ImportIdentity import_identity(const ImportRequest& request, Format format, const std::string& label,
                                const std::vector<std::pair<std::string, std::string>>& source_hashes,
-                               const std::map<std::string, std::string>& feature_dtypes);
+                               const std::map<std::string, std::string>& feature_dtypes, SplitRule split_rule);
 
 // The version's schema row (columns and sample shape) as JSON text;
 // kBadData when it would exceed kMaxSchemaBytes.

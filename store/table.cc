@@ -47,55 +47,127 @@ RowContentKeys::RowContentKeys(const Table& table)
 // the label), then per cell a u32: the float32 bits (NaN as 0x7fc00000), or
 // for a category 0x80000000 | its text's length followed by the text. All
 // little-endian.
-std::uint64_t RowContentKeys::key(std::uint64_t row) const {
+template <typename Out>
+void RowContentKeys::encode(std::uint64_t row, Out& out) const {
   const Table& table = *table_;
-  Hasher hasher;
-  // Bytes gather here and go to the hasher a buffer at a time.
-  std::array<char, 512> buffer;
-  std::size_t used = 0;
-  auto flush = [&] {
-    hasher.update(std::string_view(buffer.data(), used));
-    used = 0;
-  };
-  auto put_u32 = [&](std::uint32_t v) {
-    if (used + 4 > buffer.size()) flush();
-    buffer[used] = static_cast<char>(v);
-    buffer[used + 1] = static_cast<char>(v >> 8);
-    buffer[used + 2] = static_cast<char>(v >> 16);
-    buffer[used + 3] = static_cast<char>(v >> 24);
-    used += 4;
-  };
   for (const Cells& column : cells_) {
     const ColumnSchema& schema = table.columns[column.column];
     const float* cells = column.label ? table.labels.data() + row
                                       : table.features.data() + row * row_width_ + column.offset;
-    put_u32(column.label ? 0xffffffffu : static_cast<std::uint32_t>(column.width));
+    out.put_u32(column.label ? 0xffffffffu : static_cast<std::uint32_t>(column.width));
     for (std::size_t k = 0; k < column.width; ++k) {
       const float v = cells[k];
       if (std::isnan(v)) {
-        put_u32(0x7fc00000u);
+        out.put_u32(0x7fc00000u);
       } else if (column.categorical && v >= 0 && static_cast<std::size_t>(v) < schema.categories.size()) {
         const std::string& text = schema.categories[static_cast<std::size_t>(v)];
-        put_u32(0x80000000u | static_cast<std::uint32_t>(text.size()));
-        if (used + text.size() > buffer.size()) {
-          flush();
-          hasher.update(text);
-        } else {
-          std::memcpy(buffer.data() + used, text.data(), text.size());
-          used += text.size();
-        }
+        out.put_u32(0x80000000u | static_cast<std::uint32_t>(text.size()));
+        out.put_text(text);
       } else {
         std::uint32_t bits;
         std::memcpy(&bits, &v, 4);
-        put_u32(bits);
+        out.put_u32(bits);
       }
     }
   }
-  flush();
+}
+
+namespace {
+
+void store_u32(char* at, std::uint32_t v) {
+  at[0] = static_cast<char>(v);
+  at[1] = static_cast<char>(v >> 8);
+  at[2] = static_cast<char>(v >> 16);
+  at[3] = static_cast<char>(v >> 24);
+}
+
+// Feeds BLAKE2b a buffer at a time: the digest does not depend on how the
+// input is cut, and one update per cell would cost more than the hash.
+class BufferedHasher {
+ public:
+  void put_u32(std::uint32_t v) {
+    if (used_ + 4 > buffer_.size()) flush();
+    store_u32(buffer_.data() + used_, v);
+    used_ += 4;
+  }
+  void put_text(std::string_view text) {
+    if (used_ + text.size() > buffer_.size()) {
+      flush();
+      hasher_.update(text);
+    } else {
+      std::memcpy(buffer_.data() + used_, text.data(), text.size());
+      used_ += text.size();
+    }
+  }
+  Digest finish() {
+    flush();
+    return hasher_.finish();
+  }
+
+ private:
+  void flush() {
+    hasher_.update(std::string_view(buffer_.data(), used_));
+    used_ = 0;
+  }
+  Hasher hasher_;
+  std::array<char, 512> buffer_;
+  std::size_t used_ = 0;
+};
+
+// The row's bytes contiguous, as a one-shot hash needs them: on the stack
+// for a row of up to 1 KiB, on the heap past that. The stack case is the
+// hot one (a numeric table's row), kept to a bounds check and a store.
+class RowBytes {
+ public:
+  void put_u32(std::uint32_t v) {
+    if (spilled_.empty() && used_ + 4 <= inline_.size()) [[likely]] {
+      store_u32(inline_.data() + used_, v);
+      used_ += 4;
+      return;
+    }
+    char bytes[4];
+    store_u32(bytes, v);
+    spill(std::string_view(bytes, 4));
+  }
+  void put_text(std::string_view text) {
+    if (spilled_.empty() && used_ + text.size() <= inline_.size()) {
+      if (!text.empty()) std::memcpy(inline_.data() + used_, text.data(), text.size());
+      used_ += text.size();
+      return;
+    }
+    spill(text);
+  }
+  std::string_view bytes() const {
+    return spilled_.empty() ? std::string_view(inline_.data(), used_) : std::string_view(spilled_);
+  }
+
+ private:
+  // Past the stack buffer: everything so far moves to the heap, and the
+  // rest follows it there.
+  void spill(std::string_view more) {
+    if (spilled_.empty()) spilled_.assign(inline_.data(), used_);
+    spilled_.append(more);
+  }
+  std::array<char, 1024> inline_;
+  std::size_t used_ = 0;
+  std::string spilled_;  // all of the bytes, once they outgrow inline_
+};
+
+}  // namespace
+
+std::uint64_t RowContentKeys::key(std::uint64_t row) const {
+  BufferedHasher hasher;
+  encode(row, hasher);
   const Digest d = hasher.finish();
   std::uint64_t key = 0;
   for (int i = 0; i < 8; ++i) key |= std::uint64_t{d[static_cast<std::size_t>(i)]} << (8 * i);
   return key;
+}
+
+std::uint64_t RowContentKeys::keyed_key(std::uint64_t row, const ShortHashKey& hash_key) const {
+  RowBytes bytes;
+  encode(row, bytes);
+  return short_hash(bytes.bytes(), hash_key);
 }
 
 std::uint64_t row_content_key(const Table& table, std::uint64_t row, std::span<const std::size_t> columns) {

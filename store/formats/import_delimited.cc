@@ -97,6 +97,7 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
     split = tensor("split", "u8");
   }
   std::uint64_t test_rows_in_split = 0;
+  const SplitRule split_rule = split_rule_for(store, request.dataset, format);
   std::vector<VersionStream> streams;
   for (std::size_t i = 0; i < parts.size(); ++i) {
     Part& part = parts[i];
@@ -133,7 +134,7 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
                           std::make_move_iterator(added_categories[c].end()));
         added_categories[c].clear();
       }
-      std::vector<std::uint8_t> mask = content_split(batch, request.split, request.seed);
+      std::vector<std::uint8_t> mask = content_split(batch, request.split, request.seed, split_rule);
       test_rows_in_split += static_cast<std::uint64_t>(std::count(mask.begin(), mask.end(), 1));
       tensors[*split].builder.append(as_bytes(mask));
     };
@@ -156,7 +157,7 @@ ImportResult import_delimited_streamed(Store& store, const ImportRequest& reques
   const std::string label = train.columns[train.label_column].name;
   std::vector<std::pair<std::string, std::string>> source_hashes;
   for (std::size_t i = 0; i < parts.size(); ++i) source_hashes.emplace_back(parts[i].role, streams[i].chunks.hash);
-  const ImportIdentity identity = import_identity(request, format, label, source_hashes, {});
+  const ImportIdentity identity = import_identity(request, format, label, source_hashes, {}, split_rule);
   std::vector<ColumnSchema> columns = train.columns;
   if (request.test)
     for (std::size_t c = 0; c < columns.size(); ++c) columns[c] = merge_column(train.columns[c], parts[1].schema.columns[c]);

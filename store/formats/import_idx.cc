@@ -298,7 +298,8 @@ std::optional<ImportResult> import_u8_idx_streamed(Store& store, const ImportReq
   for (std::size_t i = 0; i < files.size(); ++i) source_hashes.emplace_back(files[i].role, sources[i].hash);
   std::map<std::string, std::string> feature_dtypes{{"features", "u8"}};
   if (request.test) feature_dtypes["test.features"] = "u8";
-  const ImportIdentity identity = import_identity(request, Format::kIdx, label, source_hashes, feature_dtypes);
+  const ImportIdentity identity = import_identity(request, Format::kIdx, label, source_hashes, feature_dtypes,
+                                                  split_rule_for(store, request.dataset, Format::kIdx));
   std::vector<ColumnSchema> columns = train.columns;
   if (request.test)
     for (std::size_t c = 0; c < columns.size(); ++c) columns[c] = merge_column(train.columns[c], tables[1].columns[c]);

@@ -8,7 +8,7 @@ expect_contains "$OUT" "imported iris@v1" "first import is v1"
 expect_rc 0 --json data show iris
 # The split is decided per row: about a fifth (a binomial count, 3.5 sd = 17).
 expect_eq "$(json_get 'j["rows"], j["train_rows"] + j["test_rows"], 13 <= j["test_rows"] <= 47')" "150 150 True" "iris rows and a split of about 0.2"
-expect_eq "$(json_get 'j["options"]["split_rule"], j["options"]["date_formats"]')" "row-content []" "split rule and date formats recorded"
+expect_eq "$(json_get 'j["options"]["split_rule"], j["options"]["date_formats"]')" "row-content-siphash []" "split rule and date formats recorded"
 expect_eq "$(json_get 'j["label_column"]')" "species" "label defaults to the last column"
 expect_eq "$(json_get '[c["type"] for c in j["columns"]].count("numeric")')" "4" "four numeric features"
 expect_eq "$(json_get 'j["columns"][4]["categories"]')" "['setosa', 'versicolor', 'virginica']" "label dictionary"

@@ -70,7 +70,9 @@ python3 -c "import sys; sys.exit(0 if abs($int8 - $fp32) <= 0.03 else 1)" && pas
   || fail "int8 accuracy $int8 is more than 3 points from fp32 $fp32"
 
 # Unstructured gradual pruning, fine-tuned: exact sparsity, stored compactly.
-expect_rc 0 --json prune digits-mlp@v1 --sparsity 0.8 --schedule gradual --finetune-epochs 3 --threads 1
+# Five epochs to reach 80%: with three, the drop on digits' test rows was
+# 2.4 to 5.5 points across four splits (five: 0.8 to 2.3).
+expect_rc 0 --json prune digits-mlp@v1 --sparsity 0.8 --schedule gradual --finetune-epochs 5 --threads 1
 expect_eq "$(json_get 'j["model"]')" "digits-mlp@v3" "prune registers the next version"
 python3 -c "import sys; s = $(json_get 'j["sparsity"]'); sys.exit(0 if abs(s - 0.8) < 0.01 else 1)" && pass \
   || fail "sparsity is not 0.8"

@@ -1,8 +1,10 @@
 // The dataset store end to end through its C++ API: import, dedup across
 // versions, export, damage detection, gc.
 #include <gtest/gtest.h>
+#include <sodium.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <set>
@@ -14,6 +16,7 @@
 #include "anneal/maintenance.h"
 #include "anneal/preprocess.h"
 #include "anneal/store.h"
+#include "sqlite.h"
 #include "test_util.h"
 
 namespace anneal {
@@ -79,7 +82,7 @@ TEST_F(StoreTest, ImportsRealCsvsWithTheirSchema) {
 
 TEST_F(StoreTest, SplitTakesAboutTheFractionOfEachClassAndIsReproducible) {
   ImportResult r = import("iris", test::data_file("iris.csv"));
-  EXPECT_EQ(r.version.options.at("split_rule"), "row-content");
+  EXPECT_EQ(r.version.options.at("split_rule"), "row-content-siphash");
   Store store = Store::open(root());
   LoadedDataset d = load_dataset(store, parse_dataset_ref("iris"));
   // Decided per row, so about (not exactly) 10 of each class's 50 rows:
@@ -100,6 +103,127 @@ TEST_F(StoreTest, SplitTakesAboutTheFractionOfEachClassAndIsReproducible) {
   request.file = test::data_file("iris.csv");
   import_dataset(store2, request, reporter_);
   EXPECT_EQ(load_dataset(store2, parse_dataset_ref("iris")).test.features, d.test.features);
+}
+
+// A table of 400 rows, each named by its numeric column k: a categorical
+// column, a numeric one with missing cells and a categorical label.
+std::string mixed_csv(std::size_t rows) {
+  std::string text = "k,city,x,label\n";
+  const char* cities[] = {"Oslo", "Lima", "Kraków", "Abu Dhabi"};
+  for (std::size_t i = 0; i < rows; ++i)
+    text += std::to_string(i) + "," + cities[i % 4] + "," + (i % 7 == 0 ? "" : std::to_string(i % 13) + ".25") + "," +
+            (i % 3 == 0 ? "yes" : "no") + "\n";
+  return text;
+}
+
+// The k of every test row of mixed_csv(rows), decided by docs/STORE.md's
+// formula for `rule`, computed here from the CSV's values with libsodium
+// alone: per column in file order a u32 width (0xffffffff for the label),
+// then the cell (float32 bits, 0x7fc00000 when missing, 0x80000000 | length
+// and the text for a category), little-endian.
+std::set<float> documented_test_rows(std::size_t rows, double fraction, std::uint64_t seed, const std::string& rule) {
+  const char* cities[] = {"Oslo", "Lima", "Kraków", "Abu Dhabi"};
+  auto put_u32 = [](std::string& out, std::uint32_t v) {
+    for (int b = 0; b < 4; ++b) out.push_back(static_cast<char>(v >> (8 * b)));
+  };
+  auto put_float = [&](std::string& out, float v) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    put_u32(out, bits);
+  };
+  auto put_text = [&](std::string& out, const std::string& text) {
+    put_u32(out, 0x80000000u | static_cast<std::uint32_t>(text.size()));
+    out += text;
+  };
+  const auto threshold = static_cast<std::uint64_t>(std::ldexp(fraction, 64));
+  std::set<float> test;
+  for (std::size_t i = 0; i < rows; ++i) {
+    std::string bytes;
+    put_u32(bytes, 1);
+    put_float(bytes, static_cast<float>(i));
+    put_u32(bytes, 1);
+    put_text(bytes, cities[i % 4]);
+    put_u32(bytes, 1);
+    if (i % 7 == 0) put_u32(bytes, 0x7fc00000u);
+    else put_float(bytes, static_cast<float>(i % 13) + 0.25f);
+    put_u32(bytes, 0xffffffffu);
+    put_text(bytes, i % 3 == 0 ? "yes" : "no");
+    const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
+    std::uint64_t z = 0;
+    if (rule == "row-content-siphash") {
+      unsigned char key[16] = {}, out[8];
+      for (int b = 0; b < 8; ++b) key[b] = static_cast<unsigned char>(seed >> (8 * b));
+      crypto_shorthash(out, data, bytes.size(), key);
+      for (int b = 0; b < 8; ++b) z |= std::uint64_t{out[b]} << (8 * b);
+    } else {
+      unsigned char digest[32];
+      crypto_generichash(digest, 32, data, bytes.size(), nullptr, 0);
+      for (int b = 0; b < 8; ++b) z |= std::uint64_t{digest[b]} << (8 * b);
+      z ^= seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      z ^= z >> 31;
+    }
+    if (z < threshold) test.insert(static_cast<float>(i));
+  }
+  return test;
+}
+
+std::set<float> test_rows_of(Store& store, const std::string& ref) {
+  LoadedDataset d = load_dataset(store, parse_dataset_ref(ref));
+  std::set<float> ks;
+  const std::size_t width = static_cast<std::size_t>(d.test.sample_width());
+  for (std::uint64_t r = 0; r < d.test.rows; ++r) ks.insert(d.test.features[r * width]);
+  return ks;
+}
+
+// A new dataset is split by row-content-siphash, exactly as docs/STORE.md
+// writes it down.
+TEST_F(StoreTest, NewDatasetSplitIsTheDocumentedSipHashRule) {
+  const fs::path file = dir_.path() / "mixed.csv";
+  test::write_file(file, mixed_csv(400));
+  Store store = Store::open(root());
+  ImportRequest request;
+  request.dataset = "mixed";
+  request.file = file;
+  request.split = 0.3;
+  request.seed = 7;
+  ImportResult r = import_dataset(store, request, reporter_);
+  EXPECT_EQ(r.version.options.at("split_rule"), "row-content-siphash");
+  const std::set<float> want = documented_test_rows(400, 0.3, 7, "row-content-siphash");
+  EXPECT_EQ(test_rows_of(store, "mixed@v1"), want);
+  EXPECT_EQ(r.version.test_rows, want.size());
+  EXPECT_NEAR(static_cast<double>(want.size()), 120, 3.5 * std::sqrt(400 * 0.3 * 0.7));
+  // Another seed, another split of the same rows.
+  EXPECT_NE(documented_test_rows(400, 0.3, 8, "row-content-siphash"), want);
+}
+
+// A dataset with a version split by row-content (imported before
+// row-content-siphash existed) goes on with it, so the rows it held keep
+// their sides in every later version.
+TEST_F(StoreTest, DatasetSplitByRowContentKeepsThatRule) {
+  const fs::path file = dir_.path() / "mixed.csv";
+  test::write_file(file, mixed_csv(300));
+  Store store = Store::open(root());
+  ImportRequest request;
+  request.dataset = "mixed";
+  request.file = file;
+  request.split = 0.3;
+  request.seed = 7;
+  import_dataset(store, request, reporter_);
+  // v1 as an earlier anneal recorded it (its mask is not read again here).
+  store.db().exec(
+      "UPDATE dataset_versions SET options_json = json_set(options_json, '$.split_rule', 'row-content')");
+  test::write_file(file, mixed_csv(400));
+  ImportResult r = import_dataset(store, request, reporter_);
+  ASSERT_TRUE(r.created);
+  EXPECT_EQ(r.version.options.at("split_rule"), "row-content");
+  const std::set<float> want = documented_test_rows(400, 0.3, 7, "row-content");
+  EXPECT_EQ(test_rows_of(store, "mixed@v2"), want);
+  EXPECT_NE(want, documented_test_rows(400, 0.3, 7, "row-content-siphash"));
+  // Importing the same file again finds that version: the rule is part of
+  // the identity, and it is chosen the same way again.
+  EXPECT_FALSE(import_dataset(store, request, reporter_).created);
 }
 
 // The keys of a loaded part's rows (their content, label included).
