@@ -24,10 +24,31 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A table of `rows` rows, each named by its numeric column k: a categorical
+// column, a numeric one with missing cells and a categorical label.
+std::string mixed_csv(std::size_t rows) {
+  std::string text = "k,city,x,label\n";
+  const char* cities[] = {"Oslo", "Lima", "Kraków", "Abu Dhabi"};
+  for (std::size_t i = 0; i < rows; ++i)
+    text += std::to_string(i) + "," + cities[i % 4] + "," + (i % 7 == 0 ? "" : std::to_string(i % 13) + ".25") + "," +
+            (i % 3 == 0 ? "yes" : "no") + "\n";
+  return text;
+}
+
 class StoreTest : public ::testing::Test {
  protected:
   void SetUp() override { Store::init(root()); }
   fs::path root() const { return dir_.path() / "store"; }
+  // Dataset "mixed" from mixed_csv(rows), split 0.3 with seed 7.
+  ImportRequest mixed_import(std::size_t rows) {
+    ImportRequest request;
+    request.dataset = "mixed";
+    request.file = dir_.path() / "mixed.csv";
+    test::write_file(request.file, mixed_csv(rows));
+    request.split = 0.3;
+    request.seed = 7;
+    return request;
+  }
   ImportResult import(const std::string& name, const fs::path& file) {
     Store store = Store::open(root());
     ImportRequest request;
@@ -105,17 +126,6 @@ TEST_F(StoreTest, SplitTakesAboutTheFractionOfEachClassAndIsReproducible) {
   EXPECT_EQ(load_dataset(store2, parse_dataset_ref("iris")).test.features, d.test.features);
 }
 
-// A table of 400 rows, each named by its numeric column k: a categorical
-// column, a numeric one with missing cells and a categorical label.
-std::string mixed_csv(std::size_t rows) {
-  std::string text = "k,city,x,label\n";
-  const char* cities[] = {"Oslo", "Lima", "Kraków", "Abu Dhabi"};
-  for (std::size_t i = 0; i < rows; ++i)
-    text += std::to_string(i) + "," + cities[i % 4] + "," + (i % 7 == 0 ? "" : std::to_string(i % 13) + ".25") + "," +
-            (i % 3 == 0 ? "yes" : "no") + "\n";
-  return text;
-}
-
 // The k of every test row of mixed_csv(rows), decided by docs/STORE.md's
 // formula for `rule`, computed here from the CSV's values with libsodium
 // alone: per column in file order a u32 width (0xffffffff for the label),
@@ -180,15 +190,8 @@ std::set<float> test_rows_of(Store& store, const std::string& ref) {
 // A new dataset is split by row-content-siphash, exactly as docs/STORE.md
 // writes it down.
 TEST_F(StoreTest, NewDatasetSplitIsTheDocumentedSipHashRule) {
-  const fs::path file = dir_.path() / "mixed.csv";
-  test::write_file(file, mixed_csv(400));
   Store store = Store::open(root());
-  ImportRequest request;
-  request.dataset = "mixed";
-  request.file = file;
-  request.split = 0.3;
-  request.seed = 7;
-  ImportResult r = import_dataset(store, request, reporter_);
+  ImportResult r = import_dataset(store, mixed_import(400), reporter_);
   EXPECT_EQ(r.version.options.at("split_rule"), "row-content-siphash");
   const std::set<float> want = documented_test_rows(400, 0.3, 7, "row-content-siphash");
   EXPECT_EQ(test_rows_of(store, "mixed@v1"), want);
@@ -202,19 +205,12 @@ TEST_F(StoreTest, NewDatasetSplitIsTheDocumentedSipHashRule) {
 // row-content-siphash existed) goes on with it, so the rows it held keep
 // their sides in every later version.
 TEST_F(StoreTest, DatasetSplitByRowContentKeepsThatRule) {
-  const fs::path file = dir_.path() / "mixed.csv";
-  test::write_file(file, mixed_csv(300));
   Store store = Store::open(root());
-  ImportRequest request;
-  request.dataset = "mixed";
-  request.file = file;
-  request.split = 0.3;
-  request.seed = 7;
-  import_dataset(store, request, reporter_);
+  import_dataset(store, mixed_import(300), reporter_);
   // v1 as an earlier anneal recorded it (its mask is not read again here).
   store.db().exec(
       "UPDATE dataset_versions SET options_json = json_set(options_json, '$.split_rule', 'row-content')");
-  test::write_file(file, mixed_csv(400));
+  const ImportRequest request = mixed_import(400);
   ImportResult r = import_dataset(store, request, reporter_);
   ASSERT_TRUE(r.created);
   EXPECT_EQ(r.version.options.at("split_rule"), "row-content");
