@@ -17,7 +17,9 @@ deps:
 # clone's anneal builds in 178 s instead of 241 on 2 cores, since the
 # headers every source includes (oneDNN, oneTBB, Boost, nlohmann-json) are
 # parsed once a batch. A developer's own build directory may leave it off
-# for faster rebuilds of one file.
+# for faster rebuilds of one file; the sanitizer build (test-sanitize) is a
+# plain one, so a source that compiles only thanks to the includes of
+# another in its batch still fails there.
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON
 
