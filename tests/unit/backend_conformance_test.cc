@@ -3000,7 +3000,7 @@ void expect_batch_invariant(const std::string& what,
   for (const std::vector<std::int64_t>& cut : invariance_cuts()) {
     HostTensor pieces;
     std::string name = "batches of";
-    for (std::int64_t n : cut) name += " " + std::to_string(n);
+    for (std::int64_t n : cut) name += ' ' + std::to_string(n);
     std::size_t at = 0;
     for (std::int64_t first = 0; first < kInvariantSamples;) {
       const std::int64_t n = std::min(cut[std::min(at++, cut.size() - 1)], kInvariantSamples - first);

@@ -296,7 +296,6 @@ TEST_F(KeyFileTest, RekeyMovesEveryObjectToTheNewKey) {
   EXPECT_THROW(encrypt_store(root, old_key, StoreAccess{}), Error);
 }
 
-}  // namespace
 TEST_F(KeyFileTest, EncryptAndRekeyAreRecordedOnceAndAnUnrecordedSwitchIsNamed) {
   const fs::path root = dir_.path() / "store";
   Store::init(root);
@@ -348,4 +347,5 @@ TEST_F(KeyFileTest, EncryptAndRekeyAreRecordedOnceAndAnUnrecordedSwitchIsNamed) 
   EXPECT_EQ(verify_audit(store).unrecorded, "");
 }
 
+}  // namespace
 }  // namespace anneal
