@@ -112,6 +112,9 @@ print("ratio anneal/pytorch (goal >= 2.5x): %s; accuracy difference (fp32) %+.2f
       % ("; ".join([line("fp32", ratios(0))] + ([line("bf16", ratios(3))] if bf16_here else [])),
          100 * (med(1) - med(torch + 1))))
 print("fp32 GFLOP/s are %.0f%% of the best sgemm peak (%.0f GFLOP/s on 2 threads; goal >= 60%%)" % (100 * med(0) * flops / 1e9 / peak, peak))
+if model == "cnn":
+    print("(GFLOP/s count a direct convolution's multiply-adds; anneal's 3x3 convolutions run Winograd's algorithm "
+          "where oneDNN has it for the CPU, which does fewer, so the rate can pass the sgemm peak)")
 PY
 }
 for model in mlp cnn; do
