@@ -78,13 +78,22 @@ Database::Database(const std::filesystem::path& path, bool create) {
     db_ = nullptr;
     throw failure(message);
   }
-  sqlite3_extended_result_codes(db_, 1);
-  // Concurrent importers and workers wait for each other's short write
-  // transactions instead of failing.
-  sqlite3_busy_timeout(db_, 60000);
-  exec("PRAGMA journal_mode=WAL");
-  exec("PRAGMA synchronous=FULL");
-  exec("PRAGMA foreign_keys=ON");
+  // A constructor that throws runs no destructor: a pragma that fails (a
+  // full disk under the -shm index) must close the handle here, or a worker
+  // that retries leaks a connection (about 100 KB) each time.
+  try {
+    sqlite3_extended_result_codes(db_, 1);
+    // Concurrent importers and workers wait for each other's short write
+    // transactions instead of failing.
+    sqlite3_busy_timeout(db_, 60000);
+    exec("PRAGMA journal_mode=WAL");
+    exec("PRAGMA synchronous=FULL");
+    exec("PRAGMA foreign_keys=ON");
+  } catch (...) {
+    sqlite3_close_v2(db_);
+    db_ = nullptr;
+    throw;
+  }
 }
 
 Database::~Database() { sqlite3_close_v2(db_); }
