@@ -169,6 +169,15 @@ inline std::shared_ptr<const CpuLayout> make_layout(const MemDesc& md) {
   return std::make_shared<const CpuLayout>(md);
 }
 
+// A plain layout of `dims` in `dtype`, kept in `cache` while it fits: an op
+// whose output is plain makes no new layout object in a steady-state step.
+inline const std::shared_ptr<const CpuLayout>& cached_plain_layout(std::shared_ptr<const CpuLayout>& cache,
+                                                                   const Dims& dims, DType dtype) {
+  const MemDesc md = plain_md(dims, dtype);
+  if (!cache || cache->md() != md) cache = make_layout(md);
+  return cache;
+}
+
 // Cached per-batch state of an op: most ops key on the input descriptor
 // (which carries the batch size) and keep a short list.
 template <typename Plan>
@@ -251,6 +260,26 @@ inline std::uint16_t f32_to_bf16(float f) {
   if ((bits & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((bits >> 16) | 0x40);  // NaN
   bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
   return std::uint16_t(bits >> 16);
+}
+
+// Element access for the plain loops that take fp32 or bf16 activations
+// (periodic, ensemble): load() widens to fp32, store() rounds to the storage.
+inline float load(const float* p, std::int64_t i) { return p[i]; }
+inline float load(const std::uint16_t* p, std::int64_t i) { return bf16_to_f32(p[i]); }
+inline void store(float* p, std::int64_t i, float v) { p[i] = v; }
+inline void store(std::uint16_t* p, std::int64_t i, float v) { p[i] = f32_to_bf16(v); }
+
+// Calls f(T{}) with T the storage of `dtype`'s activations (float for f32,
+// std::uint16_t for bf16); kUsage naming `op` for any other dtype.
+template <typename F>
+void with_storage(DType dtype, const char* op, F&& f) {
+  if (dtype == DType::kF32) {
+    f(float{});
+  } else if (dtype == DType::kBF16) {
+    f(std::uint16_t{});
+  } else {
+    throw usage_error(std::string(op) + ": the CPU backend computes it in f32 or bf16, not " + dtype_name(dtype));
+  }
 }
 
 }  // namespace anneal::cpu

@@ -23,23 +23,6 @@ namespace {
 // Small batches are not worth waking the OpenMP team for.
 constexpr std::int64_t kParallelThreshold = 1 << 14;
 
-float load(const float* p, std::int64_t i) { return p[i]; }
-float load(const std::uint16_t* p, std::int64_t i) { return bf16_to_f32(p[i]); }
-void store(float* p, std::int64_t i, float v) { p[i] = v; }
-void store(std::uint16_t* p, std::int64_t i, float v) { p[i] = f32_to_bf16(v); }
-
-// Calls f(T{}) with T the storage of `dtype`'s activations.
-template <typename F>
-void with_storage(DType dtype, F&& f) {
-  if (dtype == DType::kF32) {
-    f(float{});
-  } else if (dtype == DType::kBF16) {
-    f(std::uint16_t{});
-  } else {
-    throw usage_error(std::string("periodic: the CPU backend computes it in f32 or bf16, not ") + dtype_name(dtype));
-  }
-}
-
 class CpuPeriodicOp final : public PeriodicOp {
  public:
   CpuPeriodicOp(CpuContext& ctx, const PeriodicSpec& spec)
@@ -58,10 +41,10 @@ class CpuPeriodicOp final : public PeriodicOp {
     const std::int64_t n = rows_of(x);
     const void* xp = conform(ctx_, reorders_, x, plain_md(x.dims(), x.dtype()), converted_x_);
     angular_frequencies(frequencies);
-    shape_output(ctx_, y, Dims{n, f_ * 2 * k_}, plain_layout(y_layout_, Dims{n, f_ * 2 * k_}, x.dtype()));
+    shape_output(ctx_, y, Dims{n, f_ * 2 * k_}, cached_plain_layout(y_layout_, Dims{n, f_ * 2 * k_}, x.dtype()));
     const std::int64_t f = f_, k = k_;
     const float* w = w_.data();
-    with_storage(x.dtype(), [&](auto tag) {
+    with_storage(x.dtype(), "periodic", [&](auto tag) {
       using T = decltype(tag);
       const T* in = static_cast<const T*>(xp);
       T* out = static_cast<T*>(y.data());
@@ -92,7 +75,7 @@ class CpuPeriodicOp final : public PeriodicOp {
     void* dxp = direct ? dx.data() : plain_dx_.ensure(x_plain.get_size(), *ctx_.allocator);
     const std::int64_t f = f_, k = k_;
     const float* w = w_.data();
-    with_storage(x.dtype(), [&](auto tag) {
+    with_storage(x.dtype(), "periodic", [&](auto tag) {
       using T = decltype(tag);
       const T* in = static_cast<const T*>(xp);
       const T* g = static_cast<const T*>(gp);
@@ -126,7 +109,7 @@ class CpuPeriodicOp final : public PeriodicOp {
     float* dc = static_cast<float*>(dfrequencies.data());
     const std::int64_t f = f_, k = k_;
     const float* w = w_.data();
-    with_storage(x.dtype(), [&](auto tag) {
+    with_storage(x.dtype(), "periodic", [&](auto tag) {
       using T = decltype(tag);
       const T* in = static_cast<const T*>(xp);
       const T* g = static_cast<const T*>(gp);
@@ -174,15 +157,6 @@ class CpuPeriodicOp final : public PeriodicOp {
       throw failure("periodic: the frequencies are not shaped by shape_parameters");
     const float* c = static_cast<const float*>(frequencies.data());
     for (std::size_t i = 0; i < w_.size(); ++i) w_[i] = periodic_angular_frequency(c[i]);
-  }
-
-  // A plain layout of `dims` in `dtype`, kept in `cache` while it fits (a
-  // steady-state step makes no new layout object).
-  static const std::shared_ptr<const CpuLayout>& plain_layout(std::shared_ptr<const CpuLayout>& cache,
-                                                              const Dims& dims, DType dtype) {
-    const MemDesc md = plain_md(dims, dtype);
-    if (!cache || cache->md() != md) cache = make_layout(md);
-    return cache;
   }
 
   CpuContext& ctx_;
