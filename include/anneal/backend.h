@@ -219,6 +219,33 @@ class PeriodicOp {
                                 Tensor& dfrequencies, bool accumulate) = 0;
 };
 
+// The members of a parameter-efficient ensemble (TabM-mini: Gorishniy et
+// al. 2024, "TabM: Advancing Tabular Deep Learning with Parameter-Efficient
+// Ensembling"): k networks that share every weight after a per-member
+// scaling of their flat input. Each sample becomes k rows, sample-major
+// (member i of sample n is row n·k + i), and every layer after it runs on
+// k·N rows with weights shared by the members:
+//   y[n·k + i][f] = x[n][f]·r[i][f],   r (k, F) trained.
+struct EnsembleSpec {
+  std::int64_t features = 0;  // F
+  std::int64_t members = 0;   // k
+};
+class EnsembleOp {
+ public:
+  virtual ~EnsembleOp() = default;
+  // Shapes the fp32 master scales r (k, F), plain row-major.
+  virtual void shape_parameters(Tensor& scales) = 0;
+  // x (N, F) -> y (N·k, F), y of x's dtype (the product is taken in fp32
+  // and rounded once to it).
+  virtual void forward(const Tensor& x, const Tensor& scales, Tensor& y) = 0;
+  // dx (N, F) = Σ_i dy[n·k + i][f]·r[i][f], summed over i in order (x's
+  // dims, layout and dtype).
+  virtual void backward_data(const Tensor& dy, const Tensor& scales, const Tensor& x, Tensor& dx) = 0;
+  // dr (k, F) = Σ_n dy[n·k + i][f]·x[n][f], summed over n in order (in
+  // double); added to dr instead of overwriting it when `accumulate`.
+  virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dscales, bool accumulate) = 0;
+};
+
 // A loss over the network output pred(N, K) and labels(N) (fp32, plain),
 // optionally weighted per class: with class weights w (one per class; bce:
 // w[0] for label 0, w[1] for label 1) each sample's loss and gradient are
@@ -500,6 +527,11 @@ class Backend : public MemoryAllocator {
   // t ⊙= mask, elementwise (fp32 tensors of one layout): how a pruning mask
   // keeps removed weights at exactly zero. Marks t modified.
   virtual void multiply(Tensor& t, const Tensor& mask) = 0;
+  // y (N, K) = (Σ_i z[n·k + i][j]) / k for z (N·k, K), `members` = k:
+  // the mean of an ensemble's members (EnsembleOp's row order), summed over
+  // i in order in fp32, then divided; y plain, of z's dtype. kUsage when
+  // z's rows are not a multiple of k.
+  virtual void member_mean(const Tensor& z, std::int64_t members, Tensor& y) = 0;
 
   // Fake quantization for quantization-aware training (fp32 tensors only;
   // kUsage otherwise). The backward of both is the straight-through
@@ -543,6 +575,7 @@ class Backend : public MemoryAllocator {
   virtual std::unique_ptr<NormOp> batch_norm(const NormSpec& spec) = 0;
   virtual std::unique_ptr<NormOp> layer_norm(const NormSpec& spec) = 0;
   virtual std::unique_ptr<PeriodicOp> periodic(const PeriodicSpec& spec) = 0;
+  virtual std::unique_ptr<EnsembleOp> ensemble(const EnsembleSpec& spec) = 0;
   // `class_weights`: empty (unweighted) or one per class (softmax_ce: K,
   // bce: 2), each finite and > 0; kUsage otherwise or for mse/mae.
   virtual std::unique_ptr<LossOp> loss(LossKind kind, std::int64_t outputs,

@@ -58,6 +58,9 @@ class Layer {
   virtual std::string describe() const = 0;
   const Dims& input_shape() const { return input_shape_; }
   const Dims& output_shape() const { return output_shape_; }
+  // Rows out per row in: 1 for every layer but an ensemble's, which turns
+  // each sample into its k members' rows (Backend's EnsembleOp).
+  virtual std::int64_t members() const { return 1; }
 
   // y = layer(x). x (N, input_shape...) must stay alive and unchanged until
   // backward() for this pass has run. The returned tensor is owned by the

@@ -6,9 +6,10 @@
 //   conv(32,3,pad=1) relu maxpool(2) conv(64,3,pad=1) relu maxpool(2) flatten dense(128) relu dense(10)
 // Layers: dense(W), conv(C,K[,stride=S][,pad=P]), maxpool(K[,stride=S]),
 // avgpool(K[,stride=S]), flatten, relu, gelu, tanh, sigmoid, dropout(P),
-// batchnorm, layernorm, periodic(K[,sigma=S]). Pool stride defaults to K;
-// conv stride 1, pad 0; periodic K = kPeriodicFrequencies, sigma =
-// kPeriodicSigma (written bare, `periodic`, both defaults).
+// batchnorm, layernorm, periodic(K[,sigma=S]), ensemble(K). Pool stride
+// defaults to K; conv stride 1, pad 0; periodic K = kPeriodicFrequencies,
+// sigma = kPeriodicSigma (written bare, `periodic`, both defaults);
+// ensemble K = kEnsembleMembers.
 // A dense layer on an image input flattens it implicitly.
 //
 // One builder makes every network: trainable ones (fp32 or bf16 parameters,
@@ -45,6 +46,11 @@ namespace anneal {
 inline constexpr std::int64_t kPeriodicFrequencies = 16;
 inline constexpr double kPeriodicSigma = 0.1;
 
+// ensemble(K) default: TabM's k = 32 members (Gorishniy et al. 2024), and
+// the most a spec may ask for.
+inline constexpr std::int64_t kEnsembleMembers = 32;
+inline constexpr std::int64_t kEnsembleMaxMembers = 256;
+
 // One layer as written in a spec.
 struct LayerSpec {
   std::string name;                 // "conv"
@@ -72,7 +78,8 @@ struct InferenceLayer {
 
 // An inference-only network. Supports dense, conv (with a fused
 // relu/tanh/sigmoid), maxpool, avgpool, flatten, dropout (the identity) and
-// standalone activations; batchnorm, layernorm and periodic are kUsage.
+// standalone activations; batchnorm, layernorm, periodic and ensemble are
+// kUsage.
 //
 // int8: every dense/conv runs int8. A layer's output is u8 after a fused
 // relu, s8 otherwise, at its output_scale, and the next int8 layer reads it
@@ -166,6 +173,11 @@ class Network {
   // Logits/values (N, outputs) for x (N, input_shape...). The result is owned
   // by the network, valid until the next forward(). x must stay alive until
   // backward() has run.
+  // With an ensemble(K) layer (members() = K > 1), a training forward
+  // returns every member's output, (N·K, outputs) with member i of sample
+  // n at row n·K + i, and the loss scores each row against its sample's
+  // label (TabM trains each member on its own loss); any other forward
+  // returns their mean (Backend::member_mean), (N, outputs).
   // Inference-only networks take only ctx.training = false (kUsage).
   const Tensor& forward(const Tensor& x, const PassContext& ctx);
 
@@ -205,6 +217,8 @@ class Network {
   const std::vector<StateBuffer>& buffers() const { return buffers_; }
   std::int64_t parameter_count() const;  // scalars over all parameters
   const Dims& output_shape() const;
+  // Rows a training forward gives each sample: an ensemble layer's K, else 1.
+  std::int64_t members() const { return members_; }
   // One line per layer: "dense(128) relu  {784} -> {128}  100480 params".
   std::vector<std::string> summary() const;
   // The spec as built, fused activations included.
@@ -230,6 +244,8 @@ class Network {
   std::vector<Parameter*> parameters_;
   std::vector<StateBuffer> buffers_;
   Dims input_shape_;
+  std::int64_t members_ = 1;
+  Tensor member_mean_;  // the members' mean an inference forward returns
   bool input_gradient_ = false;
   const Tensor* input_grad_ = nullptr;
   // Index of the first layer with parameters: backward needs nothing below it.
@@ -249,6 +265,9 @@ class Network {
     float scale = 0, lo = 0, hi = 0;
     Tensor y;               // the quantized output the next layer reads
   };
+  // The forward's result from the last layer's output y: y itself, or the
+  // members' mean (see forward()).
+  const Tensor& members_output(const Tensor& y, const PassContext& ctx);
   void restore_master_weights();
   float fq_input_scale_ = 0;
   int fq_weight_levels_ = 127;

@@ -118,6 +118,16 @@ LayerArgs parse_periodic(const LayerSpec& s, std::string_view usage) {
   return p;
 }
 
+LayerArgs parse_ensemble(const LayerSpec& s, std::string_view usage) {
+  const Args a{s, usage};
+  a.expect_positional(0, 1);
+  a.allow_options({});
+  EnsembleArgs e;
+  if (!s.args.empty()) e.members = a.positive_int(s.args[0], "K");
+  if (e.members > kEnsembleMaxMembers) a.fail("K must be at most " + std::to_string(kEnsembleMaxMembers));
+  return e;
+}
+
 // ---- shapes ----------------------------------------------------------------------
 
 void require_image(const LayerDesc& l, const Dims& input) {
@@ -165,6 +175,13 @@ Dims periodic_shape(const LayerDesc& l, const Dims& in) {
   return Dims{in[0] * 2 * std::get<PeriodicArgs>(l.args).frequencies};
 }
 
+Dims ensemble_shape(const LayerDesc& l, const Dims& in) {
+  if (in.rank() != 1)
+    throw usage_error(where(l.spec) + " needs a flat input {F} but gets the image " + in.str() +
+                      "; put flatten before it");
+  return in;
+}
+
 TrainingCost dense_cost(const LayerDesc& l, const Dims& in) {
   const double width = double(std::get<DenseArgs>(l.args).width);
   return {width * (double(in.product()) + 1), width};
@@ -180,6 +197,12 @@ TrainingCost conv_cost(const LayerDesc& l, const Dims& in) {
 TrainingCost periodic_cost(const LayerDesc& l, const Dims& in) {
   const double k = double(std::get<PeriodicArgs>(l.args).frequencies);
   return {double(in.product()) * k, double(in.product()) * 2 * k};
+}
+
+// Its scales, and its output: k rows of F values for each sample.
+TrainingCost ensemble_cost(const LayerDesc& l, const Dims& in) {
+  const double k = double(std::get<EnsembleArgs>(l.args).members);
+  return {k * double(in.product()), k * double(in.product())};
 }
 
 // ---- builders --------------------------------------------------------------------
@@ -314,6 +337,10 @@ std::unique_ptr<Layer> train_norm(const LayerContext& ctx, const LayerDesc& l, c
   return std::get<NormArgs>(l.args).layer_norm ? make_layer_norm_layer(ctx) : make_batch_norm_layer(ctx);
 }
 
+std::unique_ptr<Layer> train_ensemble(const LayerContext& ctx, const LayerDesc& l, const LayerPlan&, BuildState&) {
+  return make_ensemble_layer(ctx, std::get<EnsembleArgs>(l.args).members);
+}
+
 std::unique_ptr<Layer> train_periodic(const LayerContext& ctx, const LayerDesc& l, const LayerPlan&, BuildState&) {
   const PeriodicArgs& p = std::get<PeriodicArgs>(l.args);
   return make_periodic_layer(ctx, p.frequencies, p.sigma);
@@ -378,6 +405,11 @@ const std::vector<LayerKind>& layer_table() {
       {"periodic", "periodic(K[,sigma=S]) with K >= 1 (default 16) and S > 0 (default 0.1)", false,
        parse_periodic, periodic_shape, periodic_cost,
        train_periodic, nullptr, nullptr},
+      // Not in inference-only networks either: int8 and pruned models
+      // refuse it, and their dense ops take one row a sample.
+      {"ensemble", "ensemble(K) with 1 <= K <= 256 (default 32)", false,
+       parse_ensemble, ensemble_shape, ensemble_cost,
+       train_ensemble, nullptr, nullptr},
   };
   return table;
 }
@@ -407,12 +439,22 @@ std::vector<LayerShape> check_layer_shapes(const std::vector<LayerDesc>& layers,
   std::vector<LayerShape> shapes;
   Dims shape = input;
   double parameters = 0, outputs = static_cast<double>(input.product());
+  // Rows a sample, from an ensemble on: every layer after it runs on k rows
+  // for each sample, so its outputs count k times.
+  double rows = 1;
+  const LayerDesc* ensemble = nullptr;
   for (const LayerDesc& l : layers) {
     const Dims out = l.kind->shape(l, shape);
+    if (std::holds_alternative<EnsembleArgs>(l.args)) {
+      if (ensemble != nullptr)
+        throw usage_error(where(l.spec) + ": a network takes one ensemble layer, and " + where(ensemble->spec) +
+                          " is one");
+      ensemble = &l;
+    }
     if (l.kind->cost != nullptr) {
       const TrainingCost cost = l.kind->cost(l, shape);
       parameters += cost.parameters;
-      outputs += cost.outputs;
+      outputs += cost.outputs * (ensemble == &l ? 1 : rows);
       const double batch = static_cast<double>(std::max<std::int64_t>(limits.batch, 1));
       const double needed =
           parameters * double(kTrainBytesPerParameter) + outputs * batch * double(kTrainBytesPerOutput);
@@ -430,6 +472,7 @@ std::vector<LayerShape> check_layer_shapes(const std::vector<LayerDesc>& layers,
       if (d < 1)
         throw usage_error(where(l.spec) + " leaves nothing of its input " + shape.str() + " (output " + out.str() +
                           ")");
+    if (ensemble == &l) rows = double(std::get<EnsembleArgs>(l.args).members);
     shapes.push_back({shape, out});
     shape = out;
   }

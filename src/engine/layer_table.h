@@ -53,8 +53,11 @@ struct PeriodicArgs {
   std::int64_t frequencies = kPeriodicFrequencies;  // K
   double sigma = kPeriodicSigma;  // the frequencies' initial standard deviation, > 0
 };
+struct EnsembleArgs {
+  std::int64_t members = kEnsembleMembers;  // k
+};
 using LayerArgs = std::variant<DenseArgs, ConvArgs, PoolArgs, FlattenArgs, ActivationArgs, DropoutArgs, NormArgs,
-                               PeriodicArgs>;
+                               PeriodicArgs, EnsembleArgs>;
 
 struct LayerKind;
 
@@ -165,8 +168,9 @@ struct LayerKind {
   LayerArgs (*parse)(const LayerSpec& spec, std::string_view usage);
   // Checks the layer against its input shape; its output shape.
   Dims (*shape)(const LayerDesc& layer, const Dims& input);
-  // Weighted kinds, and periodic (which widens its input 2K-fold): what
-  // training it needs, for NetworkOptions::memory_limit; null for the rest.
+  // Weighted kinds, periodic (which widens its input 2K-fold) and ensemble
+  // (whose k rows a sample every layer after it runs on): what training it
+  // needs, for NetworkOptions::memory_limit; null for the rest.
   TrainingCost (*cost)(const LayerDesc& layer, const Dims& input);
   // The builders; a null inference/int8 builder: the kind cannot run in an
   // inference-only network (Network::inference_blocker()).

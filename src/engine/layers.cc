@@ -490,6 +490,54 @@ class PeriodicLayer final : public Layer {
   Tensor y_, dx_, empty_;
 };
 
+// ---- ensemble ---------------------------------------------------------------
+
+// TabM-mini (Gorishniy et al. 2024): k members share every layer after this
+// one and differ by a trained scaling of their input, each scale started at
+// a random sign (their code's "random-signs"), so the members start as k
+// different views of the features and train apart.
+class EnsembleLayer final : public Layer {
+ public:
+  EnsembleLayer(const LayerContext& ctx, std::int64_t members) : backend_(ctx.backend), k_(members) {
+    input_shape_ = ctx.input;
+    output_shape_ = ctx.input;
+    op_ = backend_.ensemble(EnsembleSpec{ctx.input[0], members});
+    scales_.name = param_name(ctx.index, "ensemble", "scale");
+    op_->shape_parameters(scales_.value);
+    SplitMix64 rng(ctx.seed);
+    init_parameter(backend_, scales_, [&] { return (rng.next() >> 63) != 0 ? 1.0f : -1.0f; });
+  }
+
+  std::string describe() const override { return "ensemble(" + std::to_string(k_) + ")"; }
+  std::int64_t members() const override { return k_; }
+
+  // x (N, F) -> y (N·k, F), sample-major:  y[n·k + i][f] = x[n][f]·r[i][f],  r (k, F)
+  const Tensor& forward(const Tensor& x, const PassContext&) override {
+    x_ = &x;
+    op_->forward(x, scales_.value, y_);
+    return y_;
+  }
+
+  // dr (+)= Σ_n dy[n·k + i] ⊙ x[n]      (k, F)
+  // dx    = Σ_i dy[n·k + i] ⊙ r[i]      (N, F)
+  const Tensor& backward(const Tensor& dy, const PassContext& ctx, bool need_dx) override {
+    op_->backward_weights(*x_, dy, scales_.grad, ctx.accumulate);
+    if (!need_dx) return empty_;
+    op_->backward_data(dy, scales_.value, *x_, dx_);
+    return dx_;
+  }
+
+  void collect_parameters(std::vector<Parameter*>& out) override { out.push_back(&scales_); }
+
+ private:
+  Backend& backend_;
+  std::int64_t k_;
+  std::unique_ptr<EnsembleOp> op_;
+  Parameter scales_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, dx_, empty_;
+};
+
 }  // namespace
 
 std::unique_ptr<Layer> make_dense_layer(const LayerContext& ctx, std::int64_t width,
@@ -524,6 +572,10 @@ std::unique_ptr<Layer> make_layer_norm_layer(const LayerContext& ctx) {
 
 std::unique_ptr<Layer> make_periodic_layer(const LayerContext& ctx, std::int64_t frequencies, double sigma) {
   return std::make_unique<PeriodicLayer>(ctx, frequencies, sigma);
+}
+
+std::unique_ptr<Layer> make_ensemble_layer(const LayerContext& ctx, std::int64_t members) {
+  return std::make_unique<EnsembleLayer>(ctx, members);
 }
 
 }  // namespace anneal::engine

@@ -42,6 +42,11 @@ std::unique_ptr<Layer> make_layer_norm_layer(const LayerContext& ctx);
 // frequencies (F, K) drawn from N(0, sigma²) with ctx.seed.
 std::unique_ptr<Layer> make_periodic_layer(const LayerContext& ctx, std::int64_t frequencies, double sigma);
 
+// The k members of a parameter-efficient ensemble (TabM-mini): a flat input
+// (N, F) becomes (N·k, F), member i's rows scaled by its trained r[i] (k, F),
+// each started at a random sign drawn with ctx.seed.
+std::unique_ptr<Layer> make_ensemble_layer(const LayerContext& ctx, std::int64_t members);
+
 // ---- inference-only layers (quantized_layers.cc) ----
 // Forward only (backward throws): the layers of an int8 or sparse network,
 // each running one Backend inference op, which owns the weights in `spec`.

@@ -205,6 +205,7 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
                         " values but the task needs " + meaning + "; end it with dense(" +
                         std::to_string(options.outputs) + ")");
   }
+  for (const auto& layer : layers_) members_ *= layer->members();
   for (auto& layer : layers_) {
     first_parameter_.push_back(parameters_.size());
     layer->collect_parameters(parameters_);
@@ -239,7 +240,7 @@ const Tensor& Network::forward(const Tensor& x, const PassContext& ctx, const La
       h = &layers_[i]->forward(*h, ctx);
       observed(i, *h);
     }
-    return *h;
+    return members_output(*h, ctx);
   }
   // Fake-quantized pass. A training forward that never got its backward
   // (an exception in between) left the masters aside: bring them back first.
@@ -267,7 +268,13 @@ const Tensor& Network::forward(const Tensor& x, const PassContext& ctx, const La
     }
   }
   if (!ctx.training) restore_master_weights();
-  return *h;
+  return members_output(*h, ctx);
+}
+
+const Tensor& Network::members_output(const Tensor& y, const PassContext& ctx) {
+  if (members_ == 1 || ctx.training) return y;
+  backend_.member_mean(y, members_, member_mean_);
+  return member_mean_;
 }
 
 void Network::restore_master_weights() {

@@ -563,6 +563,9 @@ class Trainer::Impl {
   // A batch buffer: features (n, sample...) and labels (n), plain fp32.
   struct Slot {
     Tensor x, y;
+    // With an ensemble: y's labels each repeated for the sample's members,
+    // one per row of the network's training output (Network::forward).
+    Tensor member_y;
     std::int64_t first_row = 0;  // x's first row within the global micro-batch (this rank's share)
   };
 
@@ -688,7 +691,25 @@ class Trainer::Impl {
     slot_.first_row = lo;
     const auto share = std::span<const std::uint32_t>(batch_rows_).subspan(std::size_t(lo), std::size_t(hi - lo));
     read_batch(*train_, "training", share, slot_.x, slot_.y, /*labels=*/true);
+    if (network_->members() > 1) repeat_labels(slot_);
     return slot_;
+  }
+
+  // slot.member_y: label n at rows n·K + i, i < K = network_->members().
+  void repeat_labels(Slot& slot) {
+    const std::int64_t n = slot.y.batch(), k = network_->members();
+    const float* yp = backend_->host_view(slot.y);
+    if (yp == nullptr) {
+      stage_y_.resize(std::size_t(n));
+      backend_->copy_to_host(slot.y, stage_y_.data());
+      yp = stage_y_.data();
+    }
+    backend_->shape_plain(slot.member_y, Dims{n * k}, DType::kF32);
+    float* mp = backend_->host_view(slot.member_y);
+    if (mp == nullptr) mp = (stage_member_y_.resize(std::size_t(n * k)), stage_member_y_.data());
+    for (std::int64_t r = 0; r < n; ++r) std::fill(mp + r * k, mp + (r + 1) * k, yp[r]);
+    if (mp == stage_member_y_.data()) backend_->copy_from_host(mp, slot.member_y);
+    else slot.member_y.mark_modified();
   }
 
   int rank() const { return comm_ ? comm_->rank() : 0; }
@@ -713,7 +734,9 @@ class Trainer::Impl {
     const std::int64_t last = std::min(first + config_.grad_accum, micro_per_epoch_);
     std::int64_t samples = 0;
     for (std::int64_t m = first; m < last; ++m) samples += micro_rows(m);
-    const float grad_scale = 1.0f / float(samples);
+    // The mean over the step's rows: an ensemble's K members each score
+    // every sample, so its loss is the mean of the members' losses.
+    const float grad_scale = 1.0f / (float(samples) * float(network_->members()));
     bool any_rows = false;  // this rank's: gradients hold something
     for (std::int64_t m = first; m < last; ++m) {
       Slot& slot = batch(m);
@@ -726,7 +749,8 @@ class Trainer::Impl {
       ctx.micro_step = micro_step_ - 1;
       ctx.first_row = slot.first_row;
       const Tensor& out = network_->forward(slot.x, ctx);
-      train_loss_->forward_backward(out, slot.y, &dloss_, grad_scale, loss_scaled() ? &loss_scale_ : nullptr);
+      train_loss_->forward_backward(out, network_->members() > 1 ? slot.member_y : slot.y, &dloss_, grad_scale,
+                                    loss_scaled() ? &loss_scale_ : nullptr);
       // The step's last backward hands each bucket to the communicator as
       // soon as its gradients are final; earlier micro-batches only add up.
       if (comm_ && m + 1 == last)
@@ -908,6 +932,7 @@ class Trainer::Impl {
   std::pair<std::int64_t, std::int64_t> announced_{-1, -1};  // (epoch, window) told to the source
   std::vector<std::uint32_t> batch_rows_;
   std::vector<float> stage_x_, stage_y_;  // batches for a backend the host cannot write
+  std::vector<float> stage_member_y_;      // Slot::member_y, for the same
   Communicator* comm_ = nullptr;          // null: this process alone (or a communicator of one)
   std::unique_ptr<engine::GradientReducer> reducer_;  // with comm_: sums the ranks' gradients
   Tensor dloss_, eval_x_, eval_y_;

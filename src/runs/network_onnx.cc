@@ -109,12 +109,16 @@ class NetworkWriter {
         const std::int64_t k = s.args.empty() ? kPeriodicFrequencies : static_cast<std::int64_t>(s.args.at(0));
         x = periodic(s, std::to_string(index) + ".periodic.frequencies", x, shape[0], k);
         shape = {shape[0] * 2 * k};
+      } else if (s.name == "ensemble") {
+        if (shape.size() != 1) throw corrupt(where(s) + " needs a flat input but gets an image");
+        members_ = s.args.empty() ? kEnsembleMembers : static_cast<std::int64_t>(s.args.at(0));
+        x = ensemble(s, std::to_string(index) + ".ensemble.scale", x, shape[0], members_);
       } else {
         throw usage_error(where(s) + ": the ONNX export has no operator for this layer");
       }
       ++index;
     }
-    return x;
+    return members_ > 1 ? member_mean(x, members_, shape[0]) : x;
   }
 
  private:
@@ -162,6 +166,26 @@ class NetworkWriter {
         g_.node("Concat", {g_.op1("Sin", theta, "sin"), g_.op1("Cos", theta, "cos")}, {g_.fresh(s.text)});
     attr_int(both, "axis", 2);
     return flatten(both->output(0));
+  }
+
+  // ensemble: x (N, F) → Unsqueeze (N, 1, F) → Mul r (k, F) → (N, k, F) →
+  // Reshape (N·k, F): member i of sample n at row n·k + i, the layer's
+  // order, each value the same fp32 product.
+  std::string ensemble(const LayerSpec& s, const std::string& name, const std::string& x, std::int64_t f,
+                       std::int64_t k) {
+    const std::string rows = g_.op("Unsqueeze", {x, g_.int64s("axes", {1}, {1})}, "rows");
+    const std::string members = g_.op("Mul", {rows, tensor(s, name, {k, f})}, s.text);
+    return g_.op("Reshape", {members, g_.int64s("shape", {2}, {-1, f})}, "member_rows");
+  }
+
+  // The members' mean (N, width) of their rows (N·k, width): Reshape (N, k,
+  // width), then ReduceMean over the members.
+  std::string member_mean(const std::string& x, std::int64_t k, std::int64_t width) {
+    const std::string grouped = g_.op("Reshape", {x, g_.int64s("shape", {3}, {-1, k, width})}, "members");
+    onnx::NodeProto* n = g_.node("ReduceMean", {grouped}, {g_.fresh("member_mean")});
+    attr_ints(n, "axes", {1});
+    attr_int(n, "keepdims", 0);
+    return n->output(0);
   }
 
   // The f32 initializer of parameter `name`, checked against `dims`.
@@ -232,7 +256,8 @@ class NetworkWriter {
   Graph& g_;
   const ModelFile& model_;
   std::map<std::string, const NamedTensor*> tensors_;
-  Act act_ = Act::kF32;  // int8: what flows between layers
+  Act act_ = Act::kF32;
+  std::int64_t members_ = 1;  // an ensemble layer's k  // int8: what flows between layers
   float act_scale_ = 1;
 };
 

@@ -214,6 +214,8 @@ def build_chain(spec, input_shape):
         elif name == "periodic":
             layer["k"] = int(args[0]) if args else 16  # K frequencies, 16 when not written
             shape = [shape[0] * 2 * layer["k"]]
+        elif name == "ensemble":
+            layer["k"] = int(args[0]) if args else 32  # K members, 32 when not written
         layer["out"] = shape
         chain.append(layer)
     return chain
@@ -235,6 +237,8 @@ def expected_tensors(chain):
                 buffers += [(f"{k}.batchnorm.running_mean", c), (f"{k}.batchnorm.running_var", c)]
         elif kind == "periodic":
             params += [(f"{k}.periodic.frequencies", (shape[0], L["k"]))]
+        elif kind == "ensemble":
+            params += [(f"{k}.ensemble.scale", (L["k"], shape[0]))]
     return params + buffers
 
 
@@ -284,6 +288,7 @@ def forward(header, tensors, x):
     scales = header.get("activation_scales", {})
     weighted = [L for L in chain if L["kind"] in ("dense", "conv")]
     last = weighted[-1]["index"] if weighted else None
+    members = 1  # an ensemble layer's K: rows a sample from it on
     h = x.astype(np.float32)
     q_scale = None  # int8: the scale of h when it holds integers
     for L in chain:
@@ -356,8 +361,21 @@ def forward(header, tensors, x):
             w = (2 * np.pi * c.astype(np.float64)).astype(np.float32)
             theta = (h[:, :, None] * w[None, :, :]).astype(np.float64)
             h = np.concatenate([np.sin(theta), np.cos(theta)], axis=2).reshape(h.shape[0], -1).astype(np.float32)
+        elif kind == "ensemble":
+            # Each sample becomes its K members' rows (member i of sample n at
+            # row n·K + i), scaled by r (K, F) in fp32.
+            r = tensors[f"{L['index']}.ensemble.scale"]
+            members = L["k"]
+            h = (h[:, None, :] * r[None, :, :]).reshape(-1, h.shape[1]).astype(np.float32)
         else:
             raise FormatError(f"layer {kind}")
+    if members > 1:
+        # The members' mean: their fp32 sum in member order, divided by K.
+        grouped = h.reshape(-1, members, h.shape[1])
+        total = grouped[:, 0, :].copy()
+        for i in range(1, members):
+            total = (total + grouped[:, i, :]).astype(np.float32)
+        h = (total / np.float32(members)).astype(np.float32)
     return h.reshape(h.shape[0], -1).astype(np.float32)
 
 

@@ -1287,6 +1287,106 @@ TEST_P(BackendConformance, PeriodicEmbeddingRefusesAMismatchedInput) {
 }
 
 // ======================================================================================
+// Ensemble members (TabM-mini): the per-member input scaling and the members' mean
+// ======================================================================================
+
+// y[n·k + i][f] = x[n][f]·r[i][f], in double.
+RefTensor ensemble_ref(const RefTensor& x, const RefTensor& r, std::int64_t n, std::int64_t f, std::int64_t k) {
+  RefTensor y(std::size_t(n * k * f));
+  for (std::int64_t s = 0; s < n; ++s)
+    for (std::int64_t i = 0; i < k; ++i)
+      for (std::int64_t j = 0; j < f; ++j)
+        y[std::size_t((s * k + i) * f + j)] = x[std::size_t(s * f + j)] * r[std::size_t(i * f + j)];
+  return y;
+}
+
+TEST_P(BackendConformance, EnsembleMembersForwardAndGradients) {
+  for (DType dt : precisions()) {
+    SCOPED_TRACE(dtype_trace(dt));
+    const std::int64_t n = 5, f = 3, k = 4;
+    auto op = be().ensemble(EnsembleSpec{f, k});
+    Tensor x, r, y, dy, dx, dr;
+    be().shape_plain(x, Dims{n, f}, dt);
+    op->shape_parameters(r);
+    op->shape_parameters(dr);
+    EXPECT_EQ(r.dims(), (Dims{k, f}));
+    EXPECT_EQ(r.dtype(), DType::kF32);
+    Differentiable d;
+    d.names = {"x", "scales"};
+    d.accumulates = {false, true};
+    d.values = {stored(randn(std::size_t(n * f), 73, 1.5f), dt), randn(std::size_t(k * f), 74, 1.0f)};
+    auto upload_all = [&] {
+      upload(x, d.values[0]);
+      upload(r, d.values[1]);
+    };
+    d.forward = [&] {
+      upload_all();
+      op->forward(x, r, y);
+      EXPECT_EQ(y.dims(), (Dims{n * k, f}));
+      EXPECT_EQ(y.dtype(), x.dtype());
+      return read(y);
+    };
+    d.backward = [&](const HostTensor& g, const std::vector<HostTensor>* start) {
+      upload_all();
+      op->forward(x, r, y);
+      be().shape_like(dy, y, y.dtype());
+      upload(dy, g);
+      if (start != nullptr) upload(dr, (*start)[1]);
+      op->backward_weights(x, dy, dr, start != nullptr);
+      op->backward_data(dy, r, x, dx);
+      EXPECT_EQ(dx.dims(), x.dims());
+      EXPECT_EQ(dx.dtype(), x.dtype());
+      return std::vector<HostTensor>{read(dx), read(dr)};
+    };
+    d.reference = [&](const std::vector<RefTensor>& v) { return ensemble_ref(v[0], v[1], n, f, k); };
+    check_differentiable(d, dt);
+  }
+}
+
+// y[n][j] = mean over i of z[n·k + i][j]: against the double mean, and a
+// member's change moves its sample's row alone, by 1/k of the change.
+TEST_P(BackendConformance, MemberMeanAveragesEachSamplesRows) {
+  for (DType dt : precisions()) {
+    SCOPED_TRACE(dtype_trace(dt));
+    const std::int64_t n = 6, k = 5, width = 3;
+    HostTensor zv = stored(randn(std::size_t(n * k * width), 75, 2.0f), dt);
+    Tensor z = plain(Dims{n * k, width}, zv, dt), y;
+    be().member_mean(z, k, y);
+    EXPECT_EQ(y.dims(), (Dims{n, width}));
+    EXPECT_EQ(y.dtype(), z.dtype());
+    RefTensor want(std::size_t(n * width), 0.0);
+    for (std::int64_t s = 0; s < n; ++s)
+      for (std::int64_t i = 0; i < k; ++i)
+        for (std::int64_t j = 0; j < width; ++j)
+          want[std::size_t(s * width + j)] += double(zv[std::size_t((s * k + i) * width + j)]) / double(k);
+    const HostTensor got = read(y);
+    expect_close("member_mean", got, want, tolerance(dt));
+    // Member 2 of sample 4, output 1, up by 5·k: that output alone moves, by about 5.
+    zv[std::size_t((4 * k + 2) * width + 1)] += float(5 * k);
+    upload(z, zv);
+    be().member_mean(z, k, y);
+    const HostTensor moved = read(y);
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (i == std::size_t(4 * width + 1))
+        EXPECT_NEAR(moved[i] - got[i], 5.0, dt == DType::kF32 ? 1e-4 : 0.1) << i;
+      else
+        EXPECT_EQ(moved[i], got[i]) << i;
+  }
+}
+
+TEST_P(BackendConformance, EnsembleRefusesMismatchedShapes) {
+  auto op = be().ensemble(EnsembleSpec{3, 2});
+  Tensor r, y;
+  op->shape_parameters(r);
+  be().fill_zero(r);
+  Tensor x = plain(Dims{4, 5}, randn(20, 76));
+  EXPECT_THROW(op->forward(x, r, y), Error);
+  EXPECT_THROW(be().ensemble(EnsembleSpec{3, 0}), Error);
+  Tensor z = plain(Dims{7, 2}, randn(14, 77));
+  EXPECT_THROW(be().member_mean(z, 3, y), Error) << "7 rows are not a multiple of 3 members";
+}
+
+// ======================================================================================
 // Losses
 // ======================================================================================
 
@@ -2894,6 +2994,26 @@ std::vector<HostTensor> run_thread_sensitive_ops(Backend& be) {
     op->backward_weights(px, pdy, pc, pdc, false);
     read(pdc);
   }
+  {
+    // Ensemble: rows shared out, the scale gradient summed over a large batch.
+    const std::int64_t rows = 801, f = 7, k = 8;  // N·k·F past the CPU's threading threshold
+    auto op = be.ensemble(EnsembleSpec{f, k});
+    Tensor ex = plain(Dims{rows, f}, HostTensor(a.begin(), a.begin() + rows * f)), er, ey, edy, edx, edr;
+    op->shape_parameters(er);
+    op->shape_parameters(edr);
+    const HostTensor rv = randn(std::size_t(k * f), 206, 1.0f);
+    be.copy_from_host(rv.data(), er);
+    op->forward(ex, er, ey);
+    read(ey);
+    edy = plain(Dims{rows * k, f}, HostTensor(b.begin(), b.begin() + rows * k * f));
+    op->backward_data(edy, er, ex, edx);
+    read(edx);
+    op->backward_weights(ex, edy, edr, false);
+    read(edr);
+    Tensor mean;
+    be.member_mean(edy, k, mean);
+    read(mean);
+  }
   // Reductions: clip_scale over several gradients, then the updates that use it.
   Tensor g1 = plain(Dims{n}, b), g2 = plain(Dims{333}, randn(333, 203)), scale;
   be.clip_scale({&g1, &g2}, 1.0f, nullptr, scale);
@@ -3083,7 +3203,7 @@ TEST_P(BackendConformance, ConvForwardGivesEachSampleTheSameBitsInAnyBatch) {
       }
 }
 
-TEST_P(BackendConformance, PoolEltwiseNormPeriodicAndPredictGiveEachSampleTheSameBitsInAnyBatch) {
+TEST_P(BackendConformance, PoolEltwiseNormPeriodicEnsembleAndPredictGiveEachSampleTheSameBitsInAnyBatch) {
   if (!caps().batch_invariant) GTEST_SKIP() << "capabilities().batch_invariant is false";
   const Dims image{16, 6, 6};
   const std::int64_t pixels = image.product();
@@ -3169,6 +3289,28 @@ TEST_P(BackendConformance, PoolEltwiseNormPeriodicAndPredictGiveEachSampleTheSam
         upload(x, samples_of(xv, f, first, n));
         op->forward(x, c, y);
         return read(y);
+      });
+    }
+    {
+      const std::int64_t f = 5, k = 4;
+      auto op = be().ensemble(EnsembleSpec{f, k});
+      Tensor r, x, y, mean;
+      op->shape_parameters(r);
+      upload(r, randn(std::size_t(k * f), 233, 1.0f));
+      const HostTensor xv = stored(randn(std::size_t(kInvariantSamples * f), 234, 1.5f), dt);
+      expect_batch_invariant(dtype_trace(dt) + ", ensemble and member_mean", [&](std::int64_t first, std::int64_t n) {
+        be().shape_plain(x, Dims{n, f}, dt);
+        upload(x, samples_of(xv, f, first, n));
+        op->forward(x, r, y);
+        be().member_mean(y, k, mean);
+        // Per sample: its k members' rows, then their mean.
+        const HostTensor rows = read(y), m = read(mean);
+        HostTensor out;
+        for (std::int64_t s = 0; s < n; ++s) {
+          out.insert(out.end(), rows.begin() + s * k * f, rows.begin() + (s + 1) * k * f);
+          out.insert(out.end(), m.begin() + s * f, m.begin() + (s + 1) * f);
+        }
+        return out;
       });
     }
     // The loss's predict (softmax, sigmoid, identity) of the network output.

@@ -184,6 +184,8 @@ INSTANTIATE_TEST_SUITE_P(
         LayerCase{"dense(6) relu dense(5) batchnorm dense(4) layernorm dense(3)", {5}},
         LayerCase{"periodic(3,sigma=1)", {4}},             // the first layer: input gradient too
         LayerCase{"dense(3) periodic(2) dense(2)", {5}},   // inside a network, its dx feeding the dense
+        LayerCase{"ensemble(3)", {4}},                     // the members' rows, input gradient summed over them
+        LayerCase{"dense(3) ensemble(2) relu dense(2)", {5}},  // inside a network, shared layers after it
         // 16k channels in and out, 3x3, stride 1: the Winograd kernels (no
         // relu: with this many outputs a kink between the two steps is likely)
         LayerCase{"conv(16,3,pad=1)", {16, 5, 5}},

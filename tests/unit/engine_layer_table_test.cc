@@ -47,18 +47,20 @@ TEST(LayerTable, KnownNamesAreTheTableRowsInOrder) {
   for (const LayerKind& k : layer_table()) rows.emplace_back(k.name);
   EXPECT_EQ(rows, known_layer_names());
   EXPECT_EQ(rows, (std::vector<std::string>{"dense", "conv", "maxpool", "avgpool", "flatten", "relu", "gelu", "tanh",
-                                            "sigmoid", "dropout", "batchnorm", "layernorm", "periodic"}));
+                                            "sigmoid", "dropout", "batchnorm", "layernorm", "periodic",
+                                            "ensemble"}));
   for (const LayerKind& k : layer_table()) {
     EXPECT_NE(k.parse, nullptr) << k.name;
     EXPECT_NE(k.shape, nullptr) << k.name;
     EXPECT_NE(k.train, nullptr) << k.name;
-    // Weighted kinds and the periodic embedding (which widens its input
-    // 2K-fold), and only they, count towards the memory limit.
-    EXPECT_EQ(k.weighted || k.name == "periodic", k.cost != nullptr) << k.name;
+    // Weighted kinds, the periodic embedding (which widens its input
+    // 2K-fold) and the ensemble (k rows a sample from it on), and only they,
+    // count towards the memory limit.
+    EXPECT_EQ(k.weighted || k.name == "periodic" || k.name == "ensemble", k.cost != nullptr) << k.name;
     EXPECT_EQ(k.weighted, k.name == "dense" || k.name == "conv") << k.name;
-    // Inference-only networks run every kind but the norms and the periodic
-    // embedding, fp32 and int8 alike.
-    const bool norm = k.name == "batchnorm" || k.name == "layernorm" || k.name == "periodic";
+    // Inference-only networks run every kind but the norms, the periodic
+    // embedding and the ensemble, fp32 and int8 alike.
+    const bool norm = k.name == "batchnorm" || k.name == "layernorm" || k.name == "periodic" || k.name == "ensemble";
     EXPECT_EQ(k.inference == nullptr, norm) << k.name;
     EXPECT_EQ(k.int8 == nullptr, norm) << k.name;
   }
@@ -160,6 +162,41 @@ TEST(LayerTable, HostileSpecsGetTheirExactErrors) {
   // Arguments are checked before any shape: the first bad argument wins.
   EXPECT_EQ(parse_error("conv(4,3) dense(0)"),
             "layer 2 'dense(0)': WIDTH must be a positive integer (usage: dense(WIDTH))");
+}
+
+TEST(LayerTable, EnsembleTakesAnOptionalMemberCountOnceOnAFlatInput) {
+  const std::vector<LayerDesc> l = parse_layers("ensemble ensemble(4) ensemble(256)");
+  ASSERT_EQ(l.size(), 3u);
+  EXPECT_EQ(std::get<EnsembleArgs>(l[0].args).members, 32);
+  EXPECT_EQ(std::get<EnsembleArgs>(l[1].args).members, 4);
+  EXPECT_EQ(std::get<EnsembleArgs>(l[2].args).members, 256);
+
+  const std::string usage = " (usage: ensemble(K) with 1 <= K <= 256 (default 32))";
+  EXPECT_EQ(parse_error("ensemble(0)"), "layer 1 'ensemble(0)': K must be a positive integer" + usage);
+  EXPECT_EQ(parse_error("ensemble(1.5)"), "layer 1 'ensemble(1.5)': K must be a positive integer" + usage);
+  EXPECT_EQ(parse_error("ensemble(257)"), "layer 1 'ensemble(257)': K must be at most 256" + usage);
+  EXPECT_EQ(parse_error("ensemble(4,2)"), "layer 1 'ensemble(4,2)': takes 0 to 1 positional arguments" + usage);
+  EXPECT_EQ(parse_error("ensemble(4,k=2)"), "layer 1 'ensemble(4,k=2)': has no option 'k'" + usage);
+
+  const std::vector<LayerDesc> net = parse_layers("ensemble(8) dense(32) relu dense(3)");
+  const std::vector<LayerShape> shapes = check_layer_shapes(net, Dims{5}, {});
+  EXPECT_EQ(shapes[0].output, Dims{5}) << "a sample's rows keep its width";
+  EXPECT_EQ(shapes[1].input, Dims{5});
+  EXPECT_EQ(shape_error("ensemble(4)", Dims{1, 8, 8}),
+            "layer 1 'ensemble(4)' needs a flat input {F} but gets the image {1, 8, 8}; put flatten before it");
+  EXPECT_EQ(shape_error("ensemble(4) dense(8) ensemble(2) dense(2)", Dims{3}),
+            "layer 3 'ensemble(2)': a network takes one ensemble layer, and layer 1 'ensemble(4)' is one");
+  // Every layer after it runs on k rows a sample: dense(4096) on 100
+  // features fits 64 MiB alone (6.6 MB for its weights' training state,
+  // 4.3 MB of values in batches of 128), not 32 members' rows of it (138 MB).
+  const std::uint64_t limit = std::uint64_t{64} << 20;
+  EXPECT_EQ(shape_error("dense(4096) dense(2)", Dims{100}, limit), "");
+  EXPECT_EQ(shape_error("ensemble(32) dense(4096) dense(2)", Dims{100}, limit)
+                .rfind("layer 2 'dense(4096)': training the network up to here needs at least", 0),
+            0u);
+  EXPECT_EQ(inference_blocker(net[0]),
+            "layer 1 'ensemble(8)': int8 and sparse inference support dense, conv, pooling, flatten, dropout and "
+            "activations, not ensemble");
 }
 
 TEST(LayerTable, PeriodicTakesAnOptionalFrequencyCountAndSigma) {

@@ -121,6 +121,70 @@ TEST(LayerSpec, PeriodicEmbedsEachFeatureInItsOwnFrequencies) {
             "layer 1 'periodic(2)' needs a flat input {F} but gets the image {1, 4, 4}; put flatten before it");
 }
 
+TEST(LayerSpec, EnsembleTrainsEveryMemberAndPredictsTheirMean) {
+  auto backend = test::cpu_backend();
+  auto scope = backend->enter();
+  NetworkOptions options;
+  options.input_shape = Dims{6};
+  options.outputs = 3;
+  options.seed = 4;
+  options.batch = 4;
+  Network net("ensemble(5) dense(8) relu dense(3)", options, *backend);
+  EXPECT_EQ(net.describe(), "ensemble(5) dense(8) relu dense(3)");
+  EXPECT_EQ(net.members(), 5);
+  const Parameter& r = *net.parameters()[0];
+  EXPECT_EQ(r.name, "0.ensemble.scale");
+  EXPECT_EQ(r.value.dims(), (Dims{5, 6}));
+  EXPECT_EQ(net.parameter_count(), 5 * 6 + 8 * 6 + 8 + 3 * 8 + 3);
+  EXPECT_EQ(net.summary()[0], "ensemble(5)  {6} -> {6}  30 params");
+  // Random signs, a pure function of the seed, not all alike.
+  std::vector<float> v(30);
+  backend->copy_to_host(r.value, v.data());
+  int positive = 0;
+  for (float x : v) {
+    EXPECT_TRUE(x == 1.0f || x == -1.0f) << x;
+    positive += x > 0;
+  }
+  EXPECT_GT(positive, 5);
+  EXPECT_LT(positive, 25);
+  Network again("ensemble(5) dense(8) relu dense(3)", options, *backend);
+  std::vector<float> w(30);
+  backend->copy_to_host(again.parameters()[0]->value, w.data());
+  EXPECT_EQ(v, w);
+
+  // A training forward gives every member's row; any other, their mean.
+  Tensor x;
+  backend->shape_plain(x, Dims{4, 6}, DType::kF32);
+  std::vector<float> xv(24);
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = float(i % 7) - 3.0f;
+  backend->copy_from_host(xv.data(), x);
+  const Tensor& rows = net.forward(x, PassContext{true, false, 1, 0});
+  ASSERT_EQ(rows.dims(), (Dims{20, 3}));
+  std::vector<float> each(60);
+  backend->copy_to_host(rows, each.data());
+  const Tensor& mean = net.forward(x, PassContext{false, false, 1, 0});
+  ASSERT_EQ(mean.dims(), (Dims{4, 3}));
+  std::vector<float> got(12);
+  backend->copy_to_host(mean, got.data());
+  for (int n = 0; n < 4; ++n)
+    for (int j = 0; j < 3; ++j) {
+      float sum = 0;
+      for (int i = 0; i < 5; ++i) sum += each[std::size_t((n * 5 + i) * 3 + j)];
+      EXPECT_EQ(got[std::size_t(n * 3 + j)], sum / 5.0f) << n << "," << j;
+    }
+  // The members differ: their scales start at different signs.
+  EXPECT_NE(each[0], each[3]);
+
+  Network bare("ensemble dense(3)", options, *backend);
+  EXPECT_EQ(bare.describe(), "ensemble(32) dense(3)");
+  EXPECT_EQ(bare.members(), 32);
+  EXPECT_EQ(bare.inference_blocker(),
+            "layer 1 'ensemble': int8 and sparse inference support dense, conv, pooling, flatten, dropout and "
+            "activations, not ensemble");
+  EXPECT_EQ(build_error("ensemble(2) dense(3)", Dims{1, 4, 4}, 3),
+            "layer 1 'ensemble(2)' needs a flat input {F} but gets the image {1, 4, 4}; put flatten before it");
+}
+
 TEST(LayerSpec, UnknownLayerSuggestsTheClosestName) {
   const std::string m = build_error("desne(10)", Dims{4});
   EXPECT_NE(m.find("unknown layer 'desne'"), std::string::npos) << m;

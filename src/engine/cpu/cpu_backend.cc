@@ -301,6 +301,10 @@ class CpuBackend final : public Backend {
     t.mark_modified();
   }
 
+  void member_mean(const Tensor& z, std::int64_t members, Tensor& y) override {
+    member_mean_.run(ctx_, z, members, y);
+  }
+
   void fake_quantize(const Tensor& x, Tensor& y, float scale, float lo, float hi) override {
     if (!(scale > 0)) throw usage_error("fake_quantize: the scale must be > 0");
     engine::check_f32_usage(x, "fake_quantize");
@@ -412,6 +416,9 @@ class CpuBackend final : public Backend {
   std::unique_ptr<PeriodicOp> periodic(const PeriodicSpec& spec) override {
     return make_periodic_op(ctx_, spec);
   }
+  std::unique_ptr<EnsembleOp> ensemble(const EnsembleSpec& spec) override {
+    return make_ensemble_op(ctx_, spec);
+  }
   std::unique_ptr<LossOp> loss(LossKind kind, std::int64_t outputs,
                                std::span<const float> class_weights) override {
     return make_loss_op(ctx_, kind, outputs, class_weights);
@@ -481,6 +488,7 @@ class CpuBackend final : public Backend {
   BackendCapabilities capabilities_;
   CpuContext ctx_;
   Reorders edge_reorders_;
+  MemberMean member_mean_;
   ScratchBuffer partials_;
   std::vector<float> fq_host_;  // fake_quantize_channels: plain (O, I...) weights
 };

@@ -18,6 +18,18 @@ std::unique_ptr<NormOp> make_batch_norm_op(CpuContext& ctx, const NormSpec& spec
 std::unique_ptr<NormOp> make_layer_norm_op(CpuContext& ctx, const NormSpec& spec);
 // Plain loops, not oneDNN (cpu_periodic.cc).
 std::unique_ptr<PeriodicOp> make_periodic_op(CpuContext& ctx, const PeriodicSpec& spec);
+// Plain loops (cpu_ensemble.cc): the members' input scaling, and their mean
+// (Backend::member_mean), which keeps its conversion buffers between calls.
+std::unique_ptr<EnsembleOp> make_ensemble_op(CpuContext& ctx, const EnsembleSpec& spec);
+class MemberMean {
+ public:
+  void run(CpuContext& ctx, const Tensor& z, std::int64_t members, Tensor& y);
+
+ private:
+  std::shared_ptr<const CpuLayout> layout_;
+  Reorders reorders_;
+  ScratchBuffer converted_;
+};
 std::unique_ptr<LossOp> make_loss_op(CpuContext& ctx, LossKind kind, std::int64_t outputs,
                                      std::span<const float> class_weights);
 

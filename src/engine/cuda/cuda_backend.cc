@@ -247,6 +247,15 @@ class CudaBackend final : public Backend {
     t.mark_modified();
   }
 
+  void member_mean(const Tensor& z, std::int64_t members, Tensor& y) override {
+    if (z.dims().rank() != 2 || members < 1 || z.dims()[0] % members != 0)
+      throw usage_error("member_mean: " + z.dims().str() + " is not (N·" + std::to_string(members) + ", K)");
+    const std::int64_t n = z.dims()[0] / members, width = z.dims()[1];
+    kernel_count(z.elements(), "member_mean input");
+    shape_plain(y, Dims{n, width}, z.dtype());
+    kernels::member_mean(kernels::activations(z), kernels::activations(y), int(n), int(width), int(members), ctx_.stream);
+  }
+
   void fake_quantize(const Tensor& x, Tensor& y, float scale, float lo, float hi) override {
     if (!(scale > 0)) throw usage_error("fake_quantize: the scale must be > 0");
     engine::check_f32_usage(x, "fake_quantize");
@@ -324,6 +333,7 @@ class CudaBackend final : public Backend {
     return make_layer_norm_op(ctx_, spec);
   }
   std::unique_ptr<PeriodicOp> periodic(const PeriodicSpec& spec) override { return make_periodic_op(ctx_, spec); }
+  std::unique_ptr<EnsembleOp> ensemble(const EnsembleSpec& spec) override { return make_ensemble_op(ctx_, spec); }
   std::unique_ptr<LossOp> loss(LossKind kind, std::int64_t outputs, std::span<const float> class_weights) override {
     return make_loss_op(ctx_, kind, outputs, class_weights);
   }

@@ -538,6 +538,54 @@ __global__ void periodic_backward_weights_kernel(const T* x, const T* dy, const 
   }
 }
 
+// ---- Ensemble members ----
+
+// One thread per output element (n·k + i, f).
+template <typename T>
+__global__ void ensemble_forward_kernel(const T* x, const float* r, T* y, int total, int f, int k) {
+  ANNEAL_GRID_STRIDE(o, total) {
+    const int feature = o % f, row = o / f, member = row % k, sample = row / k;
+    y[o] = st<T>(ld(x[sample * f + feature]) * r[member * f + feature]);
+  }
+}
+
+// One thread per (n, f), the members in order.
+template <typename T>
+__global__ void ensemble_backward_data_kernel(const T* dy, const float* r, T* dx, int total, int f, int k) {
+  ANNEAL_GRID_STRIDE(o, total) {
+    const int feature = o % f, sample = o / f;
+    float sum = 0.0f;
+    for (int i = 0; i < k; ++i)
+      sum += ld(dy[(static_cast<std::int64_t>(sample) * k + i) * f + feature]) * r[i * f + feature];
+    dx[o] = st<T>(sum);
+  }
+}
+
+// One block per (i, f): each thread its strided share of the samples, then
+// a fixed tree.
+template <typename T>
+__global__ void ensemble_backward_weights_kernel(const T* x, const T* dy, float* dr, int n, int f, int k,
+                                                 bool accumulate) {
+  __shared__ double shared[kThreads];
+  const int o = blockIdx.x, member = o / f, feature = o % f;
+  double acc = 0;
+  for (int s = threadIdx.x; s < n; s += kThreads)
+    acc += double(ld(dy[(static_cast<std::int64_t>(s) * k + member) * f + feature])) * double(ld(x[s * f + feature]));
+  const double total = block_sum(acc, shared);
+  if (threadIdx.x == 0) dr[o] = accumulate ? dr[o] + float(total) : float(total);
+}
+
+// One thread per (n, j), the members in order.
+template <typename T>
+__global__ void member_mean_kernel(const T* z, T* y, int total, int width, int k) {
+  ANNEAL_GRID_STRIDE(o, total) {
+    const int j = o % width, sample = o / width;
+    float sum = 0.0f;
+    for (int i = 0; i < k; ++i) sum += ld(z[(static_cast<std::int64_t>(sample) * k + i) * width + j]);
+    y[o] = st<T>(sum / float(k));
+  }
+}
+
 // ---- Losses ----
 
 __device__ float class_weight(const float* weights, int label) { return weights ? weights[label] : 1.0f; }
@@ -865,6 +913,42 @@ void periodic_backward_weights(ConstActivations x, ConstActivations dy, const fl
                                                                         accumulate);
   });
   check_launch("periodic_backward_weights");
+}
+void ensemble_forward(ConstActivations x, const float* r, Activations y, int n, int f, int k, cudaStream_t stream) {
+  const int total = n * k * f;
+  with_type(x.dtype, "ensemble", [&](auto t) {
+    using T = typename decltype(t)::type;
+    ensemble_forward_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(as<T>(x), r, as<T>(y), total, f, k);
+  });
+  check_launch("ensemble_forward");
+}
+void ensemble_backward_data(ConstActivations dy, const float* r, Activations dx, int n, int f, int k,
+                            cudaStream_t stream) {
+  const int total = n * f;
+  with_type(dy.dtype, "ensemble", [&](auto t) {
+    using T = typename decltype(t)::type;
+    ensemble_backward_data_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(as<T>(dy), r, as<T>(dx), total, f,
+                                                                                 k);
+  });
+  check_launch("ensemble_backward_data");
+}
+void ensemble_backward_weights(ConstActivations x, ConstActivations dy, float* dr, int n, int f, int k,
+                               bool accumulate, cudaStream_t stream) {
+  with_type(x.dtype, "ensemble", [&](auto t) {
+    using T = typename decltype(t)::type;
+    ensemble_backward_weights_kernel<T><<<k * f, kThreads, 0, stream>>>(as<T>(x), as<T>(dy), dr, n, f, k,
+                                                                        accumulate);
+  });
+  check_launch("ensemble_backward_weights");
+}
+void member_mean(ConstActivations z, Activations y, int n, int width, int k, cudaStream_t stream) {
+  const int total = n * width;
+  if (total == 0) return;
+  with_type(z.dtype, "member_mean", [&](auto t) {
+    using T = typename decltype(t)::type;
+    member_mean_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(as<T>(z), as<T>(y), total, width, k);
+  });
+  check_launch("member_mean");
 }
 void loss_forward_backward(LossKind kind, ConstActivations pred, const float* labels, const float* class_weights,
                            int n, int k, Activations dpred, float grad_scale, const float* loss_scale,

@@ -172,6 +172,21 @@ void periodic_backward_data(ConstActivations x, ConstActivations dy, const float
 void periodic_backward_weights(ConstActivations x, ConstActivations dy, const float* c, float* dc, int n, int f,
                                int k, bool accumulate, cudaStream_t stream);
 
+// ---- Ensemble members (EnsembleOp, Backend::member_mean) ------------------------
+// x (N, F), y (N·k, F) sample-major (row n·k + i), dy and dx of one dtype;
+// r and dr (k, F) fp32; N·k·F must fit in int.
+// y[n·k + i][f] = x[n][f]·r[i][f].
+void ensemble_forward(ConstActivations x, const float* r, Activations y, int n, int f, int k, cudaStream_t stream);
+// dx[n][f] = Σ_i dy[n·k + i][f]·r[i][f], the i in order.
+void ensemble_backward_data(ConstActivations dy, const float* r, Activations dx, int n, int f, int k,
+                            cudaStream_t stream);
+// dr[i][f] (+)= Σ_n dy[n·k + i][f]·x[n][f]: one block per (i, f), summed in
+// double in a fixed tree.
+void ensemble_backward_weights(ConstActivations x, ConstActivations dy, float* dr, int n, int f, int k,
+                               bool accumulate, cudaStream_t stream);
+// y (N, K) = (Σ_i z[n·k + i][j]) / k, the i in order in fp32; z and y of one dtype.
+void member_mean(ConstActivations z, Activations y, int n, int width, int k, cudaStream_t stream);
+
 // ---- Losses -----------------------------------------------------------------
 
 // Running totals on the device. bad_labels counts softmax_ce labels that

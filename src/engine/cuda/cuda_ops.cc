@@ -268,6 +268,67 @@ class CudaPeriodicOp final : public PeriodicOp {
   int f_ = 0, k_ = 0;
 };
 
+// ---- Ensemble members ------------------------------------------------------------------
+
+class CudaEnsembleOp final : public EnsembleOp {
+ public:
+  CudaEnsembleOp(CudaContext& ctx, const EnsembleSpec& spec) : ctx_(ctx), spec_(spec) {
+    if (spec.features < 1 || spec.members < 1) throw usage_error("ensemble: needs at least one feature and one member");
+    f_ = kernel_count(spec.features, "ensemble features");
+    k_ = kernel_count(spec.members, "ensemble members");
+    kernel_count(spec.features * spec.members, "ensemble scales");
+  }
+
+  void shape_parameters(Tensor& scales) override {
+    shape_plain(scales, Dims{spec_.members, spec_.features}, DType::kF32, *ctx_.allocator);
+  }
+
+  // x (N, F) -> y (N·k, F): y[n·k + i][f] = x[n][f]·r[i][f]
+  void forward(const Tensor& x, const Tensor& scales, Tensor& y) override {
+    const int n = rows_of(x);
+    shape_plain(y, Dims{std::int64_t(n) * spec_.members, spec_.features}, x.dtype(), *ctx_.allocator);
+    kernels::ensemble_forward(activations(x), f32(scales, "ensemble scales"), activations(y), n, f_, k_,
+                              ctx_.stream);
+  }
+
+  // dx (N, F) = Σ_i dy[n·k + i][f]·r[i][f]
+  void backward_data(const Tensor& dy, const Tensor& scales, const Tensor& x, Tensor& dx) override {
+    const int n = rows_of(x);
+    check_gradient(x, dy, n);
+    shape_plain(dx, x.dims(), x.dtype(), *ctx_.allocator);
+    kernels::ensemble_backward_data(activations(dy), f32(scales, "ensemble scales"), activations(dx), n, f_, k_,
+                                    ctx_.stream);
+  }
+
+  // dr (k, F) (+)= Σ_n dy[n·k + i][f]·x[n][f]
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dscales, bool accumulate) override {
+    const int n = rows_of(x);
+    check_gradient(x, dy, n);
+    if (dscales.dims() != Dims{spec_.members, spec_.features})
+      throw failure("ensemble: the scale gradient is not shaped as the scales");
+    kernels::ensemble_backward_weights(activations(x), activations(dy), f32(dscales, "ensemble scale gradient"), n,
+                                       f_, k_, accumulate, ctx_.stream);
+  }
+
+ private:
+  int rows_of(const Tensor& x) const {
+    if (x.dims().rank() != 2 || x.dims()[1] != spec_.features)
+      throw failure("ensemble: input " + x.dims().str() + " does not match (N, " + std::to_string(spec_.features) +
+                    ")");
+    const int n = kernel_count(x.batch(), "ensemble batch");
+    kernel_count(x.batch() * spec_.members * spec_.features, "ensemble output");
+    return n;
+  }
+  void check_gradient(const Tensor& x, const Tensor& dy, int n) const {
+    if (dy.dtype() != x.dtype() || dy.dims() != Dims{std::int64_t(n) * spec_.members, spec_.features})
+      throw failure("ensemble: the gradient " + dy.dims().str() + " is not shaped as the output");
+  }
+
+  CudaContext& ctx_;
+  EnsembleSpec spec_;
+  int f_ = 0, k_ = 0;
+};
+
 }  // namespace
 
 std::unique_ptr<EltwiseOp> make_eltwise_op(CudaContext& ctx, const EltwiseSpec& spec) {
@@ -285,6 +346,10 @@ std::unique_ptr<NormOp> make_layer_norm_op(CudaContext& ctx, const NormSpec& spe
 
 std::unique_ptr<PeriodicOp> make_periodic_op(CudaContext& ctx, const PeriodicSpec& spec) {
   return std::make_unique<CudaPeriodicOp>(ctx, spec);
+}
+
+std::unique_ptr<EnsembleOp> make_ensemble_op(CudaContext& ctx, const EnsembleSpec& spec) {
+  return std::make_unique<CudaEnsembleOp>(ctx, spec);
 }
 
 }  // namespace anneal::cuda
