@@ -245,6 +245,9 @@ class Network {
   std::vector<StateBuffer> buffers_;
   Dims input_shape_;
   std::int64_t members_ = 1;
+  // The first layer that runs on the members' rows (the one after the
+  // ensemble layer); past every layer without one.
+  std::size_t members_from_ = std::size_t(-1);
   Tensor member_mean_;  // the members' mean an inference forward returns
   bool input_gradient_ = false;
   const Tensor* input_grad_ = nullptr;
@@ -268,6 +271,10 @@ class Network {
   // The forward's result from the last layer's output y: y itself, or the
   // members' mean (see forward()).
   const Tensor& members_output(const Tensor& y, const PassContext& ctx);
+  // ctx for the layers after the ensemble layer: first_row counts their
+  // rows, K a sample, so a member row's dropout mask is the one it gets in
+  // the whole batch on any rank.
+  PassContext member_rows(const PassContext& ctx) const;
   void restore_master_weights();
   float fq_input_scale_ = 0;
   int fq_weight_levels_ = 127;

@@ -205,7 +205,11 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
                         " values but the task needs " + meaning + "; end it with dense(" +
                         std::to_string(options.outputs) + ")");
   }
-  for (const auto& layer : layers_) members_ *= layer->members();
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    if (layers_[i]->members() > 1) {
+      members_ = layers_[i]->members();
+      members_from_ = i + 1;
+    }
   for (auto& layer : layers_) {
     first_parameter_.push_back(parameters_.size());
     layer->collect_parameters(parameters_);
@@ -235,9 +239,10 @@ const Tensor& Network::forward(const Tensor& x, const PassContext& ctx, const La
     ++k;
   };
   if (fq_weights_.empty() && fq_outputs_.empty() && fq_input_scale_ == 0) {
+    const PassContext rows = member_rows(ctx);
     const Tensor* h = &x;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
-      h = &layers_[i]->forward(*h, ctx);
+      h = &layers_[i]->forward(*h, i < members_from_ ? ctx : rows);
       observed(i, *h);
     }
     return members_output(*h, ctx);
@@ -258,8 +263,9 @@ const Tensor& Network::forward(const Tensor& x, const PassContext& ctx, const La
     h = &fq_input_;
   }
   auto next = fq_outputs_.begin();
+  const PassContext rows = member_rows(ctx);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    h = &layers_[i]->forward(*h, ctx);
+    h = &layers_[i]->forward(*h, i < members_from_ ? ctx : rows);
     observed(i, *h);
     if (next != fq_outputs_.end() && next->layer == i) {
       backend_.fake_quantize(*h, next->y, next->scale, next->lo, next->hi);
@@ -269,6 +275,12 @@ const Tensor& Network::forward(const Tensor& x, const PassContext& ctx, const La
   }
   if (!ctx.training) restore_master_weights();
   return members_output(*h, ctx);
+}
+
+PassContext Network::member_rows(const PassContext& ctx) const {
+  PassContext rows = ctx;
+  rows.first_row = ctx.first_row * members_;
+  return rows;
 }
 
 const Tensor& Network::members_output(const Tensor& y, const PassContext& ctx) {
@@ -327,9 +339,10 @@ void Network::backward(const Tensor& dloss, const PassContext& ctx, const Gradie
   // and skips its dx, which for a first dense is as costly as its dW.
   const std::size_t first = input_gradient_ ? 0 : first_trainable_;
   const Tensor* d = &dloss;
+  const PassContext rows = member_rows(ctx);
   for (std::size_t i = layers_.size(); i-- > first;) {
     const bool need_dx = i > first || input_gradient_;
-    d = &layers_[i]->backward(*d, ctx, need_dx);
+    d = &layers_[i]->backward(*d, i < members_from_ ? ctx : rows, need_dx);
     if (ready) ready(first_parameter_[i]);
   }
   input_grad_ = input_gradient_ ? d : nullptr;

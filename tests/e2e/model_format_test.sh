@@ -6,8 +6,8 @@
 # predictions that must match `anneal predict` (or, for image models, which
 # predict cannot read, the confusion matrix of `anneal eval`). It covers an
 # MLP, batchnorm/layernorm/gelu/dropout with bce, the periodic embedding,
-# one-hot features with regression, the linear model, a CNN, an int8 model
-# and a pruned one; and
+# the ensemble, one-hot features with regression, the linear model, a CNN,
+# an int8 model and a pruned one; and
 # lists the final checkpoint's trainer state, whose weights must equal the
 # model's. Every model's weights hash, bf16 and tree models' too, is
 # recomputed from its blob, and models of formats 1 and 2 (written before
@@ -192,6 +192,23 @@ expect_rc 0 train "$WORK/cancer-periodic.ini"
 compare_predict cancer-periodic@v1 "$TEST_DATA/breast_cancer.csv" 1e-5 "periodic MLP"
 "$PY" "$READER" info "$WORK/m.bin" >"$WORK/info.json"
 expect_contains "$(cat "$WORK/info.json")" '"0.periodic.frequencies"' "the frequencies are a named tensor"
+
+# --- the ensemble: scales (K, F), member rows n·K + i, their fp32 mean ---------
+cat >"$WORK/cancer-ensemble.ini" <<'INI'
+name = cancer-ensemble
+dataset = cancer
+layers = ensemble(6) dense(8) relu dense(2)
+lr = 0.01
+batch = 32
+epochs = 3
+seed = 6
+threads = 1
+baseline = false
+INI
+expect_rc 0 train "$WORK/cancer-ensemble.ini"
+compare_predict cancer-ensemble@v1 "$TEST_DATA/breast_cancer.csv" 1e-5 "ensemble MLP"
+"$PY" "$READER" info "$WORK/m.bin" >"$WORK/info.json"
+expect_contains "$(cat "$WORK/info.json")" '"0.ensemble.scale"' "the members' scales are a named tensor"
 
 # --- regression (mse) with a one-hot feature, missing and unseen values ------
 expect_rc 0 data import wine-alcohol "$TEST_DATA/wine.csv" --label alcohol

@@ -99,6 +99,24 @@ for line in open(sys.argv[1]):
     if abs(a - b) > 1e-4 * abs(a): sys.exit(1)
 PY
 
+# An ensemble with dropout after it: each rank runs its share of the
+# samples' member rows, and a member row's dropout mask is the one it gets
+# in one process (the layers after the ensemble number rows K a sample), so
+# the training losses match one process's as above.
+sed -e 's/^name.*/name = digits-ensemble/' -e 's/^layers.*/layers = ensemble(4) dense(32) relu dropout(0.3) dense(10)/' \
+  "$WORK/d.ini" > "$WORK/e.ini"
+expect_rc 0 --json train "$WORK/e.ini"
+ensemble_single=$(json_get 'j["run"]')
+mpi_run 2 --json train "$WORK/e.ini"
+expect_eq "$RC" "0" "two ranks train the ensemble: $ERR"
+paste <(train_losses "$ensemble_single") <(train_losses "$(json_get 'j["run"]')") > "$WORK/losses"
+python3 - "$WORK/losses" <<'PY' && pass || fail "ensemble on two ranks: training losses differ from one process by more than 1e-4 relative: $(cat "$WORK/losses")"
+import sys
+for line in open(sys.argv[1]):
+    a, b = map(float, line.split())
+    if abs(a - b) > 1e-4 * abs(a): sys.exit(1)
+PY
+
 # Rows streamed from the store in windows (memory_budget) and a validation
 # split: rank 0 serves both, and the ranks see the windows in the same order.
 sed -e 's/^name.*/name = digits-stream/' "$WORK/d.ini" > "$WORK/s.ini"

@@ -71,6 +71,26 @@ ops = [n.op_type for n in onnx.load(sys.argv[1]).graph.node]
 assert all(op in ops for op in ("Unsqueeze", "Sin", "Cos", "Concat")), ops
 PY
 
+# The ensemble (TabM-mini): each sample's members' rows (Unsqueeze, Mul by
+# the scales, Reshape), the shared layers on them, their mean (Reshape,
+# ReduceMean): a wrong row order would mix samples and the classes would
+# not agree.
+cat >"$WORK/ensemble.ini" <<'INI'
+name    = sales-ensemble
+dataset = sales
+layers  = ensemble(4) dense(32) relu dense(2)
+epochs  = 3
+seed    = 7
+threads = 1
+INI
+expect_rc 0 train "$WORK/ensemble.ini"
+ort_vs_predict sales-ensemble@v1 "$WORK/future.csv" 0.999 1e-4 ensemble-mlp
+"$PY" - "$WORK/ensemble-mlp.onnx" <<'PY' && pass || fail "the ensemble is not exported as member rows and their mean"
+import onnx, sys
+ops = [n.op_type for n in onnx.load(sys.argv[1]).graph.node]
+assert all(op in ops for op in ("Unsqueeze", "Mul", "Reshape", "ReduceMean")), ops
+PY
+
 # Calibrated models (docs/TRAINING.md, "Calibration"): the export rescales
 # the class probabilities by the temperature (Log, Div, Softmax) as predict
 # does. The bce network with calibrate = temperature; a softmax network

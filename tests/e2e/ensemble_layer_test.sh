@@ -1,0 +1,125 @@
+#!/bin/bash
+# The ensemble layer, ensemble(K) (TabM-mini; docs/TRAINING.md,
+# docs/ENGINE.md): a tabular network that starts with it trains its K
+# members on their own losses and predicts their mean; it evaluates and
+# predicts, the same weights run after run; a row's prediction is the same
+# alone as among others; its scales are a model tensor (K, F); a warm start
+# from it starts at its weights; int8 quantize and prune refuse it in one
+# line naming the layer; bad specs are one-line usage errors naming the
+# config line, exit code 2, leaving no run.
+. "$E2E_LIB"
+
+at_least() { python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)"; }
+# expect_error CODE NEEDLE ARGS...: anneal fails with CODE, one line naming NEEDLE.
+expect_error() {
+  local code=$1 needle=$2
+  shift 2
+  expect_rc "$code" "$@"
+  expect_contains "$ERR" "$needle" "anneal $*"
+  expect_eq "$(printf '%s\n' "$ERR" | grep -c '^anneal: ')" "1" "one error line for: $*"
+}
+epoch1_loss() {  # RUN: the first epoch's training loss
+  "$ANNEAL" --json runs show "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['epochs'][0]['train_loss'])"
+}
+
+expect_rc 0 init
+# wine: 13 numeric columns on very different scales, 3 classes.
+expect_rc 0 data import wine "$TEST_DATA/wine.csv"
+
+cat >"$WORK/e.ini" <<'INI'
+name       = wine-ensemble
+dataset    = wine
+layers     = ensemble(8) dense(32) relu dense(3)
+lr         = 0.003
+batch      = 16
+epochs     = 40
+seed       = 5
+threads    = 1
+validation = 0.1
+INI
+
+# --- train, eval, predict ------------------------------------------------------
+expect_rc 0 --json train "$WORK/e.ini"
+acc=$(json_get 'j["metrics"]["test_accuracy"]')
+hash1=$(json_get 'j["weights_hash"]')
+scratch_run=$(json_get 'j["run"]')
+at_least "$acc" 0.85 && pass || fail "wine test accuracy with ensemble(8): $acc < 0.85"
+expect_rc 0 --json train "$WORK/e.ini"
+expect_eq "$(json_get 'j["weights_hash"]')" "$hash1" "two runs give the same weights"
+# Two threads: reproducible too (the ensemble's loops and sums give the
+# same bits for any thread count; the dense layers for a fixed one).
+expect_rc 0 --json train "$WORK/e.ini" --set threads=2
+two=$(json_get 'j["weights_hash"]')
+expect_rc 0 --json train "$WORK/e.ini" --set threads=2
+expect_eq "$(json_get 'j["weights_hash"]')" "$two" "two runs on two threads give the same weights"
+
+# The model's tensor table, as the independent reader of docs/STORE.md sees it.
+READER="$(cd "$(dirname "$E2E_LIB")/../format" && pwd)/read_model.py"
+/usr/bin/python3 "$READER" blob --store "$ANNEAL_HOME" --model wine-ensemble@v1 -o "$WORK/m.bin" || fail "reader: blob"
+expect_eq "$(/usr/bin/python3 "$READER" info "$WORK/m.bin" | python3 -c \
+  'import json,sys; print([(t["name"], t["dims"]) for t in json.load(sys.stdin)["tensors"] if "ensemble" in t["name"]])')" \
+  "[('0.ensemble.scale', [8, 13])]" "the scales are tensor 0.ensemble.scale (K, F)"
+expect_rc 0 model show wine-ensemble@v1
+expect_contains "$OUT" "ensemble(8)" "model show prints the layer"
+
+expect_rc 0 --json eval wine-ensemble@v1 wine
+expect_eq "$(json_get 'j["metrics"]["accuracy"]')" "$acc" "eval reproduces the run's test accuracy"
+
+expect_rc 0 --json predict wine-ensemble@v1 --input "$TEST_DATA/wine.csv" -o "$WORK/pred.csv"
+expect_eq "$(json_get 'j["rows"]')" "178" "predicted every row"
+agree=$(python3 - "$TEST_DATA/wine.csv" "$WORK/pred.csv" <<'PY'
+import csv, sys
+truth = [r[-1] for r in list(csv.reader(open(sys.argv[1])))[1:]]
+pred = [r[1] for r in list(csv.reader(open(sys.argv[2])))[1:]]
+print(sum(a == b for a, b in zip(truth, pred)) / len(truth))
+PY
+)
+at_least "$agree" 0.9 && pass || fail "predictions agree with the labels: $agree"
+# A row's prediction does not depend on the rows batched with it: the first
+# rows alone give the lines they get among all 178.
+head -n 6 "$TEST_DATA/wine.csv" >"$WORK/five.csv"
+expect_rc 0 predict wine-ensemble@v1 --input "$WORK/five.csv" -o "$WORK/five.out"
+cmp -s <(head -n 6 "$WORK/pred.csv") "$WORK/five.out" && pass || fail "the first rows predicted alone differ"
+
+# --- warm start: from the trained model's weights, scales included -------------
+expect_rc 0 --json train "$WORK/e.ini" --set warm_start=wine-ensemble@v1 --set epochs=2
+warm_model=$(json_get 'j["model"]')
+warm_run=$(json_get 'j["run"]')
+expect_rc 0 --json model show "$warm_model"
+expect_eq "$(json_get 'j["lineage"]["parent"], j["lineage"]["warm_start"]')" "wine-ensemble@v1 True" \
+  "the warm start records its parent"
+warm_loss=$(epoch1_loss "$warm_run")
+cold_loss=$(epoch1_loss "$scratch_run")
+python3 -c "import sys; sys.exit(0 if $warm_loss < 0.5 * $cold_loss else 1)" && pass \
+  || fail "a warm start begins where the parent ended: epoch 1 loss $warm_loss vs $cold_loss from scratch"
+# Into another member count the scales do not fit: the warm start is
+# refused, saying why, and the run trains from scratch (as for any change
+# of layers: a nightly retrain goes on).
+expect_rc 0 train "$WORK/e.ini" --set warm_start=wine-ensemble@v1 \
+  --set 'layers=ensemble(4) dense(32) relu dense(3)' --set epochs=1
+expect_contains "$ERR" "warm start from wine-ensemble@v1 refused: layers differ" "another K is another network"
+
+# --- int8 and pruning: the layer has no dense/conv weights; refused by name ------
+before=$(store_state)
+expect_error 2 "layer 1 'ensemble(8)': int8 and sparse inference support dense, conv, pooling, flatten, dropout and activations, not ensemble" \
+  quantize wine-ensemble@v1 --int8 --calib wine --calib-samples 50 --threads 1
+expect_error 2 "layer 1 'ensemble(8)'" prune wine-ensemble@v1 --sparsity 0.5 --finetune-epochs 1 --threads 1
+expect_eq "$(store_state)" "$before" "refused quantize and prune leave the store as it was"
+
+# --- bad specs: one line naming the config file's line, exit 2, no run ---------
+expect_rc 0 --json runs list
+runs_before=$(json_get 'len(j["runs"])')
+bad_spec() {  # SPEC NEEDLE
+  printf 'name    = wine-bad\ndataset = wine\nlayers  = %s dense(32) relu dense(3)\nepochs  = 1\n' "$1" >"$WORK/bad.ini"
+  expect_error 2 "bad.ini:3: layers = $1 dense(32) relu dense(3): " train "$WORK/bad.ini"
+  expect_contains "$ERR" "$2" "the error for layers = $1"
+}
+bad_spec 'ensemble(0)' "layer 1 'ensemble(0)': K must be a positive integer (usage: ensemble(K) with 1 <= K <= 256"
+bad_spec 'ensemble(1000)' "layer 1 'ensemble(1000)': K must be at most 256"
+bad_spec 'ensemble(x)' "'x' in 'ensemble(x)' is not a number"
+bad_spec 'ensemble(4) ensemble(2)' "layer 2 'ensemble(2)': a network takes one ensemble layer, and layer 1 'ensemble(4)' is one"
+bad_spec 'ensemble(4,members=2)' "layer 1 'ensemble(4,members=2)': has no option 'members'"
+expect_rc 0 --json runs list
+expect_eq "$(json_get 'len(j["runs"])')" "$runs_before" "bad specs leave no run behind"
+
+finish
