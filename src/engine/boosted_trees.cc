@@ -258,6 +258,12 @@ BoostedTrees BoostedTrees::train(TreeObjective objective, std::int64_t classes, 
 
 BoostedTrees BoostedTrees::load(std::span<const std::uint8_t> bytes, TreeObjective objective, std::int64_t classes,
                                 std::int64_t width, const std::string& owner) {
+  // save() writes UBJSON, an object: '{' first. XGBoost reads anything
+  // else as its legacy binary format, whose length fields it allocates
+  // from before checking them against the bytes, so damaged bytes could ask
+  // for terabytes; they are refused here instead.
+  if (bytes.empty() || bytes[0] != '{')
+    throw corrupt(owner + ": not a tree model XGBoost can read (not a UBJSON object)");
   auto handle = std::make_unique<Handle>();
   if (XGBoosterLoadModelFromBuffer(handle->booster, bytes.data(), bytes.size()) != 0)
     throw corrupt(owner + ": not a tree model XGBoost can read (" + XGBGetLastError() + ")");

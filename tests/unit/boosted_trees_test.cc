@@ -355,6 +355,13 @@ TEST(BoostedTrees, DamagedModelBytesAreCorruptNotACrash) {
   std::vector<std::uint8_t> noise(bytes.size());
   for (auto& b : noise) b = static_cast<std::uint8_t>(rng());
   EXPECT_EQ(kind_of(load(noise, TreeObjective::kMultiSoftmax, 3, 4)), ErrorKind::kCorrupt);
+  // Noise that starts as a UBJSON object does, and the model with bytes
+  // damaged past its start: XGBoost's own parser refuses them.
+  noise[0] = '{';
+  EXPECT_EQ(kind_of(load(noise, TreeObjective::kMultiSoftmax, 3, 4)), ErrorKind::kCorrupt);
+  std::vector<std::uint8_t> damaged = bytes;
+  for (std::size_t i = 1; i < damaged.size(); i += 7) damaged[i] = static_cast<std::uint8_t>(rng());
+  EXPECT_EQ(kind_of(load(damaged, TreeObjective::kMultiSoftmax, 3, 4)), ErrorKind::kCorrupt);
   // Whole bytes, but not what the model's header says.
   EXPECT_EQ(kind_of(load(bytes, TreeObjective::kMultiSoftmax, 3, 5)), ErrorKind::kCorrupt);
   EXPECT_EQ(kind_of(load(bytes, TreeObjective::kMultiSoftmax, 4, 4)), ErrorKind::kCorrupt);
