@@ -5,7 +5,7 @@
 # ONNX Runtime's classes agree with `anneal predict` on >= 99% of the test
 # rows and its probabilities within 0.01. The model has batchnorm,
 # layernorm, tanh and sigmoid, and bce with one output; a second one two
-# periodic embeddings.
+# periodic embeddings; a third an ensemble after a dense.
 # Needs a CPU that trains bf16 (AVX512_BF16 or AMX, as oneDNN sees it);
 # elsewhere it is skipped (77), naming the capability.
 . "$E2E_LIB"
@@ -39,4 +39,17 @@ threads   = 1
 INI
 expect_rc 0 train "$WORK/bf16-periodic.ini"
 ort_vs_predict sales-bf16-periodic@v1 "$WORK/future.csv" 0.99 0.01 bf16-periodic
+# The ensemble in bf16, after a dense: its member rows, their gradients and
+# the members' mean of the bf16 last layer all bf16.
+cat >"$WORK/bf16-ensemble.ini" <<'INI'
+name      = sales-bf16-ensemble
+dataset   = sales
+layers    = dense(16) relu ensemble(4) dense(16) relu dense(2)
+precision = bf16
+epochs    = 3
+seed      = 3
+threads   = 1
+INI
+expect_rc 0 train "$WORK/bf16-ensemble.ini"
+ort_vs_predict sales-bf16-ensemble@v1 "$WORK/future.csv" 0.99 0.01 bf16-ensemble
 ort_finish
