@@ -246,6 +246,37 @@ class EnsembleOp {
   virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dscales, bool accumulate) = 0;
 };
 
+// The members' own output layers (TabM's K heads): member i of sample n
+// (row n·K + i, as EnsembleOp orders them) has its own weights W[i] (O, I)
+// and bias b[i] (O):
+//   y[n·K + i][o] = (Σ_a W[i][o][a]·x[n·K + i][a]) + b[i][o]
+// each sum one fp32 fused multiply-add chain over a = 0, 1, ... in order,
+// the bias added after it, so a row's outputs are its own values' alone
+// (the same bits in any batch, for any thread count). The arithmetic is
+// fp32 whatever the activations' dtype (they are widened on the way in and
+// rounded once on the way out).
+struct MemberDenseSpec {
+  std::int64_t members = 0;  // K
+  std::int64_t in = 0;       // I
+  std::int64_t out = 0;      // O
+};
+class MemberDenseOp {
+ public:
+  virtual ~MemberDenseOp() = default;
+  // Shapes the fp32 master weights (K, O, I) and biases (K, O), plain.
+  virtual void shape_parameters(Tensor& weight, Tensor& bias) = 0;
+  // x (N·K, I) -> y (N·K, O), y plain of x's dtype.
+  virtual void forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y) = 0;
+  // dx[n·K + i][a] = Σ_o dy[n·K + i][o]·W[i][o][a], one fp32 FMA chain over
+  // o in order (x's dims, layout and dtype).
+  virtual void backward_data(const Tensor& dy, const Tensor& weight, const Tensor& x, Tensor& dx) = 0;
+  // dW[i][o][a] = Σ_n dy[n·K + i][o]·x[n·K + i][a], one fp32 FMA chain over
+  // n in order; db[i][o] = Σ_n dy[n·K + i][o], in double in order; both
+  // added to instead of overwritten when `accumulate`.
+  virtual void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor& dbias,
+                                bool accumulate) = 0;
+};
+
 // A loss over the network output pred(N, K) and labels(N) (fp32, plain),
 // optionally weighted per class: with class weights w (one per class; bce:
 // w[0] for label 0, w[1] for label 1) each sample's loss and gradient are
@@ -576,6 +607,7 @@ class Backend : public MemoryAllocator {
   virtual std::unique_ptr<NormOp> layer_norm(const NormSpec& spec) = 0;
   virtual std::unique_ptr<PeriodicOp> periodic(const PeriodicSpec& spec) = 0;
   virtual std::unique_ptr<EnsembleOp> ensemble(const EnsembleSpec& spec) = 0;
+  virtual std::unique_ptr<MemberDenseOp> member_dense(const MemberDenseSpec& spec) = 0;
   // `class_weights`: empty (unweighted) or one per class (softmax_ce: K,
   // bce: 2), each finite and > 0; kUsage otherwise or for mse/mae.
   virtual std::unique_ptr<LossOp> loss(LossKind kind, std::int64_t outputs,

@@ -243,7 +243,9 @@ Int8Activations int8_activations(const InferenceLayer& l, const std::string& pre
 
 std::unique_ptr<Layer> train_dense(const LayerContext& ctx, const LayerDesc& l, const LayerPlan& plan,
                                    BuildState&) {
-  return make_dense_layer(ctx, std::get<DenseArgs>(l.args).width, plan.fused);
+  const std::int64_t width = std::get<DenseArgs>(l.args).width;
+  if (plan.member_heads > 0) return make_member_dense_layer(ctx, width, plan.fused, plan.member_heads);
+  return make_dense_layer(ctx, width, plan.fused);
 }
 
 std::unique_ptr<Layer> inference_dense(const LayerContext& ctx, const LayerDesc& l, const LayerPlan& plan,
@@ -443,6 +445,9 @@ std::vector<LayerShape> check_layer_shapes(const std::vector<LayerDesc>& layers,
   // for each sample, so its outputs count k times.
   double rows = 1;
   const LayerDesc* ensemble = nullptr;
+  const LayerDesc* last_weighted = nullptr;
+  for (const LayerDesc& l : layers)
+    if (l.kind->weighted) last_weighted = &l;
   for (const LayerDesc& l : layers) {
     const Dims out = l.kind->shape(l, shape);
     if (std::holds_alternative<EnsembleArgs>(l.args)) {
@@ -453,7 +458,8 @@ std::vector<LayerShape> check_layer_shapes(const std::vector<LayerDesc>& layers,
     }
     if (l.kind->cost != nullptr) {
       const TrainingCost cost = l.kind->cost(l, shape);
-      parameters += cost.parameters;
+      // The members' own output layer (plan_fusion's member_heads): K sets of weights.
+      parameters += cost.parameters * (ensemble != nullptr && &l == last_weighted ? rows : 1);
       outputs += cost.outputs * (ensemble == &l ? 1 : rows);
       const double batch = static_cast<double>(std::max<std::int64_t>(limits.batch, 1));
       const double needed =
@@ -493,6 +499,11 @@ std::vector<LayerPlan> plan_fusion(const std::vector<LayerDesc>& layers, const s
   for (std::size_t i = 0; i < n; ++i)
     if (layers[i].kind->weighted) last_weighted = i;
   if (last_weighted < n) plan[last_weighted].last_weighted = true;
+  // After an ensemble, the last dense layer is the members' own (K heads).
+  for (std::size_t i = 0; i < n && last_weighted < n; ++i)
+    if (const auto* e = std::get_if<EnsembleArgs>(&layers[i].args); e != nullptr && i < last_weighted &&
+                                                                    is_dense(last_weighted))
+      plan[last_weighted].member_heads = e->members;
 
   for (std::size_t i = 0; i < n; ++i) {
     LayerPlan& p = plan[i];

@@ -134,6 +134,9 @@ struct LayerPlan {
   bool offered_pool_max = false;
   // dense/conv: the spec's last one (an int8 network's f32 output).
   bool last_weighted = false;
+  // dense: the last one after an ensemble(K) layer: K, the members' own
+  // output layers (TabM's heads); 0 otherwise.
+  std::int64_t member_heads = 0;
 };
 
 // The fusion pass: one LayerPlan per layer. `shapes` from

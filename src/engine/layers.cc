@@ -538,6 +538,75 @@ class EnsembleLayer final : public Layer {
   Tensor y_, dx_, empty_;
 };
 
+// ---- the members' output layers -----------------------------------------------
+
+// TabM's K heads: the network's last dense layer after an ensemble, with
+// weights of its own for each member (Backend::member_dense); written as a
+// dense layer in the spec, named as one ("5.dense.weight", K times the
+// rows of a shared one).
+class MemberDenseLayer final : public Layer {
+ public:
+  MemberDenseLayer(const LayerContext& ctx, std::int64_t width, Activation fused, std::int64_t members)
+      : backend_(ctx.backend), fused_(fused) {
+    input_shape_ = ctx.input;
+    output_shape_ = Dims{width};
+    op_ = backend_.member_dense(MemberDenseSpec{members, ctx.input[0], width});
+    if (fused != Activation::kNone) activation_ = backend_.eltwise(EltwiseSpec{fused, ctx.compute});
+    weight_.name = param_name(ctx.index, "dense", "weight");
+    bias_.name = param_name(ctx.index, "dense", "bias");
+    op_->shape_parameters(weight_.value, bias_.value);
+    // Each member's layer as a dense layer's: U(±1/√I), all weights, then all biases.
+    init_uniform_fan_in(backend_, weight_, bias_, ctx.input[0], ctx.seed);
+  }
+
+  std::string describe() const override {
+    std::string s = "dense(" + std::to_string(output_shape_[0]) + ")";
+    if (fused_ != Activation::kNone) s += std::string(" ") + activation_name(fused_);
+    return s;
+  }
+
+  // x (N·K, I) -> y (N·K, O):  y[n·K + i] = act(W[i]·x[n·K + i] + b[i]),  W (K, O, I), b (K, O)
+  const Tensor& forward(const Tensor& x, const PassContext&) override {
+    x_ = &x;
+    if (!activation_) {
+      op_->forward(x, weight_.value, bias_.value, y_);
+      return y_;
+    }
+    op_->forward(x, weight_.value, bias_.value, z_);
+    activation_->forward(z_, y_);
+    return y_;
+  }
+
+  // dz = dy ⊙ act'(y)
+  // dW[i] (+)= Σ_n dz[n·K + i]ᵀ·x[n·K + i]   (K, O, I)    db[i] (+)= Σ_n dz[n·K + i]   (K, O)
+  // dx[n·K + i] = dz[n·K + i]·W[i]                       (N·K, I)
+  const Tensor& backward(const Tensor& dy, const PassContext& ctx, bool need_dx) override {
+    const Tensor* dz = &dy;
+    if (activation_) {
+      activation_->backward_from_output(y_, dy, dz_);
+      dz = &dz_;
+    }
+    op_->backward_weights(*x_, *dz, weight_.grad, bias_.grad, ctx.accumulate);
+    if (!need_dx) return empty_;
+    op_->backward_data(*dz, weight_.value, *x_, dx_);
+    return dx_;
+  }
+
+  void collect_parameters(std::vector<Parameter*>& out) override {
+    out.push_back(&weight_);
+    out.push_back(&bias_);
+  }
+
+ private:
+  Backend& backend_;
+  Activation fused_;
+  std::unique_ptr<MemberDenseOp> op_;
+  std::unique_ptr<EltwiseOp> activation_;
+  Parameter weight_, bias_;
+  const Tensor* x_ = nullptr;
+  Tensor z_, y_, dz_, dx_, empty_;
+};
+
 }  // namespace
 
 std::unique_ptr<Layer> make_dense_layer(const LayerContext& ctx, std::int64_t width,
@@ -576,6 +645,11 @@ std::unique_ptr<Layer> make_periodic_layer(const LayerContext& ctx, std::int64_t
 
 std::unique_ptr<Layer> make_ensemble_layer(const LayerContext& ctx, std::int64_t members) {
   return std::make_unique<EnsembleLayer>(ctx, members);
+}
+
+std::unique_ptr<Layer> make_member_dense_layer(const LayerContext& ctx, std::int64_t width, Activation fused,
+                                               std::int64_t members) {
+  return std::make_unique<MemberDenseLayer>(ctx, width, fused, members);
 }
 
 }  // namespace anneal::engine

@@ -46,6 +46,11 @@ std::unique_ptr<Layer> make_periodic_layer(const LayerContext& ctx, std::int64_t
 // (N, F) becomes (N·k, F), member i's rows scaled by its trained r[i] (k, F),
 // each started at a random sign drawn with ctx.seed.
 std::unique_ptr<Layer> make_ensemble_layer(const LayerContext& ctx, std::int64_t members);
+// The members' own output layers (TabM's K heads) on a flat input (N·K, I):
+// weights (K, O, I) and biases (K, O), each member's drawn as a dense
+// layer's, then `fused` applied.
+std::unique_ptr<Layer> make_member_dense_layer(const LayerContext& ctx, std::int64_t width, Activation fused,
+                                               std::int64_t members);
 
 // ---- inference-only layers (quantized_layers.cc) ----
 // Forward only (backward throws): the layers of an int8 or sparse network,

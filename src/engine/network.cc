@@ -123,6 +123,7 @@ WeightedLayer weighted_layer(const engine::LayerDesc& desc, const engine::LayerP
   w.out = out[0];
   w.weight_dims = conv ? std::vector<std::int64_t>{out[0], ctx.input[0], conv->kernel, conv->kernel}
                        : ctx.input.with_batch(out[0]).to_vector();
+  if (plan.member_heads > 0) w.weight_dims.insert(w.weight_dims.begin(), plan.member_heads);
   return w;
 }
 

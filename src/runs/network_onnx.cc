@@ -43,6 +43,12 @@ class NetworkWriter {
           ++index;
         }
         const std::int64_t width = static_cast<std::int64_t>(s.args.at(0));
+        if (members_ > 1 && i == last_weighted) {  // the members' own output layers (Network's K heads)
+          x = member_heads(s, std::to_string(index) + ".dense", x, fused, members_, shape[0], width);
+          shape = {width};
+          ++index;
+          continue;
+        }
         x = weighted(s, std::to_string(index) + ".dense", x, fused, i == last_weighted, {width, shape[0]},
                      [&](const std::string& in, const std::string& w, const std::string& b) {
                        onnx::NodeProto* n = g_.node("Gemm", {in, w, b}, {g_.fresh(s.text)});
@@ -178,6 +184,21 @@ class NetworkWriter {
     return g_.op("Reshape", {members, g_.int64s("shape", {2}, {-1, f})}, "member_rows");
   }
 
+  // The members' own output layers: x (N·k, I) → Reshape (N, k, I) →
+  // Einsum "nki,koi->nko" with W (k, O, I) → Add b (k, O) → Reshape (N·k, O),
+  // then the fused activation.
+  std::string member_heads(const LayerSpec& s, const std::string& prefix, const std::string& x,
+                           const std::string& fused, std::int64_t k, std::int64_t in, std::int64_t out) {
+    const std::string w = tensor(s, prefix + ".weight", {k, out, in});
+    const std::string b = tensor(s, prefix + ".bias", {k, out});
+    const std::string grouped = g_.op("Reshape", {x, g_.int64s("shape", {3}, {-1, k, in})}, "member_inputs");
+    onnx::NodeProto* n = g_.node("Einsum", {grouped, w}, {g_.fresh(s.text)});
+    attr_string(n, "equation", "nki,koi->nko");
+    const std::string biased = g_.op("Add", {n->output(0), b}, "member_outputs");
+    const std::string y = g_.op("Reshape", {biased, g_.int64s("shape", {2}, {-1, out})}, "member_rows");
+    return fused.empty() ? y : activation(fused, y);
+  }
+
   // The members' mean (N, width) of their rows (N·k, width): Reshape (N, k,
   // width), then ReduceMean over the members.
   std::string member_mean(const std::string& x, std::int64_t k, std::int64_t width) {
@@ -256,8 +277,8 @@ class NetworkWriter {
   Graph& g_;
   const ModelFile& model_;
   std::map<std::string, const NamedTensor*> tensors_;
-  Act act_ = Act::kF32;
-  std::int64_t members_ = 1;  // an ensemble layer's k  // int8: what flows between layers
+  Act act_ = Act::kF32;  // int8: what flows between layers
+  std::int64_t members_ = 1;  // an ensemble layer's k
   float act_scale_ = 1;
 };
 

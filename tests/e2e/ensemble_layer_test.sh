@@ -1,7 +1,8 @@
 #!/bin/bash
 # The ensemble layer, ensemble(K) (TabM-mini; docs/TRAINING.md,
 # docs/ENGINE.md): a tabular network that starts with it trains its K
-# members on their own losses and predicts their mean; it evaluates and
+# members, each with its own output layer, on their own losses and
+# predicts their mean; it evaluates and
 # predicts, the same weights run after run; a row's prediction is the same
 # alone as among others; its scales are a model tensor (K, F); a warm start
 # from it starts at its weights; int8 quantize and prune refuse it in one
@@ -59,6 +60,9 @@ READER="$(cd "$(dirname "$E2E_LIB")/../format" && pwd)/read_model.py"
 expect_eq "$(/usr/bin/python3 "$READER" info "$WORK/m.bin" | python3 -c \
   'import json,sys; print([(t["name"], t["dims"]) for t in json.load(sys.stdin)["tensors"] if "ensemble" in t["name"]])')" \
   "[('0.ensemble.scale', [8, 13])]" "the scales are tensor 0.ensemble.scale (K, F)"
+expect_eq "$(/usr/bin/python3 "$READER" info "$WORK/m.bin" | python3 -c \
+  'import json,sys; print([(t["name"], t["dims"]) for t in json.load(sys.stdin)["tensors"] if t["name"].startswith("2.")])')" \
+  "[('2.dense.weight', [8, 3, 32]), ('2.dense.bias', [8, 3])]" "the last dense is the members' own: (K, O, I) and (K, O)"
 expect_rc 0 model show wine-ensemble@v1
 expect_contains "$OUT" "ensemble(8)" "model show prints the layer"
 

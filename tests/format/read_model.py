@@ -221,11 +221,24 @@ def build_chain(spec, input_shape):
     return chain
 
 
+def member_heads(chain):
+    """K when the chain's last dense layer follows an ensemble(K): its members' own layers."""
+    dense = [i for i, L in enumerate(chain) if L["kind"] in ("dense", "conv")]
+    ensemble = [i for i, L in enumerate(chain) if L["kind"] == "ensemble"]
+    if dense and ensemble and ensemble[0] < dense[-1] and chain[dense[-1]]["kind"] == "dense":
+        return chain[ensemble[0]]["k"], chain[dense[-1]]["index"]
+    return 1, None
+
+
 def expected_tensors(chain):
     params, buffers = [], []
+    heads, head_index = member_heads(chain)
     for L in chain:
         k, kind, shape = L["index"], L["kind"], L["in"]
-        if kind == "dense":
+        if kind == "dense" and k == head_index:
+            o = int(L["args"][0])
+            params += [(f"{k}.dense.weight", (heads, o, shape[0])), (f"{k}.dense.bias", (heads, o))]
+        elif kind == "dense":
             params += [(f"{k}.dense.weight", (int(L["args"][0]), shape[0])), (f"{k}.dense.bias", (int(L["args"][0]),))]
         elif kind == "conv":
             o, kk = int(L["args"][0]), int(L["args"][1])
@@ -323,7 +336,11 @@ def forward(header, tensors, x):
                 else:  # z is already in units of s_out
                     h, q_scale = quantize(z, np.float32(1), L["act"] == "relu"), s_out
                 continue
-            if kind == "dense":
+            if kind == "dense" and W.ndim == 3:
+                # The members' own layers: member i's rows (n·K + i) by W[i], b[i].
+                g = h.reshape(-1, W.shape[0], W.shape[2]).astype(np.float64)
+                z = (np.einsum("nki,koi->nko", g, W.astype(np.float64)) + b).reshape(-1, W.shape[1])
+            elif kind == "dense":
                 z = h.reshape(h.shape[0], -1).astype(np.float64) @ W.astype(np.float64).T + b
             else:
                 k, s, p = int(L["args"][1]), int(L["opts"].get("stride", 1)), int(L["opts"].get("pad", 0))

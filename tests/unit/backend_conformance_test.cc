@@ -1343,6 +1343,77 @@ TEST_P(BackendConformance, EnsembleMembersForwardAndGradients) {
   }
 }
 
+// y[n·k + i][o] = Σ_a W[i][o][a]·x[n·k + i][a] + b[i][o] in double; with
+// `magnitude`, Σ|W·x| + |b| (the scale of the fp32 sum's rounding).
+RefTensor member_dense_ref(const std::vector<RefTensor>& v, std::int64_t rows, std::int64_t k, std::int64_t in,
+                           std::int64_t out, bool magnitude) {
+  const RefTensor &x = v[0], &w = v[1], &b = v[2];
+  RefTensor y(std::size_t(rows * out));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t o = 0; o < out; ++o) {
+      const std::int64_t i = r % k;
+      double sum = magnitude ? std::fabs(b[std::size_t(i * out + o)]) : b[std::size_t(i * out + o)];
+      for (std::int64_t a = 0; a < in; ++a) {
+        const double term = w[std::size_t((i * out + o) * in + a)] * x[std::size_t(r * in + a)];
+        sum += magnitude ? std::fabs(term) : term;
+      }
+      y[std::size_t(r * out + o)] = sum;
+    }
+  return y;
+}
+
+// The members' own output layers: each member's rows by its own weights.
+// Widths past one 16-column panel and a member count that is no divisor of
+// them, so an index mixing members, rows or panels shows.
+TEST_P(BackendConformance, MemberDenseForwardAndGradients) {
+  for (DType dt : precisions()) {
+    SCOPED_TRACE(dtype_trace(dt));
+    const std::int64_t n = 4, k = 3, in = 19, out = 17, rows = n * k;
+    auto op = be().member_dense(MemberDenseSpec{k, in, out});
+    Tensor x, w, b, y, dy, dx, dw, db;
+    be().shape_plain(x, Dims{rows, in}, dt);
+    op->shape_parameters(w, b);
+    op->shape_parameters(dw, db);
+    EXPECT_EQ(w.dims(), (Dims{k, out, in}));
+    EXPECT_EQ(b.dims(), (Dims{k, out}));
+    Differentiable d;
+    d.names = {"x", "weights", "biases"};
+    d.accumulates = {false, true, true};
+    d.values = {stored(randn(std::size_t(rows * in), 78, 1.0f), dt), randn(std::size_t(k * out * in), 79, 0.5f),
+                randn(std::size_t(k * out), 80, 0.5f)};
+    auto upload_all = [&] {
+      upload(x, d.values[0]);
+      upload(w, d.values[1]);
+      upload(b, d.values[2]);
+    };
+    d.forward = [&] {
+      upload_all();
+      op->forward(x, w, b, y);
+      EXPECT_EQ(y.dims(), (Dims{rows, out}));
+      EXPECT_EQ(y.dtype(), x.dtype());
+      return read(y);
+    };
+    d.backward = [&](const HostTensor& g, const std::vector<HostTensor>* start) {
+      upload_all();
+      op->forward(x, w, b, y);
+      be().shape_like(dy, y, y.dtype());
+      upload(dy, g);
+      if (start != nullptr) {
+        upload(dw, (*start)[1]);
+        upload(db, (*start)[2]);
+      }
+      op->backward_weights(x, dy, dw, db, start != nullptr);
+      op->backward_data(dy, w, x, dx);
+      EXPECT_EQ(dx.dims(), x.dims());
+      EXPECT_EQ(dx.dtype(), x.dtype());
+      return std::vector<HostTensor>{read(dx), read(dw), read(db)};
+    };
+    d.reference = [&](const std::vector<RefTensor>& v) { return member_dense_ref(v, rows, k, in, out, false); };
+    d.terms = [&](const std::vector<RefTensor>& v) { return member_dense_ref(v, rows, k, in, out, true); };
+    check_differentiable(d, dt);
+  }
+}
+
 // y[n][j] = mean over i of z[n·k + i][j]: against the double mean, and a
 // member's change moves its sample's row alone, by 1/k of the change.
 TEST_P(BackendConformance, MemberMeanAveragesEachSamplesRows) {
@@ -1384,6 +1455,15 @@ TEST_P(BackendConformance, EnsembleRefusesMismatchedShapes) {
   EXPECT_THROW(be().ensemble(EnsembleSpec{3, 0}), Error);
   Tensor z = plain(Dims{7, 2}, randn(14, 77));
   EXPECT_THROW(be().member_mean(z, 3, y), Error) << "7 rows are not a multiple of 3 members";
+  auto heads = be().member_dense(MemberDenseSpec{3, 2, 4});
+  Tensor w, b;
+  heads->shape_parameters(w, b);
+  be().fill_zero(w);
+  be().fill_zero(b);
+  EXPECT_THROW(heads->forward(z, w, b, y), Error) << "7 rows are not a multiple of 3 members";
+  Tensor wide = plain(Dims{6, 5}, randn(30, 81));
+  EXPECT_THROW(heads->forward(wide, w, b, y), Error) << "5 inputs, not 2";
+  EXPECT_THROW(be().member_dense(MemberDenseSpec{3, 0, 4}), Error);
 }
 
 // ======================================================================================
@@ -3013,6 +3093,24 @@ std::vector<HostTensor> run_thread_sensitive_ops(Backend& be) {
     Tensor mean;
     be.member_mean(edy, k, mean);
     read(mean);
+    // The members' own output layers on those rows: their sums over the
+    // samples (the weight gradient) past the threading thresholds.
+    const std::int64_t out = 5;
+    auto heads = be.member_dense(MemberDenseSpec{k, f, out});
+    Tensor hw, hb, hy, hdy, hdx, hdw, hdb;
+    heads->shape_parameters(hw, hb);
+    heads->shape_parameters(hdw, hdb);
+    const HostTensor wv = randn(std::size_t(k * out * f), 207, 0.5f), bv = randn(std::size_t(k * out), 208, 0.5f);
+    be.copy_from_host(wv.data(), hw);
+    be.copy_from_host(bv.data(), hb);
+    heads->forward(ey, hw, hb, hy);
+    read(hy);
+    hdy = plain(Dims{rows * k, out}, HostTensor(a.begin(), a.begin() + rows * k * out));
+    heads->backward_data(hdy, hw, ey, hdx);
+    read(hdx);
+    heads->backward_weights(ey, hdy, hdw, hdb, false);
+    read(hdw);
+    read(hdb);
   }
   // Reductions: clip_scale over several gradients, then the updates that use it.
   Tensor g1 = plain(Dims{n}, b), g2 = plain(Dims{333}, randn(333, 203)), scale;
@@ -3293,24 +3391,31 @@ TEST_P(BackendConformance, PoolEltwiseNormPeriodicEnsembleAndPredictGiveEachSamp
     }
     {
       const std::int64_t f = 5, k = 4;
+      const std::int64_t out = 3;
       auto op = be().ensemble(EnsembleSpec{f, k});
-      Tensor r, x, y, mean;
+      auto heads = be().member_dense(MemberDenseSpec{k, f, out});
+      Tensor r, x, y, z, mean, hw, hb;
       op->shape_parameters(r);
       upload(r, randn(std::size_t(k * f), 233, 1.0f));
+      heads->shape_parameters(hw, hb);
+      upload(hw, randn(std::size_t(k * out * f), 235, 0.5f));
+      upload(hb, randn(std::size_t(k * out), 236, 0.5f));
       const HostTensor xv = stored(randn(std::size_t(kInvariantSamples * f), 234, 1.5f), dt);
-      expect_batch_invariant(dtype_trace(dt) + ", ensemble and member_mean", [&](std::int64_t first, std::int64_t n) {
+      expect_batch_invariant(dtype_trace(dt) + ", ensemble, member_dense and member_mean", [&](std::int64_t first, std::int64_t n) {
         be().shape_plain(x, Dims{n, f}, dt);
         upload(x, samples_of(xv, f, first, n));
         op->forward(x, r, y);
-        be().member_mean(y, k, mean);
-        // Per sample: its k members' rows, then their mean.
-        const HostTensor rows = read(y), m = read(mean);
-        HostTensor out;
+        heads->forward(y, hw, hb, z);
+        be().member_mean(z, k, mean);
+        // Per sample: its k members' rows, their heads' outputs, then their mean.
+        const HostTensor rows = read(y), each = read(z), m = read(mean);
+        HostTensor got;
         for (std::int64_t s = 0; s < n; ++s) {
-          out.insert(out.end(), rows.begin() + s * k * f, rows.begin() + (s + 1) * k * f);
-          out.insert(out.end(), m.begin() + s * f, m.begin() + (s + 1) * f);
+          got.insert(got.end(), rows.begin() + s * k * f, rows.begin() + (s + 1) * k * f);
+          got.insert(got.end(), each.begin() + s * k * out, each.begin() + (s + 1) * k * out);
+          got.insert(got.end(), m.begin() + s * out, m.begin() + (s + 1) * out);
         }
-        return out;
+        return got;
       });
     }
     // The loss's predict (softmax, sigmoid, identity) of the network output.

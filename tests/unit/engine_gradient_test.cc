@@ -186,6 +186,9 @@ INSTANTIATE_TEST_SUITE_P(
         LayerCase{"dense(3) periodic(2) dense(2)", {5}},   // inside a network, its dx feeding the dense
         LayerCase{"ensemble(3)", {4}},                     // the members' rows, input gradient summed over them
         LayerCase{"dense(3) ensemble(2) relu dense(2)", {5}},  // inside a network, shared layers after it
+        // the members' own output layers (the last dense after it), a fused
+        // activation, and widths past one 16-column panel of the product
+        LayerCase{"ensemble(3) dense(20) tanh dense(17) sigmoid", {4}},
         // 16k channels in and out, 3x3, stride 1: the Winograd kernels (no
         // relu: with this many outputs a kink between the two steps is likely)
         LayerCase{"conv(16,3,pad=1)", {16, 5, 5}},

@@ -194,6 +194,18 @@ TEST(LayerTable, EnsembleTakesAnOptionalMemberCountOnceOnAFlatInput) {
   EXPECT_EQ(shape_error("ensemble(32) dense(4096) dense(2)", Dims{100}, limit)
                 .rfind("layer 2 'dense(4096)': training the network up to here needs at least", 0),
             0u);
+  // The last dense after it is the members' own, K sets of weights: two
+  // members' dense(20000) on 64 inputs need 41.6 MB of weights' training
+  // state and 41.4 MB of values (83 MB > 64 MiB); one shared would fit.
+  EXPECT_EQ(shape_error("ensemble(2) dense(64) dense(20000)", Dims{100}, limit)
+                .rfind("layer 3 'dense(20000)': training the network up to here needs at least", 0),
+            0u);
+  EXPECT_EQ(shape_error("ensemble(1) dense(64) dense(20000)", Dims{100}, limit), "");
+  const std::vector<LayerPlan> heads = plan("ensemble(4) dense(8) relu dense(3) sigmoid", Dims{5}, BuildMode::kTraining);
+  EXPECT_EQ(heads[1].member_heads, 0) << "a shared layer";
+  EXPECT_EQ(heads[3].member_heads, 4) << "the last dense: the members' own";
+  EXPECT_EQ(heads[3].fused, Activation::kSigmoid);
+  EXPECT_EQ(plan("dense(8) relu dense(3)", Dims{5}, BuildMode::kTraining)[2].member_heads, 0);
   EXPECT_EQ(inference_blocker(net[0]),
             "layer 1 'ensemble(8)': int8 and sparse inference support dense, conv, pooling, flatten, dropout and "
             "activations, not ensemble");

@@ -135,7 +135,14 @@ TEST(LayerSpec, EnsembleTrainsEveryMemberAndPredictsTheirMean) {
   const Parameter& r = *net.parameters()[0];
   EXPECT_EQ(r.name, "0.ensemble.scale");
   EXPECT_EQ(r.value.dims(), (Dims{5, 6}));
-  EXPECT_EQ(net.parameter_count(), 5 * 6 + 8 * 6 + 8 + 3 * 8 + 3);
+  // The last dense layer is the members' own: K = 5 heads of (3, 8) and 3.
+  EXPECT_EQ(net.parameter_count(), 5 * 6 + 8 * 6 + 8 + 5 * (3 * 8 + 3));
+  ASSERT_EQ(net.parameters().size(), 5u);
+  EXPECT_EQ(net.parameters()[3]->name, "2.dense.weight");
+  EXPECT_EQ(net.parameters()[3]->value.dims(), (Dims{5, 3, 8}));
+  EXPECT_EQ(net.parameters()[4]->value.dims(), (Dims{5, 3}));
+  EXPECT_EQ(net.weighted_layers().back().weight_dims, (std::vector<std::int64_t>{5, 3, 8}));
+  EXPECT_EQ(net.weighted_layers().front().weight_dims, (std::vector<std::int64_t>{8, 6})) << "shared";
   EXPECT_EQ(net.summary()[0], "ensemble(5)  {6} -> {6}  30 params");
   // Random signs, a pure function of the seed, not all alike.
   std::vector<float> v(30);

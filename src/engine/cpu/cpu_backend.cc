@@ -419,6 +419,9 @@ class CpuBackend final : public Backend {
   std::unique_ptr<EnsembleOp> ensemble(const EnsembleSpec& spec) override {
     return make_ensemble_op(ctx_, spec);
   }
+  std::unique_ptr<MemberDenseOp> member_dense(const MemberDenseSpec& spec) override {
+    return make_member_dense_op(ctx_, spec);
+  }
   std::unique_ptr<LossOp> loss(LossKind kind, std::int64_t outputs,
                                std::span<const float> class_weights) override {
     return make_loss_op(ctx_, kind, outputs, class_weights);

@@ -18,9 +18,11 @@ std::unique_ptr<NormOp> make_batch_norm_op(CpuContext& ctx, const NormSpec& spec
 std::unique_ptr<NormOp> make_layer_norm_op(CpuContext& ctx, const NormSpec& spec);
 // Plain loops, not oneDNN (cpu_periodic.cc).
 std::unique_ptr<PeriodicOp> make_periodic_op(CpuContext& ctx, const PeriodicSpec& spec);
-// Plain loops (cpu_ensemble.cc): the members' input scaling, and their mean
-// (Backend::member_mean), which keeps its conversion buffers between calls.
+// The ensemble (cpu_ensemble.cc): the members' input scaling, their own
+// output layers, and their mean (Backend::member_mean), which keeps its
+// conversion buffers between calls.
 std::unique_ptr<EnsembleOp> make_ensemble_op(CpuContext& ctx, const EnsembleSpec& spec);
+std::unique_ptr<MemberDenseOp> make_member_dense_op(CpuContext& ctx, const MemberDenseSpec& spec);
 class MemberMean {
  public:
   void run(CpuContext& ctx, const Tensor& z, std::int64_t members, Tensor& y);

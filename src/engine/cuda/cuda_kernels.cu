@@ -575,6 +575,58 @@ __global__ void ensemble_backward_weights_kernel(const T* x, const T* dy, float*
   if (threadIdx.x == 0) dr[o] = accumulate ? dr[o] + float(total) : float(total);
 }
 
+// One thread per output (r, o): its chain over the inputs in order.
+template <typename T>
+__global__ void member_dense_forward_kernel(const T* x, const float* w, const float* b, T* y, int total, int in,
+                                            int out, int k) {
+  ANNEAL_GRID_STRIDE(e, total) {
+    const int o = e % out, r = e / out, member = r % k;
+    const float* wo = w + (static_cast<std::int64_t>(member) * out + o) * in;
+    const T* xr = x + static_cast<std::int64_t>(r) * in;
+    float acc = 0.0f;
+    for (int a = 0; a < in; ++a) acc = fmaf(ld(xr[a]), wo[a], acc);
+    y[e] = st<T>(acc + b[member * out + o]);
+  }
+}
+
+// One thread per (r, a): its chain over the outputs in order.
+template <typename T>
+__global__ void member_dense_backward_data_kernel(const T* dy, const float* w, T* dx, int total, int in, int out,
+                                                  int k) {
+  ANNEAL_GRID_STRIDE(e, total) {
+    const int a = e % in, r = e / in, member = r % k;
+    const float* wm = w + static_cast<std::int64_t>(member) * out * in;
+    const T* g = dy + static_cast<std::int64_t>(r) * out;
+    float acc = 0.0f;
+    for (int o = 0; o < out; ++o) acc = fmaf(ld(g[o]), wm[o * in + a], acc);
+    dx[e] = st<T>(acc);
+  }
+}
+
+// One thread per weight (i, o, a): its chain over the samples in order; the
+// threads with a == 0 also sum the bias gradient, in double.
+template <typename T>
+__global__ void member_dense_backward_weights_kernel(const T* x, const T* dy, float* dw, float* db, int samples,
+                                                     int in, int out, int k, bool accumulate) {
+  const int total = k * out * in;
+  ANNEAL_GRID_STRIDE(e, total) {
+    const int a = e % in, o = (e / in) % out, member = e / (in * out);
+    float acc = 0.0f;
+    double bias = 0;
+    for (int s = 0; s < samples; ++s) {
+      const std::int64_t r = static_cast<std::int64_t>(s) * k + member;
+      const float g = ld(dy[r * out + o]);
+      acc = fmaf(g, ld(x[r * in + a]), acc);
+      bias += double(g);
+    }
+    dw[e] = accumulate ? dw[e] + acc : acc;
+    if (a == 0) {
+      const int c = member * out + o;
+      db[c] = accumulate ? db[c] + float(bias) : float(bias);
+    }
+  }
+}
+
 // One thread per (n, j), the members in order.
 template <typename T>
 __global__ void member_mean_kernel(const T* z, T* y, int total, int width, int k) {
@@ -940,6 +992,36 @@ void ensemble_backward_weights(ConstActivations x, ConstActivations dy, float* d
                                                                         accumulate);
   });
   check_launch("ensemble_backward_weights");
+}
+void member_dense_forward(ConstActivations x, const float* w, const float* b, Activations y, int rows, int in,
+                          int out, int k, cudaStream_t stream) {
+  const int total = rows * out;
+  with_type(x.dtype, "member dense", [&](auto t) {
+    using T = typename decltype(t)::type;
+    member_dense_forward_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(as<T>(x), w, b, as<T>(y), total, in,
+                                                                               out, k);
+  });
+  check_launch("member_dense_forward");
+}
+void member_dense_backward_data(ConstActivations dy, const float* w, Activations dx, int rows, int in, int out, int k,
+                                cudaStream_t stream) {
+  const int total = rows * in;
+  with_type(dy.dtype, "member dense", [&](auto t) {
+    using T = typename decltype(t)::type;
+    member_dense_backward_data_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(as<T>(dy), w, as<T>(dx), total,
+                                                                                     in, out, k);
+  });
+  check_launch("member_dense_backward_data");
+}
+void member_dense_backward_weights(ConstActivations x, ConstActivations dy, float* dw, float* db, int rows, int in,
+                                   int out, int k, bool accumulate, cudaStream_t stream) {
+  const int total = k * out * in;
+  with_type(x.dtype, "member dense", [&](auto t) {
+    using T = typename decltype(t)::type;
+    member_dense_backward_weights_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(
+        as<T>(x), as<T>(dy), dw, db, rows / k, in, out, k, accumulate);
+  });
+  check_launch("member_dense_backward_weights");
 }
 void member_mean(ConstActivations z, Activations y, int n, int width, int k, cudaStream_t stream) {
   const int total = n * width;

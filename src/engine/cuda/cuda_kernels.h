@@ -184,6 +184,18 @@ void ensemble_backward_data(ConstActivations dy, const float* r, Activations dx,
 // double in a fixed tree.
 void ensemble_backward_weights(ConstActivations x, ConstActivations dy, float* dr, int n, int f, int k,
                                bool accumulate, cudaStream_t stream);
+// The members' own output layers (MemberDenseOp): x (N·k, in), y (N·k, out)
+// of one dtype, w (k, out, in) and b (k, out) fp32. Each sum one fmaf chain
+// in order, as the CPU's RowInvariantProduct computes it.
+// y[r][o] = (Σ_a w[i][o][a]·x[r][a]) + b[i][o], i = r % k.
+void member_dense_forward(ConstActivations x, const float* w, const float* b, Activations y, int rows, int in,
+                          int out, int k, cudaStream_t stream);
+// dx[r][a] = Σ_o dy[r][o]·w[i][o][a].
+void member_dense_backward_data(ConstActivations dy, const float* w, Activations dx, int rows, int in, int out, int k,
+                                cudaStream_t stream);
+// dw[i][o][a] (+)= Σ_n dy[n·k + i][o]·x[n·k + i][a]; db[i][o] (+)= Σ_n dy[n·k + i][o] (double).
+void member_dense_backward_weights(ConstActivations x, ConstActivations dy, float* dw, float* db, int rows, int in,
+                                   int out, int k, bool accumulate, cudaStream_t stream);
 // y (N, K) = (Σ_i z[n·k + i][j]) / k, the i in order in fp32; z and y of one dtype.
 void member_mean(ConstActivations z, Activations y, int n, int width, int k, cudaStream_t stream);
 

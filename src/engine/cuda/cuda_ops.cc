@@ -329,6 +329,61 @@ class CudaEnsembleOp final : public EnsembleOp {
   int f_ = 0, k_ = 0;
 };
 
+class CudaMemberDenseOp final : public MemberDenseOp {
+ public:
+  CudaMemberDenseOp(CudaContext& ctx, const MemberDenseSpec& spec) : ctx_(ctx), spec_(spec) {
+    if (spec.members < 1 || spec.in < 1 || spec.out < 1)
+      throw usage_error("member dense: needs members, inputs and outputs");
+    k_ = kernel_count(spec.members, "member dense members");
+    in_ = kernel_count(spec.in, "member dense inputs");
+    out_ = kernel_count(spec.out, "member dense outputs");
+    kernel_count(spec.members * spec.out * spec.in, "member dense weights");
+  }
+
+  void shape_parameters(Tensor& weight, Tensor& bias) override {
+    shape_plain(weight, Dims{spec_.members, spec_.out, spec_.in}, DType::kF32, *ctx_.allocator);
+    shape_plain(bias, Dims{spec_.members, spec_.out}, DType::kF32, *ctx_.allocator);
+  }
+
+  void forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y) override {
+    const int rows = rows_of(x, spec_.in, "input");
+    shape_plain(y, Dims{rows, spec_.out}, x.dtype(), *ctx_.allocator);
+    kernels::member_dense_forward(activations(x), f32(weight, "member dense weights"), f32(bias, "member dense biases"),
+                                  activations(y), rows, in_, out_, k_, ctx_.stream);
+  }
+
+  void backward_data(const Tensor& dy, const Tensor& weight, const Tensor& x, Tensor& dx) override {
+    const int rows = rows_of(x, spec_.in, "input");
+    if (rows_of(dy, spec_.out, "gradient") != rows || dy.dtype() != x.dtype())
+      throw failure("member dense: the gradient " + dy.dims().str() + " is not shaped as the output");
+    shape_plain(dx, x.dims(), x.dtype(), *ctx_.allocator);
+    kernels::member_dense_backward_data(activations(dy), f32(weight, "member dense weights"), activations(dx), rows,
+                                        in_, out_, k_, ctx_.stream);
+  }
+
+  void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor& dbias, bool accumulate) override {
+    const int rows = rows_of(x, spec_.in, "input");
+    if (rows_of(dy, spec_.out, "gradient") != rows || dy.dtype() != x.dtype())
+      throw failure("member dense: the gradient " + dy.dims().str() + " is not shaped as the output");
+    kernels::member_dense_backward_weights(activations(x), activations(dy), f32(dweight, "member dense weight gradient"),
+                                           f32(dbias, "member dense bias gradient"), rows, in_, out_, k_, accumulate,
+                                           ctx_.stream);
+  }
+
+ private:
+  int rows_of(const Tensor& t, std::int64_t width, const char* what) const {
+    if (t.dims().rank() != 2 || t.dims()[1] != width || t.batch() % spec_.members != 0)
+      throw failure(std::string("member dense: ") + what + " " + t.dims().str() + " is not (N·" +
+                    std::to_string(spec_.members) + ", " + std::to_string(width) + ")");
+    kernel_count(t.batch() * width, "member dense rows");
+    return kernel_count(t.batch(), "member dense rows");
+  }
+
+  CudaContext& ctx_;
+  MemberDenseSpec spec_;
+  int k_ = 0, in_ = 0, out_ = 0;
+};
+
 }  // namespace
 
 std::unique_ptr<EltwiseOp> make_eltwise_op(CudaContext& ctx, const EltwiseSpec& spec) {
@@ -350,6 +405,10 @@ std::unique_ptr<PeriodicOp> make_periodic_op(CudaContext& ctx, const PeriodicSpe
 
 std::unique_ptr<EnsembleOp> make_ensemble_op(CudaContext& ctx, const EnsembleSpec& spec) {
   return std::make_unique<CudaEnsembleOp>(ctx, spec);
+}
+
+std::unique_ptr<MemberDenseOp> make_member_dense_op(CudaContext& ctx, const MemberDenseSpec& spec) {
+  return std::make_unique<CudaMemberDenseOp>(ctx, spec);
 }
 
 }  // namespace anneal::cuda

@@ -41,6 +41,7 @@ std::unique_ptr<NormOp> make_batch_norm_op(CudaContext& ctx, const NormSpec& spe
 std::unique_ptr<NormOp> make_layer_norm_op(CudaContext& ctx, const NormSpec& spec);
 std::unique_ptr<PeriodicOp> make_periodic_op(CudaContext& ctx, const PeriodicSpec& spec);
 std::unique_ptr<EnsembleOp> make_ensemble_op(CudaContext& ctx, const EnsembleSpec& spec);
+std::unique_ptr<MemberDenseOp> make_member_dense_op(CudaContext& ctx, const MemberDenseSpec& spec);
 std::unique_ptr<LossOp> make_loss_op(CudaContext& ctx, LossKind kind, std::int64_t outputs,
                                      std::span<const float> class_weights);
 std::unique_ptr<InferenceOp> make_inference_dense_op(CudaContext& ctx, InferenceDenseSpec spec);
