@@ -650,7 +650,9 @@ std::vector<Candidate> search_portfolio() {
   for (int depth : {4, 6, 8})
     for (double lr : {0.05, 0.1}) out.push_back({ModelKindId::kTrees, depth, lr, ""});
   out.push_back({ModelKindId::kNetwork, 0, 0.003, "dense(64) relu dense(64) relu"});
-  out.push_back({ModelKindId::kNetwork, 0, 0.001, "dense(128) relu dense(128) relu"});
+  // TabM-mini (docs/TRAINING.md, "ensemble(K)"): 32 members sharing two
+  // hidden layers of 256, each with its own output layer.
+  out.push_back({ModelKindId::kNetwork, 0, 0.002, "ensemble(32) dense(256) relu dense(256) relu"});
   out.push_back({ModelKindId::kNetwork, 0, 0.001, "dense(256) relu dense(256) relu"});
   return out;
 }
@@ -678,7 +680,13 @@ Trial Trial::from_json(const json& j) {
     t.fold_scores = j.at("fold_scores").get<std::vector<double>>();
     t.kept = j.at("kept").get<std::int64_t>();
     t.seconds = j.at("seconds").get<double>();
-    if (t.candidate >= search_portfolio().size()) throw corrupt("candidate " + std::to_string(t.candidate) + " unknown");
+    const std::vector<Candidate> portfolio = search_portfolio();
+    if (t.candidate >= portfolio.size()) throw corrupt("candidate " + std::to_string(t.candidate) + " unknown");
+    // A trial recorded by an anneal whose search space differed (another
+    // candidate at this place): resuming would mix two searches.
+    if (j.contains("settings") && j.at("settings") != portfolio[t.candidate].settings())
+      throw corrupt("recorded trial of candidate " + std::to_string(t.candidate) + " has settings " +
+                    j.at("settings").dump() + ", this anneal's candidate " + portfolio[t.candidate].settings().dump());
     return t;
   } catch (const json::exception& e) {
     throw corrupt(std::string("a recorded search trial is malformed: ") + e.what());

@@ -127,6 +127,21 @@ TEST(AutoSearchPortfolio, LinearFirstThenTreesThenNetworksAndTrialsRoundTrip) {
   nlohmann::json unknown = t.to_json(portfolio);
   unknown["candidate"] = 999;
   EXPECT_THROW(Trial::from_json(unknown), Error);
+  // A trial recorded when another candidate stood at its place (a search
+  // space changed between versions): resuming it would mix two searches.
+  nlohmann::json moved = t.to_json(portfolio);
+  moved["settings"] = {{"hidden", "dense(128) relu dense(128) relu"}, {"lr", 0.001}};
+  try {
+    Trial::from_json(moved);
+    ADD_FAILURE() << "a trial with another candidate's settings was resumed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCorrupt);
+    EXPECT_NE(std::string(e.what()).find("recorded trial of candidate 2 has settings"), std::string::npos) << e.what();
+  }
+  // TabM-mini is a candidate: an ensemble of 32 members.
+  bool tabm = false;
+  for (const auto& c : portfolio) tabm = tabm || c.hidden.rfind("ensemble(32) ", 0) == 0;
+  EXPECT_TRUE(tabm);
 }
 
 // Ensemble selection: the best single model first, then whatever lowers
