@@ -40,6 +40,14 @@ void init_uniform_fan_in(Backend& backend, Parameter& weight, Parameter& bias,
   init_parameter(backend, bias, draw);
 }
 
+// dz = dy ⊙ act'(y) for a layer's fused activation (into `dz`), or dy itself
+// without one.
+const Tensor& through_activation(EltwiseOp* activation, const Tensor& y, const Tensor& dy, Tensor& dz) {
+  if (activation == nullptr) return dy;
+  activation->backward_from_output(y, dy, dz);
+  return dz;
+}
+
 std::string param_name(int index, const char* kind, const char* role) {
   return std::to_string(index) + "." + kind + "." + role;
 }
@@ -77,11 +85,7 @@ class DenseLayer final : public Layer {
   // dW (+)= dzᵀ·x   (O, I...)    db (+)= Σ_n dz   (O)
   // dx = dz·W                          (N, I...)
   const Tensor& backward(const Tensor& dy, const PassContext& ctx, bool need_dx) override {
-    const Tensor* dz = &dy;
-    if (activation_) {
-      activation_->backward_from_output(y_, dy, dz_);
-      dz = &dz_;
-    }
+    const Tensor* dz = &through_activation(activation_.get(), y_, dy, dz_);
     op_->backward_weights(*x_, *dz, weight_.grad, bias_.grad, ctx.accumulate);
     if (!need_dx) return empty_;
     op_->backward_data(*dz, weight_.value, dx_);
@@ -146,11 +150,7 @@ class ConvLayer final : public Layer {
   // dW (+)= Σ_n dz ⋆ x  (O, C, K, K)   db (+)= Σ_{n,h,w} dz  (O)
   // dx = dz ⋆ᵀ W  (transposed convolution)    (N, C, H, W)
   const Tensor& backward(const Tensor& dy, const PassContext& ctx, bool need_dx) override {
-    const Tensor* dz = &dy;
-    if (activation_) {
-      activation_->backward_from_output(y_, dy, dz_);
-      dz = &dz_;
-    }
+    const Tensor* dz = &through_activation(activation_.get(), y_, dy, dz_);
     op_->backward_weights(*x_, *dz, weight_.grad, bias_.grad, ctx.accumulate);
     if (!need_dx) return empty_;
     op_->backward_data(*dz, weight_.value, dx_);
@@ -581,11 +581,7 @@ class MemberDenseLayer final : public Layer {
   // dW[i] (+)= Σ_n dz[n·K + i]ᵀ·x[n·K + i]   (K, O, I)    db[i] (+)= Σ_n dz[n·K + i]   (K, O)
   // dx[n·K + i] = dz[n·K + i]·W[i]                       (N·K, I)
   const Tensor& backward(const Tensor& dy, const PassContext& ctx, bool need_dx) override {
-    const Tensor* dz = &dy;
-    if (activation_) {
-      activation_->backward_from_output(y_, dy, dz_);
-      dz = &dz_;
-    }
+    const Tensor* dz = &through_activation(activation_.get(), y_, dy, dz_);
     op_->backward_weights(*x_, *dz, weight_.grad, bias_.grad, ctx.accumulate);
     if (!need_dx) return empty_;
     op_->backward_data(*dz, weight_.value, *x_, dx_);

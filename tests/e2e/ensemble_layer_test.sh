@@ -2,26 +2,13 @@
 # The ensemble layer, ensemble(K) (TabM-mini; docs/TRAINING.md,
 # docs/ENGINE.md): a tabular network that starts with it trains its K
 # members, each with its own output layer, on their own losses and
-# predicts their mean; it evaluates and
-# predicts, the same weights run after run; a row's prediction is the same
-# alone as among others; its scales are a model tensor (K, F); a warm start
-# from it starts at its weights; int8 quantize and prune refuse it in one
-# line naming the layer; bad specs are one-line usage errors naming the
-# config line, exit code 2, leaving no run.
+# predicts their mean; it evaluates and predicts, the same weights run
+# after run; a row's prediction is the same alone as among others; its
+# scales are a model tensor (K, F) and its last dense layer (K, O, I); a
+# warm start from it starts at its weights; int8 quantize and prune refuse
+# it in one line naming the layer; bad specs are one-line usage errors
+# naming the config line, exit code 2, leaving no run.
 . "$E2E_LIB"
-
-at_least() { python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)"; }
-# expect_error CODE NEEDLE ARGS...: anneal fails with CODE, one line naming NEEDLE.
-expect_error() {
-  local code=$1 needle=$2
-  shift 2
-  expect_rc "$code" "$@"
-  expect_contains "$ERR" "$needle" "anneal $*"
-  expect_eq "$(printf '%s\n' "$ERR" | grep -c '^anneal: ')" "1" "one error line for: $*"
-}
-epoch1_loss() {  # RUN: the first epoch's training loss
-  "$ANNEAL" --json runs show "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['epochs'][0]['train_loss'])"
-}
 
 expect_rc 0 init
 # wine: 13 numeric columns on very different scales, 3 classes.

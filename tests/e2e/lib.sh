@@ -47,6 +47,24 @@ expect_eq() {
   if [ "$1" = "$2" ]; then pass; else fail "$3: expected '$2', got '$1'"; fi
 }
 
+# expect_error CODE NEEDLE ARGS...: anneal fails with CODE, in one
+# "anneal: " line that contains NEEDLE.
+expect_error() {
+  local code=$1 needle=$2
+  shift 2
+  expect_rc "$code" "$@"
+  expect_contains "$ERR" "$needle" "anneal $*"
+  expect_eq "$(printf '%s\n' "$ERR" | grep -c '^anneal: ')" "1" "one error line for: $*"
+}
+
+# at_least A B: succeeds when the number A >= the number B.
+at_least() { python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)"; }
+
+# epoch1_loss RUN: the run's first epoch's training loss.
+epoch1_loss() {
+  "$ANNEAL" --json runs show "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['epochs'][0]['train_loss'])"
+}
+
 # json_get EXPR: evaluates a Python expression over the JSON in $OUT (as j).
 json_get() {
   printf '%s' "$OUT" | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"
