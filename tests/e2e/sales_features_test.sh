@@ -31,7 +31,6 @@ threads      = 1
 class_weight = balanced
 INI
 
-at_least() { python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)"; }
 
 # Now: the id is left out with one line saying so, and the run records it.
 expect_rc 0 --json train "$WORK/sales.ini"

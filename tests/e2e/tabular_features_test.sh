@@ -19,14 +19,6 @@ seed    = 1
 threads = 1
 INI
 
-expect_error() {
-  local code=$1 needle=$2
-  shift 2
-  expect_rc "$code" "$@"
-  expect_contains "$ERR" "$needle" "anneal $*"
-  expect_eq "$(printf '%s\n' "$ERR" | grep -c '^anneal: ')" "1" "one error line for: $*"
-}
-
 # --- bad names and weights: errors naming the key and its source, no run ----
 cp "$WORK/sales.ini" "$WORK/typo.ini"
 printf 'features = ordr_id, region\n' >>"$WORK/typo.ini"

@@ -31,7 +31,6 @@ threads    = 1
 validation = 0.1
 INI
 
-at_least() { python3 -c "import sys; sys.exit(0 if float('$1') >= float('$2') else 1)"; }
 
 # breast_cancer: >= 95% test accuracy, and the linear baseline beside it.
 expect_rc 0 --json train "$WORK/bc.ini"

@@ -13,15 +13,6 @@ epochs  = 1
 threads = 1
 INI
 
-# expect_error CODE NEEDLE ARGS...: anneal fails with CODE, one line naming NEEDLE.
-expect_error() {
-  local code=$1 needle=$2
-  shift 2
-  expect_rc "$code" "$@"
-  expect_contains "$ERR" "$needle" "anneal $*"
-  expect_eq "$(printf '%s\n' "$ERR" | grep -c '^anneal: ')" "1" "one error line for: $*"
-}
-
 printf 'name = x\ndataset = digits\nlayers = dense(10)\nbatchsize = 4\n' >"$WORK/typo.ini"
 expect_error 2 "typo.ini:4: unknown key 'batchsize'; did you mean 'batch'?" train "$WORK/typo.ini"
 expect_error 2 "unknown key 'learning_rate'; did you mean 'lr'?" train "$WORK/ok.ini" --set learning_rate=0.1

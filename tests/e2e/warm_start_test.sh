@@ -29,9 +29,6 @@ INI
 lineage() {  # MODEL EXPR: a Python expression over the model's lineage (as l)
   "$ANNEAL" --json model show "$1" | python3 -c "import json,sys; l=json.load(sys.stdin)['lineage']; print($2)"
 }
-epoch1_loss() {  # RUN: the first epoch's training loss
-  "$ANNEAL" --json runs show "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['epochs'][0]['train_loss'])"
-}
 runs_count() { "$ANNEAL" --json runs list | python3 -c "import json,sys; print(len(json.load(sys.stdin)['runs']))"; }
 refusals() { printf '%s\n' "$ERR" | grep -c 'refused'; }
 expect_one_line() { [ "$(printf '%s\n' "$ERR" | wc -l)" -eq 1 ] && pass || fail "$1: not one line: $ERR"; }
