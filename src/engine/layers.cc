@@ -40,6 +40,14 @@ void init_uniform_fan_in(Backend& backend, Parameter& weight, Parameter& bias,
   init_parameter(backend, bias, draw);
 }
 
+// "dense(W)" with its fused activation: how a dense layer, shared or the
+// members' own, is written in a spec.
+std::string dense_text(std::int64_t width, Activation fused) {
+  std::string s = "dense(" + std::to_string(width) + ")";
+  if (fused != Activation::kNone) s += std::string(" ") + activation_name(fused);
+  return s;
+}
+
 // dz = dy ⊙ act'(y) for a layer's fused activation (into `dz`), or dy itself
 // without one.
 const Tensor& through_activation(EltwiseOp* activation, const Tensor& y, const Tensor& dy, Tensor& dz) {
@@ -68,11 +76,7 @@ class DenseLayer final : public Layer {
     init_uniform_fan_in(backend_, weight_, bias_, ctx.input.product(), ctx.seed);
   }
 
-  std::string describe() const override {
-    std::string s = "dense(" + std::to_string(output_shape_[0]) + ")";
-    if (fused_ != Activation::kNone) s += std::string(" ") + activation_name(fused_);
-    return s;
-  }
+  std::string describe() const override { return dense_text(output_shape_[0], fused_); }
 
   // x (N, I...) -> y (N, O):  y = act(x·Wᵀ + b),  W (O, I...), b (O)
   const Tensor& forward(const Tensor& x, const PassContext&) override {
@@ -559,11 +563,7 @@ class MemberDenseLayer final : public Layer {
     init_uniform_fan_in(backend_, weight_, bias_, ctx.input[0], ctx.seed);
   }
 
-  std::string describe() const override {
-    std::string s = "dense(" + std::to_string(output_shape_[0]) + ")";
-    if (fused_ != Activation::kNone) s += std::string(" ") + activation_name(fused_);
-    return s;
-  }
+  std::string describe() const override { return dense_text(output_shape_[0], fused_); }
 
   // x (N·K, I) -> y (N·K, O):  y[n·K + i] = act(W[i]·x[n·K + i] + b[i]),  W (K, O, I), b (K, O)
   const Tensor& forward(const Tensor& x, const PassContext&) override {

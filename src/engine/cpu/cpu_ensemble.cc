@@ -13,6 +13,7 @@
 // sample's forward and mean are the same bits in any batch.
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -135,7 +136,8 @@ class CpuMemberDenseOp final : public MemberDenseOp {
   CpuMemberDenseOp(CpuContext& ctx, const MemberDenseSpec& spec)
       : ctx_(ctx), k_(spec.members), in_(spec.in), out_(spec.out),
         weight_md_(plain_md(Dims{spec.members, spec.out, spec.in}, DType::kF32)),
-        bias_md_(plain_md(Dims{spec.members, spec.out}, DType::kF32)) {
+        bias_md_(plain_md(Dims{spec.members, spec.out}, DType::kF32)),
+        zero_bias_(std::size_t(std::max<std::int64_t>(spec.in, 0)), 0.0f) {
     if (k_ < 1 || in_ < 1 || out_ < 1) throw usage_error("member dense: needs members, inputs and outputs");
   }
 
@@ -170,7 +172,6 @@ class CpuMemberDenseOp final : public MemberDenseOp {
     const bool direct = md_of(x) == x_plain;
     void* dxp = direct ? dx.data() : plain_dx_.ensure(x_plain.get_size(), *ctx_.allocator);
     float* transposed = floats(transposed_, std::size_t(in_ * out_));
-    const std::vector<float> zeros(std::size_t(in_), 0.0f);
     float* result = floats(result_, std::size_t(n * in_));
     for (std::int64_t i = 0; i < k_; ++i) {
       // dx_i (N, I) = dy_i (N, O) · W[i] (O, I): the product of dy_i with the
@@ -178,7 +179,7 @@ class CpuMemberDenseOp final : public MemberDenseOp {
       const float* wi = w + i * out_ * in_;
       for (std::int64_t o = 0; o < out_; ++o)
         for (std::int64_t a = 0; a < in_; ++a) transposed[a * out_ + o] = wi[o * in_ + a];
-      product_.set_weights(transposed, zeros.data(), in_, out_, *ctx_.allocator);
+      product_.set_weights(transposed, zero_bias_.data(), in_, out_, *ctx_.allocator);
       product_.run(g + i * out_, k_ * out_, n, false, result);
       scatter(result, n, in_, i, x.dtype(), dxp);
     }
@@ -194,7 +195,6 @@ class CpuMemberDenseOp final : public MemberDenseOp {
     float* db = mutable_parameter(dbias, bias_md_, "bias gradient");
     float* dy_t = floats(transposed_, std::size_t(out_ * std::max<std::int64_t>(n, 1)));
     float* x_t = floats(x_t_, std::size_t(in_ * std::max<std::int64_t>(n, 1)));
-    const std::vector<float> zeros(std::size_t(in_), 0.0f);
     float* result = floats(result_, std::size_t(out_ * in_));
     for (std::int64_t i = 0; i < k_; ++i) {
       // dW[i] (O, I) = dy_iᵀ (O, N) · x_i (N, I): the rows of dy_iᵀ against
@@ -205,7 +205,7 @@ class CpuMemberDenseOp final : public MemberDenseOp {
         for (std::int64_t a = 0; a < in_; ++a) x_t[a * n + s] = xs[row * in_ + a];
       }
       if (n > 0) {
-        product_.set_weights(x_t, zeros.data(), in_, n, *ctx_.allocator);
+        product_.set_weights(x_t, zero_bias_.data(), in_, n, *ctx_.allocator);
         product_.run(dy_t, n, out_, false, result);
       } else {
         std::fill_n(result, out_ * in_, 0.0f);
@@ -258,6 +258,9 @@ class CpuMemberDenseOp final : public MemberDenseOp {
   CpuContext& ctx_;
   std::int64_t k_, in_, out_;
   MemDesc weight_md_, bias_md_;
+  // The gradients' products have no bias: I zeros, made once (a step
+  // allocates nothing).
+  std::vector<float> zero_bias_;
   RowInvariantProduct product_;
   std::shared_ptr<const CpuLayout> y_layout_;
   Reorders reorders_;
