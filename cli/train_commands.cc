@@ -186,6 +186,8 @@ void print_leaderboard(const json& search) {
     std::cout << "ensemble of " << weight_of.size() << " trials: score " << format_double(ensemble.value("score", 0.0), 4)
               << (ensemble_chosen ? " (chosen: above the best single trial)" : " (not above the best single trial)")
               << "\n";
+  if (const int bags = search.value("bags", 1); bags > 1)
+    std::cout << "each network of the model refit with " << bags << " seeds (bags), their predictions averaged\n";
 }
 
 int run_runs_show(const Invocation& inv) {

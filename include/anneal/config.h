@@ -80,6 +80,11 @@ struct TrainConfig {
   // layers = auto: whether the search may register a weighted ensemble of
   // its best trials when the ensemble validates better than the best one.
   bool ensemble = true;
+  // layers = auto: each network of the registered model is refit this many
+  // times, each with its own seed, and their predictions averaged (bagging;
+  // docs/TRAINING.md, "Bagging"), as many as the time budget leaves room
+  // for; 1: each once.
+  std::int64_t bags = 5;
   // A binary classifier's decision threshold is chosen on the validation
   // rows for this metric (auto: balanced accuracy when the majority class
   // holds more than 80% of the training rows, else accuracy; none: the most

@@ -51,6 +51,13 @@ class SplitMix {
   std::uint64_t state_;
 };
 
+// The seconds one fit of trial `t`'s candidate on all training rows
+// should take: a trial scored on k > 1 splits fitted k times on (k-1)/k
+// of the rows, so about its seconds / (k-1); with one split, its seconds.
+double refit_seconds(const Trial& t, std::size_t splits) {
+  return splits > 1 ? t.seconds / static_cast<double>(splits - 1) : t.seconds;
+}
+
 std::string g4(double v) {
   char text[32];
   std::snprintf(text, sizeof text, "%.4g", v);
@@ -330,6 +337,7 @@ class Search {
       }
     result_.winner = pool[best_indices(pool_scores, 1).front()];
     weigh_ensemble();
+    choose_bags(portfolio, elapsed());
     result_.seconds = std::chrono::duration<double>(Clock::now() - start).count() + resumed_seconds;
     return result_;
   }
@@ -567,6 +575,21 @@ class Search {
         result_.ensemble.members.size() > 1 && result_.ensemble_score > result_.trials[result_.winner].score;
   }
 
+  // How many seeds each network of the registered model is refit with:
+  // as many as requested that the time budget leaves room for, projected
+  // from the members' trials (one fit on all rows each); 1 when the refit
+  // has no network.
+  void choose_bags(const std::vector<Candidate>& portfolio, double elapsed) {
+    double network = 0, other = 0;
+    for (std::size_t i : refit_members(result_).members)
+      (portfolio[result_.trials[i].candidate].kind == ModelKindId::kNetwork ? network : other) +=
+          refit_seconds(result_.trials[i], splits_.size());
+    // Without a network to refit there is nothing to bag.
+    result_.bags = refits_a_network(result_, portfolio)
+                       ? bags_within_budget(options_.bags, elapsed, options_.time_budget, network, other)
+                       : 1;
+  }
+
   PreparedData& data_;
   const SearchOptions& options_;
   Reporter& reporter_;
@@ -702,7 +725,8 @@ json SearchResult::to_json(const std::vector<Candidate>& portfolio, const Search
               {"seconds", seconds},
               {"skipped", skipped},
               {"skipped_by", skipped_by.empty() ? json(nullptr) : json(skipped_by)},
-              {"winner", winner}};
+              {"winner", winner},
+              {"bags", bags}};
   json trials = json::array();
   for (std::size_t i = 0; i < this->trials.size(); ++i) {
     json t = this->trials[i].to_json(portfolio);
@@ -791,6 +815,36 @@ double projected_refit_seconds(const std::vector<Trial>& trials, std::size_t spl
   return total;
 }
 
+EnsembleWeights refit_members(const SearchResult& result) {
+  if (result.ensemble_chosen) return result.ensemble;
+  return {{result.winner}, {1.0}};
+}
+
+int bags_within_budget(int requested, double elapsed, std::optional<double> budget, double network_refit,
+                       double other_refit) {
+  requested = std::max(requested, 1);
+  if (!budget || network_refit <= 0) return requested;
+  const double room = (*budget - elapsed - other_refit) / network_refit;
+  if (!(room >= 1)) return 1;
+  return room >= requested ? requested : static_cast<int>(room);
+}
+
+std::uint64_t bag_seed(std::uint64_t seed, int bag) {
+  if (bag <= 0) return seed;
+  return SplitMix(seed + static_cast<std::uint64_t>(bag) - 1).next();
+}
+
+bool refits_a_network(const SearchResult& result, const std::vector<Candidate>& portfolio) {
+  const std::vector<std::size_t> members = refit_members(result).members;
+  return std::any_of(members.begin(), members.end(), [&](std::size_t trial) {
+    return portfolio.at(result.trials.at(trial).candidate).kind == ModelKindId::kNetwork;
+  });
+}
+
+bool registers_ensemble(const SearchResult& result, const std::vector<Candidate>& portfolio) {
+  return result.ensemble_chosen || (result.bags > 1 && refits_a_network(result, portfolio));
+}
+
 EnsembleWeights select_ensemble(const std::vector<std::span<const float>>& predictions, std::span<const float> labels,
                                 std::int64_t classes, int rounds) {
   const std::size_t width = classes > 0 ? static_cast<std::size_t>(classes) : 1, rows = labels.size();
@@ -850,9 +904,9 @@ std::vector<float> weighted_sum(const std::vector<std::span<const float>>& predi
   return out;
 }
 
-std::vector<ModelFile> fit_ensemble_members(const SearchResult& result, const std::vector<Candidate>& portfolio,
-                                            PreparedData& data, const TrainConfig& config, Backend& backend,
-                                            const ModelFile& shell, Reporter& reporter, const std::stop_token& stop) {
+FittedMembers fit_ensemble_members(const SearchResult& result, const std::vector<Candidate>& portfolio,
+                                   PreparedData& data, const TrainConfig& config, Backend& backend,
+                                   const ModelFile& shell, Reporter& reporter, const std::stop_token& stop) {
   materialize(data);
   const FitContext cx{data,
                       config,
@@ -863,32 +917,46 @@ std::vector<ModelFile> fit_ensemble_members(const SearchResult& result, const st
                       config.threads,
                       stop};
   const bool validated = !data.y_val.empty();
-  std::vector<ModelFile> members;
-  for (std::size_t i = 0; i < result.ensemble.members.size(); ++i) {
-    const Trial& t = result.trials.at(result.ensemble.members[i]);
+  const EnsembleWeights refit = refit_members(result);
+  std::size_t fits = 0;
+  for (std::size_t trial : refit.members)
+    fits += portfolio.at(result.trials.at(trial).candidate).kind == ModelKindId::kNetwork
+                ? static_cast<std::size_t>(std::max(result.bags, 1))
+                : 1;
+  FittedMembers out;
+  for (std::size_t i = 0; i < refit.members.size(); ++i) {
+    const Trial& t = result.trials.at(refit.members[i]);
     const Candidate& c = portfolio.at(t.candidate);
     // As apply_winner() trains a winner, within the trial's own budget.
     const int units = c.kind == ModelKindId::kLinear ? 0
                       : validated                     ? budget_units(c, t.budget)
                                                       : static_cast<int>(std::max<std::int64_t>(t.kept, 1));
-    reporter.note("ensemble member " + std::to_string(i + 1) + "/" + std::to_string(result.ensemble.members.size()) +
-                  " (weight " + g4(result.ensemble.weights[i]) + "): " + c.describe() + ", trained on all " +
-                  std::to_string(data.y_train.size()) + " training rows");
-    Fitted f = fit_candidate(cx, c, {units, validated}, {data.x_train, data.y_train, data.x_val, data.y_val},
-                             /*keep=*/true);
-    ModelFile m = shell;
-    m.kind = f.model.kind;
-    m.linear_model = std::move(f.model.linear_model);
-    m.trees = std::move(f.model.trees);
-    m.layers = std::move(f.model.layers);
-    m.precision = f.model.precision;
-    m.tensors = std::move(f.model.tensors);
-    if (f.model.outputs > 0) m.outputs = f.model.outputs;
-    m.weights_hash.clear();
-    members.push_back(std::move(m));
-    fault_point("auto.member");
+    const int bags = c.kind == ModelKindId::kNetwork ? std::max(result.bags, 1) : 1;
+    for (int bag = 0; bag < bags; ++bag) {
+      const double weight = refit.weights[i] / bags;
+      reporter.note("ensemble member " + std::to_string(out.members.size() + 1) + "/" + std::to_string(fits) +
+                    " (weight " + g4(weight) + "): " + c.describe() +
+                    (bags > 1 ? ", seed " + std::to_string(bag + 1) + " of " + std::to_string(bags) : "") +
+                    ", trained on all " + std::to_string(data.y_train.size()) + " training rows");
+      FitContext bagged = cx;
+      bagged.seed = bag_seed(cx.seed, bag);
+      Fitted f = fit_candidate(bagged, c, {units, validated}, {data.x_train, data.y_train, data.x_val, data.y_val},
+                               /*keep=*/true);
+      ModelFile m = shell;
+      m.kind = f.model.kind;
+      m.linear_model = std::move(f.model.linear_model);
+      m.trees = std::move(f.model.trees);
+      m.layers = std::move(f.model.layers);
+      m.precision = f.model.precision;
+      m.tensors = std::move(f.model.tensors);
+      if (f.model.outputs > 0) m.outputs = f.model.outputs;
+      m.weights_hash.clear();
+      out.members.push_back(std::move(m));
+      out.weights.push_back(weight);
+      fault_point("auto.member");
+    }
   }
-  return members;
+  return out;
 }
 
 }  // namespace anneal::runs

@@ -162,6 +162,9 @@ std::vector<float> weighted_sum(const std::vector<std::span<const float>>& predi
 
 struct SearchOptions {
   int folds = 5;
+  // The most seeds each network of the registered model is refit with
+  // (config `bags`); SearchResult::bags says how many the budget allowed.
+  int bags = 1;
   // What the trials are scored by: "accuracy", "balanced_accuracy" or
   // "macro_f1" for a classifier, "r2" for regression (train.cc takes it
   // from threshold_metric).
@@ -195,6 +198,9 @@ struct SearchResult {
   double ensemble_score = 0;
   bool ensemble_chosen = false;
   std::string ensemble_note;
+  // The seeds each network of the registered model is refit with
+  // (bags_within_budget), 1..SearchOptions::bags; 1 when it has none.
+  int bags = 1;
   nlohmann::json to_json(const std::vector<Candidate>& portfolio, const SearchOptions& options) const;
 };
 
@@ -219,14 +225,48 @@ SearchResult run_search(PreparedData& data, const TrainConfig& config, Backend& 
 void apply_winner(const SearchResult& result, const std::vector<Candidate>& portfolio, std::int64_t outputs,
                   TrainConfig& config);
 
-// The chosen ensemble's members (result.ensemble_chosen), each trained on
-// all of `data`'s training rows as apply_winner() trains a winner (early
-// stopping on the validation split when there is one, else the rounds or
-// epochs its folds kept, never past its trial's budget): models of their
-// kinds with `shell`'s common fields, for ModelFile::members in the
-// order of result.ensemble.members. kFailure when `stop` is requested.
-std::vector<ModelFile> fit_ensemble_members(const SearchResult& result, const std::vector<Candidate>& portfolio,
-                                            PreparedData& data, const TrainConfig& config, Backend& backend,
-                                            const ModelFile& shell, Reporter& reporter, const std::stop_token& stop);
+// The refit's members: the ensemble's trials and weights when the search
+// chose its ensemble, else the winner alone at weight 1.
+EnsembleWeights refit_members(const SearchResult& result);
+
+// Bagging (docs/TRAINING.md, "Bagging"): how many seeds, from 1 to
+// `requested`, each network of the registered model is refit with so that
+// the refit still ends within the time budget: the most b for which
+// elapsed + other_refit + b * network_refit <= budget, at least 1 (the one
+// refit goes ahead whatever the clock says), `requested` without a budget.
+// network_refit: the projected seconds of one refit of every network
+// member; other_refit: those of the other members. Pure.
+int bags_within_budget(int requested, double elapsed, std::optional<double> budget, double network_refit,
+                       double other_refit);
+
+// The seed of bag `bag` (0-based) of a network refit with `seed`: bag 0
+// trains with the run's seed itself (so bags = 1 is the unbagged model),
+// bag b > 0 with SplitMix64's output for seed + b. Pure.
+std::uint64_t bag_seed(std::uint64_t seed, int bag);
+
+// Whether refit_members(result) holds a network.
+bool refits_a_network(const SearchResult& result, const std::vector<Candidate>& portfolio);
+
+// Whether the search's model is registered as an ensemble: the search
+// chose its ensemble, or the winner is a network refit with more than one
+// seed.
+bool registers_ensemble(const SearchResult& result, const std::vector<Candidate>& portfolio);
+
+// The ensemble registers_ensemble() says the search registers: each of
+// refit_members(result) trained on all of `data`'s training rows as
+// apply_winner() trains a winner (early stopping on the validation split
+// when there is one, else the rounds or epochs its folds kept, never past
+// its trial's budget), a network once per bag (result.bags, seeds
+// bag_seed), each bag a member with an equal share of its trial's weight:
+// models of their kinds with `shell`'s common fields, for
+// ModelFile::members, in refit_members' order and each network's bags in
+// seed order; the weights sum to 1. kFailure when `stop` is requested.
+struct FittedMembers {
+  std::vector<ModelFile> members;
+  std::vector<double> weights;
+};
+FittedMembers fit_ensemble_members(const SearchResult& result, const std::vector<Candidate>& portfolio,
+                                   PreparedData& data, const TrainConfig& config, Backend& backend,
+                                   const ModelFile& shell, Reporter& reporter, const std::stop_token& stop);
 
 }  // namespace anneal::runs

@@ -276,6 +276,10 @@ const std::vector<KeyRow>& key_table() {
                 ANNEAL_FIELD(calibrate)),
       integer_row({"folds", "5", "layers = auto: folds of the cross-validation that scores trials on small tables"}, 2, 20,
                   ANNEAL_FIELD(folds)),
+      integer_row({"bags", "5",
+                   "layers = auto: each network of the chosen model is refit with this many seeds and their "
+                   "predictions averaged, as many as the time budget leaves room for (1: once)"},
+                  1, 32, ANNEAL_FIELD(bags)),
       boolean_row({"ensemble", "true",
                    "layers = auto: register a weighted ensemble of the best trials when it validates better than the "
                    "best one (false: always the single best)"},

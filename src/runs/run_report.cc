@@ -744,6 +744,9 @@ std::string search_section(const Page& p) {
   } else if (ensemble.contains("note")) {
     out += "<p class=\"note\">No ensemble weighed: " + esc(json_text(ensemble.value("note", json("")))) + ".</p>\n";
   }
+  if (const int bags = search.value("bags", 1); bags > 1)
+    out += "<p class=\"note\">Each network of the model was refit with " + esc(std::to_string(bags)) +
+           " seeds (bags), their predictions averaged.</p>\n";
   return out + "</section>\n";
 }
 

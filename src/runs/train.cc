@@ -679,6 +679,8 @@ class TrainingRun {
     options.max_trials = config().max_trials;
     options.seed = config().trainer.seed;
     options.threads = config().threads;
+    // ensemble = false asks for one model: the single best trial's, fitted once.
+    options.bags = config().ensemble ? static_cast<int>(config().bags) : 1;
     const std::vector<runs::Candidate> portfolio = runs::search_portfolio();
     const std::vector<runs::Trial> finished = setup_.resumed ? recorded_trials(portfolio) : std::vector<runs::Trial>{};
     if (!finished.empty())
@@ -696,19 +698,30 @@ class TrainingRun {
                                std::to_string(result.skipped) + " trials of the portfolio not run");
     const runs::Trial& won = result.trials[result.winner];
     search_ = result.to_json(portfolio, options);
+    // Whether the refit's networks train once per bag, and why fewer bags
+    // than asked for when the budget cut them.
+    std::string bagged;
+    if (result.bags > 1) bagged = ", each network with " + std::to_string(result.bags) + " seeds (bags)";
+    if (runs::refits_a_network(result, portfolio) && result.bags < options.bags)
+      bagged += "; bags = " + std::to_string(options.bags) + ": " + std::to_string(result.bags) +
+                (result.bags == 1 ? " seed fits" : " seeds fit") + " in what time_budget = " +
+                config().time_budget_text + " leaves";
     if (result.ensemble_chosen) {
       reporter_.note("search: a weighted ensemble of " + std::to_string(result.ensemble.members.size()) +
                      " trials scored best (" + result.metric + " " + metric_text(result.ensemble_score) + " against " +
                      metric_text(won.score) + " for the best one, " + portfolio[won.candidate].describe() + ", " +
                      result.scoring + "); training its members on all " + std::to_string(data().train_rows()) +
-                     " training rows");
+                     " training rows" + bagged);
+    } else {
+      reporter_.note("search: " + portfolio[won.candidate].describe() + " scored best (" + result.metric + " " +
+                     metric_text(won.score) + ", " + result.scoring + "); training it on all " +
+                     std::to_string(data().train_rows()) + " training rows" + bagged);
+    }
+    if (runs::registers_ensemble(result, portfolio)) {
       setup_.config.kind = runs::ModelKindId::kEnsemble;
       search_result_ = std::move(result);
       return;
     }
-    reporter_.note("search: " + portfolio[won.candidate].describe() + " scored best (" + result.metric + " " +
-                   metric_text(won.score) + ", " + result.scoring + "); training it on all " +
-                   std::to_string(data().train_rows()) + " training rows");
     runs::apply_winner(result, portfolio, model_.outputs, setup_.config);
   }
 
@@ -740,22 +753,25 @@ class TrainingRun {
   void fit_ensemble_model() {
     const std::vector<runs::Candidate> portfolio = runs::search_portfolio();
     model_.kind = runs::ModelKindId::kEnsemble;
-    model_.members = runs::fit_ensemble_members(*search_result_, portfolio, data(), config(), *backend_, model_,
-                                                reporter_, request_.stop);
-    model_.member_weights = search_result_->ensemble.weights;
+    runs::FittedMembers fitted = runs::fit_ensemble_members(*search_result_, portfolio, data(), config(), *backend_,
+                                                            model_, reporter_, request_.stop);
+    model_.members = std::move(fitted.members);
+    model_.member_weights = std::move(fitted.weights);
     model_.outputs = data().labels.classification() ? data().labels.classes() : 1;
     model_.weights_hash = runs::model_weights_hash(model_);
     metrics_.update(
         model_scores(model_, *backend_, data(), per_class_, confusion_, threshold_decider(), calibrator()));
     if (linear_) metrics_.update(linear_scores("baseline_", *linear_, data(), per_class_));
     ensemble_ = json::array();
-    for (std::size_t i = 0; i < search_result_->ensemble.members.size(); ++i) {
-      const runs::Trial& t = search_result_->trials[search_result_->ensemble.members[i]];
+    const runs::EnsembleWeights refit = runs::refit_members(*search_result_);
+    for (std::size_t i = 0; i < refit.members.size(); ++i) {
+      const runs::Trial& t = search_result_->trials[refit.members[i]];
       const runs::Candidate& c = portfolio[t.candidate];
-      ensemble_.push_back({{"trial", search_result_->ensemble.members[i] + 1},
+      ensemble_.push_back({{"trial", refit.members[i] + 1},
                            {"kind", std::string(runs::model_kind(c.kind).name())},
                            {"settings", c.settings()},
-                           {"weight", search_result_->ensemble.weights[i]}});
+                           {"weight", refit.weights[i]},
+                           {"bags", c.kind == runs::ModelKindId::kNetwork ? search_result_->bags : 1}});
     }
   }
 

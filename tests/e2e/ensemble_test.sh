@@ -34,11 +34,15 @@ expect_contains "$ERR$OUT" "search: a weighted ensemble of" "the run says an ens
 expect_contains "$ERR$OUT" "ensemble member 1/" "the run reports each member as it trains"
 expect_rc 0 --json model show ozone-auto@v1
 members=$(json_get 'len(j["lineage"]["ensemble"])')
+# Each network member refit once per bag (bags, default 5): the models.
+models=$(json_get 'sum(m["bags"] for m in j["lineage"]["ensemble"])')
+expect_eq "$(json_get 'all(m["bags"] == (5 if m["kind"] == "network" else 1) for m in j["lineage"]["ensemble"])')" \
+  "True" "each network member was refit with the default 5 seeds, the others once"
 expect_eq "$(json_get 'len(j["lineage"]["ensemble"]) >= 2')" "True" "the lineage lists the members"
 expect_eq "$(json_get 'abs(sum(m["weight"] for m in j["lineage"]["ensemble"]) - 1) < 1e-9')" "True" \
   "the members' weights sum to 1"
-expect_eq "$(json_get 'all(set(m) >= {"trial", "kind", "settings", "weight"} for m in j["lineage"]["ensemble"])')" \
-  "True" "each member names its trial, kind, settings and weight"
+expect_eq "$(json_get 'all(set(m) >= {"trial", "kind", "settings", "weight", "bags"} for m in j["lineage"]["ensemble"])')" \
+  "True" "each member names its trial, kind, settings, weight and bags"
 expect_contains "$(json_get 'j["lineage"]["config"]')" "layers = auto" \
   "an ensemble's lineage config is the search's (no one config trains it)"
 expect_rc 0 --json runs show run-1
@@ -67,7 +71,7 @@ expect_contains "$OUT" "ensemble (" "bench runs the ensemble's members"
 # What cannot be derived from an ensemble: one line each, exit 2.
 before=$(store_state)
 expect_rc 2 quantize ozone-auto@v1 --int8 --calib ozone
-expect_contains "$ERR" "ensemble of $members models, not one network to quantize" "quantize says why"
+expect_contains "$ERR" "ensemble of $models models, not one network to quantize" "quantize says why"
 expect_eq "$(printf '%s\n' "$ERR" | grep -c '^anneal: ')" "1" "the quantize refusal is one line"
 expect_rc 2 prune ozone-auto@v1 --sparsity 0.5
 expect_contains "$ERR" "not one network to prune" "prune says why"
@@ -76,7 +80,7 @@ expect_eq "$(store_state)" "$before" "the refusals left the store as it was"
 # cannot continue, and the run trains from scratch.
 printf 'name = ozone-warm\ndataset = ozone\nloss = mse\nlayers = trees\nwarm_start = ozone-auto@v1\n' > "$WORK/warm.ini"
 expect_rc 0 train "$WORK/warm.ini"
-expect_contains "$ERR$OUT" "warm start from ozone-auto@v1 refused: it is an ensemble of $members models; a warm start continues one model" \
+expect_contains "$ERR$OUT" "warm start from ozone-auto@v1 refused: it is an ensemble of $models models; a warm start continues one model" \
   "a warm start says why"
 
 # ensemble = false: the single best trial, as before ensembles.

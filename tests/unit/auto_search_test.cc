@@ -219,5 +219,56 @@ TEST(AutoSearchBudget, ProjectsTrialsFromEarlierOnesAndTheRefitFromTheBestThree)
   EXPECT_DOUBLE_EQ(projected_refit_seconds({}, 5), 0);
 }
 
+// Bagging takes what the budget leaves after the search: the most seeds
+// whose refits (the other members' once, the networks' once per seed)
+// still end within it, never fewer than one, all of them without a budget.
+TEST(AutoSearch, BagsTakeWhatTheBudgetLeaves) {
+  EXPECT_EQ(bags_within_budget(5, 10, 120, 2, 1), 5) << "room for 54 seeds: the 5 asked for";
+  EXPECT_EQ(bags_within_budget(5, 100, 120, 6, 1), 3) << "19 s left: 3 fits of 6 s";
+  EXPECT_EQ(bags_within_budget(5, 100, 120, 6, 1.0001), 3);
+  EXPECT_EQ(bags_within_budget(5, 101, 120, 6, 1), 3) << "18 s left: exactly 3 fits";
+  EXPECT_EQ(bags_within_budget(5, 110, 120, 6, 1), 1) << "9 s left: one fit";
+  EXPECT_EQ(bags_within_budget(5, 130, 120, 6, 1), 1) << "past the budget: the one refit goes ahead";
+  EXPECT_EQ(bags_within_budget(5, 1e9, std::nullopt, 6, 1), 5) << "no budget: as asked";
+  EXPECT_EQ(bags_within_budget(1, 0, 120, 1, 0), 1) << "bags = 1: once";
+  EXPECT_EQ(bags_within_budget(5, 0, 120, 0, 0), 5) << "a network refit projected at 0 s (no timing yet)";
+}
+
+// Bag 0 is the unbagged model's seed; the others are fixed by the seed
+// alone and differ from it and from each other.
+TEST(AutoSearch, BagSeeds) {
+  for (std::uint64_t seed : {0ull, 1ull, 42ull, ~0ull}) {
+    EXPECT_EQ(bag_seed(seed, 0), seed);
+    std::set<std::uint64_t> seen{seed};
+    for (int b = 1; b < 32; ++b) EXPECT_TRUE(seen.insert(bag_seed(seed, b)).second) << seed << " bag " << b;
+  }
+  EXPECT_EQ(bag_seed(1, 1), 0x910a2dec89025cc1ull) << "SplitMix64's first output for state 1";
+}
+
+// The refit's members, and when they make an ensemble model.
+TEST(AutoSearch, RefitMembersAndWhenTheyRegisterAnEnsemble) {
+  const std::vector<Candidate> portfolio = search_portfolio();
+  const std::size_t net = portfolio.size() - 1, trees = 1;
+  SearchResult r;
+  r.trials.resize(3);
+  r.trials[0].candidate = 0;  // linear
+  r.trials[1].candidate = trees;
+  r.trials[2].candidate = net;
+  r.winner = 2;
+  r.ensemble = {{1, 2}, {0.25, 0.75}};
+  EXPECT_EQ(refit_members(r).members, std::vector<std::size_t>{2}) << "not chosen: the winner alone";
+  EXPECT_EQ(refit_members(r).weights, std::vector<double>{1.0});
+  EXPECT_FALSE(registers_ensemble(r, portfolio)) << "one network fitted once is a network";
+  r.bags = 3;
+  EXPECT_TRUE(registers_ensemble(r, portfolio)) << "a network in three bags is an ensemble of three";
+  r.winner = 1;
+  EXPECT_FALSE(registers_ensemble(r, portfolio)) << "trees are not bagged";
+  r.ensemble_chosen = true;
+  r.bags = 1;
+  EXPECT_TRUE(registers_ensemble(r, portfolio));
+  EXPECT_EQ(refit_members(r).members, (std::vector<std::size_t>{1, 2}));
+  EXPECT_EQ(refit_members(r).weights, (std::vector<double>{0.25, 0.75}));
+}
+
 }  // namespace
 }  // namespace anneal::runs
