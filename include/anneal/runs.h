@@ -160,11 +160,16 @@ struct ColumnImportance {
 // How permutation importance is measured: on at most `rows` rows of the
 // split (a uniform sample chosen by `seed`), `repeats` shuffles per column
 // (each drawn from `seed`): the same model, rows and options give the same
-// figures on every machine.
+// figures on every machine. With `seconds` set (a run under a time
+// budget: what the budget leaves), the repeats are cut to what fits in
+// that time, projected from the unshuffled rows' prediction time (one
+// prediction per column and repeat), and none run when one repeat does
+// not fit: figures that then depend on the machine's speed.
 struct ImportanceOptions {
   std::uint64_t rows = 2000;
   int repeats = 5;
   std::uint64_t seed = 0;
+  std::optional<double> seconds;
 };
 
 struct EvalResult {

@@ -1,6 +1,7 @@
 #include "runs/permutation_importance.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -53,11 +54,22 @@ double importance_score(const LabelEncoding& labels, LossKind head, std::span<co
 std::vector<ColumnImportance> permutation_importance(
     const FeatureTransform& features, const LabelEncoding& labels, LossKind head, const std::vector<float>& x,
     const std::vector<float>& y, const std::function<std::vector<float>(const std::vector<float>&)>& predict,
-    const ImportanceOptions& options, double* baseline) {
+    const ImportanceOptions& options, double* baseline, int* repeats) {
   const std::size_t n = y.size();
   const auto width = static_cast<std::size_t>(features.output_width());
+  const auto start = std::chrono::steady_clock::now();
   const double base = importance_score(labels, head, predict(x), y);
   if (baseline) *baseline = base;
+  int rounds = options.repeats;
+  if (options.seconds) {
+    // Each column and repeat predicts the rows once more, as the baseline did.
+    const double once = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double per_repeat = once * static_cast<double>(features.columns().size());
+    const double fit = *options.seconds <= 0 ? 0 : per_repeat > 0 ? std::floor(*options.seconds / per_repeat) : rounds;
+    rounds = static_cast<int>(std::clamp(fit, 0.0, static_cast<double>(rounds)));
+  }
+  if (repeats) *repeats = rounds;
+  if (rounds == 0) return {};
   std::mt19937_64 rng(options.seed);
   std::vector<ColumnImportance> out;
   std::vector<float> shuffled;
@@ -66,7 +78,7 @@ std::vector<ColumnImportance> permutation_importance(
   for (const ColumnTransform& column : features.columns()) {
     const auto span = static_cast<std::size_t>(column.output_width());
     std::vector<double> drops;
-    for (int r = 0; r < options.repeats; ++r) {
+    for (int r = 0; r < rounds; ++r) {
       // Fisher-Yates with the portable engine (std::shuffle's use of it
       // differs between standard libraries).
       std::iota(order.begin(), order.end(), std::size_t{0});

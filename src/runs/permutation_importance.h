@@ -51,12 +51,14 @@ double importance_score(const LabelEncoding& labels, LossKind head, std::span<co
 // features.output_width()) with labels `y`, in column order: the baseline
 // score minus the score with the column shuffled, mean and spread over
 // `options.repeats` shuffles. `predict` maps rows of inputs to the model's
-// predictions. Deterministic for a given options.seed. Throws what
-// `predict` throws.
+// predictions. Deterministic for a given options.seed, unless
+// options.seconds cuts the repeats (ImportanceOptions); `*repeats` (when
+// given) is set to the repeats that ran, and with none the result is
+// empty. Throws what `predict` throws.
 std::vector<ColumnImportance> permutation_importance(
     const FeatureTransform& features, const LabelEncoding& labels, LossKind head, const std::vector<float>& x,
     const std::vector<float>& y, const std::function<std::vector<float>(const std::vector<float>&)>& predict,
-    const ImportanceOptions& options, double* baseline = nullptr);
+    const ImportanceOptions& options, double* baseline = nullptr, int* repeats = nullptr);
 
 // The largest drop first, ties in the order given (column order).
 void sort_by_drop(std::vector<ColumnImportance>& importance);

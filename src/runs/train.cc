@@ -331,11 +331,12 @@ json linear_scores(const std::string& prefix, const LinearModel& linear, const P
 // again would go past the budget's windows; `eval --importance` reads a
 // streamed version in bounded pieces).
 json permutation_importance_summary(const runs::ModelFile& model, Backend& backend, const PreparedData& data,
-                                    std::uint64_t seed) {
+                                    std::uint64_t seed, std::optional<double> seconds) {
   SampleSource* rows = data.rows->test ? data.rows->test.get() : data.rows->validation.get();
   if (!data.tabular || data.rows->streamed || !rows || rows->rows() == 0) return nullptr;
   ImportanceOptions options;
   options.seed = seed;
+  options.seconds = seconds;
   const auto width = static_cast<std::size_t>(data.features.output_width());
   runs::RowSample sample(options.rows, width, options.seed);
   constexpr std::int64_t kChunk = 4096;
@@ -353,16 +354,19 @@ json permutation_importance_summary(const runs::ModelFile& model, Backend& backe
   const runs::ModelKind& kind = runs::model_kind(model);
   runs::Predictor predictor(model, backend, 256);  // the model's probabilities, calibrated as it is
   double baseline = 0;
+  int repeats = 0;
   const std::vector<ColumnImportance> columns = runs::permutation_importance(
       data.features, data.labels, kind.prediction_loss(model), sample.x(), sample.y(),
-      [&](const std::vector<float>& in) { return predictor.predict(in); }, options, &baseline);
-  return {{"split", data.rows->test ? "test" : "val"},
-          {"metric", data.labels.classification() ? "accuracy" : "r2"},
-          {"baseline", baseline},
-          {"rows", sample.rows()},
-          {"repeats", options.repeats},
-          {"seed", options.seed},
-          {"columns", runs::importance_json(columns)}};
+      [&](const std::vector<float>& in) { return predictor.predict(in); }, options, &baseline, &repeats);
+  json out = {{"split", data.rows->test ? "test" : "val"},
+              {"metric", data.labels.classification() ? "accuracy" : "r2"},
+              {"baseline", baseline},
+              {"rows", sample.rows()},
+              {"repeats", repeats},
+              {"seed", options.seed},
+              {"columns", runs::importance_json(columns)}};
+  if (repeats < options.repeats) out["cut_by"] = "time_budget";
+  return out;
 }
 
 // {"load_s", "first_step_s" (null when no step was trained), "peak_rss_bytes",
@@ -698,6 +702,9 @@ class TrainingRun {
                                std::to_string(result.skipped) + " trials of the portfolio not run");
     const runs::Trial& won = result.trials[result.winner];
     search_ = result.to_json(portfolio, options);
+    if (options.time_budget)
+      budget_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                            std::chrono::duration<double>(*options.time_budget - result.seconds));
     // Whether the refit's networks train once per bag, and why fewer bags
     // than asked for when the budget cut them.
     std::string bagged;
@@ -1217,9 +1224,23 @@ class TrainingRun {
     if (trainer_) summary["steps"] = trainer_->step();
     // After the data path's peaks: those are the training's.
     summary.update(data_path_json(result_, data()));
-    if (json permutation = permutation_importance_summary(model_, *backend_, data(), config().trainer.seed);
-        !permutation.is_null())
+    // Under a search's time budget, only in what the budget leaves.
+    std::optional<double> importance_seconds;
+    if (budget_deadline_)
+      importance_seconds = std::max(0.0, std::chrono::duration<double>(*budget_deadline_ - Clock::now()).count());
+    if (json permutation =
+            permutation_importance_summary(model_, *backend_, data(), config().trainer.seed, importance_seconds);
+        !permutation.is_null()) {
+      if (permutation.contains("cut_by"))
+        reporter_.note("permutation importance: " +
+                       (permutation["repeats"] == 0
+                            ? std::string("not measured")
+                            : "measured with " + std::to_string(permutation["repeats"].get<int>()) + " of its " +
+                                  std::to_string(ImportanceOptions{}.repeats) + " shuffles a column") +
+                       " to end within time_budget = " + config().time_budget_text +
+                       " (eval can measure it in full)");
       summary["permutation_importance"] = std::move(permutation);
+    }
     // A searched run's model records the winner's config, so a retrain
     // trains that model again, and the search it came from beside it.
     // An ensemble has no one config: its lineage's is the search's, and
@@ -1290,6 +1311,9 @@ class TrainingRun {
   json search_;                      // layers = auto: the leaderboard (SearchResult::to_json), else null
   json search_trials_;               // layers = auto: the trials recorded so far (Trial::to_json), else null
   std::optional<runs::SearchResult> search_result_;  // layers = auto chose an ensemble: the search, else empty
+  // layers = auto under a time_budget: when the budget, which began with
+  // the search (its resumed trials' time included), runs out.
+  std::optional<Clock::time_point> budget_deadline_;
   json ensemble_;                    // an ensemble's members: trial, kind, settings, weight; else null
   json threshold_;                   // a binary model's decision threshold and how it was chosen, else null
   json calibration_;                 // a classifier's reliability bins and temperature (calibrate()), else null

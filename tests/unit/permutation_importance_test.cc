@@ -151,5 +151,35 @@ TEST(PermutationImportance, AColumnsInputsMoveTogether) {
   EXPECT_EQ(calls, 1u + 3 * 2);  // the baseline, then 2 shuffles of each of 3 columns
 }
 
+// Under a time budget: all the repeats when the time left holds them, none
+// (an empty result) when none is left; the repeats that ran are reported.
+TEST(PermutationImportance, ATimeBudgetCutsTheRepeats) {
+  Fixture f = make_fixture();
+  std::size_t calls = 0;
+  auto predict = [&](const std::vector<float>& x) {
+    ++calls;
+    return std::vector<float>(x.size() / 12, 0.0f);
+  };
+  ImportanceOptions options;
+  options.repeats = 3;
+  options.seconds = 1e9;
+  int repeats = -1;
+  double baseline = -1;
+  EXPECT_EQ(runs::permutation_importance(f.features, f.labels, LossKind::kMeanSquaredError, f.x, f.y, predict, options,
+                                         &baseline, &repeats)
+                .size(),
+            3u);
+  EXPECT_EQ(repeats, 3);
+  EXPECT_EQ(calls, 1u + 3 * 3);
+  calls = 0;
+  options.seconds = 0;
+  EXPECT_TRUE(runs::permutation_importance(f.features, f.labels, LossKind::kMeanSquaredError, f.x, f.y, predict,
+                                           options, &baseline, &repeats)
+                  .empty());
+  EXPECT_EQ(repeats, 0);
+  EXPECT_EQ(calls, 1u) << "only the baseline: its score is still reported";
+  EXPECT_NE(baseline, -1);
+}
+
 }  // namespace
 }  // namespace anneal
