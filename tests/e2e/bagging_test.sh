@@ -82,12 +82,7 @@ expect_eq "$(json_get 'j["weights_hash"]')" "$bagged_hash" "a bagged model repea
 # build): the resume takes the recorded trials and ends at the same model.
 ANNEAL_FAULT="auto.member@1=crash" "$ANNEAL_FAULTS_BIN" train "$WORK/wine.ini" --set bags=3 > /dev/null 2>&1
 expect_eq "$?" "137" "killed after the first bag"
-killed=$(latest_run)
-run train --resume "$killed"
-expect_eq "$RC" "0" "the killed bagged run resumes; stderr: $ERR"
-expect_contains "$ERR$OUT" "the search's first 14 trials finished before" "the resume reruns no trial"
-expect_rc 0 --json runs show "$killed"
-expect_eq "$(json_get 'j["summary"]["weights_hash"]')" "$bagged_hash" "the resumed run registers the same bags"
+resumes_to "$(latest_run)" 14 "$bagged_hash" "the killed bagged run"
 
 # ensemble = false asks for one model: the winner fitted once.
 expect_rc 0 --json train "$WORK/wine.ini" --set bags=3 --set ensemble=false --set name=wine-single

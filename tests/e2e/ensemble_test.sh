@@ -99,12 +99,7 @@ expect_eq "$(json_get 'j["weights_hash"]')" "$hash" "a trial-budgeted ensemble r
 # recorded trials and held-out predictions and ends at the same ensemble.
 ANNEAL_FAULT="auto.member@1=crash" "$ANNEAL_FAULTS_BIN" train "$WORK/ozone.ini" > /dev/null 2>&1
 expect_eq "$?" "137" "killed after the first member"
-run_id=$(latest_run)
-run train --resume "$run_id"
-expect_eq "$RC" "0" "the killed ensemble run resumes; stderr: $ERR"
-expect_contains "$ERR$OUT" "the search's first 14 trials finished before" "the resume reruns no trial"
-expect_rc 0 --json runs show "$run_id"
-expect_eq "$(json_get 'j["summary"]["weights_hash"]')" "$hash" "the resumed run registers the same ensemble"
+resumes_to "$(latest_run)" 14 "$hash" "the killed ensemble run"
 
 # A binary ensemble with validation rows: its decision threshold is chosen
 # on them, as any binary model's, and eval answers by it.

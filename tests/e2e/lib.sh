@@ -82,6 +82,18 @@ print(sum(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)) // 2)" "$1
 # latest_run: the id of the newest run (run-N).
 latest_run() { "$ANNEAL" --json runs list | python3 -c "import json,sys; print(json.load(sys.stdin)['runs'][-1]['id'])"; }
 
+# resumes_to RUN TRIALS HASH WHAT: a killed layers = auto run RUN resumes
+# (`train --resume`), takes the search's first TRIALS trials as finished
+# and registers the model whose weights_hash is HASH.
+resumes_to() {
+  local run_id=$1 trials=$2 hash=$3 what=$4
+  run train --resume "$run_id"
+  expect_eq "$RC" "0" "$what resumes; stderr: $ERR"
+  expect_contains "$ERR$OUT" "the search's first $trials trials finished before" "$what: the resume reruns no trial"
+  expect_rc 0 --json runs show "$run_id"
+  expect_eq "$(json_get 'j["summary"]["weights_hash"]')" "$hash" "$what: the resumed run registers the same model"
+}
+
 # A fingerprint of everything in the store: catalog content and object files.
 store_state() {
   ( cd "$ANNEAL_HOME" && find objects tmp -type f | sort
