@@ -834,6 +834,10 @@ std::uint64_t bag_seed(std::uint64_t seed, int bag) {
   return SplitMix(seed + static_cast<std::uint64_t>(bag) - 1).next();
 }
 
+int member_bags(const SearchResult& result, const Candidate& c) {
+  return c.kind == ModelKindId::kNetwork ? std::max(result.bags, 1) : 1;
+}
+
 bool refits_a_network(const SearchResult& result, const std::vector<Candidate>& portfolio) {
   const std::vector<std::size_t> members = refit_members(result).members;
   return std::any_of(members.begin(), members.end(), [&](std::size_t trial) {
@@ -920,9 +924,7 @@ FittedMembers fit_ensemble_members(const SearchResult& result, const std::vector
   const EnsembleWeights refit = refit_members(result);
   std::size_t fits = 0;
   for (std::size_t trial : refit.members)
-    fits += portfolio.at(result.trials.at(trial).candidate).kind == ModelKindId::kNetwork
-                ? static_cast<std::size_t>(std::max(result.bags, 1))
-                : 1;
+    fits += static_cast<std::size_t>(member_bags(result, portfolio.at(result.trials.at(trial).candidate)));
   FittedMembers out;
   for (std::size_t i = 0; i < refit.members.size(); ++i) {
     const Trial& t = result.trials.at(refit.members[i]);
@@ -931,7 +933,7 @@ FittedMembers fit_ensemble_members(const SearchResult& result, const std::vector
     const int units = c.kind == ModelKindId::kLinear ? 0
                       : validated                     ? budget_units(c, t.budget)
                                                       : static_cast<int>(std::max<std::int64_t>(t.kept, 1));
-    const int bags = c.kind == ModelKindId::kNetwork ? std::max(result.bags, 1) : 1;
+    const int bags = member_bags(result, c);
     for (int bag = 0; bag < bags; ++bag) {
       const double weight = refit.weights[i] / bags;
       reporter.note("ensemble member " + std::to_string(out.members.size() + 1) + "/" + std::to_string(fits) +

@@ -244,6 +244,10 @@ int bags_within_budget(int requested, double elapsed, std::optional<double> budg
 // bag b > 0 with SplitMix64's output for seed + b. Pure.
 std::uint64_t bag_seed(std::uint64_t seed, int bag);
 
+// How many times the refit fits a member of candidate `c`: result.bags
+// for a network, once for the others.
+int member_bags(const SearchResult& result, const Candidate& c);
+
 // Whether refit_members(result) holds a network.
 bool refits_a_network(const SearchResult& result, const std::vector<Candidate>& portfolio);
 

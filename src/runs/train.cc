@@ -778,7 +778,7 @@ class TrainingRun {
                            {"kind", std::string(runs::model_kind(c.kind).name())},
                            {"settings", c.settings()},
                            {"weight", refit.weights[i]},
-                           {"bags", c.kind == runs::ModelKindId::kNetwork ? search_result_->bags : 1}});
+                           {"bags", runs::member_bags(*search_result_, c)}});
     }
   }
 
