@@ -106,7 +106,8 @@ class BoostedTrees {
   std::vector<std::uint8_t> save() const;
 
   // rows x outputs(), as TreeObjective says. `features` holds rows x width()
-  // floats. Each row's result depends on that row alone.
+  // floats. Each row's result depends on that row alone. Thread-safe:
+  // concurrent calls on one model take turns.
   std::vector<float> predict(std::span<const float> features, std::int64_t rows) const;
 
   // Per input column: the total gain of the splits on it, divided by the
