@@ -13,6 +13,7 @@
 #include "anneal/communicator.h"
 #include "anneal/encryption.h"
 #include "anneal/error.h"
+#include "anneal/linear.h"
 #include "anneal/spelling.h"
 #include "anneal/version.h"
 #include "command.h"
@@ -274,6 +275,7 @@ int main(int argc, char** argv) {
   // umask still governs what anneal writes outside it (reports, exports:
   // GlobalOptions::user_umask).
   const mode_t user_umask = ::umask(077);
+  anneal::run_blas_on_calling_threads();
   const bool json = json_logs(argc, argv);
   try {
     return anneal::cli::run(argc, argv, static_cast<unsigned>(user_umask));

@@ -47,4 +47,15 @@ LinearModel fit_logistic(std::span<const float> features, std::span<const float>
 LinearModel fit_ridge(std::span<const float> features, std::span<const float> targets,
                       std::int64_t inputs, double l2);
 
+// Makes the BLAS the linear model calls (OpenBLAS) run on its caller's
+// thread, and stops the threads it started when the process loaded it.
+// Those threads spin for about 2^28 cycles (0.1 s) before they sleep, on a
+// core the process's own work needs: on 2 cores they took 5% of a data
+// import's time (bench/RESULTS.md). The linear model's products are small
+// and the search runs its trials in parallel already, so one thread each
+// loses nothing. Call once, first thing in main, before any other thread
+// starts; not thread-safe. Where the BLAS is not OpenBLAS, or its
+// threadless build, it does nothing.
+void run_blas_on_calling_threads();
+
 }  // namespace anneal

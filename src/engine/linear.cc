@@ -1,6 +1,7 @@
 #include "anneal/linear.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
 #include <lapacke.h>
 
 #include <algorithm>
@@ -42,6 +43,16 @@ void solve_spd(std::vector<double>& a, std::vector<double>& b, std::size_t d) {
 double sigmoid(double z) { return z >= 0 ? 1.0 / (1.0 + std::exp(-z)) : std::exp(z) / (1.0 + std::exp(z)); }
 
 }  // namespace
+
+void run_blas_on_calling_threads() {
+  // One thread from now on: OpenBLAS then never hands work to its pool,
+  // so it never starts the pool again.
+  openblas_set_num_threads(1);
+  // The pool started at load: OpenBLAS's own fork handler, exported by its
+  // threaded builds only, so looked up rather than linked.
+  using Shutdown = int (*)();
+  if (auto shutdown = reinterpret_cast<Shutdown>(dlsym(RTLD_DEFAULT, "blas_thread_shutdown_"))) shutdown();
+}
 
 LinearModel fit_logistic(std::span<const float> features, std::span<const float> labels,
                          std::int64_t inputs, std::int64_t classes, double l2,
