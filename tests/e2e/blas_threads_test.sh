@@ -13,6 +13,13 @@ ANNEAL_FAULT="import.prepared=pause" "$ANNEAL" data import iris "$TEST_DATA/iris
 importer=$!
 read -r point pid < <(fault_reached) || fail "the import never reached import.prepared"
 expect_eq "$point" "import.prepared" "paused where asked"
+# A thread joined a moment ago can still be listed while the kernel tears
+# it down: each other thread gets a bound to go (a finished one goes in
+# microseconds; a pool thread never would: it sleeps once it stops spinning).
+for task in /proc/"$pid"/task/*; do
+  tid=${task##*/}
+  [ "$tid" = "$pid" ] || timeout 60 tail --pid="$tid" -f /dev/null
+done
 threads=$(ls "/proc/$pid/task" | wc -l)
 fault_resume
 wait "$importer"
