@@ -88,27 +88,20 @@ for n in (8, 1):
               open(f"{work}/fmnist-{n}.anneal.json", "w"))
     json.dump({"inputs": [{"name": "image", "shape": [n, 1, 28, 28], "datatype": "FP32", "data": data}]},
               open(f"{work}/fmnist-{n}.ort.json", "w"))
-# Glass: 8 test rows (and 1), every column but the label, all numeric.
-text = subprocess.run(["zstd", "-dc", glass], capture_output=True, check=True).stdout.decode()
-rows = list(csv.reader(io.StringIO(text)))
-header, rows = rows[0], rows[1:]
-cols = [j for j in range(len(header)) if header[j] != "Type"]
-for n in (8, 1):
-    body = {"inputs": [{"name": header[j], "shape": [n], "datatype": "FP32",
-                        "data": [float(r[j]) for r in rows[:n]]} for j in cols]}
-    json.dump(body, open(f"{work}/glass-{n}.anneal.json", "w"))
-    json.dump(body, open(f"{work}/glass-{n}.ort.json", "w"))
-# Vehicle: the same, every column but the label (Class), all numeric.
-text = subprocess.run(["zstd", "-dc", vehicle], capture_output=True, check=True).stdout.decode()
-rows = list(csv.reader(io.StringIO(text)))
-header, rows = rows[0], rows[1:]
-cols = [j for j in range(len(header)) if header[j] != "Class"]
-for n in (8, 1):
-    body = {"inputs": [{"name": header[j], "shape": [n], "datatype": "FP32",
-                        "data": [float(r[j]) for r in rows[:n]]} for j in cols]}
-    for model in ("vehicle-bags5", "vehicle-bags1"):
-        json.dump(body, open(f"{work}/{model}-{n}.anneal.json", "w"))
-    json.dump(body, open(f"{work}/vehicle-bags5-{n}.ort.json", "w"))
+# table_bodies FILE LABEL BODIES: 8 test rows (and 1) of a compressed CSV,
+# every column but the label (all numeric), as each (model, server) body.
+def table_bodies(path, label, bodies):
+    text = subprocess.run(["zstd", "-dc", path], capture_output=True, check=True).stdout.decode()
+    rows = list(csv.reader(io.StringIO(text)))
+    header, rows = rows[0], rows[1:]
+    cols = [j for j in range(len(header)) if header[j] != label]
+    for n in (8, 1):
+        body = {"inputs": [{"name": header[j], "shape": [n], "datatype": "FP32",
+                            "data": [float(r[j]) for r in rows[:n]]} for j in cols]}
+        for model, server in bodies:
+            json.dump(body, open(f"{work}/{model}-{n}.{server}.json", "w"))
+table_bodies(glass, "Type", [("glass", "anneal"), ("glass", "ort")])
+table_bodies(vehicle, "Class", [("vehicle-bags5", "anneal"), ("vehicle-bags1", "anneal"), ("vehicle-bags5", "ort")])
 PY
 
 # --- the servers ----------------------------------------------------------------
