@@ -15,6 +15,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "anneal/error.h"
@@ -214,6 +215,34 @@ TEST(BoostedTrees, SavedModelPredictsTheSameBitsAndARowAloneAsInABatch) {
       EXPECT_EQ(alone[static_cast<std::size_t>(k)], batch[static_cast<std::size_t>(i * model.outputs() + k)])
           << "row " << i;
   }
+}
+
+// predict() hands its rows to XGBoost through one proxy matrix per model:
+// threads predicting on one model at once (the server's batches, an eval
+// beside it) each get their own rows' answers, the bits of one at a time.
+TEST(BoostedTrees, ThreadsPredictingOnOneModelAtOnceGetTheirOwnRows) {
+  const Csv csv = read_csv("wine.csv");
+  const Slice train = fold(csv, 3, false), test = fold(csv, 3, true);
+  const TreeRows view = train.view();
+  const BoostedTrees model = BoostedTrees::train(TreeObjective::kMultiSoftmax, csv.classes, view, nullptr, small_params());
+  const std::vector<float> batch = model.predict(test.features, test.rows);
+  constexpr int kThreads = 4, kRounds = 50;
+  std::vector<std::vector<std::string>> wrong(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < kRounds; ++round) {
+        // Each thread its own row, a different one each round.
+        const std::int64_t i = (t + round * kThreads) % test.rows;
+        const std::span<const float> row(test.features.data() + i * test.width, static_cast<std::size_t>(test.width));
+        const std::vector<float> alone = model.predict(row, 1);
+        for (std::int64_t k = 0; k < model.outputs(); ++k)
+          if (alone[static_cast<std::size_t>(k)] != batch[static_cast<std::size_t>(i * model.outputs() + k)])
+            wrong[static_cast<std::size_t>(t)].push_back("row " + std::to_string(i));
+      }
+    });
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(wrong[static_cast<std::size_t>(t)].empty()) << "thread " << t;
 }
 
 double log_loss(const std::vector<float>& p, const std::vector<float>& labels) {
