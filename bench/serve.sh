@@ -109,10 +109,13 @@ mkfifo "$WORK/anneal.out" "$WORK/ort-fmnist.out" "$WORK/ort-glass.out" "$WORK/or
 "$ANNEAL" serve --port 0 --model fmnist@v1 --model glass@v1 --model vehicle-bags5@v1 --model vehicle-bags1@v1 --threads 1 --io-threads 2 \
   >"$WORK/anneal.out" 2>"$WORK/anneal.err" &
 ANNEAL_PID=$!
+# From here on every server this script starts is stopped when it ends,
+# however it ends (a peer that fails to start included).
+pids=("$ANNEAL_PID")
+trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$WORK"' EXIT
 exec {fd}<"$WORK/anneal.out"
 read -r -t 300 line <&"$fd" || { echo "  anneal serve did not start: $(tail -3 "$WORK/anneal.err")"; exit 1; }
 ANNEAL_PORT=${line##*:}
-pids=("$ANNEAL_PID")
 declare -A ORT_PORT
 for m in fmnist glass vehicle-bags5; do
   node "$HERE/serve/ort_server.js" "$NPM_DIR" "$WORK/$m.onnx" >"$WORK/ort-$m.out" 2>"$WORK/ort-$m.err" &
@@ -121,7 +124,6 @@ for m in fmnist glass vehicle-bags5; do
   read -r -t 300 line <&"$ofd" || { echo "  ONNX Runtime did not start on $m: $(tail -3 "$WORK/ort-$m.err")"; exit 1; }
   ORT_PORT[$m]=${line##* }
 done
-trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$WORK"' EXIT
 
 # Both answer the body before they are timed.
 for m in fmnist glass vehicle-bags5; do
