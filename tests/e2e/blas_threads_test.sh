@@ -14,11 +14,12 @@ importer=$!
 read -r point pid < <(fault_reached) || fail "the import never reached import.prepared"
 expect_eq "$point" "import.prepared" "paused where asked"
 # A thread joined a moment ago can still be listed while the kernel tears
-# it down: each other thread gets a bound to go (a finished one goes in
-# microseconds; a pool thread never would: it sleeps once it stops spinning).
+# it down: wait for each other thread to go (lib.sh's wait_gone; a finished
+# one goes at once, a pool thread never would: it sleeps once it stops
+# spinning, and the bound turns that into the failure below).
 for task in /proc/"$pid"/task/*; do
   tid=${task##*/}
-  [ "$tid" = "$pid" ] || timeout 60 tail --pid="$tid" -f /dev/null
+  [ "$tid" = "$pid" ] || wait_gone "$tid" || true
 done
 threads=$(ls "/proc/$pid/task" | wc -l)
 fault_resume
