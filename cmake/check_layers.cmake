@@ -27,7 +27,7 @@ cmake_minimum_required(VERSION 3.25)
 
 set(common   error spelling fault_point report version build_info hash weights_hash)
 set(store    store object_store encryption catalog_runs catalog_jobs catalog_watch datasets dataset_rows data_check formats delimited_scan input_stream table chunker maintenance fs audit)
-set(engine   tensor backend backend_plugin communicator communicator_plugin device layers network loss optimizer trainer linear boosted_trees sample_source)
+set(engine   tensor backend backend_plugin communicator communicator_plugin device layers network piecewise_linear loss optimizer trainer linear boosted_trees sample_source)
 set(runs     runs config jobs model_metrics calibration preprocess model_file model_kind model_inputs scoring run_report onnx_export prediction)
 set(quantize quantize)
 set(serve    serve)

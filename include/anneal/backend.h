@@ -2,7 +2,8 @@
 //
 // Every compute-heavy operation a layer, a loss or an optimizer performs goes
 // through a Backend: tensor memory, host transfers, the layer ops (dense,
-// conv, pooling, eltwise, normalization, periodic embedding, softmax)
+// conv, pooling, eltwise, normalization, periodic and piecewise-linear
+// embeddings, softmax)
 // forward and backward, the loss, and the optimizer's elementwise updates. Layers, optimizers and the
 // Trainer see only this interface, so a CUDA backend (cuBLAS/cuDNN) can slot
 // in by implementing it; nothing above it touches tensor bytes.
@@ -32,11 +33,12 @@
 // Determinism: with capabilities().deterministic, the same ops on the same
 // inputs give the same bits run after run for a fixed thread count, and the
 // elementwise ops and reductions (the optimizer updates, eltwise, periodic,
-// dropout, fake quantization, running statistics, clip_scale, loss totals)
+// piecewise-linear, dropout, fake quantization, running statistics,
+// clip_scale, loss totals)
 // and the int8 inference ops give the same bits for any thread count.
 // With capabilities().batch_invariant, every op an inference forward runs
 // (dense and conv built with batch_invariant, pooling, eltwise, batch norm's
-// forward_inference, layer norm, periodic, LossOp::predict, the
+// forward_inference, layer norm, periodic, piecewise-linear, LossOp::predict, the
 // inference-only ops)
 // gives a sample the same bits whatever samples share its batch.
 //
@@ -217,6 +219,39 @@ class PeriodicOp {
   // dc instead of overwriting it when `accumulate`.
   virtual void backward_weights(const Tensor& x, const Tensor& dy, const Tensor& frequencies,
                                 Tensor& dfrequencies, bool accumulate) = 0;
+};
+
+// Piecewise-linear encoding of numeric features (PLE: Gorishniy et al.
+// 2022, "On Embeddings for Numerical Features in Tabular Deep Learning"):
+// each of the F features of a flat input has T bins between T + 1
+// non-decreasing edges b[f][0..T], fitted on the training rows (quantiles)
+// and not trained, and becomes T values, one a bin, saying how far x has
+// come through it. For bin t < T of feature f, with w = b[t+1] − b[t]:
+//   z = (x − b[t])·(1/w)     (x − b[t], 1/w and the product each fp32)
+//   y[n][f·T + t] = 0 when w == 0 (an unused bin), else clamp(z, lo, hi)
+//   lo = −∞ for t = 0, else 0;   hi = +∞ when b[t+1] == b[T], else 1
+// so the first bin extends below the edges and the last used one above
+// them (a value outside the fitted range still orders), and a feature with
+// fewer distinct values than bins pads its edges by repeating the last
+// (its extra bins are 0). An exporter that stores b[t], 1/w, lo and hi
+// computes the same bits with Sub, Mul, Min and Max (anneal/piecewise_linear.h
+// holds the arithmetic every backend and the export share).
+struct PiecewiseLinearSpec {
+  std::int64_t features = 0;  // F
+  std::int64_t bins = 0;      // T
+};
+class PiecewiseLinearOp {
+ public:
+  virtual ~PiecewiseLinearOp() = default;
+  // Shapes the fp32 edges b (F, T + 1), plain row-major.
+  virtual void shape_edges(Tensor& edges) = 0;
+  // x (N, F) -> y (N, F·T), y of x's dtype (fp32, or the bf16/fp16
+  // activations of those precisions; the arithmetic is fp32 either way).
+  virtual void forward(const Tensor& x, const Tensor& edges, Tensor& y) = 0;
+  // dx[n][f] = Σ_t dy[n][f·T + t]·(1/w) over the bins where lo < z < hi
+  // (the clamp's flat parts pass nothing back), t in order, an fp32 sum
+  // (x's dims, layout and dtype). The edges have no gradient.
+  virtual void backward_data(const Tensor& x, const Tensor& dy, const Tensor& edges, Tensor& dx) = 0;
 };
 
 // The members of a parameter-efficient ensemble (TabM-mini: Gorishniy et
@@ -606,6 +641,7 @@ class Backend : public MemoryAllocator {
   virtual std::unique_ptr<NormOp> batch_norm(const NormSpec& spec) = 0;
   virtual std::unique_ptr<NormOp> layer_norm(const NormSpec& spec) = 0;
   virtual std::unique_ptr<PeriodicOp> periodic(const PeriodicSpec& spec) = 0;
+  virtual std::unique_ptr<PiecewiseLinearOp> piecewise_linear(const PiecewiseLinearSpec& spec) = 0;
   virtual std::unique_ptr<EnsembleOp> ensemble(const EnsembleSpec& spec) = 0;
   virtual std::unique_ptr<MemberDenseOp> member_dense(const MemberDenseSpec& spec) = 0;
   // `class_weights`: empty (unweighted) or one per class (softmax_ce: K,

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,6 +77,15 @@ class Layer {
   // What the latest forward ran on, for reports; the kernel is empty for
   // layers that do not say (the trainable dense, conv, pool, ...).
   virtual LayerKernel kernel() const { return {describe(), "", 0}; }
+
+  // Layers whose constants are fitted on the rows the network trains on
+  // (ple's bin edges, a state buffer) before the first step: true for
+  // them. Such a layer takes the network's input (it must be the first).
+  virtual bool fits_inputs() const { return false; }
+  // Fits them on `rows` samples of this layer's input, given on the host
+  // row-major (rows × input_shape().product() values); non-finite values
+  // are left out. Only for a layer with fits_inputs(); kFailure otherwise.
+  virtual void fit_inputs(std::span<const float> values, std::int64_t rows);
 
   // Appends this layer's parameters / state buffers (none by default).
   virtual void collect_parameters(std::vector<Parameter*>& out) { (void)out; }

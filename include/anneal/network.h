@@ -6,10 +6,11 @@
 //   conv(32,3,pad=1) relu maxpool(2) conv(64,3,pad=1) relu maxpool(2) flatten dense(128) relu dense(10)
 // Layers: dense(W), conv(C,K[,stride=S][,pad=P]), maxpool(K[,stride=S]),
 // avgpool(K[,stride=S]), flatten, relu, gelu, tanh, sigmoid, dropout(P),
-// batchnorm, layernorm, periodic(K[,sigma=S]), ensemble(K). Pool stride
-// defaults to K; conv stride 1, pad 0; periodic K = kPeriodicFrequencies,
-// sigma = kPeriodicSigma (written bare, `periodic`, both defaults);
-// ensemble K = kEnsembleMembers.
+// batchnorm, layernorm, periodic(K[,sigma=S]), ple(T), ensemble(K). Pool
+// stride defaults to K; conv stride 1, pad 0; periodic K =
+// kPeriodicFrequencies, sigma = kPeriodicSigma (written bare, `periodic`,
+// both defaults); ple T = kPiecewiseLinearBins, and only as the first
+// layer; ensemble K = kEnsembleMembers.
 // A dense layer on an image input flattens it implicitly.
 //
 // One builder makes every network: trainable ones (fp32 or bf16 parameters,
@@ -28,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +47,11 @@ namespace anneal {
 // tune σ per dataset over a wide range (about 0.01 to 100).
 inline constexpr std::int64_t kPeriodicFrequencies = 16;
 inline constexpr double kPeriodicSigma = 0.1;
+
+// ple(T) default: T = 16 bins per feature, their edges the training rows'
+// quantiles; at most 256.
+inline constexpr std::int64_t kPiecewiseLinearBins = 16;
+inline constexpr std::int64_t kPiecewiseLinearMaxBins = 256;
 
 // ensemble(K) default: TabM's k = 32 members (Gorishniy et al. 2024), and
 // the most a spec may ask for.
@@ -78,8 +85,8 @@ struct InferenceLayer {
 
 // An inference-only network. Supports dense, conv (with a fused
 // relu/tanh/sigmoid), maxpool, avgpool, flatten, dropout (the identity) and
-// standalone activations; batchnorm, layernorm, periodic and ensemble are
-// kUsage.
+// standalone activations; batchnorm, layernorm, periodic, ple and ensemble
+// are kUsage.
 //
 // int8: every dense/conv runs int8. A layer's output is u8 after a fused
 // relu, s8 otherwise, at its output_scale, and the next int8 layer reads it
@@ -210,6 +217,15 @@ class Network {
   // gradient passes through unchanged. kUsage for an unknown prefix, or
   // for an inference-only network (it has no fp32 parameters).
   void set_fake_quantization(const FakeQuantization& fq);
+
+  // Whether the network's first layer is fitted on the rows it trains on
+  // (ple's bin edges): the Trainer then calls fit_inputs() once, before the
+  // first step, with a sample of its training rows.
+  bool fits_inputs() const;
+  // Fits that layer on `rows` samples of the network's input, given on the
+  // host row-major (rows × input_shape().product() values); non-finite
+  // values are left out. Does nothing for a network without such a layer.
+  void fit_inputs(std::span<const float> values, std::int64_t rows);
 
   // Trainable networks only (an inference-only one has none: its ops own
   // their weights).

@@ -118,6 +118,16 @@ LayerArgs parse_periodic(const LayerSpec& s, std::string_view usage) {
   return p;
 }
 
+LayerArgs parse_ple(const LayerSpec& s, std::string_view usage) {
+  const Args a{s, usage};
+  a.expect_positional(0, 1);
+  a.allow_options({});
+  PiecewiseLinearArgs p;
+  if (!s.args.empty()) p.bins = a.positive_int(s.args[0], "T");
+  if (p.bins > kPiecewiseLinearMaxBins) a.fail("T must be at most " + std::to_string(kPiecewiseLinearMaxBins));
+  return p;
+}
+
 LayerArgs parse_ensemble(const LayerSpec& s, std::string_view usage) {
   const Args a{s, usage};
   a.expect_positional(0, 1);
@@ -175,6 +185,12 @@ Dims periodic_shape(const LayerDesc& l, const Dims& in) {
   return Dims{in[0] * 2 * std::get<PeriodicArgs>(l.args).frequencies};
 }
 
+Dims ple_shape(const LayerDesc& l, const Dims& in) {
+  if (in.rank() != 1)
+    throw usage_error(where(l.spec) + " needs a flat input {F} but gets the image " + in.str());
+  return Dims{in[0] * std::get<PiecewiseLinearArgs>(l.args).bins};
+}
+
 Dims ensemble_shape(const LayerDesc& l, const Dims& in) {
   if (in.rank() != 1)
     throw usage_error(where(l.spec) + " needs a flat input {F} but gets the image " + in.str() +
@@ -197,6 +213,12 @@ TrainingCost conv_cost(const LayerDesc& l, const Dims& in) {
 TrainingCost periodic_cost(const LayerDesc& l, const Dims& in) {
   const double k = double(std::get<PeriodicArgs>(l.args).frequencies);
   return {double(in.product()) * k, double(in.product()) * 2 * k};
+}
+
+// Its edges (not trained, counted as parameters all the same) and its output.
+TrainingCost ple_cost(const LayerDesc& l, const Dims& in) {
+  const double t = double(std::get<PiecewiseLinearArgs>(l.args).bins);
+  return {double(in.product()) * (t + 1), double(in.product()) * t};
 }
 
 // Its scales, and its output: k rows of F values for each sample.
@@ -343,6 +365,10 @@ std::unique_ptr<Layer> train_ensemble(const LayerContext& ctx, const LayerDesc& 
   return make_ensemble_layer(ctx, std::get<EnsembleArgs>(l.args).members);
 }
 
+std::unique_ptr<Layer> train_ple(const LayerContext& ctx, const LayerDesc& l, const LayerPlan&, BuildState&) {
+  return make_piecewise_linear_layer(ctx, std::get<PiecewiseLinearArgs>(l.args).bins);
+}
+
 std::unique_ptr<Layer> train_periodic(const LayerContext& ctx, const LayerDesc& l, const LayerPlan&, BuildState&) {
   const PeriodicArgs& p = std::get<PeriodicArgs>(l.args);
   return make_periodic_layer(ctx, p.frequencies, p.sigma);
@@ -407,6 +433,11 @@ const std::vector<LayerKind>& layer_table() {
       {"periodic", "periodic(K[,sigma=S]) with K >= 1 (default 16) and S > 0 (default 0.1)", false,
        parse_periodic, periodic_shape, periodic_cost,
        train_periodic, nullptr, nullptr},
+      // Not in inference-only networks: int8 and pruned models refuse it
+      // (its edges are no dense/conv weights to quantize or prune).
+      {"ple", "ple(T) with 1 <= T <= 256 (default 16), the network's first layer", false,
+       parse_ple, ple_shape, ple_cost,
+       train_ple, nullptr, nullptr},
       // Not in inference-only networks either: int8 and pruned models
       // refuse it, and their dense ops take one row a sample.
       {"ensemble", "ensemble(K) with 1 <= K <= 256 (default 32)", false,
@@ -449,6 +480,10 @@ std::vector<LayerShape> check_layer_shapes(const std::vector<LayerDesc>& layers,
   for (const LayerDesc& l : layers)
     if (l.kind->weighted) last_weighted = &l;
   for (const LayerDesc& l : layers) {
+    // Its edges are fitted on the rows the network is given (Network::fit_inputs).
+    if (std::holds_alternative<PiecewiseLinearArgs>(l.args) && &l != &layers.front())
+      throw usage_error(where(l.spec) + " must be the network's first layer: its bins are fitted on the "
+                                        "network's input");
     const Dims out = l.kind->shape(l, shape);
     if (std::holds_alternative<EnsembleArgs>(l.args)) {
       if (ensemble != nullptr)

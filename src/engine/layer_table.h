@@ -53,11 +53,14 @@ struct PeriodicArgs {
   std::int64_t frequencies = kPeriodicFrequencies;  // K
   double sigma = kPeriodicSigma;  // the frequencies' initial standard deviation, > 0
 };
+struct PiecewiseLinearArgs {
+  std::int64_t bins = kPiecewiseLinearBins;  // T
+};
 struct EnsembleArgs {
   std::int64_t members = kEnsembleMembers;  // k
 };
 using LayerArgs = std::variant<DenseArgs, ConvArgs, PoolArgs, FlattenArgs, ActivationArgs, DropoutArgs, NormArgs,
-                               PeriodicArgs, EnsembleArgs>;
+                               PeriodicArgs, PiecewiseLinearArgs, EnsembleArgs>;
 
 struct LayerKind;
 
@@ -171,7 +174,8 @@ struct LayerKind {
   LayerArgs (*parse)(const LayerSpec& spec, std::string_view usage);
   // Checks the layer against its input shape; its output shape.
   Dims (*shape)(const LayerDesc& layer, const Dims& input);
-  // Weighted kinds, periodic (which widens its input 2K-fold) and ensemble
+  // Weighted kinds, periodic and ple (which widen their input 2K- and
+  // T-fold) and ensemble
   // (whose k rows a sample every layer after it runs on): what training it
   // needs, for NetworkOptions::memory_limit; null for the rest.
   TrainingCost (*cost)(const LayerDesc& layer, const Dims& input);

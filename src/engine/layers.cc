@@ -1,8 +1,10 @@
 // The layers. Each forward is followed by its backward; the comments give
 // the math and the shapes (N batch, C channels, H/W height/width, F or I/O
 // features). The arithmetic itself runs in Backend ops.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -494,6 +496,96 @@ class PeriodicLayer final : public Layer {
   Tensor y_, dx_, empty_;
 };
 
+// ---- ple (piecewise-linear encoding) ----------------------------------------
+
+std::vector<float> fit_piecewise_linear_edges(std::span<const float> values, std::int64_t rows,
+                                              std::int64_t features, std::int64_t bins) {
+  std::vector<float> edges(std::size_t(features * (bins + 1)));
+  std::vector<float> column;
+  column.reserve(std::size_t(rows));
+  for (std::int64_t f = 0; f < features; ++f) {
+    column.clear();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float v = values[std::size_t(r * features + f)];
+      if (std::isfinite(v)) column.push_back(v);
+    }
+    float* b = edges.data() + f * (bins + 1);
+    if (column.empty()) {  // nothing to fit: every bin unused (edges all 0)
+      std::fill(b, b + bins + 1, 0.0f);
+      continue;
+    }
+    std::sort(column.begin(), column.end());
+    // The quantiles i/T at ranks ⌊i·(n−1)/T⌋ (the least and the greatest
+    // value among them), each taken once: a value repeated across several
+    // quantiles (a one-hot column, a mode) makes one edge, not empty bins.
+    const std::int64_t n = std::int64_t(column.size());
+    std::int64_t used = 0;
+    for (std::int64_t i = 0; i <= bins; ++i) {
+      const float q = column[std::size_t(i * (n - 1) / bins)];
+      if (used == 0 || q != b[used - 1]) b[used++] = q;
+    }
+    // Fewer distinct edges than T + 1: the last one repeated, so the bins
+    // after the last used one are unused (0) and that one is open above.
+    std::fill(b + used, b + bins + 1, b[used - 1]);
+  }
+  return edges;
+}
+
+class PiecewiseLinearLayer final : public Layer {
+ public:
+  PiecewiseLinearLayer(const LayerContext& ctx, std::int64_t bins) : backend_(ctx.backend), t_(bins) {
+    input_shape_ = ctx.input;
+    output_shape_ = Dims{ctx.input[0] * bins};
+    op_ = backend_.piecewise_linear(PiecewiseLinearSpec{ctx.input[0], bins});
+    edges_name_ = param_name(ctx.index, "ple", "edges");
+    op_->shape_edges(edges_);
+    // Until fit_inputs(): T equal bins over [−2, 2], where most of a
+    // standardized column lies.
+    std::vector<float> start(std::size_t(edges_.elements()));
+    for (std::size_t i = 0; i < start.size(); ++i) {
+      const std::int64_t j = std::int64_t(i) % (bins + 1);
+      start[i] = float(-2.0 + 4.0 * double(j) / double(bins));
+    }
+    backend_.copy_from_host(start.data(), edges_);
+  }
+
+  std::string describe() const override { return "ple(" + std::to_string(t_) + ")"; }
+  bool fits_inputs() const override { return true; }
+
+  void fit_inputs(std::span<const float> values, std::int64_t rows) override {
+    const std::vector<float> edges = fit_piecewise_linear_edges(values, rows, input_shape_[0], t_);
+    backend_.copy_from_host(edges.data(), edges_);
+  }
+
+  // x (N, F) -> y (N, F·T), per feature f its T bins:
+  //   w = b[f][t+1] − b[f][t],  z = (x[n][f] − b[f][t])·(1/w)
+  //   y[n][f·T + t] = clamp(z, lo, hi)  (0 for w = 0; lo = −∞ for t = 0, else 0;
+  //                                      hi = +∞ for the last used bin, else 1)
+  const Tensor& forward(const Tensor& x, const PassContext&) override {
+    x_ = &x;
+    op_->forward(x, edges_, y_);
+    return y_;
+  }
+
+  // dx[n][f] = Σ_t dy[n][f·T + t]·(1/w)·[lo < z < hi]      (N, F); the edges are not trained
+  const Tensor& backward(const Tensor& dy, const PassContext&, bool need_dx) override {
+    if (!need_dx) return empty_;
+    op_->backward_data(*x_, dy, edges_, dx_);
+    return dx_;
+  }
+
+  void collect_buffers(std::vector<StateBuffer>& out) override { out.push_back({edges_name_, &edges_}); }
+
+ private:
+  Backend& backend_;
+  std::int64_t t_;
+  std::unique_ptr<PiecewiseLinearOp> op_;
+  Tensor edges_;
+  std::string edges_name_;
+  const Tensor* x_ = nullptr;
+  Tensor y_, dx_, empty_;
+};
+
 // ---- ensemble ---------------------------------------------------------------
 
 // TabM-mini (Gorishniy et al. 2024): k members share every layer after this
@@ -637,6 +729,10 @@ std::unique_ptr<Layer> make_layer_norm_layer(const LayerContext& ctx) {
 
 std::unique_ptr<Layer> make_periodic_layer(const LayerContext& ctx, std::int64_t frequencies, double sigma) {
   return std::make_unique<PeriodicLayer>(ctx, frequencies, sigma);
+}
+
+std::unique_ptr<Layer> make_piecewise_linear_layer(const LayerContext& ctx, std::int64_t bins) {
+  return std::make_unique<PiecewiseLinearLayer>(ctx, bins);
 }
 
 std::unique_ptr<Layer> make_ensemble_layer(const LayerContext& ctx, std::int64_t members) {

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "anneal/backend.h"
 #include "anneal/layers.h"
@@ -41,6 +43,18 @@ std::unique_ptr<Layer> make_layer_norm_layer(const LayerContext& ctx);
 // The periodic embedding of a flat input (F) into (F·2K) values, its
 // frequencies (F, K) drawn from N(0, sigma²) with ctx.seed.
 std::unique_ptr<Layer> make_periodic_layer(const LayerContext& ctx, std::int64_t frequencies, double sigma);
+
+// The piecewise-linear encoding of a flat input (F) into (F·T) values
+// (PiecewiseLinearOp), its edges (F, T + 1) a state buffer, "I.ple.edges",
+// started as T equal bins over [−2, 2] and fitted by fit_inputs().
+std::unique_ptr<Layer> make_piecewise_linear_layer(const LayerContext& ctx, std::int64_t bins);
+// The edges ple(T) fits on `rows` samples of F values (row-major): per
+// feature, its finite values' quantiles i/T (i = 0..T) at ranks
+// ⌊i·(n−1)/T⌋ of the n sorted, each distinct value once, then the last
+// repeated to T + 1 (the bins past it unused). A feature without a finite
+// value gets edges all 0 (every bin unused). F·(T + 1) floats, row-major.
+std::vector<float> fit_piecewise_linear_edges(std::span<const float> values, std::int64_t rows,
+                                              std::int64_t features, std::int64_t bins);
 
 // The k members of a parameter-efficient ensemble (TabM-mini): a flat input
 // (N, F) becomes (N·k, F), member i's rows scaled by its trained r[i] (k, F),

@@ -225,6 +225,20 @@ Network::Network(std::string_view spec, const NetworkOptions& options, Backend& 
 
 Network::~Network() = default;
 
+bool Network::fits_inputs() const { return !layers_.empty() && layers_.front()->fits_inputs(); }
+
+void Network::fit_inputs(std::span<const float> values, std::int64_t rows) {
+  if (!fits_inputs()) return;
+  if (rows < 0 || values.size() != std::size_t(rows) * std::size_t(input_shape_.product()))
+    throw failure("network: fit_inputs got " + std::to_string(values.size()) + " values for " + std::to_string(rows) +
+                  " rows of " + input_shape_.str());
+  layers_.front()->fit_inputs(values, rows);
+}
+
+void Layer::fit_inputs(std::span<const float>, std::int64_t) {
+  throw failure("layer " + describe() + " is not fitted on its inputs");
+}
+
 const Tensor& Network::forward(const Tensor& x, const PassContext& ctx) { return forward(x, ctx, nullptr); }
 
 const Tensor& Network::forward(const Tensor& x, const PassContext& ctx, const LayerObserver& observe) {

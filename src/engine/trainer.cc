@@ -207,6 +207,7 @@ class Trainer::Impl {
     options.memory_limit = config_.memory_limit;
     network_options_ = options;
     network_ = std::make_unique<Network>(config_.layers, options, *backend_);
+    fit_network_inputs();
     optimizer_ = std::make_unique<Optimizer>(config_.optimizer, network_->parameters(), *backend_);
     train_loss_ = backend_->loss(config_.loss, options.outputs, config_.class_weights);
     if (comm_)
@@ -555,6 +556,39 @@ class Trainer::Impl {
 
  private:
   using Clock = std::chrono::steady_clock;
+  // The rows a layer fitted on the inputs (ple's edges) sees: at most this
+  // many, spread evenly over the training rows.
+  static constexpr std::int64_t kInputFitRows = 4096;
+
+  // Network::fit_inputs on training rows ⌊i·rows/S⌋, i < S = min(rows,
+  // kInputFitRows), read block by block in order: the same rows, so the
+  // same edges, for a seed, a thread count and every rank of a
+  // data-parallel run. A resumed or warm-started trainer then loads the
+  // edges it had over these.
+  void fit_network_inputs() {
+    if (!network_->fits_inputs()) return;
+    const std::int64_t take = std::min(rows_, kInputFitRows);
+    std::vector<std::uint32_t> rows(static_cast<std::size_t>(take));
+    for (std::int64_t i = 0; i < take; ++i) rows[std::size_t(i)] = std::uint32_t(i * rows_ / take);
+    std::vector<float> features(static_cast<std::size_t>(take * width_));
+    std::vector<float> labels(static_cast<std::size_t>(take));
+    const std::span<const std::int64_t> starts = train_->block_starts();
+    std::size_t at = 0;
+    for (std::uint32_t b = 0; b + 1 < starts.size() && at < rows.size(); ++b) {
+      std::size_t end = at;
+      while (end < rows.size() && std::int64_t(rows[end]) < starts[b + 1]) ++end;
+      if (end == at) continue;
+      const std::uint32_t now[] = {b}, next[] = {b + 1};
+      train_->will_read(now, b + 2 < starts.size() ? std::span<const std::uint32_t>(next)
+                                                   : std::span<const std::uint32_t>());
+      train_->read(std::span<const std::uint32_t>(rows).subspan(at, end - at), features.data() + at * width_,
+                   labels.data() + at);
+      at = end;
+    }
+    train_->will_read({}, {});
+    network_->fit_inputs(features, take);
+  }
+
   static constexpr char kMagic[8] = {'A', 'N', 'N', 'E', 'A', 'L', 'T', 'S'};
   // 2 appends the best epoch and its values (restore_best); 1 is read as
   // a state without them.

@@ -2,11 +2,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <vector>
 
 #include "anneal/error.h"
 #include "anneal/network.h"
+#include "anneal/piecewise_linear.h"
 
 namespace anneal::runs {
 namespace {
@@ -115,6 +117,11 @@ class NetworkWriter {
         const std::int64_t k = s.args.empty() ? kPeriodicFrequencies : static_cast<std::int64_t>(s.args.at(0));
         x = periodic(s, std::to_string(index) + ".periodic.frequencies", x, shape[0], k);
         shape = {shape[0] * 2 * k};
+      } else if (s.name == "ple") {
+        if (shape.size() != 1) throw corrupt(where(s) + " needs a flat input but gets an image");
+        const std::int64_t t = s.args.empty() ? kPiecewiseLinearBins : static_cast<std::int64_t>(s.args.at(0));
+        x = piecewise_linear(s, std::to_string(index) + ".ple.edges", x, shape[0], t);
+        shape = {shape[0] * t};
       } else if (s.name == "ensemble") {
         if (shape.size() != 1) throw corrupt(where(s) + " needs a flat input but gets an image");
         members_ = s.args.empty() ? kEnsembleMembers : static_cast<std::int64_t>(s.args.at(0));
@@ -172,6 +179,33 @@ class NetworkWriter {
         g_.node("Concat", {g_.op1("Sin", theta, "sin"), g_.op1("Cos", theta, "cos")}, {g_.fresh(s.text)});
     attr_int(both, "axis", 2);
     return flatten(both->output(0));
+  }
+
+  // ple: each bin's lower edge, inverse width and clamp bounds computed
+  // from the edges as the backends compute them (anneal/piecewise_linear.h),
+  // so every value is the same fp32 steps: x (N, F) → Unsqueeze (N, F, 1) →
+  // Sub lower (F, T) → Mul inverse (F, T) → Min hi → Max lo (N, F, T) →
+  // Flatten (N, F·T). An unused bin has inverse 0 and bounds around 0: 0.
+  std::string piecewise_linear(const LayerSpec& s, const std::string& name, const std::string& x, std::int64_t f,
+                               std::int64_t t) {
+    const NamedTensor& edges = find(s, name, {f, t + 1});
+    const std::size_t bins = std::size_t(f * t);
+    std::vector<float> lower(bins), inverse(bins), lo(bins), hi(bins);
+    const float inf = std::numeric_limits<float>::infinity();
+    for (std::int64_t i = 0; i < f; ++i)
+      for (std::int64_t j = 0; j < t; ++j) {
+        const PiecewiseBin b = piecewise_bin(edges.values.data() + i * (t + 1), int(j), int(t));
+        const std::size_t at = std::size_t(i * t + j);
+        lower[at] = b.lower;
+        inverse[at] = b.inverse;
+        lo[at] = b.open_below ? -inf : 0.0f;
+        hi[at] = b.open_above ? inf : 1.0f;
+      }
+    const std::string column = g_.op("Unsqueeze", {x, g_.int64s("axes", {1}, {2})}, "column");
+    const std::string shifted = g_.op("Sub", {column, g_.floats(name + ".lower", {f, t}, lower)}, "shifted");
+    const std::string z = g_.op("Mul", {shifted, g_.floats(name + ".inverse", {f, t}, inverse)}, "z");
+    const std::string below = g_.op("Min", {z, g_.floats(name + ".hi", {f, t}, hi)}, "clamped_above");
+    return flatten(g_.op("Max", {below, g_.floats(name + ".lo", {f, t}, lo)}, s.text));
   }
 
   // ensemble: x (N, F) → Unsqueeze (N, 1, F) → Mul r (k, F) → (N, k, F) →

@@ -6,6 +6,7 @@
 # predictions that must match `anneal predict` (or, for image models, which
 # predict cannot read, the confusion matrix of `anneal eval`). It covers an
 # MLP, batchnorm/layernorm/gelu/dropout with bce, the periodic embedding,
+# the piecewise-linear encoding,
 # the ensemble, one-hot features with regression, the linear model, a CNN,
 # an int8 model and a pruned one; and
 # lists the final checkpoint's trainer state, whose weights must equal the
@@ -192,6 +193,23 @@ expect_rc 0 train "$WORK/cancer-periodic.ini"
 compare_predict cancer-periodic@v1 "$TEST_DATA/breast_cancer.csv" 1e-5 "periodic MLP"
 "$PY" "$READER" info "$WORK/m.bin" >"$WORK/info.json"
 expect_contains "$(cat "$WORK/info.json")" '"0.periodic.frequencies"' "the frequencies are a named tensor"
+
+# --- ple: its edges a state tensor (F, T + 1), each bin clamp((x − b)·(1/w)) ---
+cat >"$WORK/cancer-ple.ini" <<'INI'
+name = cancer-ple
+dataset = cancer
+layers = ple(5) dense(8) relu dense(2)
+lr = 0.01
+batch = 32
+epochs = 3
+seed = 6
+threads = 1
+baseline = false
+INI
+expect_rc 0 train "$WORK/cancer-ple.ini"
+compare_predict cancer-ple@v1 "$TEST_DATA/breast_cancer.csv" 1e-5 "ple MLP"
+"$PY" "$READER" info "$WORK/m.bin" >"$WORK/info.json"
+expect_contains "$(cat "$WORK/info.json")" '"0.ple.edges"' "the edges are a named tensor"
 
 # --- the ensemble: scales (K, F), member rows n·K + i, their fp32 mean ---------
 cat >"$WORK/cancer-ensemble.ini" <<'INI'

@@ -71,6 +71,25 @@ ops = [n.op_type for n in onnx.load(sys.argv[1]).graph.node]
 assert all(op in ops for op in ("Unsqueeze", "Sin", "Cos", "Concat")), ops
 PY
 
+# The piecewise-linear encoding (Unsqueeze, Sub the bins' lower edges, Mul
+# their inverse widths, Min and Max the clamps, Flatten): the same fp32
+# steps as the backends, in the layer's order.
+cat >"$WORK/ple.ini" <<'INI'
+name    = sales-ple
+dataset = sales
+layers  = ple(6) dense(32) relu dense(2)
+epochs  = 3
+seed    = 7
+threads = 1
+INI
+expect_rc 0 train "$WORK/ple.ini"
+ort_vs_predict sales-ple@v1 "$WORK/future.csv" 0.999 1e-4 ple-mlp
+"$PY" - "$WORK/ple-mlp.onnx" <<'PY' && pass || fail "the ple layer is not exported as Sub, Mul, Min and Max"
+import onnx, sys
+ops = [n.op_type for n in onnx.load(sys.argv[1]).graph.node]
+assert all(op in ops for op in ("Unsqueeze", "Sub", "Mul", "Min", "Max")), ops
+PY
+
 # The ensemble (TabM-mini): each sample's members' rows (Unsqueeze, Mul by
 # the scales, Reshape), the shared layers on them, their mean (Reshape,
 # ReduceMean): a wrong row order would mix samples and the classes would

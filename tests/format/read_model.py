@@ -214,6 +214,9 @@ def build_chain(spec, input_shape):
         elif name == "periodic":
             layer["k"] = int(args[0]) if args else 16  # K frequencies, 16 when not written
             shape = [shape[0] * 2 * layer["k"]]
+        elif name == "ple":
+            layer["t"] = int(args[0]) if args else 16  # T bins, 16 when not written
+            shape = [shape[0] * layer["t"]]
         elif name == "ensemble":
             layer["k"] = int(args[0]) if args else 32  # K members, 32 when not written
         layer["out"] = shape
@@ -250,6 +253,8 @@ def expected_tensors(chain):
                 buffers += [(f"{k}.batchnorm.running_mean", c), (f"{k}.batchnorm.running_var", c)]
         elif kind == "periodic":
             params += [(f"{k}.periodic.frequencies", (shape[0], L["k"]))]
+        elif kind == "ple":
+            buffers += [(f"{k}.ple.edges", (shape[0], L["t"] + 1))]
         elif kind == "ensemble":
             params += [(f"{k}.ensemble.scale", (L["k"], shape[0]))]
     return params + buffers
@@ -378,6 +383,23 @@ def forward(header, tensors, x):
             w = (2 * np.pi * c.astype(np.float64)).astype(np.float32)
             theta = (h[:, :, None] * w[None, :, :]).astype(np.float64)
             h = np.concatenate([np.sin(theta), np.cos(theta)], axis=2).reshape(h.shape[0], -1).astype(np.float32)
+        elif kind == "ple":
+            # Per feature f its T bins between edges b[f][0..T]: bin t is
+            # (x − b[t])·(1/w) in fp32 (w = b[t+1] − b[t], 1/w rounded to
+            # fp32), clamped to [0, 1] except below for t = 0 and above for
+            # the last used bin (b[t+1] == b[T]); 0 where w == 0.
+            b = tensors[f"{L['index']}.ple.edges"]
+            t = L["t"]
+            lower, upper = b[:, :t], b[:, 1:]
+            width = (upper - lower).astype(np.float32)
+            used = width > 0
+            inverse = np.where(used, np.float32(1) / np.where(used, width, np.float32(1)), np.float32(0)).astype(np.float32)
+            z = ((h[:, :, None] - lower[None]).astype(np.float32) * inverse[None]).astype(np.float32)
+            lo = np.full(lower.shape, np.float32(0))
+            lo[:, 0] = -np.inf
+            hi = np.where(upper == b[:, t:t + 1], np.float32(np.inf), np.float32(1))
+            h = np.where(used[None], np.minimum(np.maximum(z, lo[None]), hi[None]), np.float32(0))
+            h = h.reshape(h.shape[0], -1).astype(np.float32)
         elif kind == "ensemble":
             # Each sample becomes its K members' rows (member i of sample n at
             # row n·K + i), scaled by r (K, F) in fp32.

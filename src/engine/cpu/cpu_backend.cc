@@ -416,6 +416,9 @@ class CpuBackend final : public Backend {
   std::unique_ptr<PeriodicOp> periodic(const PeriodicSpec& spec) override {
     return make_periodic_op(ctx_, spec);
   }
+  std::unique_ptr<PiecewiseLinearOp> piecewise_linear(const PiecewiseLinearSpec& spec) override {
+    return make_piecewise_linear_op(ctx_, spec);
+  }
   std::unique_ptr<EnsembleOp> ensemble(const EnsembleSpec& spec) override {
     return make_ensemble_op(ctx_, spec);
   }

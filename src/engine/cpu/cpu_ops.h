@@ -18,6 +18,8 @@ std::unique_ptr<NormOp> make_batch_norm_op(CpuContext& ctx, const NormSpec& spec
 std::unique_ptr<NormOp> make_layer_norm_op(CpuContext& ctx, const NormSpec& spec);
 // Plain loops, not oneDNN (cpu_periodic.cc).
 std::unique_ptr<PeriodicOp> make_periodic_op(CpuContext& ctx, const PeriodicSpec& spec);
+// Plain loops too (cpu_piecewise_linear.cc).
+std::unique_ptr<PiecewiseLinearOp> make_piecewise_linear_op(CpuContext& ctx, const PiecewiseLinearSpec& spec);
 // The ensemble (cpu_ensemble.cc): the members' input scaling, their own
 // output layers, and their mean (Backend::member_mean), which keeps its
 // conversion buffers between calls.

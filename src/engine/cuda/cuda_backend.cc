@@ -333,6 +333,9 @@ class CudaBackend final : public Backend {
     return make_layer_norm_op(ctx_, spec);
   }
   std::unique_ptr<PeriodicOp> periodic(const PeriodicSpec& spec) override { return make_periodic_op(ctx_, spec); }
+  std::unique_ptr<PiecewiseLinearOp> piecewise_linear(const PiecewiseLinearSpec& spec) override {
+    return make_piecewise_linear_op(ctx_, spec);
+  }
   std::unique_ptr<EnsembleOp> ensemble(const EnsembleSpec& spec) override { return make_ensemble_op(ctx_, spec); }
   std::unique_ptr<MemberDenseOp> member_dense(const MemberDenseSpec& spec) override {
     return make_member_dense_op(ctx_, spec);

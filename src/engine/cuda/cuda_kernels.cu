@@ -15,6 +15,7 @@
 #include "engine/cuda/cuda_common.h"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/loss_scale.h"
+#include "anneal/piecewise_linear.h"
 
 namespace anneal::cuda::kernels {
 namespace {
@@ -478,6 +479,33 @@ __global__ void norm_param_grad_kernel(NormShape s, const T* x, const T* dy, con
   }
   dbeta[b] = accumulate ? dbeta[b] + float(db) : float(db);
   dgamma[b] = accumulate ? dgamma[b] + float(dg) : float(dg);
+}
+
+// ---- Piecewise-linear encoding ----
+
+// One thread per (n, f, t).
+template <typename T>
+__global__ void ple_forward_kernel(const T* x, const float* edges, T* y, int total, int f, int t) {
+  ANNEAL_GRID_STRIDE(i, total) {
+    const int bin = i % t, row_feature = i / t, feature = row_feature % f;
+    const PiecewiseBin b = piecewise_bin(edges + feature * (t + 1), bin, t);
+    y[i] = st<T>(piecewise_value(b, ld(x[row_feature])));
+  }
+}
+
+// One thread per (n, f), the T bins in order.
+template <typename T>
+__global__ void ple_backward_data_kernel(const T* x, const T* dy, const float* edges, T* dx, int total, int f,
+                                         int t) {
+  ANNEAL_GRID_STRIDE(i, total) {
+    const int feature = i % f;
+    const float v = ld(x[i]);
+    const std::int64_t base = static_cast<std::int64_t>(i) * t;
+    float sum = 0.0f;
+    for (int bin = 0; bin < t; ++bin)
+      sum += ld(dy[base + bin]) * piecewise_slope(piecewise_bin(edges + feature * (t + 1), bin, t), v);
+    dx[i] = st<T>(sum);
+  }
 }
 
 // ---- Periodic embedding ----
@@ -965,6 +993,24 @@ void periodic_backward_weights(ConstActivations x, ConstActivations dy, const fl
                                                                         accumulate);
   });
   check_launch("periodic_backward_weights");
+}
+void ple_forward(ConstActivations x, const float* edges, Activations y, int n, int f, int t, cudaStream_t stream) {
+  const int total = n * f * t;
+  with_type(x.dtype, "ple", [&](auto type) {
+    using T = typename decltype(type)::type;
+    ple_forward_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(as<T>(x), edges, as<T>(y), total, f, t);
+  });
+  check_launch("ple_forward");
+}
+void ple_backward_data(ConstActivations x, ConstActivations dy, const float* edges, Activations dx, int n, int f,
+                       int t, cudaStream_t stream) {
+  const int total = n * f;
+  with_type(x.dtype, "ple", [&](auto type) {
+    using T = typename decltype(type)::type;
+    ple_backward_data_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(as<T>(x), as<T>(dy), edges, as<T>(dx),
+                                                                            total, f, t);
+  });
+  check_launch("ple_backward_data");
 }
 void ensemble_forward(ConstActivations x, const float* r, Activations y, int n, int f, int k, cudaStream_t stream) {
   const int total = n * k * f;

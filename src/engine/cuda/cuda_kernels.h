@@ -172,6 +172,14 @@ void periodic_backward_data(ConstActivations x, ConstActivations dy, const float
 void periodic_backward_weights(ConstActivations x, ConstActivations dy, const float* c, float* dc, int n, int f,
                                int k, bool accumulate, cudaStream_t stream);
 
+// ---- Piecewise-linear encoding (PiecewiseLinearOp) -------------------------------
+// x (N, F), y (N, F·T), dy and dx of one dtype; edges b (F, T + 1) fp32;
+// N·F·T must fit in int. The bins' arithmetic is anneal/piecewise_linear.h's.
+void ple_forward(ConstActivations x, const float* edges, Activations y, int n, int f, int t, cudaStream_t stream);
+// dx[n][f] = Σ_t dy[n][f·T + t]·∂y/∂x, the t in order.
+void ple_backward_data(ConstActivations x, ConstActivations dy, const float* edges, Activations dx, int n, int f,
+                       int t, cudaStream_t stream);
+
 // ---- Ensemble members (EnsembleOp, Backend::member_mean) ------------------------
 // x (N, F), y (N·k, F) sample-major (row n·k + i), dy and dx of one dtype;
 // r and dr (k, F) fp32; N·k·F must fit in int.

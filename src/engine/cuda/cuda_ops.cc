@@ -268,6 +268,52 @@ class CudaPeriodicOp final : public PeriodicOp {
   int f_ = 0, k_ = 0;
 };
 
+// ---- Piecewise-linear encoding ------------------------------------------------------------
+
+class CudaPiecewiseLinearOp final : public PiecewiseLinearOp {
+ public:
+  CudaPiecewiseLinearOp(CudaContext& ctx, const PiecewiseLinearSpec& spec) : ctx_(ctx), spec_(spec) {
+    if (spec.features < 1 || spec.bins < 1) throw usage_error("ple: needs at least one feature and one bin");
+    f_ = kernel_count(spec.features, "ple features");
+    t_ = kernel_count(spec.bins, "ple bins");
+    kernel_count(spec.features * (spec.bins + 1), "ple edges");
+  }
+
+  void shape_edges(Tensor& edges) override {
+    shape_plain(edges, Dims{spec_.features, spec_.bins + 1}, DType::kF32, *ctx_.allocator);
+  }
+
+  // x (N, F) -> y (N, F·T): y[n][f·T + t] = clamp((x − b[f][t])·(1/w), lo, hi)
+  void forward(const Tensor& x, const Tensor& edges, Tensor& y) override {
+    const int n = rows_of(x);
+    shape_plain(y, Dims{n, spec_.features * spec_.bins}, x.dtype(), *ctx_.allocator);
+    kernels::ple_forward(activations(x), f32(edges, "ple edges"), activations(y), n, f_, t_, ctx_.stream);
+  }
+
+  // dx (N, F) = Σ_t dy·∂y/∂x
+  void backward_data(const Tensor& x, const Tensor& dy, const Tensor& edges, Tensor& dx) override {
+    const int n = rows_of(x);
+    if (dy.dtype() != x.dtype() || dy.dims() != Dims{n, spec_.features * spec_.bins})
+      throw failure("ple: the gradient " + dy.dims().str() + " is not shaped as the output");
+    shape_plain(dx, x.dims(), x.dtype(), *ctx_.allocator);
+    kernels::ple_backward_data(activations(x), activations(dy), f32(edges, "ple edges"), activations(dx), n, f_,
+                               t_, ctx_.stream);
+  }
+
+ private:
+  int rows_of(const Tensor& x) const {
+    if (x.dims().rank() != 2 || x.dims()[1] != spec_.features)
+      throw failure("ple: input " + x.dims().str() + " does not match (N, " + std::to_string(spec_.features) + ")");
+    const int n = kernel_count(x.batch(), "ple batch");
+    kernel_count(x.batch() * spec_.features * spec_.bins, "ple output");
+    return n;
+  }
+
+  CudaContext& ctx_;
+  PiecewiseLinearSpec spec_;
+  int f_ = 0, t_ = 0;
+};
+
 // ---- Ensemble members ------------------------------------------------------------------
 
 class CudaEnsembleOp final : public EnsembleOp {
@@ -401,6 +447,10 @@ std::unique_ptr<NormOp> make_layer_norm_op(CudaContext& ctx, const NormSpec& spe
 
 std::unique_ptr<PeriodicOp> make_periodic_op(CudaContext& ctx, const PeriodicSpec& spec) {
   return std::make_unique<CudaPeriodicOp>(ctx, spec);
+}
+
+std::unique_ptr<PiecewiseLinearOp> make_piecewise_linear_op(CudaContext& ctx, const PiecewiseLinearSpec& spec) {
+  return std::make_unique<CudaPiecewiseLinearOp>(ctx, spec);
 }
 
 std::unique_ptr<EnsembleOp> make_ensemble_op(CudaContext& ctx, const EnsembleSpec& spec) {

@@ -13,7 +13,7 @@
 //            product over the lowered (im2col) input instead
 //                                                      (cuda_weighted_ops.cc)
 //   pool     cuDNN pooling (max: its deterministic mode)        (cuda_ops.cc)
-//   norm, eltwise, periodic, ensemble   the backend's own kernels (cuda_kernels.cu)
+//   norm, eltwise, periodic, ple, ensemble   the backend's own kernels (cuda_kernels.cu)
 //                                                               (cuda_ops.cc)
 //   loss     the backend's own kernels                          (cuda_loss.cc)
 //   inference-only dense, conv, pool: the ops above, forward on uploaded
@@ -40,6 +40,7 @@ std::unique_ptr<PoolOp> make_pool_op(CudaContext& ctx, const PoolSpec& spec);
 std::unique_ptr<NormOp> make_batch_norm_op(CudaContext& ctx, const NormSpec& spec);
 std::unique_ptr<NormOp> make_layer_norm_op(CudaContext& ctx, const NormSpec& spec);
 std::unique_ptr<PeriodicOp> make_periodic_op(CudaContext& ctx, const PeriodicSpec& spec);
+std::unique_ptr<PiecewiseLinearOp> make_piecewise_linear_op(CudaContext& ctx, const PiecewiseLinearSpec& spec);
 std::unique_ptr<EnsembleOp> make_ensemble_op(CudaContext& ctx, const EnsembleSpec& spec);
 std::unique_ptr<MemberDenseOp> make_member_dense_op(CudaContext& ctx, const MemberDenseSpec& spec);
 std::unique_ptr<LossOp> make_loss_op(CudaContext& ctx, LossKind kind, std::int64_t outputs,
