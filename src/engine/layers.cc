@@ -498,39 +498,6 @@ class PeriodicLayer final : public Layer {
 
 // ---- ple (piecewise-linear encoding) ----------------------------------------
 
-std::vector<float> fit_piecewise_linear_edges(std::span<const float> values, std::int64_t rows,
-                                              std::int64_t features, std::int64_t bins) {
-  std::vector<float> edges(std::size_t(features * (bins + 1)));
-  std::vector<float> column;
-  column.reserve(std::size_t(rows));
-  for (std::int64_t f = 0; f < features; ++f) {
-    column.clear();
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float v = values[std::size_t(r * features + f)];
-      if (std::isfinite(v)) column.push_back(v);
-    }
-    float* b = edges.data() + f * (bins + 1);
-    if (column.empty()) {  // nothing to fit: every bin unused (edges all 0)
-      std::fill(b, b + bins + 1, 0.0f);
-      continue;
-    }
-    std::sort(column.begin(), column.end());
-    // The quantiles i/T at ranks ⌊i·(n−1)/T⌋ (the least and the greatest
-    // value among them), each taken once: a value repeated across several
-    // quantiles (a one-hot column, a mode) makes one edge, not empty bins.
-    const std::int64_t n = std::int64_t(column.size());
-    std::int64_t used = 0;
-    for (std::int64_t i = 0; i <= bins; ++i) {
-      const float q = column[std::size_t(i * (n - 1) / bins)];
-      if (used == 0 || q != b[used - 1]) b[used++] = q;
-    }
-    // Fewer distinct edges than T + 1: the last one repeated, so the bins
-    // after the last used one are unused (0) and that one is open above.
-    std::fill(b + used, b + bins + 1, b[used - 1]);
-  }
-  return edges;
-}
-
 class PiecewiseLinearLayer final : public Layer {
  public:
   PiecewiseLinearLayer(const LayerContext& ctx, std::int64_t bins) : backend_(ctx.backend), t_(bins) {
@@ -729,6 +696,39 @@ std::unique_ptr<Layer> make_layer_norm_layer(const LayerContext& ctx) {
 
 std::unique_ptr<Layer> make_periodic_layer(const LayerContext& ctx, std::int64_t frequencies, double sigma) {
   return std::make_unique<PeriodicLayer>(ctx, frequencies, sigma);
+}
+
+std::vector<float> fit_piecewise_linear_edges(std::span<const float> values, std::int64_t rows,
+                                              std::int64_t features, std::int64_t bins) {
+  std::vector<float> edges(std::size_t(features * (bins + 1)));
+  std::vector<float> column;
+  column.reserve(std::size_t(rows));
+  for (std::int64_t f = 0; f < features; ++f) {
+    column.clear();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float v = values[std::size_t(r * features + f)];
+      if (std::isfinite(v)) column.push_back(v);
+    }
+    float* b = edges.data() + f * (bins + 1);
+    if (column.empty()) {  // nothing to fit: every bin unused (edges all 0)
+      std::fill(b, b + bins + 1, 0.0f);
+      continue;
+    }
+    std::sort(column.begin(), column.end());
+    // The quantiles i/T at ranks ⌊i·(n−1)/T⌋ (the least and the greatest
+    // value among them), each taken once: a value repeated across several
+    // quantiles (a one-hot column, a mode) makes one edge, not empty bins.
+    const std::int64_t n = std::int64_t(column.size());
+    std::int64_t used = 0;
+    for (std::int64_t i = 0; i <= bins; ++i) {
+      const float q = column[std::size_t(i * (n - 1) / bins)];
+      if (used == 0 || q != b[used - 1]) b[used++] = q;
+    }
+    // Fewer distinct edges than T + 1: the last one repeated, so the bins
+    // after the last used one are unused (0) and that one is open above.
+    std::fill(b + used, b + bins + 1, b[used - 1]);
+  }
+  return edges;
 }
 
 std::unique_ptr<Layer> make_piecewise_linear_layer(const LayerContext& ctx, std::int64_t bins) {

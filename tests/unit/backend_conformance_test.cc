@@ -1287,6 +1287,135 @@ TEST_P(BackendConformance, PeriodicEmbeddingRefusesAMismatchedInput) {
 }
 
 // ======================================================================================
+// Piecewise-linear encoding (ple)
+// ======================================================================================
+
+// Edges (3, T + 1 = 5) that take every case backend.h names: feature 0 four
+// used bins of unequal widths, feature 1 one used bin (its edges repeat the
+// last: open at both ends, the identity past them), feature 2 a constant
+// (every bin unused).
+const HostTensor kPleEdges = {-1.5f, -0.5f, 0.0f, 0.75f, 2.0f,  //
+                              0.0f,  1.0f,  1.0f, 1.0f,  1.0f,  //
+                              0.3f,  0.3f,  0.3f, 0.3f,  0.3f};
+
+// The layer as backend.h writes it, in double from the fp32 edges:
+// y = clamp((x − b[t])/w, lo, hi), 0 for w = 0; and ∂y/∂x = 1/w strictly
+// inside the clamp, else 0.
+struct PleReference {
+  RefTensor y, slope;
+};
+PleReference ple_ref(const HostTensor& x, const HostTensor& b, std::int64_t n, std::int64_t f, std::int64_t t) {
+  PleReference r{RefTensor(std::size_t(n * f * t)), RefTensor(std::size_t(n * f * t))};
+  for (std::int64_t row = 0; row < n; ++row)
+    for (std::int64_t i = 0; i < f; ++i)
+      for (std::int64_t j = 0; j < t; ++j) {
+        const float* e = b.data() + i * (t + 1);
+        const double w = double(e[j + 1]) - double(e[j]);
+        const std::size_t at = std::size_t((row * f + i) * t + j);
+        if (w == 0) continue;
+        const double lo = j == 0 ? -INFINITY : 0.0, hi = e[j + 1] == e[t] ? INFINITY : 1.0;
+        const double z = (double(x[std::size_t(row * f + i)]) - e[j]) / w;
+        r.y[at] = std::clamp(z, lo, hi);
+        r.slope[at] = z > lo && z < hi ? 1.0 / w : 0.0;
+      }
+  return r;
+}
+
+TEST_P(BackendConformance, PiecewiseLinearEncodingForwardAndGradient) {
+  const std::int64_t f = 3, t = 4;
+  // Each feature's values below, inside each bin, on an edge and above the
+  // fitted range; plus random ones.
+  HostTensor xv = {-3.0f, -1.0f, 0.3f,  -1.0f, 0.5f, 0.3f,   -0.25f, 1.0f, 5.0f,  0.0f, 7.0f, -4.0f,
+                   1.2f,  -2.5f, 0.29f, 2.0f,  0.999f, 0.31f, 9.0f,  3.0f, 0.3f};
+  const HostTensor noise = randn(30, 80, 1.5f);
+  xv.insert(xv.end(), noise.begin(), noise.end());
+  const std::int64_t n = std::int64_t(xv.size()) / f;
+  for (DType dt : precisions()) {
+    SCOPED_TRACE(dtype_trace(dt));
+    auto op = be().piecewise_linear(PiecewiseLinearSpec{f, t});
+    Tensor b, x, y, dy, dx;
+    op->shape_edges(b);
+    EXPECT_EQ(b.dims(), (Dims{f, t + 1}));
+    EXPECT_EQ(b.dtype(), DType::kF32);
+    upload(b, kPleEdges);
+    const HostTensor xs = stored(xv, dt);
+    be().shape_plain(x, Dims{n, f}, dt);
+    upload(x, xs);
+    op->forward(x, b, y);
+    EXPECT_EQ(y.dims(), (Dims{n, f * t}));
+    EXPECT_EQ(y.dtype(), x.dtype());
+    const PleReference want = ple_ref(xs, kPleEdges, n, f, t);
+    expect_close("forward", read(y), want.y, tolerance(dt));
+    if (dt == DType::kF32) {
+      // The documented fp32 steps, bit for bit: (x − b[t])·fp32(1/w).
+      const HostTensor got = read(y);
+      const float* e = kPleEdges.data();  // feature 0, bin 1
+      for (std::int64_t r = 0; r < n; ++r) {
+        const float z = (xv[std::size_t(r * f)] - e[1]) * (1.0f / (e[2] - e[1]));
+        if (z > 0 && z < 1) {
+          EXPECT_EQ(got[std::size_t(r * f * t + 1)], z) << "row " << r;
+        }
+      }
+    }
+    const HostTensor g = stored(randn(std::size_t(n * f * t), 81, 1.0f), dt);
+    be().shape_like(dy, y, y.dtype());
+    upload(dy, g);
+    op->backward_data(x, dy, b, dx);
+    EXPECT_EQ(dx.dims(), x.dims());
+    EXPECT_EQ(dx.dtype(), x.dtype());
+    RefTensor want_dx(std::size_t(n * f), 0.0);
+    for (std::size_t i = 0; i < want.slope.size(); ++i) want_dx[i / std::size_t(t)] += double(g[i]) * want.slope[i];
+    expect_close("dx", read(dx), want_dx, tolerance(dt), /*scale_floor=*/2.0);
+  }
+}
+
+// The backend's own forward differenced (fp32): away from the edges the
+// gradient is the forward's slope.
+TEST_P(BackendConformance, PiecewiseLinearEncodingGradientMatchesItsForward) {
+  const std::int64_t f = 3, t = 4, n = 4;
+  // Each value at least 2h from every edge of its feature.
+  const HostTensor xv = {-2.0f, -1.0f, 0.0f, -0.8f, 0.5f, 1.0f, 0.4f, 1.5f, 0.6f, 3.0f, 4.0f, -1.0f};
+  const HostTensor g = randn(std::size_t(n * f * t), 82, 1.0f);
+  auto op = be().piecewise_linear(PiecewiseLinearSpec{f, t});
+  Tensor b, x, y, dy, dx;
+  op->shape_edges(b);
+  upload(b, kPleEdges);
+  auto loss = [&](const HostTensor& v) {
+    x = plain(Dims{n, f}, v);
+    op->forward(x, b, y);
+    const HostTensor out = read(y);
+    double l = 0;
+    for (std::size_t i = 0; i < out.size(); ++i) l += double(out[i]) * double(g[i]);
+    return l;
+  };
+  loss(xv);
+  dy = plain(Dims{n, f * t}, g);
+  op->backward_data(x, dy, b, dx);
+  const HostTensor analytic = read(dx);
+  RefTensor numeric(xv.size());
+  for (std::size_t i = 0; i < xv.size(); ++i) {
+    HostTensor up = xv, down = xv;
+    up[i] += kFiniteDifferenceStep;
+    down[i] -= kFiniteDifferenceStep;
+    numeric[i] = (loss(up) - loss(down)) / (2 * double(kFiniteDifferenceStep));
+  }
+  expect_close("dx vs the forward differenced", analytic, numeric, kFiniteDifferenceTolerance, 1.0);
+}
+
+TEST_P(BackendConformance, PiecewiseLinearEncodingRefusesAMismatchedInput) {
+  auto op = be().piecewise_linear(PiecewiseLinearSpec{3, 2});
+  Tensor b, y;
+  op->shape_edges(b);
+  be().fill_zero(b);
+  Tensor x = plain(Dims{4, 5}, randn(20, 83));
+  EXPECT_THROW(op->forward(x, b, y), Error);
+  Tensor wrong = plain(Dims{3, 2}, randn(6, 84));
+  Tensor good = plain(Dims{4, 3}, randn(12, 85));
+  EXPECT_THROW(op->forward(good, wrong, y), Error);
+  EXPECT_THROW(be().piecewise_linear(PiecewiseLinearSpec{3, 0}), Error);
+}
+
+// ======================================================================================
 // Ensemble members (TabM-mini): the per-member input scaling and the members' mean
 // ======================================================================================
 
@@ -3075,6 +3204,21 @@ std::vector<HostTensor> run_thread_sensitive_ops(Backend& be) {
     read(pdc);
   }
   {
+    // ple: rows shared out past the CPU's threading threshold.
+    const std::int64_t rows = 801, f = 7, t = 8;
+    auto op = be.piecewise_linear(PiecewiseLinearSpec{f, t});
+    Tensor px = plain(Dims{rows, f}, HostTensor(a.begin(), a.begin() + rows * f)), pb, py, pdy, pdx;
+    op->shape_edges(pb);
+    HostTensor edges(std::size_t(f * (t + 1)));
+    for (std::size_t i = 0; i < edges.size(); ++i) edges[i] = -2.0f + 0.5f * float(i % std::size_t(t + 1));
+    be.copy_from_host(edges.data(), pb);
+    op->forward(px, pb, py);
+    read(py);
+    pdy = plain(Dims{rows, f * t}, HostTensor(b.begin(), b.begin() + rows * f * t));
+    op->backward_data(px, pdy, pb, pdx);
+    read(pdx);
+  }
+  {
     // Ensemble: rows shared out, the scale gradient summed over a large batch.
     const std::int64_t rows = 801, f = 7, k = 8;  // N·k·F past the CPU's threading threshold
     auto op = be.ensemble(EnsembleSpec{f, k});
@@ -3301,7 +3445,7 @@ TEST_P(BackendConformance, ConvForwardGivesEachSampleTheSameBitsInAnyBatch) {
       }
 }
 
-TEST_P(BackendConformance, PoolEltwiseNormPeriodicEnsembleAndPredictGiveEachSampleTheSameBitsInAnyBatch) {
+TEST_P(BackendConformance, PoolEltwiseNormPeriodicPleEnsembleAndPredictGiveEachSampleTheSameBitsInAnyBatch) {
   if (!caps().batch_invariant) GTEST_SKIP() << "capabilities().batch_invariant is false";
   const Dims image{16, 6, 6};
   const std::int64_t pixels = image.product();
@@ -3386,6 +3530,20 @@ TEST_P(BackendConformance, PoolEltwiseNormPeriodicEnsembleAndPredictGiveEachSamp
         be().shape_plain(x, Dims{n, f}, dt);
         upload(x, samples_of(xv, f, first, n));
         op->forward(x, c, y);
+        return read(y);
+      });
+    }
+    {
+      const std::int64_t f = 3, t = 4;
+      auto op = be().piecewise_linear(PiecewiseLinearSpec{f, t});
+      Tensor b, x, y;
+      op->shape_edges(b);
+      upload(b, kPleEdges);
+      const HostTensor xv = stored(randn(std::size_t(kInvariantSamples * f), 234, 1.5f), dt);
+      expect_batch_invariant(dtype_trace(dt) + ", ple", [&](std::int64_t first, std::int64_t n) {
+        be().shape_plain(x, Dims{n, f}, dt);
+        upload(x, samples_of(xv, f, first, n));
+        op->forward(x, b, y);
         return read(y);
       });
     }

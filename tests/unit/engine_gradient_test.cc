@@ -184,6 +184,8 @@ INSTANTIATE_TEST_SUITE_P(
         LayerCase{"dense(6) relu dense(5) batchnorm dense(4) layernorm dense(3)", {5}},
         LayerCase{"periodic(3,sigma=1)", {4}},             // the first layer: input gradient too
         LayerCase{"dense(3) periodic(2) dense(2)", {5}},   // inside a network, its dx feeding the dense
+        LayerCase{"ple(4)", {3}},                          // its input gradient: 1/w inside a bin
+        LayerCase{"ple(5) dense(2)", {4}},                 // the first layer, a dense after it
         LayerCase{"ensemble(3)", {4}},                     // the members' rows, input gradient summed over them
         LayerCase{"dense(3) ensemble(2) relu dense(2)", {5}},  // inside a network, shared layers after it
         // the members' own output layers (the last dense after it), a fused

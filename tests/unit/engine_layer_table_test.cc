@@ -48,7 +48,7 @@ TEST(LayerTable, KnownNamesAreTheTableRowsInOrder) {
   EXPECT_EQ(rows, known_layer_names());
   EXPECT_EQ(rows, (std::vector<std::string>{"dense", "conv", "maxpool", "avgpool", "flatten", "relu", "gelu", "tanh",
                                             "sigmoid", "dropout", "batchnorm", "layernorm", "periodic",
-                                            "ensemble"}));
+                                            "ple", "ensemble"}));
   for (const LayerKind& k : layer_table()) {
     EXPECT_NE(k.parse, nullptr) << k.name;
     EXPECT_NE(k.shape, nullptr) << k.name;
@@ -56,11 +56,13 @@ TEST(LayerTable, KnownNamesAreTheTableRowsInOrder) {
     // Weighted kinds, the periodic embedding (which widens its input
     // 2K-fold) and the ensemble (k rows a sample from it on), and only they,
     // count towards the memory limit.
-    EXPECT_EQ(k.weighted || k.name == "periodic" || k.name == "ensemble", k.cost != nullptr) << k.name;
+    EXPECT_EQ(k.weighted || k.name == "periodic" || k.name == "ple" || k.name == "ensemble", k.cost != nullptr)
+        << k.name;
     EXPECT_EQ(k.weighted, k.name == "dense" || k.name == "conv") << k.name;
     // Inference-only networks run every kind but the norms, the periodic
-    // embedding and the ensemble, fp32 and int8 alike.
-    const bool norm = k.name == "batchnorm" || k.name == "layernorm" || k.name == "periodic" || k.name == "ensemble";
+    // and piecewise-linear embeddings and the ensemble, fp32 and int8 alike.
+    const bool norm = k.name == "batchnorm" || k.name == "layernorm" || k.name == "periodic" || k.name == "ple" ||
+                      k.name == "ensemble";
     EXPECT_EQ(k.inference == nullptr, norm) << k.name;
     EXPECT_EQ(k.int8 == nullptr, norm) << k.name;
   }
@@ -245,6 +247,41 @@ TEST(LayerTable, PeriodicTakesAnOptionalFrequencyCountAndSigma) {
   EXPECT_EQ(inference_blocker(net[0]),
             "layer 1 'periodic(8)': int8 and sparse inference support dense, conv, pooling, flatten, dropout and "
             "activations, not periodic");
+}
+
+TEST(LayerTable, PleTakesAnOptionalBinCountAndComesFirst) {
+  const std::vector<LayerDesc> l = parse_layers("ple ple(8) ple() ple(256)");
+  ASSERT_EQ(l.size(), 4u);
+  EXPECT_EQ(std::get<PiecewiseLinearArgs>(l[0].args).bins, 16);
+  EXPECT_EQ(std::get<PiecewiseLinearArgs>(l[1].args).bins, 8);
+  EXPECT_EQ(std::get<PiecewiseLinearArgs>(l[2].args).bins, 16);
+  EXPECT_EQ(std::get<PiecewiseLinearArgs>(l[3].args).bins, 256);
+
+  const std::string usage = " (usage: ple(T) with 1 <= T <= 256 (default 16), the network's first layer)";
+  EXPECT_EQ(parse_error("ple(0)"), "layer 1 'ple(0)': T must be a positive integer" + usage);
+  EXPECT_EQ(parse_error("ple(2.5)"), "layer 1 'ple(2.5)': T must be a positive integer" + usage);
+  EXPECT_EQ(parse_error("ple(257)"), "layer 1 'ple(257)': T must be at most 256" + usage);
+  EXPECT_EQ(parse_error("ple(x)"), "layer spec: 'x' in 'ple(x)' is not a number");
+  EXPECT_EQ(parse_error("ple(4,2)"), "layer 1 'ple(4,2)': takes 0 to 1 positional arguments" + usage);
+  EXPECT_EQ(parse_error("ple(4,bins=2)"), "layer 1 'ple(4,bins=2)': has no option 'bins'" + usage);
+
+  const std::vector<LayerDesc> net = parse_layers("ple(8) dense(32) relu dense(3)");
+  const std::vector<LayerShape> shapes = check_layer_shapes(net, Dims{5}, {});
+  EXPECT_EQ(shapes[0].output, Dims{40});
+  EXPECT_EQ(shapes[1].input, Dims{40});
+  EXPECT_EQ(shape_error("ple(4)", Dims{1, 8, 8}), "layer 1 'ple(4)' needs a flat input {F} but gets the image {1, 8, 8}");
+  // Its edges are fitted on the network's input: nowhere but first.
+  EXPECT_EQ(shape_error("dense(4) ple(4) dense(2)", Dims{3}),
+            "layer 2 'ple(4)' must be the network's first layer: its bins are fitted on the network's input");
+  EXPECT_EQ(shape_error("flatten ple(4) dense(2)", Dims{3}),
+            "layer 2 'ple(4)' must be the network's first layer: its bins are fitted on the network's input");
+  // Its T-fold widening counts towards the memory limit.
+  EXPECT_EQ(shape_error("ple(256) dense(2)", Dims{100000}, std::uint64_t{1} << 30)
+                .rfind("layer 1 'ple(256)': training the network up to here needs at least", 0),
+            0u);
+  EXPECT_EQ(inference_blocker(net[0]),
+            "layer 1 'ple(8)': int8 and sparse inference support dense, conv, pooling, flatten, dropout and "
+            "activations, not ple");
 }
 
 TEST(LayerTable, ShapesAreCheckedLayerByLayer) {

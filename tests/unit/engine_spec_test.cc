@@ -2,7 +2,9 @@
 // specs, all raised while building, before any training.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -10,7 +12,9 @@
 #include "test_util.h"
 #include "anneal/network.h"
 #include "anneal/optimizer.h"
+#include "anneal/report.h"
 #include "anneal/trainer.h"
+#include "engine/layers_internal.h"
 
 namespace anneal {
 namespace {
@@ -119,6 +123,84 @@ TEST(LayerSpec, PeriodicEmbedsEachFeatureInItsOwnFrequencies) {
   EXPECT_EQ(build_error("flatten periodic(2) dense(3)", Dims{1, 4, 4}, 3), "") << "flat after flatten";
   EXPECT_EQ(build_error("periodic(2) dense(3)", Dims{1, 4, 4}, 3),
             "layer 1 'periodic(2)' needs a flat input {F} but gets the image {1, 4, 4}; put flatten before it");
+}
+
+TEST(LayerSpec, PleFitsItsEdgesOnItsInputs) {
+  auto backend = test::cpu_backend();
+  auto scope = backend->enter();
+  NetworkOptions options;
+  options.input_shape = Dims{3};
+  options.outputs = 2;
+  Network net("ple(4) dense(2)", options, *backend);
+  EXPECT_EQ(net.describe(), "ple(4) dense(2)");
+  EXPECT_EQ(net.summary()[0], "ple(4)  {3} -> {12}  0 params");
+  EXPECT_TRUE(net.fits_inputs());
+  ASSERT_EQ(net.buffers().size(), 1u);
+  EXPECT_EQ(net.buffers()[0].name, "0.ple.edges");
+  const Tensor& edges = *net.buffers()[0].tensor;
+  EXPECT_EQ(edges.dims(), (Dims{3, 5}));
+  auto edges_now = [&] {
+    std::vector<float> v(15);
+    backend->copy_to_host(edges, v.data());
+    return v;
+  };
+  // Before fitting: four equal bins over [−2, 2].
+  EXPECT_EQ(edges_now(), (std::vector<float>{-2, -1, 0, 1, 2, -2, -1, 0, 1, 2, -2, -1, 0, 1, 2}));
+
+  // 100 rows: column 0 the values 99..0 (quantiles at ranks ⌊i·99/4⌋ of
+  // the sorted: 0, 24, 49, 74, 99), column 1 a one-hot (30 ones: two
+  // distinct edges, the last repeated), column 2 a constant with a NaN and
+  // an infinity left out.
+  std::vector<float> rows(300);
+  for (int r = 0; r < 100; ++r) {
+    rows[std::size_t(r * 3)] = float(99 - r);
+    rows[std::size_t(r * 3 + 1)] = r % 10 < 3 ? 1.0f : 0.0f;
+    rows[std::size_t(r * 3 + 2)] = r == 5 ? NAN : r == 6 ? INFINITY : 7.0f;
+  }
+  net.fit_inputs(rows, 100);
+  EXPECT_EQ(edges_now(), (std::vector<float>{0, 24, 49, 74, 99, 0, 1, 1, 1, 1, 7, 7, 7, 7, 7}));
+  EXPECT_EQ(engine::fit_piecewise_linear_edges(rows, 100, 3, 4), edges_now()) << "the documented fit";
+  EXPECT_THROW(net.fit_inputs(std::span<const float>(rows).first(299), 100), Error);
+
+  // A network without one fits nothing.
+  Network plain("dense(2)", options, *backend);
+  EXPECT_FALSE(plain.fits_inputs());
+  plain.fit_inputs(rows, 100);
+  EXPECT_TRUE(plain.buffers().empty());
+}
+
+// The Trainer fits the edges on its training rows before the first step:
+// all of them up to 4096, else rows ⌊i·rows/4096⌋.
+TEST(LayerSpec, TrainerFitsPleOnASampleOfItsTrainingRows) {
+  auto backend = test::cpu_backend();
+  for (const int rows : {300, 10000}) {
+    SCOPED_TRACE(rows);
+    std::vector<float> features(std::size_t(rows) * 2);
+    std::vector<float> labels(std::size_t(rows), 0.0f);
+    for (int r = 0; r < rows; ++r) {
+      features[std::size_t(2 * r)] = float((r * 7919) % rows);  // a permutation of 0..rows−1
+      features[std::size_t(2 * r + 1)] = float(r % 3);
+      labels[std::size_t(r)] = float(r % 2);
+    }
+    const int take = std::min(rows, 4096);
+    std::vector<float> sample;
+    for (int i = 0; i < take; ++i) {
+      const std::int64_t r = std::int64_t(i) * rows / take;
+      sample.push_back(features[std::size_t(2 * r)]);
+      sample.push_back(features[std::size_t(2 * r + 1)]);
+    }
+    TrainerConfig config;
+    config.layers = "ple(5) dense(4) relu dense(2)";
+    config.classes = 2;
+    config.epochs = 1;
+    NullReporter quiet;
+    Trainer trainer(config, *backend, DataView{features, labels, {2}}, std::nullopt, quiet);
+    EXPECT_EQ(trainer.values("0.ple.edges"), engine::fit_piecewise_linear_edges(sample, take, 2, 5));
+    if (rows > 4096) {
+      EXPECT_NE(trainer.values("0.ple.edges"), engine::fit_piecewise_linear_edges(features, rows, 2, 5))
+          << "a sample, not every row";
+    }
+  }
 }
 
 TEST(LayerSpec, EnsembleTrainsEveryMemberAndPredictsTheirMean) {
