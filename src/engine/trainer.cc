@@ -564,9 +564,11 @@ class Trainer::Impl {
   // kInputFitRows), read block by block in order: the same rows, so the
   // same edges, for a seed, a thread count and every rank of a
   // data-parallel run. A resumed or warm-started trainer then loads the
-  // edges it had over these.
+  // edges it had over these. Data parallel: rank 0 fits; the other ranks
+  // take its edges with the state it sends them before training (their
+  // sources answer reads only once training has started).
   void fit_network_inputs() {
-    if (!network_->fits_inputs()) return;
+    if (!network_->fits_inputs() || (comm_ && comm_->rank() != 0)) return;
     const std::int64_t take = std::min(rows_, kInputFitRows);
     std::vector<std::uint32_t> rows(static_cast<std::size_t>(take));
     for (std::int64_t i = 0; i < take; ++i) rows[std::size_t(i)] = std::uint32_t(i * rows_ / take);

@@ -143,6 +143,8 @@ void Leader::start(const std::string& config_text, const TrainerConfig& tc, Trai
   std::vector<std::byte> state_blob(reinterpret_cast<const std::byte*>(state.data()),
                                     reinterpret_cast<const std::byte*>(state.data()) + state.size());
   broadcast_blob(*comm_, state_blob);
+  train_->start_serving();
+  if (validation_) validation_->start_serving();
 }
 
 void Leader::train(std::int64_t steps) {

@@ -50,9 +50,11 @@ void send_command(Communicator& comm, FollowerCommand command, std::int64_t step
 // {"rows", "sample_shape", "block_starts", "window"} of a source.
 nlohmann::json source_shape_json(const SampleSource& source);
 
-// Rank 0's side of a source: while serving, each read() first answers every
-// other rank's request for its rows (in rank order), read from `inner`,
-// then reads this rank's own. Every rank must read at the same points, as
+// Rank 0's side of a source: while serving (from Leader::start() to
+// Leader::done()), each read() first answers every other rank's request for
+// its rows (in rank order), read from `inner`, then reads this rank's own;
+// before and after, reads are this rank's alone (a layer fitted on the
+// training rows as the Trainer is built). Every rank must read at the same points, as
 // the Trainer does (it reads a share, possibly empty, on every rank for
 // each micro-batch, and validation on every rank).
 class ServedSource final : public SampleSource {
@@ -68,13 +70,15 @@ class ServedSource final : public SampleSource {
   }
   void read(std::span<const std::uint32_t> rows, float* features, float* labels) override;
 
+  // The followers have the plan: their reads come with this rank's from now on.
+  void start_serving() { serving_ = true; }
   // After training: reads are this rank's alone (evaluation, prediction).
   void stop_serving() { serving_ = false; }
 
  private:
   SampleSource& inner_;
   Communicator& comm_;
-  bool serving_ = true;
+  bool serving_ = false;
   std::size_t width_ = 1;
   std::vector<float> buffer_;
 };

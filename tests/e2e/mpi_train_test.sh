@@ -134,6 +134,27 @@ sys.exit(0 if abs(a - c) <= 0.002 + 1e-12 and abs(b - d) <= 0.002 + 1e-12 else 1
 PY
   fail "streamed on two ranks: validation and test accuracy more than 0.2 points from one process's"
 
+# ple fits its edges on a sample of the training rows before the first
+# step: every rank reads the same rows (rank 1's through rank 0's store,
+# streamed), so every rank has the same edges and the losses match one
+# process's as above.
+sed -e 's/^name.*/name = digits-ple/' -e 's/^layers.*/layers = ple(8) dense(32) relu dense(10)/' "$WORK/s.ini" \
+  > "$WORK/p.ini"
+expect_rc 0 --json train "$WORK/p.ini"
+ple_single=$(json_get 'j["run"]')
+mpi_run 2 --json train "$WORK/p.ini"
+expect_eq "$RC" "0" "two ranks train ple, streamed: $ERR"
+paste <(train_losses "$ple_single") <(train_losses "$(json_get 'j["run"]')") > "$WORK/losses"
+python3 - "$WORK/losses" <<'PY' && pass || fail "ple on two ranks: training losses differ from one process by more than 1e-4 relative: $(cat "$WORK/losses")"
+import sys
+lines = open(sys.argv[1]).read().split("\n")
+assert len([l for l in lines if l.strip()]) > 0
+for line in lines:
+    if not line.strip(): continue
+    a, b = map(float, line.split())
+    if abs(a - b) > 1e-4 * abs(a): sys.exit(1)
+PY
+
 # Rank 1 gets a store and a config that do not exist: it opens neither.
 mpi -np 1 "$ANNEAL" --json train "$WORK/d.ini" : -np 1 "$ANNEAL" --store "$WORK/no-such-store" --json train \
   "$WORK/no-such.ini" > "$WORK/stdout" 2> "$WORK/stderr"
