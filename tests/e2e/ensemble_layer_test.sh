@@ -50,27 +50,7 @@ expect_eq "$(/usr/bin/python3 "$READER" info "$WORK/m.bin" | python3 -c \
 expect_eq "$(/usr/bin/python3 "$READER" info "$WORK/m.bin" | python3 -c \
   'import json,sys; print([(t["name"], t["dims"]) for t in json.load(sys.stdin)["tensors"] if t["name"].startswith("2.")])')" \
   "[('2.dense.weight', [8, 3, 32]), ('2.dense.bias', [8, 3])]" "the last dense is the members' own: (K, O, I) and (K, O)"
-expect_rc 0 model show wine-ensemble@v1
-expect_contains "$OUT" "ensemble(8)" "model show prints the layer"
-
-expect_rc 0 --json eval wine-ensemble@v1 wine
-expect_eq "$(json_get 'j["metrics"]["accuracy"]')" "$acc" "eval reproduces the run's test accuracy"
-
-expect_rc 0 --json predict wine-ensemble@v1 --input "$TEST_DATA/wine.csv" -o "$WORK/pred.csv"
-expect_eq "$(json_get 'j["rows"]')" "178" "predicted every row"
-agree=$(python3 - "$TEST_DATA/wine.csv" "$WORK/pred.csv" <<'PY'
-import csv, sys
-truth = [r[-1] for r in list(csv.reader(open(sys.argv[1])))[1:]]
-pred = [r[1] for r in list(csv.reader(open(sys.argv[2])))[1:]]
-print(sum(a == b for a, b in zip(truth, pred)) / len(truth))
-PY
-)
-at_least "$agree" 0.9 && pass || fail "predictions agree with the labels: $agree"
-# A row's prediction does not depend on the rows batched with it: the first
-# rows alone give the lines they get among all 178.
-head -n 6 "$TEST_DATA/wine.csv" >"$WORK/five.csv"
-expect_rc 0 predict wine-ensemble@v1 --input "$WORK/five.csv" -o "$WORK/five.out"
-cmp -s <(head -n 6 "$WORK/pred.csv") "$WORK/five.out" && pass || fail "the first rows predicted alone differ"
+serves_wine_model wine-ensemble@v1 "ensemble(8)" "$acc"
 
 # --- kill -9 mid-training, then --resume: the uninterrupted run's weights -------
 # (the members' scales, their own output layers and the Adam moments of
@@ -94,15 +74,7 @@ fi
 
 # --- warm start: from the trained model's weights, scales included -------------
 expect_rc 0 --json train "$WORK/e.ini" --set warm_start=wine-ensemble@v1 --set epochs=2
-warm_model=$(json_get 'j["model"]')
-warm_run=$(json_get 'j["run"]')
-expect_rc 0 --json model show "$warm_model"
-expect_eq "$(json_get 'j["lineage"]["parent"], j["lineage"]["warm_start"]')" "wine-ensemble@v1 True" \
-  "the warm start records its parent"
-warm_loss=$(epoch1_loss "$warm_run")
-cold_loss=$(epoch1_loss "$scratch_run")
-python3 -c "import sys; sys.exit(0 if $warm_loss < 0.5 * $cold_loss else 1)" && pass \
-  || fail "a warm start begins where the parent ended: epoch 1 loss $warm_loss vs $cold_loss from scratch"
+warm_starts_from wine-ensemble@v1 "$(json_get 'j["run"]')" "$scratch_run"
 # Into another member count the scales do not fit: the warm start is
 # refused, saying why, and the run trains from scratch (as for any change
 # of layers: a nightly retrain goes on).
@@ -111,11 +83,7 @@ expect_rc 0 train "$WORK/e.ini" --set warm_start=wine-ensemble@v1 \
 expect_contains "$ERR" "warm start from wine-ensemble@v1 refused: layers differ" "another K is another network"
 
 # --- int8 and pruning: the layer has no dense/conv weights; refused by name ------
-before=$(store_state)
-expect_error 2 "layer 1 'ensemble(8)': int8 and sparse inference support dense, conv, pooling, flatten, dropout and activations, not ensemble" \
-  quantize wine-ensemble@v1 --int8 --calib wine --calib-samples 50 --threads 1
-expect_error 2 "layer 1 'ensemble(8)'" prune wine-ensemble@v1 --sparsity 0.5 --finetune-epochs 1 --threads 1
-expect_eq "$(store_state)" "$before" "refused quantize and prune leave the store as it was"
+refuses_int8_and_pruning wine-ensemble@v1 "layer 1 'ensemble(8)'" ensemble
 
 # --- bad specs: one line naming the config file's line, exit 2, no run ---------
 expect_rc 0 --json runs list

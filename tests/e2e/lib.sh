@@ -65,6 +65,62 @@ epoch1_loss() {
   "$ANNEAL" --json runs show "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['epochs'][0]['train_loss'])"
 }
 
+# serves_wine_model REF LAYER ACC: a network trained on tests/data/wine.csv
+# as a user meets it: `model show` prints LAYER, eval reproduces the run's
+# test accuracy ACC, predict answers all 178 rows (into $WORK/pred.csv),
+# agreeing with the labels on >= 90%, and the first five rows predicted
+# alone ($WORK/five.csv) give the lines they get among all: a row's
+# prediction does not depend on the rows batched with it.
+serves_wine_model() {
+  local ref=$1 layer=$2 acc=$3 agree
+  expect_rc 0 model show "$ref"
+  expect_contains "$OUT" "$layer" "model show prints the layer"
+  expect_rc 0 --json eval "$ref" wine
+  expect_eq "$(json_get 'j["metrics"]["accuracy"]')" "$acc" "eval reproduces the run's test accuracy"
+  expect_rc 0 --json predict "$ref" --input "$TEST_DATA/wine.csv" -o "$WORK/pred.csv" --force
+  expect_eq "$(json_get 'j["rows"]')" "178" "predicted every row"
+  agree=$(python3 - "$TEST_DATA/wine.csv" "$WORK/pred.csv" <<'PY'
+import csv, sys
+truth = [r[-1] for r in list(csv.reader(open(sys.argv[1])))[1:]]
+pred = [r[1] for r in list(csv.reader(open(sys.argv[2])))[1:]]
+print(sum(a == b for a, b in zip(truth, pred)) / len(truth))
+PY
+)
+  at_least "$agree" 0.9 && pass || fail "predictions agree with the labels: $agree"
+  head -n 6 "$TEST_DATA/wine.csv" >"$WORK/five.csv"
+  expect_rc 0 predict "$ref" --input "$WORK/five.csv" -o "$WORK/five.out" --force
+  cmp -s <(head -n 6 "$WORK/pred.csv") "$WORK/five.out" && pass || fail "the first rows predicted alone differ"
+}
+
+# warm_starts_from PARENT RUN SCRATCH_RUN: `train --json` just ran RUN with
+# warm_start = PARENT (its JSON in $OUT): the model records its parent, and
+# its first epoch's loss is under half SCRATCH_RUN's (it begins where the
+# parent ended).
+warm_starts_from() {
+  local parent=$1 warm_run=$2 scratch_run=$3 warm_loss cold_loss
+  expect_rc 0 --json model show "$(json_get 'j["model"]')"
+  expect_eq "$(json_get 'j["lineage"]["parent"], j["lineage"]["warm_start"]')" "$parent True" \
+    "the warm start records its parent"
+  warm_loss=$(epoch1_loss "$warm_run")
+  cold_loss=$(epoch1_loss "$scratch_run")
+  python3 -c "import sys; sys.exit(0 if $warm_loss < 0.5 * $cold_loss else 1)" && pass \
+    || fail "a warm start begins where the parent ended: epoch 1 loss $warm_loss vs $cold_loss from scratch"
+}
+
+# refuses_int8_and_pruning REF LAYER KIND: quantize --int8 and prune
+# (unstructured and structured) refuse the network REF in one line naming
+# its layer LAYER ("layer 1 'ple(8)'") of kind KIND, leaving the store as
+# it was.
+refuses_int8_and_pruning() {
+  local ref=$1 layer=$2 kind=$3 before
+  before=$(store_state)
+  expect_error 2 "$layer: int8 and sparse inference support dense, conv, pooling, flatten, dropout and activations, not $kind" \
+    quantize "$ref" --int8 --calib wine --calib-samples 50 --threads 1
+  expect_error 2 "$layer" prune "$ref" --sparsity 0.5 --finetune-epochs 1 --threads 1
+  expect_error 2 "$layer" prune "$ref" --structured --sparsity 0.5 --finetune-epochs 1 --threads 1
+  expect_eq "$(store_state)" "$before" "refused quantize and prune leave the store as it was"
+}
+
 # json_get EXPR: evaluates a Python expression over the JSON in $OUT (as j).
 json_get() {
   printf '%s' "$OUT" | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"

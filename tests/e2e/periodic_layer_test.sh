@@ -38,42 +38,14 @@ READER="$(cd "$(dirname "$E2E_LIB")/../format" && pwd)/read_model.py"
 expect_eq "$(/usr/bin/python3 "$READER" info "$WORK/m.bin" | python3 -c \
   'import json,sys; print([(t["name"], t["dims"]) for t in json.load(sys.stdin)["tensors"] if "periodic" in t["name"]])')" \
   "[('0.periodic.frequencies', [13, 8])]" "the frequencies are tensor 0.periodic.frequencies (F, K)"
-expect_rc 0 model show wine-periodic@v1
-expect_contains "$OUT" "periodic(8)" "model show prints the layer"
-
-expect_rc 0 --json eval wine-periodic@v1 wine
-expect_eq "$(json_get 'j["metrics"]["accuracy"]')" "$acc" "eval reproduces the run's test accuracy"
-
-expect_rc 0 --json predict wine-periodic@v1 --input "$TEST_DATA/wine.csv" -o "$WORK/pred.csv"
-expect_eq "$(json_get 'j["rows"]')" "178" "predicted every row"
-agree=$(python3 - "$TEST_DATA/wine.csv" "$WORK/pred.csv" <<'PY'
-import csv, sys
-truth = [r[-1] for r in list(csv.reader(open(sys.argv[1])))[1:]]
-pred = [r[1] for r in list(csv.reader(open(sys.argv[2])))[1:]]
-print(sum(a == b for a, b in zip(truth, pred)) / len(truth))
-PY
-)
-at_least "$agree" 0.9 && pass || fail "predictions agree with the labels: $agree"
+serves_wine_model wine-periodic@v1 "periodic(8)" "$acc"
 
 # --- warm start: from the trained model's weights, frequencies included ---------
 expect_rc 0 --json train "$WORK/p.ini" --set warm_start=wine-periodic@v1 --set epochs=2
-warm_model=$(json_get 'j["model"]')
-warm_run=$(json_get 'j["run"]')
-expect_rc 0 --json model show "$warm_model"
-expect_eq "$(json_get 'j["lineage"]["parent"], j["lineage"]["warm_start"]')" "wine-periodic@v1 True" \
-  "the warm start records its parent"
-warm_loss=$(epoch1_loss "$warm_run")
-cold_loss=$(epoch1_loss "$scratch_run")
-python3 -c "import sys; sys.exit(0 if $warm_loss < 0.5 * $cold_loss else 1)" && pass \
-  || fail "a warm start begins where the parent ended: epoch 1 loss $warm_loss vs $cold_loss from scratch"
+warm_starts_from wine-periodic@v1 "$(json_get 'j["run"]')" "$scratch_run"
 
 # --- int8 and pruning: the layer has no dense/conv weights; refused by name ------
-before=$(store_state)
-expect_error 2 "layer 1 'periodic(8)': int8 and sparse inference support dense, conv, pooling, flatten, dropout and activations, not periodic" \
-  quantize wine-periodic@v1 --int8 --calib wine --calib-samples 50 --threads 1
-expect_error 2 "layer 1 'periodic(8)'" prune wine-periodic@v1 --sparsity 0.5 --finetune-epochs 1 --threads 1
-expect_error 2 "layer 1 'periodic(8)'" prune wine-periodic@v1 --structured --sparsity 0.5 --finetune-epochs 1 --threads 1
-expect_eq "$(store_state)" "$before" "refused quantize and prune leave the store as it was"
+refuses_int8_and_pruning wine-periodic@v1 "layer 1 'periodic(8)'" periodic
 
 # --- bad specs: one line naming the config file's line, exit 2, no run ---------
 expect_rc 0 --json runs list

@@ -75,27 +75,8 @@ for row in rows:
     assert all(a < b for a, b in zip(row, row[1:])), row  # 9 distinct, increasing
     assert row != [-2 + 4 * i / 8 for i in range(9)], "the unfitted start edges"
 PY
-expect_rc 0 model show wine-ple@v1
-expect_contains "$OUT" "ple(8)" "model show prints the layer"
-
-expect_rc 0 --json eval wine-ple@v1 wine
-expect_eq "$(json_get 'j["metrics"]["accuracy"]')" "$acc" "eval reproduces the run's test accuracy"
-
-expect_rc 0 --json predict wine-ple@v1 --input "$TEST_DATA/wine.csv" -o "$WORK/pred.csv"
-expect_eq "$(json_get 'j["rows"]')" "178" "predicted every row"
-agree=$(python3 - "$TEST_DATA/wine.csv" "$WORK/pred.csv" <<'PY'
-import csv, sys
-truth = [r[-1] for r in list(csv.reader(open(sys.argv[1])))[1:]]
-pred = [r[1] for r in list(csv.reader(open(sys.argv[2])))[1:]]
-print(sum(a == b for a, b in zip(truth, pred)) / len(truth))
-PY
-)
-at_least "$agree" 0.9 && pass || fail "predictions agree with the labels: $agree"
-# Values outside the fitted range (the first and last bins are open) and a
-# row alone: the lines it gets among all 178.
-head -n 6 "$TEST_DATA/wine.csv" >"$WORK/five.csv"
-expect_rc 0 predict wine-ple@v1 --input "$WORK/five.csv" -o "$WORK/five.out"
-cmp -s <(head -n 6 "$WORK/pred.csv") "$WORK/five.out" && pass || fail "the first rows predicted alone differ"
+serves_wine_model wine-ple@v1 "ple(8)" "$acc"
+# Values far outside the fitted range (the first and last bins are open).
 python3 - "$WORK/five.csv" >"$WORK/far.csv" <<'PY'
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
@@ -130,29 +111,16 @@ awk 'NR == 1 || NR % 3 == 0' "$TEST_DATA/wine.csv" >"$WORK/wine-third.csv"
 expect_rc 0 data import wine-third "$WORK/wine-third.csv"
 expect_rc 0 --json train "$WORK/p.ini" --set dataset=wine-third --set warm_start=wine-ple@v1 --set epochs=2
 warm_model=$(json_get 'j["model"]')
-warm_run=$(json_get 'j["run"]')
-expect_rc 0 --json model show "$warm_model"
-expect_eq "$(json_get 'j["lineage"]["parent"], j["lineage"]["warm_start"]')" "wine-ple@v1 True" \
-  "the warm start records its parent"
 expect_eq "$(edges "$warm_model")" "$(cat "$WORK/v1.edges")" "a warm start keeps its parent's edges"
-expect_rc 0 --json train "$WORK/p.ini" --set dataset=wine-third --set name=wine-ple-first60 --set epochs=2
+expect_rc 0 --json train "$WORK/p.ini" --set dataset=wine-third --set name=wine-ple-third --set epochs=2
 fresh_model=$(json_get 'j["model"]')
 [ "$(edges "$fresh_model")" != "$(cat "$WORK/v1.edges")" ] && pass \
   || fail "a fresh run on other rows fits other edges"
 expect_rc 0 --json train "$WORK/p.ini" --set warm_start=wine-ple@v1 --set epochs=2
-warm_run=$(json_get 'j["run"]')
-warm_loss=$(epoch1_loss "$warm_run")
-cold_loss=$(epoch1_loss "$scratch_run")
-python3 -c "import sys; sys.exit(0 if $warm_loss < 0.5 * $cold_loss else 1)" && pass \
-  || fail "a warm start begins where the parent ended: epoch 1 loss $warm_loss vs $cold_loss from scratch"
+warm_starts_from wine-ple@v1 "$(json_get 'j["run"]')" "$scratch_run"
 
 # --- int8 and pruning: the layer has no dense/conv weights; refused by name ------
-before=$(store_state)
-expect_error 2 "layer 1 'ple(8)': int8 and sparse inference support dense, conv, pooling, flatten, dropout and activations, not ple" \
-  quantize wine-ple@v1 --int8 --calib wine --calib-samples 50 --threads 1
-expect_error 2 "layer 1 'ple(8)'" prune wine-ple@v1 --sparsity 0.5 --finetune-epochs 1 --threads 1
-expect_error 2 "layer 1 'ple(8)'" prune wine-ple@v1 --structured --sparsity 0.5 --finetune-epochs 1 --threads 1
-expect_eq "$(store_state)" "$before" "refused quantize and prune leave the store as it was"
+refuses_int8_and_pruning wine-ple@v1 "layer 1 'ple(8)'" ple
 
 # --- bad specs: one line naming the config file's line, exit 2, no run ---------
 expect_rc 0 --json runs list
