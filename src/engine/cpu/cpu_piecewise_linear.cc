@@ -21,7 +21,7 @@ namespace {
 
 
 // Small batches are not worth waking the OpenMP team for.
-constexpr std::int64_t kParallelThreshold = 1 << 14;
+constexpr std::int64_t kPleParallelThreshold = 1 << 14;
 
 class CpuPiecewiseLinearOp final : public PiecewiseLinearOp {
  public:
@@ -48,7 +48,7 @@ class CpuPiecewiseLinearOp final : public PiecewiseLinearOp {
       using T = decltype(tag);
       const T* in = static_cast<const T*>(xp);
       T* out = static_cast<T*>(y.data());
-#pragma omp parallel for schedule(static) if (n * f * t >= kParallelThreshold)
+#pragma omp parallel for schedule(static) if (n * f * t >= kPleParallelThreshold)
       for (std::int64_t r = 0; r < n; ++r)
         for (std::int64_t i = 0; i < f; ++i) {
           const float v = load(in, r * f + i);
@@ -76,7 +76,7 @@ class CpuPiecewiseLinearOp final : public PiecewiseLinearOp {
       const T* in = static_cast<const T*>(xp);
       const T* g = static_cast<const T*>(gp);
       T* out = static_cast<T*>(dxp);
-#pragma omp parallel for schedule(static) if (n * f * t >= kParallelThreshold)
+#pragma omp parallel for schedule(static) if (n * f * t >= kPleParallelThreshold)
       for (std::int64_t r = 0; r < n; ++r)
         for (std::int64_t i = 0; i < f; ++i) {
           const float v = load(in, r * f + i);
