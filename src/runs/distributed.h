@@ -54,9 +54,9 @@ nlohmann::json source_shape_json(const SampleSource& source);
 // Leader::done()), each read() first answers every other rank's request for
 // its rows (in rank order), read from `inner`, then reads this rank's own;
 // before and after, reads are this rank's alone (a layer fitted on the
-// training rows as the Trainer is built). Every rank must read at the same points, as
-// the Trainer does (it reads a share, possibly empty, on every rank for
-// each micro-batch, and validation on every rank).
+// training rows as the Trainer is built). While serving, every rank must
+// read at the same points, as the Trainer does (it reads a share, possibly
+// empty, on every rank for each micro-batch, and validation on every rank).
 class ServedSource final : public SampleSource {
  public:
   ServedSource(SampleSource& inner, Communicator& comm);
