@@ -300,6 +300,18 @@ class Network {
   bool swapped_ = false;
 };
 
+// The multiply-adds of one sample's forward pass through the network
+// `spec` builds for `input` (per sample: {F} or {C, H, W}): a dense layer's
+// inputs × width, a conv's output values × its window (C·K·K), one for each
+// value periodic, ple and ensemble(K) make, and every layer after
+// ensemble(K) K times (it runs on K rows a sample). Activations, pooling,
+// norms and dropout are not counted: beside the products they are a small
+// share. Training a sample costs about three times this (the forward, dx
+// and the weight gradients). What the search weighs a network candidate's
+// time by. Allocates no layer; kUsage for a spec Network refuses by its
+// arguments or shapes.
+double network_multiply_adds(std::string_view spec, const Dims& input);
+
 // The dense and conv layers `spec` builds for `input` (built on `backend`,
 // batch 1, fp32): what quantize and prune walk. kUsage for a bad spec, or one
 // an inference-only network cannot run (batchnorm, layernorm), since the

@@ -200,31 +200,32 @@ Dims ensemble_shape(const LayerDesc& l, const Dims& in) {
 
 TrainingCost dense_cost(const LayerDesc& l, const Dims& in) {
   const double width = double(std::get<DenseArgs>(l.args).width);
-  return {width * (double(in.product()) + 1), width};
+  return {width * (double(in.product()) + 1), width, width * double(in.product())};
 }
 
 TrainingCost conv_cost(const LayerDesc& l, const Dims& in) {
   const ConvArgs& c = std::get<ConvArgs>(l.args);
-  return {double(c.channels) * (double(in[0]) * double(c.kernel) * double(c.kernel) + 1),
-          double(c.channels) * double((in[1] + 2 * c.pad - c.kernel) / c.stride + 1) *
-              double((in[2] + 2 * c.pad - c.kernel) / c.stride + 1)};
+  const double window = double(in[0]) * double(c.kernel) * double(c.kernel);
+  const double outputs = double(c.channels) * double((in[1] + 2 * c.pad - c.kernel) / c.stride + 1) *
+                         double((in[2] + 2 * c.pad - c.kernel) / c.stride + 1);
+  return {double(c.channels) * (window + 1), outputs, outputs * window};
 }
 
 TrainingCost periodic_cost(const LayerDesc& l, const Dims& in) {
   const double k = double(std::get<PeriodicArgs>(l.args).frequencies);
-  return {double(in.product()) * k, double(in.product()) * 2 * k};
+  return {double(in.product()) * k, double(in.product()) * 2 * k, double(in.product()) * k};
 }
 
 // Its edges (not trained, counted as parameters all the same) and its output.
 TrainingCost ple_cost(const LayerDesc& l, const Dims& in) {
   const double t = double(std::get<PiecewiseLinearArgs>(l.args).bins);
-  return {double(in.product()) * (t + 1), double(in.product()) * t};
+  return {double(in.product()) * (t + 1), double(in.product()) * t, double(in.product()) * t};
 }
 
 // Its scales, and its output: k rows of F values for each sample.
 TrainingCost ensemble_cost(const LayerDesc& l, const Dims& in) {
   const double k = double(std::get<EnsembleArgs>(l.args).members);
-  return {k * double(in.product()), k * double(in.product())};
+  return {k * double(in.product()), k * double(in.product()), k * double(in.product())};
 }
 
 // ---- builders --------------------------------------------------------------------
@@ -518,6 +519,17 @@ std::vector<LayerShape> check_layer_shapes(const std::vector<LayerDesc>& layers,
     shape = out;
   }
   return shapes;
+}
+
+double forward_multiply_adds(const std::vector<LayerDesc>& layers, const std::vector<LayerShape>& shapes) {
+  double total = 0;
+  double rows = 1;  // rows a sample: k from an ensemble(k) on
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const LayerDesc& l = layers[i];
+    if (l.kind->cost != nullptr) total += rows * l.kind->cost(l, shapes.at(i).input).multiply_adds;
+    if (const auto* e = std::get_if<EnsembleArgs>(&l.args)) rows = double(e->members);
+  }
+  return total;
 }
 
 std::vector<LayerPlan> plan_fusion(const std::vector<LayerDesc>& layers, const std::vector<LayerShape>& shapes,

@@ -69,6 +69,9 @@ struct LayerKind;
 struct TrainingCost {
   double parameters = 0;
   double outputs = 0;  // values a sample
+  // Multiply-adds of its forward pass for one row of its input (a member
+  // row after an ensemble layer): network_multiply_adds() sums them.
+  double multiply_adds = 0;
 };
 
 // One layer of a spec, its arguments checked and typed.
@@ -108,6 +111,10 @@ struct LayerShape {
 // first layer that fails. One entry per layer.
 std::vector<LayerShape> check_layer_shapes(const std::vector<LayerDesc>& layers, const Dims& input,
                                            const ShapeLimits& limits);
+
+// The multiply-adds of one sample's forward pass through `layers` (whose
+// shapes check_layer_shapes() gave): network_multiply_adds() (network.h).
+double forward_multiply_adds(const std::vector<LayerDesc>& layers, const std::vector<LayerShape>& shapes);
 
 // ---- fusion ------------------------------------------------------------------
 

@@ -404,6 +404,11 @@ std::vector<LayerKernel> Network::kernels() const {
   return out;
 }
 
+double network_multiply_adds(std::string_view spec, const Dims& input) {
+  const std::vector<engine::LayerDesc> layers = engine::parse_layers(spec);
+  return engine::forward_multiply_adds(layers, engine::check_layer_shapes(layers, input, {}));
+}
+
 std::vector<WeightedLayer> weighted_layers(std::string_view spec, const Dims& input, Backend& backend) {
   NetworkOptions options;
   options.input_shape = input;

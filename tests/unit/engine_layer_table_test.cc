@@ -312,6 +312,32 @@ TEST(LayerTable, ShapesAreCheckedLayerByLayer) {
   EXPECT_EQ(shape_error("dense(1e9) dense(3)", Dims{4}), "") << "no limit: unchecked";
 }
 
+// What the search weighs a network candidate's time by: each layer's
+// products for one sample, counted by hand here.
+TEST(LayerTable, MultiplyAddsCountEachLayersProductsForOneSample) {
+  EXPECT_DOUBLE_EQ(network_multiply_adds("dense(64) relu dense(64) relu dense(3)", Dims{10}),
+                   10 * 64 + 64 * 64 + 64 * 3);
+  EXPECT_DOUBLE_EQ(network_multiply_adds("dense(8) dropout(0.5) layernorm tanh dense(2)", Dims{5}), 5 * 8 + 8 * 2)
+      << "activations, dropout and norms are not counted";
+  // The ensemble's scales (32 x 10), then every layer on 32 rows a sample.
+  EXPECT_DOUBLE_EQ(network_multiply_adds("ensemble(32) dense(256) relu dense(256) relu dense(3)", Dims{10}),
+                   32 * 10 + 32.0 * (10 * 256 + 256 * 256 + 256 * 3));
+  EXPECT_DOUBLE_EQ(network_multiply_adds("dense(16) ensemble(4) dense(2)", Dims{10}), 10 * 16 + 4 * 16 + 4 * 16 * 2)
+      << "the layers before the ensemble run once a sample";
+  // conv(4,3,pad=1) on 1x8x8: 4x8x8 outputs, each a 1x3x3 window; maxpool
+  // halves it to 4x4x4 = 64 values for the dense layer.
+  EXPECT_DOUBLE_EQ(network_multiply_adds("conv(4,3,pad=1) relu maxpool(2) flatten dense(3)", Dims{1, 8, 8}),
+                   4 * 8 * 8 * 9 + 64 * 3);
+  EXPECT_DOUBLE_EQ(network_multiply_adds("periodic(16) dense(4)", Dims{3}), 3 * 16 + 3 * 32 * 4);
+  EXPECT_DOUBLE_EQ(network_multiply_adds("ple(8) dense(4)", Dims{3}), 3 * 8 + 3 * 8 * 4);
+  try {
+    (void)network_multiply_adds("conv(4,3) dense(2)", Dims{10});
+    ADD_FAILURE() << "a conv on a flat input has no count";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+  }
+}
+
 TEST(LayerFusion, TrainingFusesActivationsAndLetsTheMaxpoolMaskRelu) {
   const std::vector<LayerPlan> p =
       plan("conv(4,3) relu maxpool(2) conv(4,1) gelu dense(8) tanh dense(8) relu relu dense(3)", Dims{1, 8, 8},
