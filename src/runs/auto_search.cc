@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -21,6 +22,7 @@
 #include "anneal/error.h"
 #include "anneal/fault_point.h"
 #include "anneal/linear.h"
+#include "anneal/network.h"
 #include "anneal/sample_source.h"
 #include "anneal/scoring.h"
 #include "anneal/trainer.h"
@@ -157,11 +159,16 @@ Fitted fit_trees_on(const FitContext& cx, const Candidate& c, FitBudget budget, 
   return f;
 }
 
+// A network candidate's output width: the classes of a softmax classifier,
+// else 1 (bce's one logit, or the value).
+std::int64_t network_outputs(const FitContext& cx) {
+  return cx.classes > 0 && cx.data.loss != LossKind::kBinaryCrossEntropy ? cx.classes : 1;
+}
+
 Fitted fit_network_on(const FitContext& cx, const Candidate& c, FitBudget budget, const FitRows& r, bool keep) {
   const bool early = budget.early_stop && !r.y_held.empty();
   TrainerConfig tc = cx.config.trainer;
-  const std::int64_t outputs = cx.classes > 0 && cx.data.loss != LossKind::kBinaryCrossEntropy ? cx.classes : 1;
-  tc.layers = c.hidden + " dense(" + std::to_string(outputs) + ")";
+  tc.layers = c.hidden + " dense(" + std::to_string(network_outputs(cx)) + ")";
   tc.loss = cx.data.loss;
   tc.classes = cx.classes;
   tc.class_weights = cx.data.class_weights;
@@ -202,7 +209,7 @@ Fitted fit_network_on(const FitContext& cx, const Candidate& c, FitBudget budget
     f.model.kind = ModelKindId::kNetwork;
     f.model.layers = tc.layers;
     f.model.precision = tc.precision;
-    f.model.outputs = outputs;
+    f.model.outputs = network_outputs(cx);
     f.model.tensors = export_weights(trainer);
   }
   return f;
@@ -248,6 +255,8 @@ class Search {
     make_splits();
     result_.metric = options_.metric;
     const std::vector<Candidate> portfolio = search_portfolio();
+    work_.clear();
+    for (const Candidate& c : portfolio) work_.push_back(candidate_work(c, static_cast<std::int64_t>(cx_.width), network_outputs(cx_)));
     // Candidate 0 is the linear model; the others halve.
     std::vector<std::size_t> entrants(portfolio.size() - 1);
     std::iota(entrants.begin(), entrants.end(), std::size_t{1});
@@ -271,13 +280,23 @@ class Search {
       if (on_trial) on_trial(result_.trials);
     };
     // Runs (or takes from `finished`) the trials of `candidates` at rung
-    // `rung`, in order; false when the budget or max_trials cut it short.
+    // `rung`, in order, and says whether the search goes on: not after
+    // max_trials, nor when none of the rung ran. A trial the time budget
+    // cuts ends its rung (none after it starts) and the next rung goes on
+    // with the best of those that ran: a dear candidate (TabM-mini on a
+    // large table) is left out instead of ending the search.
     const auto run_rung = [&](const std::vector<std::size_t>& candidates, int rung, double budget) {
       std::vector<std::size_t> fresh;
+      const std::size_t first = result_.trials.size();
       for (std::size_t c : candidates) {
         const std::size_t index = result_.trials.size() + fresh.size();
         if (fresh.empty() && index < finished.size()) {
           const Trial& done = finished[index];
+          // The search that recorded it cut this rung here by time.
+          if (done.rung > rung && index > first) {
+            result_.skipped_by = "time_budget";
+            return true;
+          }
           if (done.candidate != c || done.rung != rung)
             throw corrupt("the search's recorded trial " + std::to_string(index + 1) +
                           " is not the one this search would run next; the run's records do not match its config");
@@ -290,18 +309,18 @@ class Search {
         }
         fresh.push_back(c);
       }
-      // What each fresh trial would add to the time so far, projected from
-      // the trials before this rung: itself, then the refit after the
-      // search. Read-only once made: the workers of run_fresh read it.
-      std::vector<double> ahead(fresh.size());
-      for (std::size_t i = 0; i < fresh.size(); ++i)
-        ahead[i] = projected_trial(portfolio, fresh[i], budget) + projected_refit();
-      const auto over_budget = [&](std::size_t i) {
-        return options_.time_budget && elapsed() + ahead[i] >= *options_.time_budget;
+      // Whether trial i of `fresh`, about to start, would end past the time
+      // budget with the refit after the search, projected from the trials
+      // `known` so far (docs/TRAINING.md, "The budget").
+      const auto over_budget = [&](std::size_t i, const std::vector<Trial>& known) {
+        return options_.time_budget &&
+               elapsed() + projected_trial_seconds(known, portfolio, work_, fresh[i], budget) +
+                       projected_refit_seconds(known, splits_.size()) >=
+                   *options_.time_budget;
       };
       const std::size_t ran = run_fresh(portfolio, fresh, rung, budget, over_budget, finish_trial);
       if (ran < fresh.size()) result_.skipped_by = "time_budget";
-      return result_.skipped_by.empty();
+      return result_.skipped_by != "max_trials" && result_.trials.size() > first;
     };
 
     if (parallel() > 1)
@@ -406,19 +425,23 @@ class Search {
   }
 
   // Runs the trials of `fresh` at rung `rung`, none starting once
-  // `over_budget(i)` says trial i would pass the time budget, and hands each to `finish` in order; returns
-  // how many ran (a prefix of `fresh`). With parallel() > 1 the trials run
-  // that many at a time, each on one thread of its own CPU backend (so each
-  // trial's result is the same whatever ran beside it); else one after
-  // another on the run's backend. An error of a trial is thrown once the
-  // trials before it are handed on, after the running ones end.
+  // `over_budget(i, known)` says trial i would pass the time budget (known:
+  // the trials finished so far), nor any after it, and hands each to
+  // `finish` in order; returns how many ran (a prefix of `fresh`). With
+  // parallel() > 1 the trials run that many at a time, each on one thread
+  // of its own CPU backend (so each trial's result is the same whatever ran
+  // beside it); else one after another on the run's backend. Under a time
+  // budget, a trial waits to be projected until the earlier trials its
+  // projection would rather scale from have ended (projection_waits_for).
+  // An error of a trial is thrown once the trials before it are handed
+  // on, after the running ones end.
   template <typename OverBudget, typename Finish>
   std::size_t run_fresh(const std::vector<Candidate>& portfolio, const std::vector<std::size_t>& fresh, int rung,
                         double budget, const OverBudget& over_budget, const Finish& finish) {
     if (fresh.empty()) return 0;
     if (parallel() <= 1) {
       for (std::size_t i = 0; i < fresh.size(); ++i) {
-        if (over_budget(i)) return i;
+        if (over_budget(i, result_.trials)) return i;
         finish(run_trial(cx_, portfolio, fresh[i], rung, budget), portfolio[fresh[i]]);
       }
       return fresh.size();
@@ -429,10 +452,36 @@ class Search {
       bool skipped = false;
     };
     std::vector<Slot> slots(fresh.size());
+    // What the projections read, under `mutex`: the trials before this
+    // rung and each fresh trial's time once it ended (held predictions
+    // left out), and which fresh trials have ended, run or not.
+    std::vector<Trial> before;
+    for (const Trial& t : result_.trials) before.push_back(timing_of(t));
+    std::vector<std::optional<Trial>> timings(fresh.size());
+    std::vector<bool> ended(fresh.size(), false);
     std::mutex mutex;
     std::condition_variable ready;
     std::atomic<std::size_t> next{0};
     std::atomic<bool> halt{false};
+    const auto known = [&] {
+      std::vector<Trial> k = before;
+      for (const std::optional<Trial>& t : timings)
+        if (t) k.push_back(*t);
+      return k;
+    };
+    // Under a time budget: waits (holding `lock`) until trial i can be
+    // projected, then whether it would pass the budget.
+    const auto skip = [&](std::size_t i, std::unique_lock<std::mutex>& lock) {
+      if (!options_.time_budget) return false;
+      ready.wait(lock, [&] {
+        if (halt) return true;
+        const std::vector<Trial> k = known();
+        for (std::size_t j = 0; j < i; ++j)
+          if (!ended[j] && projection_waits_for(k, portfolio, work_, fresh[i], fresh[j])) return false;
+        return true;
+      });
+      return halt || over_budget(i, known());
+    };
     const auto work = [&] {
       std::unique_ptr<Backend> backend;
       std::exception_ptr setup;
@@ -445,7 +494,12 @@ class Search {
         const std::size_t i = next++;
         if (i >= fresh.size()) return;
         Slot got;
-        if (halt || over_budget(i)) {
+        bool skipped = halt;
+        if (!skipped) {
+          std::unique_lock lock(mutex);
+          skipped = skip(i, lock);
+        }
+        if (skipped) {
           got.skipped = true;
         } else if (setup) {
           got.error = setup;
@@ -457,9 +511,13 @@ class Search {
             got.error = std::current_exception();
           }
         }
-        if (got.error) halt = true;
         {
           const std::lock_guard lock(mutex);
+          // A skipped trial ends the rung: no later one starts (the trials
+          // that ran stay a prefix of the portfolio's order).
+          if (got.error || got.skipped) halt = true;
+          if (got.trial) timings[i] = timing_of(*got.trial);
+          ended[i] = true;
           slots[i] = std::move(got);
         }
         ready.notify_all();
@@ -468,12 +526,21 @@ class Search {
     std::size_t ran = 0;
     {
       std::vector<std::jthread> pool;
-      // Stops the workers taking more trials however this scope ends; the
-      // pool's destructors then wait for the running ones.
+      // Stops the workers taking more trials however this scope ends (and
+      // wakes one waiting to be projected); the pool's destructors then
+      // wait for the running ones.
       struct Halt {
         std::atomic<bool>& halt;
-        ~Halt() { halt = true; }
-      } stop_on_exit{halt};
+        std::mutex& mutex;
+        std::condition_variable& ready;
+        ~Halt() {
+          {
+            const std::lock_guard lock(mutex);
+            halt = true;
+          }
+          ready.notify_all();
+        }
+      } stop_on_exit{halt, mutex, ready};
       for (std::size_t w = 0; w < std::min(parallel(), fresh.size()); ++w) pool.emplace_back(work);
       for (; ran < fresh.size(); ++ran) {
         Slot slot;
@@ -490,10 +557,6 @@ class Search {
     return ran;
   }
 
-  double projected_trial(const std::vector<Candidate>& portfolio, std::size_t c, double budget) const {
-    return projected_trial_seconds(result_.trials, portfolio, c, budget);
-  }
-  double projected_refit() const { return projected_refit_seconds(result_.trials, splits_.size()); }
 
   // How many trials run at once: the run's threads on the CPU (each trial
   // then on one thread), one on another device.
@@ -522,6 +585,9 @@ class Search {
     }
     t.score = std::accumulate(t.fold_scores.begin(), t.fold_scores.end(), 0.0) / static_cast<double>(t.fold_scores.size());
     t.kept = std::llround(kept / static_cast<double>(splits_.size()));
+    // Inside the trial's time: a test holding a trial here makes it as
+    // slow as it likes, whatever the machine's speed (the budget's tests).
+    fault_point("auto.trial-fitted");
     t.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     return t;
   }
@@ -595,6 +661,7 @@ class Search {
   Reporter& reporter_;
   FitContext cx_;
   std::vector<Split> splits_;
+  std::vector<double> work_;  // candidate_work() of each portfolio candidate
   SearchResult result_;
 };
 
@@ -672,11 +739,13 @@ std::vector<Candidate> search_portfolio() {
   out.push_back({ModelKindId::kLinear, 0, 0, ""});
   for (int depth : {4, 6, 8})
     for (double lr : {0.05, 0.1}) out.push_back({ModelKindId::kTrees, depth, lr, ""});
+  // The networks cheapest first (candidate_work), so a time budget that
+  // cuts the search drops the dearest: TabM-mini (docs/TRAINING.md,
+  // "ensemble(K)"), 32 members sharing two hidden layers of 256, each with
+  // its own output layer, costs 32 times the plain width-256 MLP.
   out.push_back({ModelKindId::kNetwork, 0, 0.003, "dense(64) relu dense(64) relu"});
-  // TabM-mini (docs/TRAINING.md, "ensemble(K)"): 32 members sharing two
-  // hidden layers of 256, each with its own output layer.
-  out.push_back({ModelKindId::kNetwork, 0, 0.002, "ensemble(32) dense(256) relu dense(256) relu"});
   out.push_back({ModelKindId::kNetwork, 0, 0.001, "dense(256) relu dense(256) relu"});
+  out.push_back({ModelKindId::kNetwork, 0, 0.002, "ensemble(32) dense(256) relu dense(256) relu"});
   return out;
 }
 
@@ -788,18 +857,70 @@ void apply_winner(const SearchResult& result, const std::vector<Candidate>& port
   }
 }
 
+double candidate_work(const Candidate& c, std::int64_t inputs, std::int64_t outputs) {
+  if (c.kind != ModelKindId::kNetwork) return 1;
+  return std::max(network_multiply_adds(c.hidden + " dense(" + std::to_string(outputs) + ")", Dims{inputs}), 1.0);
+}
+
+Trial timing_of(const Trial& t) {
+  Trial out;
+  out.candidate = t.candidate;
+  out.rung = t.rung;
+  out.budget = t.budget;
+  out.score = t.score;
+  out.fold_scores = t.fold_scores;
+  out.seconds = t.seconds;
+  out.kept = t.kept;
+  // An empty stand-in for the held predictions: projected_refit_seconds
+  // asks only whether a trial keeps them.
+  if (!t.held.empty()) out.held.resize(1);
+  return out;
+}
+
+namespace {
+
+// How far apart two candidates' work is, as a factor: |log(a / b)|.
+double work_distance(std::span<const double> work, std::size_t a, std::size_t b) {
+  return std::abs(std::log(work[a] / work[b]));
+}
+
+// The work distance from `candidate` to the nearest trial of its kind in
+// `trials`; infinity for none.
+double nearest_work(const std::vector<Trial>& trials, const std::vector<Candidate>& portfolio,
+                    std::span<const double> work, std::size_t candidate) {
+  double nearest = std::numeric_limits<double>::infinity();
+  for (const Trial& t : trials)
+    if (portfolio.at(t.candidate).kind == portfolio.at(candidate).kind)
+      nearest = std::min(nearest, work_distance(work, candidate, t.candidate));
+  return nearest;
+}
+
+bool has_own_trial(const std::vector<Trial>& trials, std::size_t candidate) {
+  return std::any_of(trials.begin(), trials.end(), [&](const Trial& t) { return t.candidate == candidate; });
+}
+
+}  // namespace
+
 double projected_trial_seconds(const std::vector<Trial>& trials, const std::vector<Candidate>& portfolio,
-                               std::size_t candidate, double budget) {
+                               std::span<const double> work, std::size_t candidate, double budget) {
   for (auto t = trials.rbegin(); t != trials.rend(); ++t)
     if (t->candidate == candidate) return t->seconds * budget / t->budget;
+  const double nearest = nearest_work(trials, portfolio, work, candidate);
   double total = 0;
   int n = 0;
   for (const Trial& t : trials)
-    if (portfolio.at(t.candidate).kind == portfolio.at(candidate).kind) {
-      total += t.seconds * budget / t.budget;
+    if (portfolio.at(t.candidate).kind == portfolio.at(candidate).kind &&
+        work_distance(work, candidate, t.candidate) == nearest) {
+      total += t.seconds * budget / t.budget * work[candidate] / work[t.candidate];
       ++n;
     }
   return n ? total / n : 0;
+}
+
+bool projection_waits_for(const std::vector<Trial>& trials, const std::vector<Candidate>& portfolio,
+                          std::span<const double> work, std::size_t candidate, std::size_t earlier) {
+  return portfolio.at(earlier).kind == portfolio.at(candidate).kind && !has_own_trial(trials, candidate) &&
+         work_distance(work, candidate, earlier) < nearest_work(trials, portfolio, work, candidate);
 }
 
 double projected_refit_seconds(const std::vector<Trial>& trials, std::size_t splits) {

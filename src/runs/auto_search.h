@@ -82,7 +82,7 @@ struct Candidate {
 
 // The portfolio, in the order its trials run: the linear model (trained
 // once, at rung 0; it takes part in the final choice), then the trees, then
-// the networks.
+// the networks, cheapest first.
 std::vector<Candidate> search_portfolio();
 
 // Full budgets: boosting rounds and network epochs at budget 1, and the
@@ -120,11 +120,29 @@ struct Trial {
   static Trial from_json(const nlohmann::json& j);  // kCorrupt for a malformed record
 };
 
+// What a trial of candidate `c` costs a training row at the full budget,
+// comparable only between candidates of one kind: a network's
+// network_multiply_adds() (network.h) for `inputs` features and `outputs`
+// outputs; 1 for the trees (their depths cost about the same) and the
+// linear model. kUsage for a network the inputs cannot build.
+double candidate_work(const Candidate& c, std::int64_t inputs, std::int64_t outputs);
+
+// `t` without its held predictions (an empty stand-in when it has them):
+// what the projections read, cheap to copy.
+Trial timing_of(const Trial& t);
+
 // The time budget's projections (docs/TRAINING.md, "The budget"), from the
 // trials so far. projected_trial_seconds: the seconds a trial of
 // `candidate` (an index into `portfolio`) at `budget` should take: its
-// candidate's latest trial's, scaled by the budgets; else the mean of its
-// kind's trials so far, scaled alike; 0 before any.
+// candidate's latest trial's, scaled by the budgets; else, from the trials
+// of its kind whose `work` (candidate_work of each portfolio candidate) is
+// nearest its own (as a factor), their mean scaled by the budgets and the
+// work; 0 before any of its kind.
+// projection_waits_for: whether a trial of `candidate` should wait to be
+// projected until a running trial of candidate `earlier` ends: one of its
+// kind, nearer in work than any of `trials`, while it has none of its own
+// (TabM-mini, 32 times the width-256 MLP, waits for that one rather than
+// be scaled 285 times from the width-64 one).
 // projected_refit_seconds: the seconds the refit after the search should
 // take: the three best latest trials (those that keep `held`; an
 // ensemble's usual members, the winner among them), each fitted once on
@@ -133,7 +151,9 @@ struct Trial {
 // of them takes about its seconds / (k-1); with one split (a validation
 // split or a holdout fold), its seconds.
 double projected_trial_seconds(const std::vector<Trial>& trials, const std::vector<Candidate>& portfolio,
-                               std::size_t candidate, double budget);
+                               std::span<const double> work, std::size_t candidate, double budget);
+bool projection_waits_for(const std::vector<Trial>& trials, const std::vector<Candidate>& portfolio,
+                          std::span<const double> work, std::size_t candidate, std::size_t earlier);
 double projected_refit_seconds(const std::vector<Trial>& trials, std::size_t splits);
 
 // Ensemble selection (Caruana, Niculescu-Mizil, Crew and Ksikes 2004, as

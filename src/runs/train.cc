@@ -696,7 +696,8 @@ class TrainingRun {
     if (result.skipped > 0)
       reporter_.note(result.skipped_by == "time_budget"
                          ? "time_budget = " + config().time_budget_text + ": " + std::to_string(result.skipped) +
-                               " trials not started; a search cut by time does not repeat run to run (set "
+                               (result.skipped == 1 ? " trial" : " trials") +
+                               " not started; a search cut by time does not repeat run to run (set "
                                "max_trials for one that does)"
                          : "max_trials = " + std::to_string(*config().max_trials) + ": " +
                                std::to_string(result.skipped) + " trials of the portfolio not run");

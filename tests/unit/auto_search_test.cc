@@ -106,6 +106,15 @@ TEST(AutoSearchPortfolio, LinearFirstThenTreesThenNetworksAndTrialsRoundTrip) {
   for (const auto& c : portfolio) EXPECT_TRUE(seen.insert(c.describe()).second) << "twice: " << c.describe();
   EXPECT_EQ(portfolio[1].kind, ModelKindId::kTrees);
   EXPECT_EQ(portfolio.back().kind, ModelKindId::kNetwork);
+  // The networks cheapest first, for any table's width, so a time budget
+  // that cuts the search drops the dearest.
+  for (std::int64_t inputs : {4, 60, 700}) {
+    for (std::size_t c = 2; c < portfolio.size(); ++c) {
+      if (portfolio[c].kind != ModelKindId::kNetwork || portfolio[c - 1].kind != ModelKindId::kNetwork) continue;
+      EXPECT_LT(candidate_work(portfolio[c - 1], inputs, 3), candidate_work(portfolio[c], inputs, 3))
+          << portfolio[c - 1].describe() << " before " << portfolio[c].describe() << ", " << inputs << " inputs";
+    }
+  }
 
   Trial t;
   t.candidate = 2;
@@ -186,8 +195,9 @@ TEST(AutoSearchEnsemble, WeighsComplementaryModelsAndLeavesOutUselessOnes) {
 }
 
 // The time budget's projections: a trial from its candidate's last one
-// scaled by the budgets (else its kind's mean), the refit from the three
-// best latest trials at one fit each.
+// scaled by the budgets (else from its kind's trials nearest in work,
+// scaled by the work), the refit from the three best latest trials at one
+// fit each.
 TEST(AutoSearchBudget, ProjectsTrialsFromEarlierOnesAndTheRefitFromTheBestThree) {
   const auto portfolio = search_portfolio();
   auto trial = [](std::size_t candidate, double budget, double seconds, double score, bool latest) {
@@ -199,16 +209,61 @@ TEST(AutoSearchBudget, ProjectsTrialsFromEarlierOnesAndTheRefitFromTheBestThree)
     if (latest) t.held = {0.5f};
     return t;
   };
-  // Candidates 1 and 2 are trees, the last one a network.
+  // Candidates 1 and 2 are trees, the last three networks.
   ASSERT_EQ(portfolio[1].kind, ModelKindId::kTrees);
   ASSERT_EQ(portfolio[2].kind, ModelKindId::kTrees);
   const std::size_t net = portfolio.size() - 1;
   ASSERT_EQ(portfolio[net].kind, ModelKindId::kNetwork);
+  ASSERT_EQ(portfolio[net - 2].kind, ModelKindId::kNetwork);
+  // Work: 1 for every tree; the networks 1, 10 and 320 times a unit.
+  std::vector<double> work(portfolio.size(), 1.0);
+  work[net - 2] = 1000;
+  work[net - 1] = 10000;
+  work[net] = 320000;
   std::vector<Trial> trials = {trial(0, 1, 0.5, 0.70, true), trial(1, 1.0 / 9, 2, 0.80, true),
                                trial(2, 1.0 / 9, 4, 0.85, true)};
-  EXPECT_DOUBLE_EQ(projected_trial_seconds(trials, portfolio, 1, 1.0 / 3), 6) << "its own trial, three times the budget";
-  EXPECT_DOUBLE_EQ(projected_trial_seconds(trials, portfolio, 3, 1.0 / 9), 3) << "no trial of its own: its kind's mean";
-  EXPECT_DOUBLE_EQ(projected_trial_seconds(trials, portfolio, net, 1.0 / 9), 0) << "nothing of its kind yet";
+  EXPECT_DOUBLE_EQ(projected_trial_seconds(trials, portfolio, work, 1, 1.0 / 3), 6)
+      << "its own trial, three times the budget";
+  EXPECT_DOUBLE_EQ(projected_trial_seconds(trials, portfolio, work, 3, 1.0 / 9), 3)
+      << "no trial of its own: its kind's nearest in work (every tree), their mean";
+  EXPECT_DOUBLE_EQ(projected_trial_seconds(trials, portfolio, work, net, 1.0 / 9), 0) << "nothing of its kind yet";
+  std::vector<Trial> nets = trials;
+  nets.push_back(trial(net - 2, 1.0 / 9, 0.5, 0.8, true));
+  EXPECT_DOUBLE_EQ(projected_trial_seconds(nets, portfolio, work, net, 1.0 / 9), 0.5 * 320)
+      << "scaled by the work from the only network so far";
+  EXPECT_DOUBLE_EQ(projected_trial_seconds(nets, portfolio, work, net, 1.0 / 3), 0.5 * 320 * 3);
+  nets.push_back(trial(net - 1, 1.0 / 9, 2, 0.8, true));
+  EXPECT_DOUBLE_EQ(projected_trial_seconds(nets, portfolio, work, net, 1.0 / 9), 2 * 32)
+      << "from the network nearest in work, not the mean";
+  EXPECT_DOUBLE_EQ(projected_trial_seconds(nets, portfolio, work, net - 2, 1.0 / 3), 1.5) << "its own trial";
+
+  // Waiting to be projected: for an earlier trial of its kind nearer in
+  // work than any that ended, while it has no trial of its own.
+  EXPECT_TRUE(projection_waits_for(trials, portfolio, work, net - 1, net - 2)) << "no network ended yet";
+  EXPECT_FALSE(projection_waits_for(trials, portfolio, work, net - 1, 2)) << "not its kind";
+  std::vector<Trial> small = trials;
+  small.push_back(trial(net - 2, 1.0 / 9, 0.5, 0.8, true));
+  EXPECT_TRUE(projection_waits_for(small, portfolio, work, net, net - 1))
+      << "TabM-mini waits for the width-256 MLP, 32 times cheaper, not the width-64 one, 320 times";
+  EXPECT_FALSE(projection_waits_for(small, portfolio, work, net - 1, net - 2))
+      << "a network as near as one that ended";
+  EXPECT_FALSE(projection_waits_for(nets, portfolio, work, net, net - 1)) << "the nearest has ended";
+  EXPECT_FALSE(projection_waits_for(trials, portfolio, work, 2, 1)) << "a tree of its own: no wait";
+  EXPECT_TRUE(projection_waits_for({trials[0]}, portfolio, work, 2, 1)) << "the first tree: the second waits";
+  EXPECT_FALSE(projection_waits_for({trials[0], trial(1, 1.0 / 9, 2, 0.8, true)}, portfolio, work, 3, 2))
+      << "trees are all one work: one ended is as near as any";
+
+  // timing_of keeps what the projections read, not the predictions.
+  Trial big = trial(net, 1.0 / 9, 7, 0.9, true);
+  big.held.assign(1000, 0.25f);
+  big.fold_scores = {0.8, 1.0};
+  const Trial light = timing_of(big);
+  EXPECT_EQ(light.held.size(), 1u);
+  EXPECT_EQ(light.seconds, 7);
+  EXPECT_EQ(light.candidate, net);
+  EXPECT_EQ(light.fold_scores, big.fold_scores);
+  EXPECT_TRUE(timing_of(trial(1, 1, 1, 1, false)).held.empty());
+
   // Five folds: one fit on all rows is a quarter of a trial's time.
   EXPECT_DOUBLE_EQ(projected_refit_seconds(trials, 5), (0.5 + 2 + 4) / 4);
   trials.push_back(trial(net, 1.0 / 9, 8, 0.90, true));
