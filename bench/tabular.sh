@@ -13,6 +13,7 @@
 #   TABLES="HouseVotes84 Glass" ... bench/tabular.sh     # only those tables
 #   AUTO_CONFIG="max_trials = 14" ... bench/tabular.sh    # config lines (';'-separated) added to auto's
 #   EXTRA_CANDIDATES="autostd|validation = 0.1;seed = 1;scaling = standard" ...   # more candidates, one a line
+#   TABULAR_DATA=DIR TABLE_LIST="NAME LABEL TASK" TITLE="..." ...  # other tables (bench/tabular_scale.sh)
 #
 # The auto search under its default 2m time_budget depends on the machine's
 # speed; `AUTO_CONFIG="max_trials = 14"` (the whole portfolio: 10 trials,
@@ -44,6 +45,8 @@ Glass Type classification
 Ionosphere Class classification
 BostonHousing2 cmedv regression
 Ozone V4 regression"
+ALL_TABLES=${TABLE_LIST:-$ALL_TABLES}
+TITLE=${TITLE:-"of R's mlbench, fixed 80/20 split (bench/data/tabular)"}
 
 # anneal's candidates, each "NAME|CONFIG": CONFIG is config lines separated
 # by ';', to which the bench adds name, dataset, threads and, on a regression
@@ -177,7 +180,7 @@ run_peers() {
 }
 
 bench_t0=$(now)
-line "== tabular: $(printf '%s\n' "$selected" | awk 'NF' | wc -l) table(s) of R's mlbench, fixed 80/20 split (bench/data/tabular); all on $THREADS threads"
+line "== tabular: $(printf '%s\n' "$selected" | awk 'NF' | wc -l) table(s) $TITLE; all on $THREADS threads"
 report header --anchors "$DATA/anchors.json" -- "${names[@]}"
 : > "$WORK/results.jsonl"
 while read -r name label task; do
