@@ -256,7 +256,8 @@ class Search {
     result_.metric = options_.metric;
     const std::vector<Candidate> portfolio = search_portfolio();
     work_.clear();
-    for (const Candidate& c : portfolio) work_.push_back(candidate_work(c, static_cast<std::int64_t>(cx_.width), network_outputs(cx_)));
+    for (const Candidate& c : portfolio)
+      work_.push_back(candidate_work(c, static_cast<std::int64_t>(cx_.width), network_outputs(cx_)));
     // Candidate 0 is the linear model; the others halve.
     std::vector<std::size_t> entrants(portfolio.size() - 1);
     std::iota(entrants.begin(), entrants.end(), std::size_t{1});
