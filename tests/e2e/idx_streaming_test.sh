@@ -1,6 +1,7 @@
 #!/bin/bash
 # data import of u8 IDX images in bounded memory (issue 15): a 100 MB file,
-# plain or gzip, imports with a peak RSS within 32 MiB of a 1 MB file's,
+# plain or gzip, imports with a peak RSS within 48 MiB of a 1 MB file's
+# (half the file; before it streamed, 6 times the file),
 # stored as u8 (its pixels, not float32); a large file cut short is refused
 # before anything is written.
 . "$E2E_LIB"
@@ -51,11 +52,17 @@ read -r small_kib small_rc <<< "$(peak_rss_kib data import small "$WORK/small.id
 read -r big_kib big_rc <<< "$(peak_rss_kib data import big "$WORK/big.idx" --labels "$WORK/big-labels.idx")"
 echo "peak RSS: small $small_kib KiB, big $big_kib KiB"
 expect_eq "$small_rc $big_rc" "0 0" "both imports succeed"
+# The margin: the large import peaks 24-29 MiB above the small one, and
+# once 32.2 MiB in a clean clone's full suite: what malloc's per-thread
+# arenas keep of the compressing threads' buffers moves with how the
+# threads met (one arena, MALLOC_ARENA_MAX=1, takes 4-6 MiB off the peak),
+# so a bound near the usual figure fails now and then on a loaded machine.
+allowed_kib=$((48 * 1024))
 if [ "$sanitized" = 0 ]; then
   # Before it streamed, the large import held the file, its float32 copy
   # (400 MB) and the bytes again.
-  [ "$big_kib" -le $((small_kib + 32 * 1024)) ] && pass ||
-    fail "import of 100 MB of IDX peaked at $big_kib KiB, of 1 MB at $small_kib KiB (+32 MiB allowed)"
+  [ "$big_kib" -le $((small_kib + allowed_kib)) ] && pass ||
+    fail "import of 100 MB of IDX peaked at $big_kib KiB, of 1 MB at $small_kib KiB (+48 MiB allowed)"
 fi
 
 # Compressed, the same: decompressed as it is read, never held.
@@ -66,8 +73,8 @@ read -r big_gz_kib big_gz_rc <<< "$(peak_rss_kib data import big-gz "$WORK/big.i
 echo "peak RSS, gzip: small $small_gz_kib KiB, big $big_gz_kib KiB"
 expect_eq "$small_gz_rc $big_gz_rc" "0 0" "both compressed imports succeed"
 if [ "$sanitized" = 0 ]; then
-  [ "$big_gz_kib" -le $((small_gz_kib + 32 * 1024)) ] && pass ||
-    fail "import of 100 MB of gzip IDX peaked at $big_gz_kib KiB, of 1 MB at $small_gz_kib KiB (+32 MiB allowed)"
+  [ "$big_gz_kib" -le $((small_gz_kib + allowed_kib)) ] && pass ||
+    fail "import of 100 MB of gzip IDX peaked at $big_gz_kib KiB, of 1 MB at $small_gz_kib KiB (+48 MiB allowed)"
 fi
 expect_rc 0 --json data show big-gz
 features_gz=$(json_get '[s["blob"] for s in j["streams"] if s["role"] == "features"][0]')
