@@ -11,8 +11,9 @@
 # point auto.trial-fitted, inside its measured time, for 4 seconds: it then
 # takes at least 4 s whatever the machine's speed, so TabM-mini is
 # projected at 128 s or more, past the 100 s budget, while the other trials
-# on wine's 142 rows take a few seconds (far less than the 100 s even in a
-# sanitizer build).
+# on wine's 142 rows take a few seconds. What the checks ask of the later
+# rungs holds on a slow machine too: that rung 1 starts (a few seconds
+# into a 100 s budget), not that the last rung fits.
 . "$E2E_LIB"
 use_fault_build
 
@@ -48,18 +49,18 @@ held_search "$WORK/one.out" "$WORK/one.err" train "$WORK/auto.ini"
 expect_eq "$RC" "0" "the held search ends; stderr: $(cat "$WORK/one.err")"
 log=$(cat "$WORK/one.err")
 expect_contains "$log" "trial 9/14: network dense(256) relu dense(256) relu" "the 9th trial is the width-256 MLP"
-expect_contains "$log" "time_budget = 100s: 1 trial not started" "one trial left out, said so"
+expect_contains "$log" "time_budget = 100s: " "the run says the budget left trials out"
 case "$log" in *"trial "*"ensemble(32)"*) fail "TabM-mini trained past its projection: $log" ;; *) pass ;; esac
 expect_contains "$log" "trial 10/14: " "the search went on after the cut"
 run_id=$(latest_run)
 expect_rc 0 --json runs show "$run_id"
 expect_eq "$(json_get 'j["summary"]["search"]["skipped_by"]')" "time_budget" "the leaderboard says the budget cut it"
-expect_eq "$(json_get 'j["summary"]["search"]["skipped"]')" "1" "one trial of 14 not run"
+expect_eq "$(json_get 'j["summary"]["search"]["skipped"] >= 1')" "True" "trials of 14 not run"
 expect_eq "$(json_get 'sum(1 for t in j["summary"]["search"]["trials"] if t["rung"] == 0)')" "9" \
   "rung 0: the linear model, six trees and two networks"
-expect_eq "$(json_get 'sorted({t["rung"] for t in j["summary"]["search"]["trials"]})')" "[0, 1, 2]" \
-  "the later rungs ran"
+expect_eq "$(json_get 'j["summary"]["search"]["trials"][9]["rung"]')" "1" "rung 1 went on after the cut"
 one_board=$(board)
+first_ten=$(json_get '[(t["settings"].get("hidden", t["kind"]), t["rung"]) for t in j["summary"]["search"]["trials"][:10]]')
 case "$one_board" in *"ensemble(32)"*) fail "TabM-mini in the leaderboard: $one_board" ;; *) pass ;; esac
 expect_eq "$(json_get 'j["status"]')" "succeeded" "the run succeeded"
 
@@ -74,10 +75,14 @@ expect_eq "$(json_get 'j["checkpoints"][-1]["step"]')" "10" "10 trials recorded"
 run train --resume "$run_id"
 expect_eq "$RC" "0" "the cut search resumes; stderr: $ERR"
 expect_contains "$ERR$OUT" "the search's first 10 trials finished before" "the resume takes the 10 trials"
-case "$ERR$OUT" in *"trial "*"ensemble(32)"* | *"trial 9/"*) fail "the resume ran TabM-mini or a finished trial: $ERR" ;; *) pass ;; esac
-expect_contains "$ERR$OUT" "trial 11/14: " "the resume runs rung 1's next trial"
+case "$ERR$OUT" in *"trial "*"ensemble(32)"* | *"trial 9/"* | *"trial 10/"*)
+  fail "the resume ran TabM-mini or a finished trial: $ERR" ;; *) pass ;; esac
 expect_rc 0 --json runs show "$run_id"
 expect_eq "$(json_get 'j["status"]')" "succeeded" "the resumed run succeeded"
-expect_eq "$(board)" "$one_board" "the resumed search's trials are the uninterrupted held search's"
+# The first 10 trials, recorded before the kill, are the uninterrupted
+# held search's (what came after them depends on the clock).
+expect_eq "$(json_get '[(t["settings"].get("hidden", t["kind"]), t["rung"]) for t in j["summary"]["search"]["trials"][:10]]')" \
+  "$first_ten" "the resumed search's recorded trials are the uninterrupted held search's"
+case "$(board)" in *"ensemble(32)"*) fail "TabM-mini in the resumed leaderboard: $(board)" ;; *) pass ;; esac
 
 finish
