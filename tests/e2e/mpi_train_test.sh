@@ -35,6 +35,20 @@ import json, sys
 j = json.load(sys.stdin)
 for e in j["epochs"]: print(repr(e["train_loss"]))'
 }
+# losses_match RUN_A RUN_B WHAT: every epoch's training loss of the two
+# runs within 1e-4 relative (their losses, side by side, left in
+# $WORK/losses); fails naming WHAT otherwise, or when there are none.
+losses_match() {
+  paste <(train_losses "$1") <(train_losses "$2") > "$WORK/losses"
+  python3 - "$WORK/losses" <<'PY' && pass || fail "$3: training losses differ from one process by more than 1e-4 relative: $(cat "$WORK/losses")"
+import sys
+lines = [l for l in open(sys.argv[1]) if l.strip()]
+if not lines: sys.exit(1)
+for line in lines:
+    a, b = map(float, line.split())
+    if abs(a - b) > 1e-4 * abs(a): sys.exit(1)
+PY
+}
 lineage() { "$ANNEAL" --json model show "$1" | python3 -c "import json,sys; l=json.load(sys.stdin)['lineage']; print($2)"; }
 
 expect_rc 0 init
@@ -70,14 +84,8 @@ import sys
 a, b = map(float, sys.argv[1:])
 sys.exit(0 if abs(a - b) <= 0.002 + 1e-12 else 1)
 PY
-paste <(train_losses "$single_run") <(train_losses "$two_run") > "$WORK/losses"
+losses_match "$single_run" "$two_run" "two ranks"
 expect_eq "$(wc -l < "$WORK/losses")" "3" "three epochs each"
-python3 - "$WORK/losses" <<'PY' && pass || fail "two ranks: training losses differ from one process by more than 1e-4 relative: $(cat "$WORK/losses")"
-import sys
-for line in open(sys.argv[1]):
-    a, b = map(float, line.split())
-    if abs(a - b) > 1e-4 * abs(a): sys.exit(1)
-PY
 expect_eq "$(lineage "$two_model" 'l["ranks"], len(l["hosts"]), all(l["hosts"])')" "2 2 True" \
   "the lineage records two ranks and each one's host"
 
@@ -91,13 +99,7 @@ import sys
 a, b = map(float, sys.argv[1:])
 sys.exit(0 if abs(a - b) <= 0.002 + 1e-12 else 1)
 PY
-paste <(train_losses "$single_run") <(train_losses "$four_run") > "$WORK/losses"
-python3 - "$WORK/losses" <<'PY' && pass || fail "four ranks: training losses differ from one process by more than 1e-4 relative: $(cat "$WORK/losses")"
-import sys
-for line in open(sys.argv[1]):
-    a, b = map(float, line.split())
-    if abs(a - b) > 1e-4 * abs(a): sys.exit(1)
-PY
+losses_match "$single_run" "$four_run" "four ranks"
 
 # An ensemble with dropout after it: each rank runs its share of the
 # samples' member rows, and a member row's dropout mask is the one it gets
@@ -109,13 +111,7 @@ expect_rc 0 --json train "$WORK/e.ini"
 ensemble_single=$(json_get 'j["run"]')
 mpi_run 2 --json train "$WORK/e.ini"
 expect_eq "$RC" "0" "two ranks train the ensemble: $ERR"
-paste <(train_losses "$ensemble_single") <(train_losses "$(json_get 'j["run"]')") > "$WORK/losses"
-python3 - "$WORK/losses" <<'PY' && pass || fail "ensemble on two ranks: training losses differ from one process by more than 1e-4 relative: $(cat "$WORK/losses")"
-import sys
-for line in open(sys.argv[1]):
-    a, b = map(float, line.split())
-    if abs(a - b) > 1e-4 * abs(a): sys.exit(1)
-PY
+losses_match "$ensemble_single" "$(json_get 'j["run"]')" "ensemble on two ranks"
 
 # Rows streamed from the store in windows (memory_budget) and a validation
 # split: rank 0 serves both, and the ranks see the windows in the same order.
@@ -144,16 +140,7 @@ expect_rc 0 --json train "$WORK/p.ini"
 ple_single=$(json_get 'j["run"]')
 mpi_run 2 --json train "$WORK/p.ini"
 expect_eq "$RC" "0" "two ranks train ple, streamed: $ERR"
-paste <(train_losses "$ple_single") <(train_losses "$(json_get 'j["run"]')") > "$WORK/losses"
-python3 - "$WORK/losses" <<'PY' && pass || fail "ple on two ranks: training losses differ from one process by more than 1e-4 relative: $(cat "$WORK/losses")"
-import sys
-lines = open(sys.argv[1]).read().split("\n")
-assert len([l for l in lines if l.strip()]) > 0
-for line in lines:
-    if not line.strip(): continue
-    a, b = map(float, line.split())
-    if abs(a - b) > 1e-4 * abs(a): sys.exit(1)
-PY
+losses_match "$ple_single" "$(json_get 'j["run"]')" "ple on two ranks"
 
 # Rank 1 gets a store and a config that do not exist: it opens neither.
 mpi -np 1 "$ANNEAL" --json train "$WORK/d.ini" : -np 1 "$ANNEAL" --store "$WORK/no-such-store" --json train \
