@@ -126,8 +126,10 @@ InferenceOptions inference_options(const ModelFile& model);
 // The model's file: format 3 or 4 (docs/STORE.md), with model.weights_hash
 // as it is (the caller sets it to model_weights_hash()).
 std::string encode_model(const ModelFile& model);
-// Throws kCorrupt naming `owner` for bytes that are not a model. Does not
-// check weights_hash (expected_weights_hash() does).
+// Throws kCorrupt naming `owner` for bytes that are not a model, or whose
+// weights do not match their weights_hash (expected_weights_hash(); not
+// checked for a network of formats 1 and 2, whose hash may not be
+// recomputable: legacy_weights_hash.h).
 ModelFile decode_model(std::string_view bytes, const std::string& owner);
 
 // The weights hash of `model`'s weights, as its file decodes to them

@@ -88,6 +88,16 @@ class ModelKind {
   virtual void decode(const nlohmann::json& header, int layout, std::string_view payload, const std::string& owner,
                       ModelFile& model) const = 0;
 
+  // Reads the bytes decode() kept with the library that runs them, where
+  // that library trusts its input (XGBoost's model reader crashes on
+  // damaged bytes): decode_model() calls it only once the model's weights
+  // matched its weights_hash, so it sees only bytes anneal wrote. kCorrupt
+  // naming `owner` when the library refuses them. The default reads none.
+  virtual void check_payload(const ModelFile& model, const std::string& owner) const {
+    (void)model;
+    (void)owner;
+  }
+
   // Adds the model's weights to `hasher` as the model's file decodes to
   // them (docs/STORE.md, "Weights hash"): what model_weights_hash()
   // (model_file.h) hashes. std::invalid_argument for weights that do not

@@ -142,6 +142,11 @@ class EnsembleKind final : public ModelKind {
     check_shape(model, owner);
   }
 
+  void check_payload(const ModelFile& model, const std::string& owner) const override {
+    for (std::size_t i = 0; i < model.members.size(); ++i)
+      model_kind(model.members[i]).check_payload(model.members[i], owner + ": ensemble member " + std::to_string(i + 1));
+  }
+
   void hash_weights(const ModelFile& model, WeightsHasher& hasher) const override {
     const std::vector<double>& w = model.member_weights;
     hasher.add_f64("ensemble.weights", std::vector<std::int64_t>{std::int64_t(w.size())}, w);

@@ -136,6 +136,24 @@ ModelFile decode_model(std::string_view bytes, const std::string& owner) {
         throw corrupt(owner + ": a decision threshold belongs to a binary classifier with a finite value");
     }
     model_kind(m).decode(h, layout, payload, owner, m);
+    // Verified on every read, as the store's objects are, and before any
+    // payload reaches a library that trusts it (ModelKind::check_payload).
+    // Except a network of formats 1 and 2: a pruned one fine-tuned after
+    // pruning was hashed from values its file does not hold
+    // (legacy_weights_hash.h), and such a model must stay readable.
+    const bool legacy_network = format <= kFormatOfLayout && m.kind == ModelKindId::kNetwork;
+    if (!legacy_network) {
+      std::string hash;
+      try {
+        hash = expected_weights_hash(m);
+      } catch (const std::invalid_argument& e) {
+        throw corrupt(owner + ": " + e.what());
+      }
+      if (hash != m.weights_hash)
+        throw corrupt(owner + ": its weights do not match its weights_hash (" + m.weights_hash +
+                      "); they hash to " + hash);
+    }
+    model_kind(m).check_payload(m, owner);
     if (h.contains("temperature")) {
       // Checked after the kind's fields: a tree model's loss is its
       // objective's. The bounds are kMinTemperature and kMaxTemperature.

@@ -169,7 +169,12 @@ class TreeKind final : public ModelKind {
       throw corrupt(owner + ": the tree model holds " + std::to_string(payload.size()) + " bytes, its header says " +
                     std::to_string(size));
     model.trees.booster.assign(payload);
-    // Read now, so a damaged booster is kCorrupt here and not at predict.
+  }
+
+  // Read at decode, so a booster XGBoost refuses is kCorrupt there and not
+  // at predict; only after weights_hash matched (XGBoost's UBJSON reader
+  // reads past its buffer on damaged bytes: tests/fuzz/regressions/model).
+  void check_payload(const ModelFile& model, const std::string& owner) const override {
     BoostedTrees::load(bytes_of(model.trees.booster), model.trees.objective, model.trees.classes,
                        model.features.output_width(), owner);
   }

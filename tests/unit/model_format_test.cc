@@ -453,7 +453,22 @@ TEST(ModelKinds, DamagedTreeBytesAreCorruptWhenTheModelIsRead) {
   std::string scrambled = bytes;
   for (std::size_t i = scrambled.size() - 200; i < scrambled.size() - 100; ++i) scrambled[i] = static_cast<char>(i * 31);
   expect_corrupt(scrambled, "scrambled payload");
+  // Any changed byte of the booster is caught by the weights hash before
+  // XGBoost reads it: its UBJSON reader reads past its buffer on damaged
+  // lengths (the fuzzer's tests/fuzz/regressions/model/trees_booster_damaged).
+  for (const std::size_t from_end : {std::size_t{1}, std::size_t{57}, std::size_t{300}}) {
+    std::string changed = bytes;
+    changed[changed.size() - from_end] ^= 0x11;
+    try {
+      runs::decode_model(changed, "model t@v1");
+      ADD_FAILURE() << "byte " << from_end << " from the end changed: decoded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << e.what();
+      EXPECT_NE(std::string(e.what()).find("do not match its weights_hash"), std::string::npos) << e.what();
+    }
+  }
 }
+
 
 // The one-line reasons quantize, prune and warm start give (the commands
 // add the operation and the model).
@@ -738,6 +753,28 @@ TEST(ModelKinds, DamagedEnsemblesAreCorrupt) {
   expect_corrupt(with_header(bytes, [](json& h) { h["members"][1]["fields"]["features"] = 1; }), "a common field");
   expect_corrupt(with_header(bytes, [](json& h) { h["members"][0].erase("loss"); }), "a member without its loss");
   expect_corrupt(with_header(bytes, [](json& h) { h["format"] = 4; }), "layout 2");
+}
+
+// Every kind's weights are held to weights_hash when the file is read, so
+// a model changed after it was written is never served.
+TEST(WeightsHash, DecodeRefusesWeightsThatDoNotMatch) {
+  TinyTrainer t;
+  const runs::ModelFile m = fp32_model(t);
+  const runs::ModelFile ensemble = ensemble_model(t);
+  for (const runs::ModelFile* model : {&m, &ensemble}) {
+    const std::string bytes = runs::encode_model(*model);
+    EXPECT_NO_THROW(runs::decode_model(bytes, "model m@v1"));
+    std::string changed = bytes;
+    changed[changed.size() - 2] ^= 0x40;  // a float of the last tensor
+    try {
+      runs::decode_model(changed, "model m@v1");
+      ADD_FAILURE() << "a changed weight decoded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("model m@v1: its weights do not match its weights_hash", 0), 0u)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -709,6 +709,7 @@ TEST(QuantizeModelFile, Fp32ModelsKeepTheFormat1Layout) {
   b.dims = {2};
   b.values = {0.5f, -0.5f};
   m.tensors = {w, b};
+  m.weights_hash = runs::model_weights_hash(m);  // decode_model() checks it
   const std::string bytes = runs::encode_model(m);
   EXPECT_NE(bytes.find("\"format\":3"), std::string::npos);
   EXPECT_NE(bytes.find("\"count\":6"), std::string::npos);  // offsets and counts in floats
@@ -717,6 +718,7 @@ TEST(QuantizeModelFile, Fp32ModelsKeepTheFormat1Layout) {
   EXPECT_EQ(back.tensors[0].values, m.tensors[0].values);
   m.tensors[0].encoding = runs::TensorEncoding::kBitmask;
   m.tensors[0].values = {0, 2, 0, 0, 5, 0};
+  m.weights_hash = runs::model_weights_hash(m);
   const std::string sparse = runs::encode_model(m);
   EXPECT_NE(sparse.find("\"format\":4"), std::string::npos);
   EXPECT_EQ(runs::decode_model(sparse, "m").tensors[0].values, m.tensors[0].values);
