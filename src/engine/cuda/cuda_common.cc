@@ -47,6 +47,23 @@ const float* f32(const Tensor& t, const char* what) {
   return static_cast<const float*>(t.data());
 }
 
+namespace {
+void check_dims(const Tensor& t, const Dims& dims, const char* what) {
+  if (t.dims() != dims)
+    throw failure(std::string(what) + ": " + t.dims().str() + " is not the " + dims.str() + " the op shaped");
+}
+}  // namespace
+
+float* f32(Tensor& t, const Dims& dims, const char* what) {
+  check_dims(t, dims, what);
+  return f32(t, what);
+}
+
+const float* f32(const Tensor& t, const Dims& dims, const char* what) {
+  check_dims(t, dims, what);
+  return f32(t, what);
+}
+
 void* DeviceBuffer::ensure(std::size_t bytes) {
   if (bytes <= bytes_ && data_ != nullptr) return data_;
   release();

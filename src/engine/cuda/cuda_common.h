@@ -49,6 +49,12 @@ void shape_plain(Tensor& t, const Dims& dims, DType dtype, MemoryAllocator& allo
 // The tensor's fp32 storage; kFailure when it is not an fp32 tensor.
 float* f32(Tensor& t, const char* what);
 const float* f32(const Tensor& t, const char* what);
+// The same for a parameter or its gradient, which must also have `dims`
+// (as the op's shape_* gave it): the kernels read dims' count of floats,
+// so a smaller tensor would be read past its end on the device. kFailure
+// naming `what` otherwise, as the CPU backend refuses it.
+float* f32(Tensor& t, const Dims& dims, const char* what);
+const float* f32(const Tensor& t, const Dims& dims, const char* what);
 
 // Device memory an op keeps across steps (grown, never shrunk). Freed with
 // the op.

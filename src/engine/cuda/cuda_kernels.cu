@@ -66,8 +66,12 @@ T* as(Activations a) {
   return static_cast<T*>(a.data);
 }
 
-#define ANNEAL_GRID_STRIDE(i, n) \
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += gridDim.x * blockDim.x)
+// i steps by the grid's size, compared before it is added: kernel_count
+// lets n reach 2^31 - 1, where i + step would wrap to a negative index.
+#define ANNEAL_GRID_STRIDE(i, n)                                                                 \
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x),                        \
+           i##_step = static_cast<int>(gridDim.x * blockDim.x);                                 \
+       i < (n); i = (n) - i > i##_step ? i + i##_step : (n))
 
 // Sums v over the block's kThreads threads in a fixed tree; the result is
 // valid in thread 0. `shared` holds kThreads values.

@@ -224,7 +224,7 @@ class CudaPeriodicOp final : public PeriodicOp {
   void forward(const Tensor& x, const Tensor& frequencies, Tensor& y) override {
     const int n = rows_of(x);
     shape_plain(y, Dims{n, spec_.features * 2 * spec_.frequencies}, x.dtype(), *ctx_.allocator);
-    kernels::periodic_forward(activations(x), f32(frequencies, "periodic frequencies"), activations(y), n, f_, k_,
+    kernels::periodic_forward(activations(x), f32(frequencies, frequency_dims(), "periodic frequencies"), activations(y), n, f_, k_,
                               ctx_.stream);
   }
 
@@ -233,7 +233,7 @@ class CudaPeriodicOp final : public PeriodicOp {
     const int n = rows_of(x);
     check_gradient(x, dy, n);
     shape_plain(dx, x.dims(), x.dtype(), *ctx_.allocator);
-    kernels::periodic_backward_data(activations(x), activations(dy), f32(frequencies, "periodic frequencies"),
+    kernels::periodic_backward_data(activations(x), activations(dy), f32(frequencies, frequency_dims(), "periodic frequencies"),
                                     activations(dx), n, f_, k_, ctx_.stream);
   }
 
@@ -244,8 +244,8 @@ class CudaPeriodicOp final : public PeriodicOp {
     check_gradient(x, dy, n);
     if (dfrequencies.dims() != Dims{spec_.features, spec_.frequencies})
       throw failure("periodic: the frequency gradient is not shaped as the frequencies");
-    kernels::periodic_backward_weights(activations(x), activations(dy), f32(frequencies, "periodic frequencies"),
-                                       f32(dfrequencies, "periodic frequency gradient"), n, f_, k_, accumulate,
+    kernels::periodic_backward_weights(activations(x), activations(dy), f32(frequencies, frequency_dims(), "periodic frequencies"),
+                                       f32(dfrequencies, frequency_dims(), "periodic frequency gradient"), n, f_, k_, accumulate,
                                        ctx_.stream);
   }
 
@@ -262,6 +262,8 @@ class CudaPeriodicOp final : public PeriodicOp {
     if (dy.dtype() != x.dtype() || dy.dims() != Dims{n, spec_.features * 2 * spec_.frequencies})
       throw failure("periodic: the gradient " + dy.dims().str() + " is not shaped as the output");
   }
+
+  Dims frequency_dims() const { return Dims{spec_.features, spec_.frequencies}; }
 
   CudaContext& ctx_;
   PeriodicSpec spec_;
@@ -287,7 +289,7 @@ class CudaPiecewiseLinearOp final : public PiecewiseLinearOp {
   void forward(const Tensor& x, const Tensor& edges, Tensor& y) override {
     const int n = rows_of(x);
     shape_plain(y, Dims{n, spec_.features * spec_.bins}, x.dtype(), *ctx_.allocator);
-    kernels::ple_forward(activations(x), f32(edges, "ple edges"), activations(y), n, f_, t_, ctx_.stream);
+    kernels::ple_forward(activations(x), f32(edges, Dims{spec_.features, spec_.bins + 1}, "ple edges"), activations(y), n, f_, t_, ctx_.stream);
   }
 
   // dx (N, F) = Σ_t dy·∂y/∂x
@@ -296,7 +298,7 @@ class CudaPiecewiseLinearOp final : public PiecewiseLinearOp {
     if (dy.dtype() != x.dtype() || dy.dims() != Dims{n, spec_.features * spec_.bins})
       throw failure("ple: the gradient " + dy.dims().str() + " is not shaped as the output");
     shape_plain(dx, x.dims(), x.dtype(), *ctx_.allocator);
-    kernels::ple_backward_data(activations(x), activations(dy), f32(edges, "ple edges"), activations(dx), n, f_,
+    kernels::ple_backward_data(activations(x), activations(dy), f32(edges, Dims{spec_.features, spec_.bins + 1}, "ple edges"), activations(dx), n, f_,
                                t_, ctx_.stream);
   }
 
@@ -333,7 +335,7 @@ class CudaEnsembleOp final : public EnsembleOp {
   void forward(const Tensor& x, const Tensor& scales, Tensor& y) override {
     const int n = rows_of(x);
     shape_plain(y, Dims{std::int64_t(n) * spec_.members, spec_.features}, x.dtype(), *ctx_.allocator);
-    kernels::ensemble_forward(activations(x), f32(scales, "ensemble scales"), activations(y), n, f_, k_,
+    kernels::ensemble_forward(activations(x), f32(scales, Dims{spec_.members, spec_.features}, "ensemble scales"), activations(y), n, f_, k_,
                               ctx_.stream);
   }
 
@@ -342,7 +344,7 @@ class CudaEnsembleOp final : public EnsembleOp {
     const int n = rows_of(x);
     check_gradient(x, dy, n);
     shape_plain(dx, x.dims(), x.dtype(), *ctx_.allocator);
-    kernels::ensemble_backward_data(activations(dy), f32(scales, "ensemble scales"), activations(dx), n, f_, k_,
+    kernels::ensemble_backward_data(activations(dy), f32(scales, Dims{spec_.members, spec_.features}, "ensemble scales"), activations(dx), n, f_, k_,
                                     ctx_.stream);
   }
 
@@ -352,7 +354,7 @@ class CudaEnsembleOp final : public EnsembleOp {
     check_gradient(x, dy, n);
     if (dscales.dims() != Dims{spec_.members, spec_.features})
       throw failure("ensemble: the scale gradient is not shaped as the scales");
-    kernels::ensemble_backward_weights(activations(x), activations(dy), f32(dscales, "ensemble scale gradient"), n,
+    kernels::ensemble_backward_weights(activations(x), activations(dy), f32(dscales, Dims{spec_.members, spec_.features}, "ensemble scale gradient"), n,
                                        f_, k_, accumulate, ctx_.stream);
   }
 
@@ -394,7 +396,7 @@ class CudaMemberDenseOp final : public MemberDenseOp {
   void forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y) override {
     const int rows = rows_of(x, spec_.in, "input");
     shape_plain(y, Dims{rows, spec_.out}, x.dtype(), *ctx_.allocator);
-    kernels::member_dense_forward(activations(x), f32(weight, "member dense weights"), f32(bias, "member dense biases"),
+    kernels::member_dense_forward(activations(x), f32(weight, weight_dims(), "member dense weights"), f32(bias, bias_dims(), "member dense biases"),
                                   activations(y), rows, in_, out_, k_, ctx_.stream);
   }
 
@@ -403,7 +405,7 @@ class CudaMemberDenseOp final : public MemberDenseOp {
     if (rows_of(dy, spec_.out, "gradient") != rows || dy.dtype() != x.dtype())
       throw failure("member dense: the gradient " + dy.dims().str() + " is not shaped as the output");
     shape_plain(dx, x.dims(), x.dtype(), *ctx_.allocator);
-    kernels::member_dense_backward_data(activations(dy), f32(weight, "member dense weights"), activations(dx), rows,
+    kernels::member_dense_backward_data(activations(dy), f32(weight, weight_dims(), "member dense weights"), activations(dx), rows,
                                         in_, out_, k_, ctx_.stream);
   }
 
@@ -411,8 +413,8 @@ class CudaMemberDenseOp final : public MemberDenseOp {
     const int rows = rows_of(x, spec_.in, "input");
     if (rows_of(dy, spec_.out, "gradient") != rows || dy.dtype() != x.dtype())
       throw failure("member dense: the gradient " + dy.dims().str() + " is not shaped as the output");
-    kernels::member_dense_backward_weights(activations(x), activations(dy), f32(dweight, "member dense weight gradient"),
-                                           f32(dbias, "member dense bias gradient"), rows, in_, out_, k_, accumulate,
+    kernels::member_dense_backward_weights(activations(x), activations(dy), f32(dweight, weight_dims(), "member dense weight gradient"),
+                                           f32(dbias, bias_dims(), "member dense bias gradient"), rows, in_, out_, k_, accumulate,
                                            ctx_.stream);
   }
 
@@ -424,6 +426,9 @@ class CudaMemberDenseOp final : public MemberDenseOp {
     kernel_count(t.batch() * width, "member dense rows");
     return kernel_count(t.batch(), "member dense rows");
   }
+
+  Dims weight_dims() const { return Dims{spec_.members, spec_.out, spec_.in}; }
+  Dims bias_dims() const { return Dims{spec_.members, spec_.out}; }
 
   CudaContext& ctx_;
   MemberDenseSpec spec_;
