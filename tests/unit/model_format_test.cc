@@ -755,6 +755,27 @@ TEST(ModelKinds, DamagedEnsemblesAreCorrupt) {
   expect_corrupt(with_header(bytes, [](json& h) { h["format"] = 4; }), "layout 2");
 }
 
+// A pruned network of format 2 fine-tuned after pruning was hashed from
+// values its file does not hold, so decode does not hold a format 1 or 2
+// network to its hash (it stays readable); a format 1 tree model, whose
+// rule is its booster's bytes, is held to it.
+TEST(WeightsHash, LegacyNetworksAreNotHeldToTheirHashButLegacyTreesAre) {
+  const auto dir = std::filesystem::path(ANNEAL_TEST_DATA_DIR) / "legacy_models";
+  auto read = [&](const char* name) {
+    std::ifstream in(dir / name, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const auto other_hash = [](json& h) { h["weights_hash"] = std::string(64, '0'); };
+  EXPECT_NO_THROW(runs::decode_model(with_header(read("bitmask.bin"), other_hash), "bitmask.bin"));
+  EXPECT_NO_THROW(runs::decode_model(with_header(read("fp32.bin"), other_hash), "fp32.bin"));
+  try {
+    runs::decode_model(with_header(read("trees.bin"), other_hash), "trees.bin");
+    ADD_FAILURE() << "a legacy tree model with another hash decoded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCorrupt) << e.what();
+  }
+}
+
 // Every kind's weights are held to weights_hash when the file is read, so
 // a model changed after it was written is never served.
 TEST(WeightsHash, DecodeRefusesWeightsThatDoNotMatch) {
