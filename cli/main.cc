@@ -11,6 +11,7 @@
 
 #include "anneal/audit.h"
 #include "anneal/communicator.h"
+#include "anneal/config.h"
 #include "anneal/encryption.h"
 #include "anneal/error.h"
 #include "anneal/linear.h"
@@ -281,8 +282,8 @@ int main(int argc, char** argv) {
     return anneal::cli::run(argc, argv, static_cast<unsigned>(user_umask));
   } catch (const anneal::Error& e) {
     return report_error(json, anneal::cli::error_text(e), anneal::exit_code(e.kind()));
-  } catch (const boost::program_options::error& e) {
-    return report_error(json, std::string(e.what()) + " (see 'anneal --help')", anneal::kExitUsage);
+  } catch (boost::program_options::error& e) {
+    return report_error(json, anneal::option_error_text(e) + " (see 'anneal --help')", anneal::kExitUsage);
   } catch (const std::exception& e) {
     return report_error(json, std::string("internal error: ") + e.what(), anneal::kExitFailure);
   }

@@ -32,6 +32,10 @@
 #include "anneal/preprocess.h"
 #include "anneal/trainer.h"
 
+namespace boost::program_options {
+class error;
+}
+
 namespace anneal {
 
 // How often a run writes a checkpoint besides the end: every `steps`
@@ -170,6 +174,14 @@ struct SettingSources {
 // required key.
 TrainConfig parse_train_config(std::string_view text, std::string_view source,
                                const std::vector<std::string>& overrides, const SettingSources& named = {});
+
+// The message of a Boost.Program_options error (command line or config
+// file). Not e.what() alone: Boost substitutes each value into its message
+// template until no placeholder is left, which never ends for a value that
+// holds its own placeholder (an argument "--%canonical_option%"). The
+// values' '%' stand aside while Boost builds the message (`e`'s values are
+// changed for that) and are put back in the text.
+std::string option_error_text(boost::program_options::error& e);
 
 // A memory_budget value: bytes with an optional binary suffix K, M, G or T
 // (KiB..TiB), e.g. "512M", "2G", "1048576"; at least 64K. Throws kUsage

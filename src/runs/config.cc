@@ -501,6 +501,52 @@ bool is_known(std::string_view key) {
                      [&](const ConfigKey& k) { return key == k.name; });
 }
 
+// The values of an error's placeholders, which Boost keeps protected: a
+// pointer to the member, formed in a derived class, reads them from the
+// base.
+struct PlaceholderValues : po::error_with_option_name {
+  static std::map<std::string, std::string> of(const po::error_with_option_name& e) {
+    return e.*(&PlaceholderValues::m_substitutions);
+  }
+};
+
+// ":N", the 1-based line of `text` that is `line` once trimmed as Boost
+// trims it (spaces and tabs, after a '#' comment is cut), or "" if none is.
+std::string line_suffix(std::string_view text, std::string_view line) {
+  int number = 1;
+  for (std::size_t pos = 0; pos <= text.size(); ++number) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view l = text.substr(pos, end - pos);
+    l = l.substr(0, l.find('#'));
+    const std::size_t first = l.find_first_not_of(" \t\r");
+    const std::size_t last = l.find_last_not_of(" \t\r");
+    if (first != std::string_view::npos && l.substr(first, last - first + 1) == line)
+      return ":" + std::to_string(number);
+    pos = end + 1;
+  }
+  return "";
+}
+
+// A config line for a one-line message: control bytes as \xNN, at most
+// 80 bytes of it.
+std::string shown_line(std::string_view line) {
+  std::string out;
+  for (const char c : line.substr(0, 80)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      static constexpr char kHexDigits[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHexDigits[u >> 4];
+      out += kHexDigits[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  if (line.size() > 80) out += "...";
+  return out;
+}
+
 // The 1-based line of `text` where `key` is first assigned, for messages.
 int line_of(std::string_view text, std::string_view key) {
   int line = 1;
@@ -584,6 +630,19 @@ CheckpointEvery parse_checkpoint_every(std::string_view text, std::string_view k
   return every;
 }
 
+std::string option_error_text(po::error& e) {
+  auto* named = dynamic_cast<po::error_with_option_name*>(&e);
+  if (named == nullptr) return e.what();
+  constexpr char kStandIn = '\x1a';  // SUB: no config or argument holds it in a message
+  for (auto [key, value] : PlaceholderValues::of(*named)) {
+    std::replace(value.begin(), value.end(), '%', kStandIn);
+    named->set_substitute(key, value);
+  }
+  std::string text = e.what();
+  std::replace(text.begin(), text.end(), kStandIn, '%');
+  return text;
+}
+
 TrainConfig parse_train_config(std::string_view text, std::string_view source,
                                const std::vector<std::string>& overrides, const SettingSources& named) {
   po::options_description description;
@@ -593,8 +652,14 @@ TrainConfig parse_train_config(std::string_view text, std::string_view source,
   try {
     std::istringstream in{std::string(text)};
     parsed = po::parse_config_file(in, description, /*allow_unregistered=*/true);
-  } catch (const po::error& e) {
-    throw usage_error(std::string(source) + ": " + e.what());
+  } catch (const po::invalid_config_file_syntax& e) {
+    // Not e.what(): Boost substitutes the line into its message until no
+    // placeholder is left, which never ends for a line that holds
+    // "%invalid_line%" (tests/fuzz/regressions/config/boost_placeholder_loop).
+    throw usage_error(std::string(source) + line_suffix(text, e.tokens()) + ": '" +
+                      shown_line(e.tokens()) + "': expected key = value, a [section] or a # comment");
+  } catch (po::error& e) {
+    throw usage_error(std::string(source) + ": " + option_error_text(e));
   }
   std::map<std::string, Setting> settings;
   for (const auto& option : parsed.options) {

@@ -43,6 +43,14 @@ expect_contains "$ERR" "more than the limit of $memory bytes" "the limit is the 
 expect_error 2 "layer 2 'dense(1e9)'" train "$WORK/ok.ini" --set "layers=dense(1e3) dense(1e9) dense(10)"
 # Issue 29: a bad model name is called a model name, under its key.
 expect_error 2 "--set name: name = '模型': expected a model name" train "$WORK/ok.ini" --set name=模型
+# A line that is no setting names its line. One holding Boost's own
+# placeholders made Boost's message substitute itself forever (a hang the
+# config fuzzer found), as did an argument such as --%canonical_option%.
+printf 'name = x\ndataset = digits\n%%invalid_line%% %%option%%\n' >"$WORK/placeholder.ini"
+expect_error 2 "placeholder.ini:3: '%invalid_line% %option%': expected key = value, a [section] or a # comment" \
+  train "$WORK/placeholder.ini"
+expect_error 2 "unrecognised option '--%canonical_option%'" train "$WORK/ok.ini" --%canonical_option%
+expect_error 2 "the argument ('%value%') for option '--split' is invalid" data import d "$TEST_DATA/digits.csv" --split %value%
 
 expect_rc 0 --json runs list
 expect_eq "$(json_get 'len(j["runs"])')" "0" "bad configs leave no run behind"

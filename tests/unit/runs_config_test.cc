@@ -91,6 +91,18 @@ TEST(RunsConfig, BadValuesSayWhereAndWhatWasExpected) {
   EXPECT_NE(error_of(std::string(kExample) + "lr = 0.1\n").find("set twice"), std::string::npos);
 }
 
+// A line that is not key = value, a [section] or a comment names its line.
+// One holding Boost's own placeholder "%invalid_line%" made Boost's message
+// substitute itself forever (found by the fuzzer: a hang, not an error).
+TEST(RunsConfig, ALineThatIsNoSettingNamesItsLine) {
+  EXPECT_EQ(error_of(std::string(kExample) + "  garbage here  # note\n"),
+            "cfg.ini:11: 'garbage here': expected key = value, a [section] or a # comment");
+  EXPECT_EQ(error_of("name = x\n%invalid_line% %option%\n"),
+            "cfg.ini:2: '%invalid_line% %option%': expected key = value, a [section] or a # comment");
+  EXPECT_EQ(error_of("name = x\nbell\x07" + std::string(100, 'y') + "\n"),
+            "cfg.ini:2: 'bell\\x07" + std::string(75, 'y') + "...': expected key = value, a [section] or a # comment");
+}
+
 // Issue 31: a config without layers (or with layers = auto) searches; its
 // keys read, refuse bad values naming the key, and write back for a resume.
 TEST(RunsConfig, NoLayersMeansAutoWithItsBudgetKeys) {
