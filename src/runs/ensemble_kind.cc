@@ -143,8 +143,10 @@ class EnsembleKind final : public ModelKind {
   }
 
   void check_payload(const ModelFile& model, const std::string& owner) const override {
-    for (std::size_t i = 0; i < model.members.size(); ++i)
-      model_kind(model.members[i]).check_payload(model.members[i], owner + ": ensemble member " + std::to_string(i + 1));
+    for (std::size_t i = 0; i < model.members.size(); ++i) {
+      const ModelFile& member = model.members[i];
+      model_kind(member).check_payload(member, owner + ": ensemble member " + std::to_string(i + 1));
+    }
   }
 
   void hash_weights(const ModelFile& model, WeightsHasher& hasher) const override {

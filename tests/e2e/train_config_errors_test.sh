@@ -50,7 +50,8 @@ printf 'name = x\ndataset = digits\n%%invalid_line%% %%option%%\n' >"$WORK/place
 expect_error 2 "placeholder.ini:3: '%invalid_line% %option%': expected key = value, a [section] or a # comment" \
   train "$WORK/placeholder.ini"
 expect_error 2 "unrecognised option '--%canonical_option%'" train "$WORK/ok.ini" --%canonical_option%
-expect_error 2 "the argument ('%value%') for option '--split' is invalid" data import d "$TEST_DATA/digits.csv" --split %value%
+expect_error 2 "the argument ('%value%') for option '--split' is invalid" \
+  data import d "$TEST_DATA/digits.csv" --split %value%
 
 expect_rc 0 --json runs list
 expect_eq "$(json_get 'len(j["runs"])')" "0" "bad configs leave no run behind"

@@ -224,7 +224,7 @@ class CudaPeriodicOp final : public PeriodicOp {
   void forward(const Tensor& x, const Tensor& frequencies, Tensor& y) override {
     const int n = rows_of(x);
     shape_plain(y, Dims{n, spec_.features * 2 * spec_.frequencies}, x.dtype(), *ctx_.allocator);
-    kernels::periodic_forward(activations(x), f32(frequencies, frequency_dims(), "periodic frequencies"), activations(y), n, f_, k_,
+    kernels::periodic_forward(activations(x), frequencies_of(frequencies), activations(y), n, f_, k_,
                               ctx_.stream);
   }
 
@@ -233,7 +233,7 @@ class CudaPeriodicOp final : public PeriodicOp {
     const int n = rows_of(x);
     check_gradient(x, dy, n);
     shape_plain(dx, x.dims(), x.dtype(), *ctx_.allocator);
-    kernels::periodic_backward_data(activations(x), activations(dy), f32(frequencies, frequency_dims(), "periodic frequencies"),
+    kernels::periodic_backward_data(activations(x), activations(dy), frequencies_of(frequencies),
                                     activations(dx), n, f_, k_, ctx_.stream);
   }
 
@@ -244,9 +244,9 @@ class CudaPeriodicOp final : public PeriodicOp {
     check_gradient(x, dy, n);
     if (dfrequencies.dims() != Dims{spec_.features, spec_.frequencies})
       throw failure("periodic: the frequency gradient is not shaped as the frequencies");
-    kernels::periodic_backward_weights(activations(x), activations(dy), f32(frequencies, frequency_dims(), "periodic frequencies"),
-                                       f32(dfrequencies, frequency_dims(), "periodic frequency gradient"), n, f_, k_, accumulate,
-                                       ctx_.stream);
+    float* dc = f32(dfrequencies, frequency_dims(), "periodic frequency gradient");
+    kernels::periodic_backward_weights(activations(x), activations(dy), frequencies_of(frequencies), dc, n, f_, k_,
+                                       accumulate, ctx_.stream);
   }
 
  private:
@@ -264,6 +264,7 @@ class CudaPeriodicOp final : public PeriodicOp {
   }
 
   Dims frequency_dims() const { return Dims{spec_.features, spec_.frequencies}; }
+  const float* frequencies_of(const Tensor& t) const { return f32(t, frequency_dims(), "periodic frequencies"); }
 
   CudaContext& ctx_;
   PeriodicSpec spec_;
@@ -289,7 +290,7 @@ class CudaPiecewiseLinearOp final : public PiecewiseLinearOp {
   void forward(const Tensor& x, const Tensor& edges, Tensor& y) override {
     const int n = rows_of(x);
     shape_plain(y, Dims{n, spec_.features * spec_.bins}, x.dtype(), *ctx_.allocator);
-    kernels::ple_forward(activations(x), f32(edges, Dims{spec_.features, spec_.bins + 1}, "ple edges"), activations(y), n, f_, t_, ctx_.stream);
+    kernels::ple_forward(activations(x), edges_of(edges), activations(y), n, f_, t_, ctx_.stream);
   }
 
   // dx (N, F) = Σ_t dy·∂y/∂x
@@ -298,7 +299,7 @@ class CudaPiecewiseLinearOp final : public PiecewiseLinearOp {
     if (dy.dtype() != x.dtype() || dy.dims() != Dims{n, spec_.features * spec_.bins})
       throw failure("ple: the gradient " + dy.dims().str() + " is not shaped as the output");
     shape_plain(dx, x.dims(), x.dtype(), *ctx_.allocator);
-    kernels::ple_backward_data(activations(x), activations(dy), f32(edges, Dims{spec_.features, spec_.bins + 1}, "ple edges"), activations(dx), n, f_,
+    kernels::ple_backward_data(activations(x), activations(dy), edges_of(edges), activations(dx), n, f_,
                                t_, ctx_.stream);
   }
 
@@ -309,6 +310,10 @@ class CudaPiecewiseLinearOp final : public PiecewiseLinearOp {
     const int n = kernel_count(x.batch(), "ple batch");
     kernel_count(x.batch() * spec_.features * spec_.bins, "ple output");
     return n;
+  }
+
+  const float* edges_of(const Tensor& t) const {
+    return f32(t, Dims{spec_.features, spec_.bins + 1}, "ple edges");
   }
 
   CudaContext& ctx_;
@@ -335,7 +340,7 @@ class CudaEnsembleOp final : public EnsembleOp {
   void forward(const Tensor& x, const Tensor& scales, Tensor& y) override {
     const int n = rows_of(x);
     shape_plain(y, Dims{std::int64_t(n) * spec_.members, spec_.features}, x.dtype(), *ctx_.allocator);
-    kernels::ensemble_forward(activations(x), f32(scales, Dims{spec_.members, spec_.features}, "ensemble scales"), activations(y), n, f_, k_,
+    kernels::ensemble_forward(activations(x), scales_of(scales), activations(y), n, f_, k_,
                               ctx_.stream);
   }
 
@@ -344,7 +349,7 @@ class CudaEnsembleOp final : public EnsembleOp {
     const int n = rows_of(x);
     check_gradient(x, dy, n);
     shape_plain(dx, x.dims(), x.dtype(), *ctx_.allocator);
-    kernels::ensemble_backward_data(activations(dy), f32(scales, Dims{spec_.members, spec_.features}, "ensemble scales"), activations(dx), n, f_, k_,
+    kernels::ensemble_backward_data(activations(dy), scales_of(scales), activations(dx), n, f_, k_,
                                     ctx_.stream);
   }
 
@@ -354,8 +359,8 @@ class CudaEnsembleOp final : public EnsembleOp {
     check_gradient(x, dy, n);
     if (dscales.dims() != Dims{spec_.members, spec_.features})
       throw failure("ensemble: the scale gradient is not shaped as the scales");
-    kernels::ensemble_backward_weights(activations(x), activations(dy), f32(dscales, Dims{spec_.members, spec_.features}, "ensemble scale gradient"), n,
-                                       f_, k_, accumulate, ctx_.stream);
+    float* dr = f32(dscales, scale_dims(), "ensemble scale gradient");
+    kernels::ensemble_backward_weights(activations(x), activations(dy), dr, n, f_, k_, accumulate, ctx_.stream);
   }
 
  private:
@@ -371,6 +376,9 @@ class CudaEnsembleOp final : public EnsembleOp {
     if (dy.dtype() != x.dtype() || dy.dims() != Dims{std::int64_t(n) * spec_.members, spec_.features})
       throw failure("ensemble: the gradient " + dy.dims().str() + " is not shaped as the output");
   }
+
+  Dims scale_dims() const { return Dims{spec_.members, spec_.features}; }
+  const float* scales_of(const Tensor& t) const { return f32(t, scale_dims(), "ensemble scales"); }
 
   CudaContext& ctx_;
   EnsembleSpec spec_;
@@ -396,7 +404,7 @@ class CudaMemberDenseOp final : public MemberDenseOp {
   void forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y) override {
     const int rows = rows_of(x, spec_.in, "input");
     shape_plain(y, Dims{rows, spec_.out}, x.dtype(), *ctx_.allocator);
-    kernels::member_dense_forward(activations(x), f32(weight, weight_dims(), "member dense weights"), f32(bias, bias_dims(), "member dense biases"),
+    kernels::member_dense_forward(activations(x), weights_of(weight), f32(bias, bias_dims(), "member dense biases"),
                                   activations(y), rows, in_, out_, k_, ctx_.stream);
   }
 
@@ -405,16 +413,17 @@ class CudaMemberDenseOp final : public MemberDenseOp {
     if (rows_of(dy, spec_.out, "gradient") != rows || dy.dtype() != x.dtype())
       throw failure("member dense: the gradient " + dy.dims().str() + " is not shaped as the output");
     shape_plain(dx, x.dims(), x.dtype(), *ctx_.allocator);
-    kernels::member_dense_backward_data(activations(dy), f32(weight, weight_dims(), "member dense weights"), activations(dx), rows,
-                                        in_, out_, k_, ctx_.stream);
+    kernels::member_dense_backward_data(activations(dy), weights_of(weight), activations(dx), rows, in_, out_, k_,
+                                        ctx_.stream);
   }
 
   void backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor& dbias, bool accumulate) override {
     const int rows = rows_of(x, spec_.in, "input");
     if (rows_of(dy, spec_.out, "gradient") != rows || dy.dtype() != x.dtype())
       throw failure("member dense: the gradient " + dy.dims().str() + " is not shaped as the output");
-    kernels::member_dense_backward_weights(activations(x), activations(dy), f32(dweight, weight_dims(), "member dense weight gradient"),
-                                           f32(dbias, bias_dims(), "member dense bias gradient"), rows, in_, out_, k_, accumulate,
+    float* dw = f32(dweight, weight_dims(), "member dense weight gradient");
+    float* db = f32(dbias, bias_dims(), "member dense bias gradient");
+    kernels::member_dense_backward_weights(activations(x), activations(dy), dw, db, rows, in_, out_, k_, accumulate,
                                            ctx_.stream);
   }
 
@@ -429,6 +438,7 @@ class CudaMemberDenseOp final : public MemberDenseOp {
 
   Dims weight_dims() const { return Dims{spec_.members, spec_.out, spec_.in}; }
   Dims bias_dims() const { return Dims{spec_.members, spec_.out}; }
+  const float* weights_of(const Tensor& t) const { return f32(t, weight_dims(), "member dense weights"); }
 
   CudaContext& ctx_;
   MemberDenseSpec spec_;
